@@ -1,0 +1,1 @@
+"""Where the cluster comes from, where variables live, and how it shuts down."""

@@ -1,0 +1,112 @@
+"""A real cluster of trainer.py processes on 127.0.0.1, for the local launcher and the tests.
+
+Every task is its own process in its own process group, logging to <run_dir>/<job>-<index>.log,
+and is stopped by that group's id: SIGTERM first, SIGKILL after a grace period.
+"""
+
+import contextlib
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+TRAINER = pathlib.Path(__file__).resolve().parent.parent / "trainer.py"
+LOOPBACK = "127.0.0.1"
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports that were free on loopback a moment ago; all held open together so they differ."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind((LOOPBACK, 0))
+        return [sock.getsockname()[1] for sock in sockets]
+
+
+class LocalCluster:
+    """num_ps ps tasks and num_workers workers of trainer.py on free loopback ports."""
+
+    def __init__(self, run_dir, num_ps=1, num_workers=2, trainer_args=(), env=None):
+        self.run_dir = pathlib.Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        ports = free_ports(num_ps + num_workers)
+        self.ps_hosts = [f"{LOOPBACK}:{p}" for p in ports[:num_ps]]
+        self.worker_hosts = [f"{LOOPBACK}:{p}" for p in ports[num_ps:]]
+        self.trainer_args = list(trainer_args)
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "1", **(env or {})}
+        self.procs: dict[tuple[str, int], subprocess.Popen] = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_all()
+
+    def command(self, job: str, index: int, extra_args=()) -> list[str]:
+        return [sys.executable, str(TRAINER), f"--ps_hosts={','.join(self.ps_hosts)}",
+                f"--worker_hosts={','.join(self.worker_hosts)}", f"--job_name={job}",
+                f"--task_index={index}", *self.trainer_args, *extra_args]
+
+    def log_path(self, job: str, index: int) -> pathlib.Path:
+        return self.run_dir / f"{job}-{index}.log"
+
+    def log(self, job: str, index: int) -> str:
+        path = self.log_path(job, index)
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def start(self, job: str, index: int, extra_args=()) -> subprocess.Popen:
+        """Starts (or restarts, once the old one has exited) one task; its log is appended to."""
+        old = self.procs.get((job, index))
+        if old is not None and old.poll() is None:
+            raise RuntimeError(f"{job} {index} is still running (pid {old.pid})")
+        with open(self.log_path(job, index), "ab") as log:
+            proc = subprocess.Popen(self.command(job, index, extra_args), stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=self.env, start_new_session=True)
+        self.procs[(job, index)] = proc
+        return proc
+
+    def start_all(self, extra_args=()) -> None:
+        for index in range(len(self.ps_hosts)):
+            self.start("ps", index, extra_args)
+        for index in range(len(self.worker_hosts)):
+            self.start("worker", index, extra_args)
+
+    def tasks(self, job: str | None = None):
+        return [(key, proc) for key, proc in self.procs.items() if job is None or key[0] == job]
+
+    def wait(self, job: str | None = None, timeout: float = 300) -> dict[tuple[str, int], int | None]:
+        """Waits up to `timeout` s in all for the tasks of `job`; exit codes, None for still running."""
+        deadline = time.monotonic() + timeout
+        codes = {}
+        for key, proc in self.tasks(job):
+            try:
+                codes[key] = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                codes[key] = None
+        return codes
+
+    def kill(self, job: str, index: int, sig=signal.SIGKILL) -> None:
+        proc = self.procs[(job, index)]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        if sig == signal.SIGKILL:
+            proc.wait(timeout=30)
+
+    def stop_all(self, grace_secs: float = 10) -> None:
+        """SIGTERM to every live task's process group, then SIGKILL to what is left after grace."""
+        live = [proc for _, proc in self.tasks() if proc.poll() is None]
+        for proc in live:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_secs
+        for proc in live:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)

@@ -1,0 +1,66 @@
+"""Where variables live: on the ps tasks, balanced by bytes; every other op on this worker."""
+
+import numpy as np
+import tensorflow as tf
+
+from cluster import spec
+
+
+def variable_byte_size(op) -> int:
+    """Bytes a variable op will hold, from its 'shape' and 'dtype' attrs.
+
+    TensorFlow's byte_size_load_fn reads the op's output shape, which for a resource variable
+    (VarHandleOp) is a scalar handle: every variable would weigh 0 and all land on ps 0.
+    """
+    try:
+        shape = tf.TensorShape(op.get_attr("shape"))
+        dtype = tf.as_dtype(op.get_attr("dtype"))
+    except ValueError:
+        return 0
+    if not shape.is_fully_defined():
+        return 0
+    return int(np.prod(shape.as_list(), dtype=np.int64)) * dtype.size
+
+
+class ByteBalancedStrategy:
+    """ps_strategy for replica_device_setter: each variable goes to the ps holding fewest bytes so far.
+
+    The greedy load balancer contrib used to give. An op already pinned to a ps task (the
+    accumulators SyncReplicasOptimizer colocates with their variable) keeps its task and counts
+    toward that task's load.
+    """
+
+    def __init__(self, num_tasks: int):
+        self.loads = [0] * num_tasks
+
+    def __call__(self, op) -> int:
+        pinned = tf.DeviceSpec.from_string(op.device or "")
+        if pinned.job == spec.PS and pinned.task is not None:
+            task = pinned.task
+        else:
+            task = min(range(len(self.loads)), key=self.loads.__getitem__)
+        self.loads[task] += variable_byte_size(op)
+        return task
+
+
+def device_setter(cluster: spec.ClusterConfig):
+    """replica_device_setter that spreads variables over the ps tasks greedily by byte size."""
+    strategy = ByteBalancedStrategy(cluster.num_ps)
+    return tf.compat.v1.train.replica_device_setter(
+        ps_tasks=cluster.num_ps,
+        worker_device=cluster.worker_device(),
+        cluster=cluster.cluster_spec(),
+        ps_strategy=strategy,
+    )
+
+
+def bytes_per_ps(graph) -> dict[str, int]:
+    """Variable bytes placed on each ps device of `graph`, for the startup report."""
+    totals = {}
+    for variable in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES):
+        op = variable.op
+        device = tf.DeviceSpec.from_string(op.device)
+        if device.job == spec.PS:
+            key = f"/job:ps/task:{device.task}"
+            totals[key] = totals.get(key, 0) + variable_byte_size(op)
+    return dict(sorted(totals.items()))

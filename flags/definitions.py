@@ -1,0 +1,49 @@
+"""Every flag of trainer.py, grouped by concern. Importing this module defines them."""
+
+from absl import flags
+
+import input as inputs
+import model
+from training import optimizers
+
+# ---------------------------------------------------------------- cluster
+flags.DEFINE_list("ps_hosts", [], "Comma-separated host:port of every ps task, in task order.")
+flags.DEFINE_list("worker_hosts", [], "Comma-separated host:port of every worker task; task 0 is the chief.")
+flags.DEFINE_enum("job_name", None, ["ps", "worker"],
+                  "Role of this process. Leave unset, with no hosts, to train in one process.")
+flags.DEFINE_integer("task_index", 0, "Index of this task within its job.", lower_bound=0)
+flags.DEFINE_integer("startup_timeout_secs", 600,
+                     "How long a task waits for its peers (ps, chief) before giving up.", lower_bound=1)
+
+# ---------------------------------------------------------------- optimization
+flags.DEFINE_integer("train_steps", 2000, "Global step at which training stops.", lower_bound=1)
+flags.DEFINE_integer("batch_size", 64, "Examples per step on each worker.", lower_bound=1)
+flags.DEFINE_float("learning_rate", 0.05, "Constant learning rate.", lower_bound=0.0)
+flags.DEFINE_enum("optimizer", "momentum", sorted(optimizers.OPTIMIZERS), "Optimizer by name.")
+flags.DEFINE_float("momentum", 0.9, "Momentum for --optimizer=momentum and rmsprop.", lower_bound=0.0)
+flags.DEFINE_boolean("sync_replicas", False,
+                     "Synchronous training: average gradients of all workers each step.")
+flags.DEFINE_integer("replicas_to_aggregate", None,
+                     "With --sync_replicas: gradients per step; fewer than the workers "
+                     "makes the rest backup workers. Default: every worker.", lower_bound=1)
+flags.DEFINE_integer("seed", 42, "Seed for initializers, data generation and shuffling.")
+
+# ---------------------------------------------------------------- checkpoints and logs
+flags.DEFINE_string("model_dir", None, "Directory for checkpoints and summaries; workers resume from it.")
+flags.DEFINE_integer("save_checkpoint_steps", None,
+                     "Save a checkpoint every N global steps (instead of --save_checkpoint_secs).",
+                     lower_bound=1)
+flags.DEFINE_integer("save_checkpoint_secs", 600, "Save a checkpoint every N seconds.", lower_bound=1)
+flags.DEFINE_integer("save_summaries_steps", 100, "Write summaries every N global steps (chief only).",
+                     lower_bound=1)
+flags.DEFINE_integer("log_every_n_steps", 100, "Log progress every N local steps on each worker.",
+                     lower_bound=1)
+
+# ---------------------------------------------------------------- model and data
+flags.DEFINE_enum("model", "mlp", sorted(model.MODELS), "Model by name.")
+flags.DEFINE_list("hidden_units", ["256"], "MLP hidden layer sizes, comma-separated.")
+flags.DEFINE_enum("dataset", "synthetic", sorted(inputs.DATASETS),
+                  "Data source by name; 'synthetic' is embedded and needs no files.")
+flags.DEFINE_string("data_dir", None, "Directory or file pattern of the data, for file-based datasets.")
+flags.DEFINE_integer("synthetic_examples", 20000, "Training examples in the synthetic dataset.",
+                     lower_bound=1)

@@ -1,0 +1,21 @@
+"""Training settings as plain values."""
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    train_steps: int = 2000
+    batch_size: int = 64
+    learning_rate: float = 0.05
+    optimizer: str = "momentum"
+    momentum: float = 0.9
+    sync_replicas: bool = False
+    replicas_to_aggregate: int = 1
+    model_dir: str | None = None
+    save_checkpoint_steps: int | None = None
+    save_checkpoint_secs: int | None = 600
+    save_summaries_steps: int = 100
+    log_every_n_steps: int = 100
+    seed: int = 42
+    startup_timeout_secs: int = 600

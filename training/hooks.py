@@ -1,0 +1,77 @@
+"""Session hooks of the training loop."""
+
+import datetime
+import time
+
+import tensorflow as tf
+from absl import logging
+
+v1 = tf.compat.v1
+
+
+class ProgressHook(v1.train.SessionRunHook):
+    """Logs one line every `every_n` local steps: global step, loss, accuracy, examples/sec, time left.
+
+    Loss and accuracy are fetched only on logging steps; the global step (which StopAtStepHook
+    fetches anyway) every step, so the last step reached is known when something fails.
+    """
+
+    def __init__(self, task_name, loss, accuracy, train_steps, batch_size, every_n):
+        self._task_name = task_name
+        self._fetches = {"loss": loss, "accuracy": accuracy}
+        self._train_steps = train_steps
+        self._batch_size = batch_size
+        self._every_n = every_n
+        self.local_steps = 0
+        self.global_step = None
+        self.loss = None
+        self.accuracy = None
+
+    def begin(self):
+        self._global_step_tensor = v1.train.get_global_step()
+
+    def after_create_session(self, session, coord):
+        self.global_step = int(session.run(self._global_step_tensor))
+        self._mark = (time.monotonic(), self.local_steps, self.global_step)
+
+    def before_run(self, run_context):
+        fetches = {"global_step": self._global_step_tensor}
+        if (self.local_steps + 1) % self._every_n == 0:
+            fetches.update(self._fetches)
+        return v1.train.SessionRunArgs(fetches)
+
+    def after_run(self, run_context, run_values):
+        results = run_values.results
+        self.local_steps += 1
+        self.global_step = int(results["global_step"]) + 1
+        if "loss" in results:
+            self.loss, self.accuracy = float(results["loss"]), float(results["accuracy"])
+            self._log()
+
+    def _log(self):
+        now = time.monotonic()
+        then, then_local, then_global = self._mark
+        elapsed = max(now - then, 1e-9)
+        examples_per_sec = (self.local_steps - then_local) * self._batch_size / elapsed
+        global_rate = (self.global_step - then_global) / elapsed
+        left = (self._train_steps - self.global_step) / global_rate if global_rate > 0 else 0
+        logging.info(
+            "%s step %d/%d loss %.4f accuracy %.3f %.0f examples/sec %s left",
+            self._task_name, self.global_step, self._train_steps, self.loss, self.accuracy,
+            examples_per_sec, datetime.timedelta(seconds=round(max(left, 0))))
+        self._mark = (now, self.local_steps, self.global_step)
+
+
+class CloseQueueAtEndHook(v1.train.SessionRunHook):
+    """Closes a queue when the session ends normally.
+
+    Used on the sync chief for SyncReplicasOptimizer's token queue: a non-chief worker that has
+    already sent its gradient for a step that will never be aggregated is blocked on that queue.
+    Closing it turns the wait into OutOfRangeError, which MonitoredSession takes as a clean end.
+    """
+
+    def __init__(self, queue):
+        self._close_op = queue.close(cancel_pending_enqueues=True)
+
+    def end(self, session):
+        session.run(self._close_op)

@@ -1,0 +1,30 @@
+"""The ps role: serve variables until every worker has finished, or until SIGTERM/SIGINT."""
+
+import signal
+import threading
+
+from absl import logging
+
+from cluster import shutdown
+
+EXIT_STOPPED_BY_SIGNAL = 143
+
+
+def run(cfg, server) -> int:
+    """Returns the process exit code: 0 once all workers are done, 143 if a signal stopped it first."""
+    cluster = cfg.cluster
+    stop = threading.Event()
+
+    def request_stop(signum, frame):
+        logging.info("ps %d: %s received, stopping", cluster.task_index, signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    logging.info("ps %d: serving on %s for %d worker(s)", cluster.task_index,
+                 cluster.ps_hosts[cluster.task_index], cluster.num_workers)
+    if shutdown.wait_for_workers_done(server, cluster, stop):
+        logging.info("ps %d: every worker finished; exiting", cluster.task_index)
+        return 0
+    logging.info("ps %d: stopped before every worker finished", cluster.task_index)
+    return EXIT_STOPPED_BY_SIGNAL

@@ -1,0 +1,177 @@
+"""The worker role: build this replica's graph and train it in a MonitoredTrainingSession."""
+
+import threading
+import time
+from typing import NamedTuple
+
+import tensorflow as tf
+from absl import logging
+
+import input as inputs
+import model
+from cluster import placement, shutdown, spec
+from training import hooks as training_hooks
+from training import optimizers
+
+v1 = tf.compat.v1
+
+NON_FINITE_LOSS = "NonFiniteLoss"
+CHIEF_POLL_SECS = 0.5
+# In sync mode the chief's queue-runner thread is blocked waiting for gradients that will never
+# come once training is over; MonitoredSession would wait this long for it before closing the
+# session (which cancels the wait). TensorFlow's default is 120 s.
+SYNC_STOP_GRACE_SECS = 1
+
+
+class TrainingError(Exception):
+    """A failure to report in one line, with a non-zero exit."""
+
+
+class TrainGraph(NamedTuple):
+    train_op: tf.Operation
+    loss: tf.Tensor
+    accuracy: tf.Tensor
+    hooks: list
+    chief_only_hooks: list
+
+
+def build_graph(cfg) -> TrainGraph:
+    """This replica's training graph: variables on the ps tasks, everything else on this worker."""
+    cluster, train = cfg.cluster, cfg.train
+    v1.set_random_seed(train.seed)
+    device = placement.device_setter(cluster) if cluster.is_distributed else None
+    with v1.device(device):
+        global_step = v1.train.get_or_create_global_step()
+        shard = inputs.Shard(cluster.task_index, cluster.num_workers)
+        dataset = inputs.batches(cfg.data, shard, train.batch_size)
+        images, labels = v1.data.make_one_shot_iterator(dataset).get_next()
+        _, num_classes = inputs.spec(cfg.data)
+        output = model.build(images, labels, cfg.model, num_classes)
+        learning_rate = tf.constant(train.learning_rate, name="learning_rate")
+        v1.summary.scalar("learning_rate", learning_rate)
+        optimizer = optimizers.make_optimizer(learning_rate, train)
+        hooks, chief_only_hooks = [], []
+        if train.sync_replicas:
+            optimizer = v1.train.SyncReplicasOptimizer(
+                optimizer, replicas_to_aggregate=train.replicas_to_aggregate,
+                total_num_replicas=cluster.num_workers)
+        grads_and_vars = guard_finite(output.loss, optimizer.compute_gradients(output.loss))
+        train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
+        if train.sync_replicas:
+            # num_tokens=0: no worker, the chief included, starts step k+1 before step k's update
+            # is applied, so the chief cannot fill a round with its own stale gradients.
+            hooks.append(optimizer.make_session_run_hook(cluster.is_chief, num_tokens=0))
+            chief_only_hooks.append(
+                training_hooks.CloseQueueAtEndHook(optimizer._sync_token_queue))  # pylint: disable=protected-access
+    hooks.append(v1.train.StopAtStepHook(last_step=train.train_steps))
+    return TrainGraph(train_op, output.loss, output.accuracy, hooks, chief_only_hooks)
+
+
+def guard_finite(loss, grads_and_vars):
+    """Makes every gradient wait for a check that the loss is finite.
+
+    A NaN or Inf loss then fails the step before any update reaches the ps, so the variables and the
+    latest checkpoint stay the last good ones.
+    """
+    check = tf.debugging.assert_all_finite(loss, f"{NON_FINITE_LOSS}: the loss is NaN or Inf")
+    with tf.control_dependencies([check]):
+        return [(_identity(grad), var) for grad, var in grads_and_vars if grad is not None]
+
+
+def _identity(grad):
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(tf.identity(grad.values), grad.indices, grad.dense_shape)
+    return tf.identity(grad)
+
+
+def wait_for_chief_ready(target, session_config, timeout_secs, task_name):
+    """Polls until the chief has initialized or restored the variables, every CHIEF_POLL_SECS.
+
+    MonitoredTrainingSession's own wait for non-chief workers polls every 30 s; entering it once the
+    variables are ready means its first check passes.
+    """
+    uninitialized = v1.report_uninitialized_variables(v1.global_variables())
+    start = last_log = time.monotonic()
+    with v1.Session(target, config=session_config) as sess:
+        while True:
+            names = sess.run(uninitialized)
+            if not len(names):
+                return
+            now = time.monotonic()
+            if now - start > timeout_secs:
+                raise TrainingError(
+                    f"{task_name}: the chief did not initialize the variables within {timeout_secs} s "
+                    "(--startup_timeout_secs); is worker 0 running?")
+            if now - last_log >= 10:
+                logging.info("%s: waiting for the chief to initialize %d variables", task_name, len(names))
+                last_log = now
+            time.sleep(CHIEF_POLL_SECS)
+
+
+def train(cfg, server=None) -> training_hooks.ProgressHook:
+    """Trains to --train_steps; returns the progress hook with the final step, loss and accuracy."""
+    cluster, train_cfg = cfg.cluster, cfg.train
+    graph = build_graph(cfg)
+    if cluster.is_chief and cluster.is_distributed:
+        report = ", ".join(f"{dev} {size / 2**20:.2f} MiB"
+                           for dev, size in placement.bytes_per_ps(v1.get_default_graph()).items())
+        logging.info("%s: variables placed: %s", cluster.task_name, report)
+    progress = training_hooks.ProgressHook(
+        cluster.task_name, graph.loss, graph.accuracy, train_cfg.train_steps, train_cfg.batch_size,
+        train_cfg.log_every_n_steps)
+    target = server.target if server else ""
+    config = spec.session_config(cluster)
+    if not cluster.is_chief:
+        wait_for_chief_ready(target, config, train_cfg.startup_timeout_secs, cluster.task_name)
+    try:
+        with v1.train.MonitoredTrainingSession(
+                master=target,
+                is_chief=cluster.is_chief,
+                checkpoint_dir=train_cfg.model_dir,
+                hooks=graph.hooks + [progress],
+                chief_only_hooks=graph.chief_only_hooks,
+                save_checkpoint_steps=train_cfg.save_checkpoint_steps,
+                save_checkpoint_secs=train_cfg.save_checkpoint_secs,
+                save_summaries_steps=train_cfg.save_summaries_steps,
+                save_summaries_secs=None,
+                log_step_count_steps=0,
+                config=config,
+                max_wait_secs=train_cfg.startup_timeout_secs,
+                stop_grace_period_secs=SYNC_STOP_GRACE_SECS if train_cfg.sync_replicas else 10,
+        ) as sess:
+            while not sess.should_stop():
+                sess.run(graph.train_op)
+    except tf.errors.InvalidArgumentError as err:
+        if NON_FINITE_LOSS not in err.message:
+            raise
+        raise TrainingError(
+            f"{cluster.task_name}: the loss became NaN or Inf after global step {progress.global_step}; "
+            f"training stopped before applying it, so the latest checkpoint in {train_cfg.model_dir} "
+            "is the last good one. Lower --learning_rate or check the data.") from None
+    return progress
+
+
+def run(cfg, server=None) -> None:
+    """Trains, tells the ps tasks this worker is done, and logs the outcome."""
+    start = time.monotonic()
+    progress = train(cfg, server)
+    if server is not None:
+        _signal_done_bounded(server, cfg.cluster)
+    # key=value, so the local launcher and the tests read the same line a person does.
+    logging.info("%s finished: global_step=%s local_steps=%d loss=%s accuracy=%s seconds=%.1f",
+                 cfg.cluster.task_name, progress.global_step, progress.local_steps,
+                 _fmt(progress.loss, 4), _fmt(progress.accuracy, 3), time.monotonic() - start)
+
+
+def _fmt(value, digits):
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _signal_done_bounded(server, cluster, timeout_secs=30.0):
+    # A session to a ps that is gone can wait long in creation; never let that keep a worker alive.
+    thread = threading.Thread(target=shutdown.signal_worker_done, args=(server, cluster, timeout_secs),
+                              daemon=True)
+    thread.start()
+    thread.join(timeout_secs + 5)
+    if thread.is_alive():
+        logging.warning("%s: gave up telling the ps tasks it is done", cluster.task_name)
