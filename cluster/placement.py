@@ -25,22 +25,32 @@ def variable_byte_size(op) -> int:
 class ByteBalancedStrategy:
     """ps_strategy for replica_device_setter: each variable goes to the ps holding fewest bytes so far.
 
-    The greedy load balancer contrib used to give. An op already pinned to a ps task (the
-    accumulators SyncReplicasOptimizer colocates with their variable) keeps its task and counts
-    toward that task's load.
+    The greedy load balancer contrib used to give. An op already bound to a ps task keeps it and
+    counts toward that task: one pinned by device (SyncReplicasOptimizer's accumulators) or
+    colocated with a placed variable (optimizer slots), whatever the setter then returns.
     """
 
     def __init__(self, num_tasks: int):
         self.loads = [0] * num_tasks
 
     def __call__(self, op) -> int:
-        pinned = tf.DeviceSpec.from_string(op.device or "")
-        if pinned.job == spec.PS and pinned.task is not None:
-            task = pinned.task
-        else:
+        task = _bound_ps_task(op)
+        if task is None:
             task = min(range(len(self.loads)), key=self.loads.__getitem__)
         self.loads[task] += variable_byte_size(op)
         return task
+
+
+def _bound_ps_task(op) -> int | None:
+    device = op.device
+    if not device:
+        own = f"loc:@{op.name}".encode()
+        for group in op.colocation_groups():
+            if group != own:
+                device = op.graph.get_operation_by_name(group[len(b"loc:@"):].decode()).device
+                break
+    bound = tf.DeviceSpec.from_string(device or "")
+    return bound.task if bound.job == spec.PS else None
 
 
 def device_setter(cluster: spec.ClusterConfig):

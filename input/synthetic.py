@@ -12,8 +12,8 @@ import tensorflow as tf
 IMAGE_SHAPE = (28, 28, 1)
 NUM_CLASSES = 10
 EVAL_EXAMPLES = 2000
-NOISE_STDDEV = 0.3
-MAX_SHIFT = 2
+NOISE_STDDEV = 0.6
+MAX_SHIFT = 3
 
 
 def check(cfg):

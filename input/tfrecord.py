@@ -56,3 +56,24 @@ def records(cfg, split: str, shard) -> tf.data.Dataset:
     else:
         dataset = tf.data.TFRecordDataset(files).shard(shard.count, shard.index)
     return dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def write(records, data_dir: str, split: str, num_files: int) -> list[str]:
+    """Writes (uint8 image, label) pairs round-robin into num_files files of `split`; returns the paths.
+
+    Each file is written under a temporary name and renamed when complete, so a reader never sees
+    a half-written file under a name it would match.
+    """
+    tf.io.gfile.makedirs(data_dir)
+    paths = [os.path.join(data_dir, f"{split}-{i:05d}-of-{num_files:05d}.tfrecord")
+             for i in range(num_files)]
+    writers = [tf.io.TFRecordWriter(path + ".incomplete") for path in paths]
+    try:
+        for i, (image, label) in enumerate(records):
+            writers[i % num_files].write(example_proto(image, label))
+    finally:
+        for writer in writers:
+            writer.close()
+    for path in paths:
+        tf.io.gfile.rename(path + ".incomplete", path, overwrite=True)
+    return paths

@@ -34,9 +34,9 @@ def build(images, labels, cfg: ModelConfig, num_classes: int) -> ModelOutput:
     with tf.compat.v1.variable_scope(cfg.name):
         logits = MODELS[cfg.name](images, cfg, num_classes)
     loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits),
-                          name="loss")
+                          name="cross_entropy")
     correct = tf.equal(tf.argmax(logits, axis=1, output_type=labels.dtype), labels)
-    accuracy = tf.reduce_mean(tf.cast(correct, tf.float32), name="accuracy")
+    accuracy = tf.reduce_mean(tf.cast(correct, tf.float32), name="batch_accuracy")
     tf.compat.v1.summary.scalar("loss", loss)
     tf.compat.v1.summary.scalar("accuracy", accuracy)
     return ModelOutput(logits, loss, accuracy)

@@ -44,6 +44,8 @@ class ProgressHook(v1.train.SessionRunHook):
         results = run_values.results
         self.local_steps += 1
         self.global_step = int(results["global_step"]) + 1
+        if self.local_steps == 1:
+            logging.info("%s first step done at global step %d", self._task_name, self.global_step)
         if "loss" in results:
             self.loss, self.accuracy = float(results["loss"]), float(results["accuracy"])
             self._log()

@@ -50,21 +50,31 @@ def build_graph(cfg) -> TrainGraph:
         learning_rate = tf.constant(train.learning_rate, name="learning_rate")
         v1.summary.scalar("learning_rate", learning_rate)
         optimizer = optimizers.make_optimizer(learning_rate, train)
-        hooks, chief_only_hooks = [], []
-        if train.sync_replicas:
-            optimizer = v1.train.SyncReplicasOptimizer(
-                optimizer, replicas_to_aggregate=train.replicas_to_aggregate,
-                total_num_replicas=cluster.num_workers)
-        grads_and_vars = guard_finite(output.loss, optimizer.compute_gradients(output.loss))
-        train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
-        if train.sync_replicas:
-            # num_tokens=0: no worker, the chief included, starts step k+1 before step k's update
-            # is applied, so the chief cannot fill a round with its own stale gradients.
-            hooks.append(optimizer.make_session_run_hook(cluster.is_chief, num_tokens=0))
-            chief_only_hooks.append(
-                training_hooks.CloseQueueAtEndHook(optimizer._sync_token_queue))  # pylint: disable=protected-access
-    hooks.append(v1.train.StopAtStepHook(last_step=train.train_steps))
+        train_op, hooks, chief_only_hooks = make_train_op(output.loss, optimizer, global_step, cluster, train)
     return TrainGraph(train_op, output.loss, output.accuracy, hooks, chief_only_hooks)
+
+
+def make_train_op(loss, optimizer, global_step, cluster, train):
+    """The update op, plus the hooks it needs on every worker and on the chief only.
+
+    With train.sync_replicas, gradients go through SyncReplicasOptimizer: train.replicas_to_aggregate
+    of them are averaged per step, and the rest (backup workers' late ones) are dropped as stale.
+    """
+    hooks, chief_only_hooks = [], []
+    if train.sync_replicas:
+        optimizer = v1.train.SyncReplicasOptimizer(
+            optimizer, replicas_to_aggregate=train.replicas_to_aggregate,
+            total_num_replicas=cluster.num_workers)
+    grads_and_vars = guard_finite(loss, optimizer.compute_gradients(loss))
+    train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
+    if train.sync_replicas:
+        # num_tokens=0: no worker, the chief included, starts step k+1 before step k's update is
+        # applied, so the chief cannot fill a round with its own stale gradients.
+        hooks.append(optimizer.make_session_run_hook(cluster.is_chief, num_tokens=0))
+        chief_only_hooks.append(
+            training_hooks.CloseQueueAtEndHook(optimizer._sync_token_queue))  # pylint: disable=protected-access
+    hooks.append(v1.train.StopAtStepHook(last_step=train.train_steps))
+    return train_op, hooks, chief_only_hooks
 
 
 def guard_finite(loss, grads_and_vars):

@@ -1,0 +1,72 @@
+"""Shared fixtures: parsing trainer flags in-process, and real local clusters that always stop."""
+
+import datetime
+import re
+
+import pytest
+from absl.flags import FLAGS
+
+from cluster.local import LocalCluster
+from flags import config as flag_config
+from flags import definitions  # noqa: F401  (defines the trainer's flags)
+
+# Small, fast runs: the defaults of the tests' clusters.
+FAST_ARGS = ["--train_steps=200", "--log_every_n_steps=50", "--synthetic_examples=4000",
+             "--save_checkpoint_steps=100"]
+LOG_TIME = re.compile(r"^[IWEF](\d{4}) (\d\d:\d\d:\d\d\.\d+)")
+
+
+def read_flags(*args):
+    """Parses trainer.py's command line in-process, as trainer.main does, into a RunConfig."""
+    FLAGS.unparse_flags()
+    argv = FLAGS(["trainer.py", *args])
+    return flag_config.read(FLAGS, argv)
+
+
+@pytest.fixture
+def make_cluster(tmp_path):
+    """Factory of LocalClusters under tmp_path; every one is stopped at teardown, whatever happened."""
+    clusters = []
+
+    def make(num_ps=1, num_workers=2, trainer_args=(), name="run"):
+        model_dir = tmp_path / name / "model"
+        args = [f"--model_dir={model_dir}", *FAST_ARGS, *trainer_args]
+        cluster = LocalCluster(tmp_path / name, num_ps, num_workers, args)
+        cluster.model_dir = model_dir
+        clusters.append(cluster)
+        return cluster
+
+    yield make
+    for cluster in clusters:
+        cluster.stop_all(grace_secs=5)
+
+
+def log_lines(log: str, needle: str) -> list[str]:
+    return [line for line in log.splitlines() if needle in line]
+
+
+def log_time(line: str) -> datetime.datetime:
+    """Wall-clock time of an absl log line (same clock in every local process)."""
+    month_day, clock = LOG_TIME.match(line).groups()
+    year = datetime.date.today().year
+    return datetime.datetime.strptime(f"{year}{month_day} {clock}", "%Y%m%d %H:%M:%S.%f")
+
+
+def finished(log: str) -> dict[str, str]:
+    """key=value pairs of a worker's 'finished:' line."""
+    lines = log_lines(log, " finished: ")
+    assert lines, "worker never logged its 'finished:' line"
+    return dict(re.findall(r"(\w+)=(\S+)", lines[-1]))
+
+
+def logged_losses(log: str) -> list[float]:
+    return [float(m) for m in re.findall(r" step \d+/\d+ loss (\S+)", log)]
+
+
+def describe(cluster) -> str:
+    """Every task's exit state and log tail, for assertion messages."""
+    parts = []
+    for (job, index), proc in cluster.tasks():
+        tail = "\n".join(cluster.log(job, index).splitlines()[-15:])
+        parts.append(f"--- {job} {index}: returncode {proc.poll()}\n{tail}")
+    return "\n".join(parts)

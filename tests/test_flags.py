@@ -1,0 +1,131 @@
+"""Flag validation: every bad command line is refused before any server starts, naming the flag."""
+
+import pytest
+from absl import app
+from absl import flags as absl_flags
+
+from tests.conftest import read_flags
+
+CLUSTER = ["--ps_hosts=127.0.0.1:2222", "--worker_hosts=127.0.0.1:2223,127.0.0.1:2224"]
+WORKER = [*CLUSTER, "--job_name=worker", "--model_dir=/tmp/unused"]
+
+
+def usage_error(*args) -> str:
+    with pytest.raises(app.UsageError) as err:
+        read_flags(*args)
+    return str(err.value)
+
+
+def test_a_full_worker_command_line_reads_into_plain_values():
+    cfg = read_flags(*WORKER, "--task_index=1", "--sync_replicas", "--optimizer=adam")
+    assert cfg.cluster.ps_hosts == ("127.0.0.1:2222",)
+    assert cfg.cluster.worker_hosts == ("127.0.0.1:2223", "127.0.0.1:2224")
+    assert (cfg.cluster.job_name, cfg.cluster.task_index, cfg.cluster.is_chief) == ("worker", 1, False)
+    assert cfg.train.sync_replicas and cfg.train.replicas_to_aggregate == 2
+    assert cfg.train.optimizer == "adam"
+    assert cfg.train.save_checkpoint_secs == 600 and cfg.train.save_checkpoint_steps is None
+
+
+def test_no_cluster_means_one_process_training():
+    cfg = read_flags("--model_dir=/tmp/unused")
+    assert not cfg.cluster.is_distributed and cfg.cluster.is_chief
+
+
+def test_ps_needs_no_model_dir_and_no_data():
+    cfg = read_flags(*CLUSTER, "--job_name=ps", "--dataset=tfrecord")
+    assert cfg.cluster.job_name == "ps"
+
+
+@pytest.mark.parametrize("hosts, expected", [
+    ("--ps_hosts=localhost", "--ps_hosts: 'localhost' is not host:port"),
+    ("--ps_hosts=:2222", "--ps_hosts: ':2222' is not host:port"),
+    ("--ps_hosts=h:port", "non-numeric port 'port'"),
+    ("--ps_hosts=h:70000", "port 70000, outside 1..65535"),
+    ("--ps_hosts=h:0", "port 0, outside 1..65535"),
+])
+def test_malformed_or_out_of_range_hosts_are_refused(hosts, expected):
+    message = usage_error(hosts, "--worker_hosts=h:2223", "--job_name=ps")
+    assert expected in message
+
+
+def test_ipv6_hosts_are_accepted():
+    cfg = read_flags("--ps_hosts=[::1]:2222", "--worker_hosts=[::1]:2223", "--job_name=ps")
+    assert cfg.cluster.ps_hosts == ("[::1]:2222",)
+
+
+def test_the_same_host_port_twice_is_refused():
+    message = usage_error("--ps_hosts=h:2222", "--worker_hosts=h:2223,h:2222", "--job_name=ps")
+    assert "h:2222 appears twice (in --ps_hosts and --worker_hosts)" in message
+
+
+@pytest.mark.parametrize("job, index, expected", [
+    ("worker", 2, "--task_index=2 is out of range: --worker_hosts lists 2 worker task(s) (0..1)"),
+    ("ps", 1, "--task_index=1 is out of range: --ps_hosts lists 1 ps task(s) (0..0)"),
+])
+def test_task_index_out_of_range_for_its_job(job, index, expected):
+    assert expected in usage_error(*CLUSTER, f"--job_name={job}", f"--task_index={index}",
+                                   "--model_dir=/tmp/unused")
+
+
+def test_negative_task_index_is_refused_by_its_flag():
+    with pytest.raises(absl_flags.IllegalFlagValueError, match="task_index"):
+        read_flags(*WORKER, "--task_index=-1")
+
+
+def test_replicas_to_aggregate_larger_than_workers():
+    message = usage_error(*WORKER, "--sync_replicas", "--replicas_to_aggregate=3")
+    assert "--replicas_to_aggregate=3 is larger than the 2 worker(s)" in message
+
+
+def test_replicas_to_aggregate_without_sync():
+    assert "only with --sync_replicas" in usage_error(*WORKER, "--replicas_to_aggregate=1")
+
+
+@pytest.mark.parametrize("flag", ["--model=resnet", "--dataset=imagenet", "--optimizer=lbfgs"])
+def test_unknown_model_dataset_or_optimizer(flag):
+    name = flag.split("=")[0].lstrip("-")
+    with pytest.raises(absl_flags.IllegalFlagValueError, match=f"flag --{name}=.*should be one of"):
+        read_flags(*WORKER, flag)
+
+
+def test_stray_positional_argument_the_bool_false_trap():
+    message = usage_error(*WORKER, "--sync_replicas", "false")
+    assert "unexpected argument(s) false" in message
+    assert "--sync_replicas=false" in message
+
+
+def test_job_name_without_hosts_and_hosts_without_job_name():
+    assert "--worker_hosts is empty" in usage_error("--ps_hosts=h:1", "--job_name=worker", "--model_dir=/x")
+    assert "--job_name is not set" in usage_error(*CLUSTER)
+
+
+def test_model_dir_is_required_for_training():
+    assert "--model_dir is required" in usage_error(*CLUSTER, "--job_name=worker")
+
+
+def test_both_checkpoint_intervals_is_refused():
+    message = usage_error(*WORKER, "--save_checkpoint_steps=10", "--save_checkpoint_secs=60")
+    assert "--save_checkpoint_steps and --save_checkpoint_secs are both set" in message
+
+
+def test_checkpoint_steps_replace_the_default_seconds():
+    cfg = read_flags(*WORKER, "--save_checkpoint_steps=10")
+    assert (cfg.train.save_checkpoint_steps, cfg.train.save_checkpoint_secs) == (10, None)
+
+
+def test_tfrecord_dataset_needs_files(tmp_path):
+    assert "--dataset=tfrecord needs --data_dir" in usage_error(*WORKER, "--dataset=tfrecord")
+    message = usage_error(*WORKER, "--dataset=tfrecord", f"--data_dir={tmp_path}")
+    assert f"--data_dir={tmp_path} holds no training files" in message
+
+
+def test_bad_hidden_units():
+    assert "--hidden_units=0" in usage_error(*WORKER, "--hidden_units=0")
+    assert "--hidden_units=a,b" in usage_error(*WORKER, "--hidden_units=a,b")
+
+
+def test_flagfile_holds_a_whole_command_line(tmp_path):
+    flagfile = tmp_path / "worker1.flags"
+    flagfile.write_text("\n".join([*WORKER, "--task_index=1", "--train_steps=77"]) + "\n")
+    cfg = read_flags(f"--flagfile={flagfile}")
+    assert (cfg.cluster.task_index, cfg.train.train_steps) == (1, 77)

@@ -1,0 +1,76 @@
+"""Placement, tested on the real training graph with no server: variables on the ps, ops on the worker."""
+
+import tensorflow as tf
+
+import input as inputs
+import model
+from cluster import placement, spec
+from flags.config import RunConfig
+from training import worker
+from training.config import TrainConfig
+
+v1 = tf.compat.v1
+
+
+def cluster(num_ps, task=1):
+    return spec.ClusterConfig(tuple(f"ps{i}:1" for i in range(num_ps)), ("w0:1", "w1:1"), "worker", task)
+
+
+def training_graph(num_ps, model_cfg=model.ModelConfig(), sync=False):
+    cfg = RunConfig(cluster(num_ps), TrainConfig(sync_replicas=sync, replicas_to_aggregate=2),
+                    model_cfg, inputs.DataConfig(synthetic_examples=100))
+    graph = tf.Graph()
+    with graph.as_default():
+        worker.build_graph(cfg)
+    return graph
+
+
+def test_resource_variables_are_sized_from_shape_and_dtype():
+    with tf.Graph().as_default():
+        var = v1.get_variable("v", [300, 20], dtype=tf.float32, use_resource=True)
+        assert var.op.type == "VarHandleOp"
+        assert placement.variable_byte_size(var.op) == 300 * 20 * 4
+        # What TensorFlow's byte_size_load_fn measures: the output, a scalar resource handle.
+        assert var.op.outputs[0].shape.as_list() == [] and var.op.outputs[0].dtype == tf.resource
+
+
+def test_every_variable_is_on_a_ps_and_every_other_op_on_this_worker():
+    graph = training_graph(num_ps=1)
+    for var in graph.get_collection(v1.GraphKeys.GLOBAL_VARIABLES):
+        assert var.device == "/job:ps/task:0", var.name
+    loss = graph.get_tensor_by_name("cross_entropy:0")
+    assert loss.device == "/job:worker/task:1"
+    iterator_ops = [op for op in graph.get_operations() if op.type == "OneShotIterator"]
+    assert iterator_ops and all(op.device == "/job:worker/task:1" for op in iterator_ops)
+
+
+def test_two_ps_are_balanced_by_bytes_greedily():
+    with tf.Graph().as_default() as graph:
+        with v1.device(placement.device_setter(cluster(num_ps=2))):
+            for i, floats in enumerate([400, 300, 200, 100, 100, 100]):
+                v1.get_variable(f"v{i}", [floats])
+    # 400 -> ps0; 300 -> ps1; 200 -> ps1 (500); 100 -> ps0 (500); 100 -> ps0 (600); 100 -> ps1 (600).
+    # Round-robin would give 700 and 500 floats.
+    assert placement.bytes_per_ps(graph) == {"/job:ps/task:0": 600 * 4, "/job:ps/task:1": 600 * 4}
+
+
+def test_slots_count_toward_the_ps_of_their_variable():
+    graph = training_graph(num_ps=2, model_cfg=model.ModelConfig(hidden_units=(128, 128, 128, 128)))
+    placed = placement.bytes_per_ps(graph)
+    slots = [v for v in graph.get_collection(v1.GraphKeys.GLOBAL_VARIABLES) if "Momentum" in v.name]
+    assert slots
+    for slot in slots:
+        primary = graph.get_operation_by_name(slot.op.name.rsplit("/Momentum", 1)[0])
+        assert slot.device == primary.device, slot.name
+    assert min(placed.values()) > 0.3 * max(placed.values())
+
+
+def test_sync_accumulators_stay_with_their_variables():
+    graph = training_graph(num_ps=2, sync=True)
+    devices = {v.op.name: v.device for v in graph.get_collection(v1.GraphKeys.GLOBAL_VARIABLES)}
+    accumulators = [op for op in graph.get_operations() if op.type == "ResourceConditionalAccumulator"
+                    or op.type == "ConditionalAccumulator"]
+    assert accumulators
+    for op in accumulators:
+        assert op.device.startswith("/job:ps/task:"), op.name
+    assert set(devices.values()) == {"/job:ps/task:0", "/job:ps/task:1"}
