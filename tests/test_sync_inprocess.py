@@ -1,0 +1,142 @@
+"""Synchronous training semantics on an in-process cluster, with exact numbers.
+
+Each replica's graph is built with the trainer's own device setter and make_train_op; every
+replica's loss is sum(var * g_i), so its gradient is exactly g_i.
+"""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from cluster import placement, spec
+from training import worker
+from training.config import TrainConfig
+
+v1 = tf.compat.v1
+LEARNING_RATE = 0.5
+INITIAL = [1.0, 2.0]
+GRADIENTS = [[0.1, 0.3], [0.5, 0.7], [10.0, 20.0]]
+
+
+class Replica:
+    """One worker's graph and MonitoredTrainingSession on the in-process cluster."""
+
+    def __init__(self, cluster_cfg, server, train_cfg):
+        self.cluster = cluster_cfg
+        self.graph = tf.Graph()
+        with self.graph.as_default(), v1.device(placement.device_setter(cluster_cfg)):
+            self.global_step = v1.train.get_or_create_global_step()
+            self.var = v1.get_variable("var", initializer=tf.constant(INITIAL))
+            loss = tf.reduce_sum(self.var * tf.constant(GRADIENTS[cluster_cfg.task_index]))
+            optimizer = v1.train.GradientDescentOptimizer(LEARNING_RATE)
+            self.train_op, hooks, chief_hooks = worker.make_train_op(
+                loss, optimizer, self.global_step, cluster_cfg, train_cfg)
+            config = spec.session_config(cluster_cfg)
+            if not cluster_cfg.is_chief:
+                worker.wait_for_chief_ready(server.target, config, 30, cluster_cfg.task_name)
+            self.session = v1.train.MonitoredTrainingSession(
+                master=server.target, is_chief=cluster_cfg.is_chief, hooks=hooks,
+                chief_only_hooks=chief_hooks, config=config,
+                stop_grace_period_secs=worker.SYNC_STOP_GRACE_SECS)
+
+    def close(self):
+        if not self.session._is_closed():  # pylint: disable=protected-access
+            self.session.close()
+
+    def step_in_thread(self):
+        outcome = {}
+
+        def step():
+            try:
+                self.session.run(self.train_op)
+                outcome["result"] = "stepped"
+            except tf.errors.OutOfRangeError:
+                outcome["result"] = "released"
+
+        thread = threading.Thread(target=step, daemon=True)
+        thread.start()
+        return thread, outcome
+
+    def read(self):
+        """(global step, var) read through a plain session that runs no hooks and no train op."""
+        with self.graph.as_default(), v1.Session(self.session_target) as sess:
+            step, value = sess.run([self.global_step, self.var])
+        return int(step), value
+
+
+@pytest.fixture
+def sync_cluster():
+    """Factory: an in-process cluster of 1 ps and `workers` workers, with one Replica per worker."""
+    made = []
+
+    def make(workers, replicas_to_aggregate):
+        servers, _ = tf.test.create_local_cluster(num_workers=workers, num_ps=1)
+        jobs = servers[0].server_def.cluster.job
+        hosts = {job.name: tuple(job.tasks[i] for i in sorted(job.tasks)) for job in jobs}
+        train_cfg = TrainConfig(train_steps=100, sync_replicas=True,
+                                replicas_to_aggregate=replicas_to_aggregate)
+        replicas = []
+        for index, server in enumerate(servers):
+            cfg = spec.ClusterConfig(hosts["ps"], hosts["worker"], "worker", index)
+            replica = Replica(cfg, server, train_cfg)
+            replica.session_target = server.target
+            replicas.append(replica)
+            made.append(replica)
+        return replicas
+
+    yield make
+    for replica in reversed(made):  # non-chief first; the chief's close releases any token waits
+        replica.close()
+
+
+def join_all(threads, timeout=30):
+    for thread in threads:
+        thread.join(timeout)
+        assert not thread.is_alive(), "a sync step did not finish"
+
+
+def test_a_sync_step_applies_the_exact_average_of_the_gradients(sync_cluster):
+    chief, other = sync_cluster(workers=2, replicas_to_aggregate=2)
+    join_all([chief.step_in_thread()[0], other.step_in_thread()[0]])
+    step, value = chief.read()
+    expected = np.array(INITIAL) - LEARNING_RATE * np.mean(GRADIENTS[:2], axis=0)
+    assert step == 1
+    np.testing.assert_allclose(value, expected, rtol=1e-6)
+
+
+def test_the_chief_cannot_complete_a_step_alone(sync_cluster):
+    chief, other = sync_cluster(workers=2, replicas_to_aggregate=2)
+    chief_thread, outcome = chief.step_in_thread()
+    time.sleep(3)
+    assert chief_thread.is_alive() and "result" not in outcome
+    assert chief.read()[0] == 0
+    join_all([other.step_in_thread()[0], chief_thread])
+    assert chief.read()[0] == 1 and outcome["result"] == "stepped"
+
+
+def test_a_backup_workers_stale_gradient_is_dropped(sync_cluster):
+    chief, second, backup = sync_cluster(workers=3, replicas_to_aggregate=2)
+    join_all([chief.step_in_thread()[0], second.step_in_thread()[0]])
+    after_round = np.array(INITIAL) - LEARNING_RATE * np.mean(GRADIENTS[:2], axis=0)
+    np.testing.assert_allclose(chief.read()[1], after_round, rtol=1e-6)
+    # The backup computed its gradient at step 0; step 1 is already applied, so it is stale.
+    backup_thread, outcome = backup.step_in_thread()
+    join_all([backup_thread])
+    step, value = chief.read()
+    assert step == 1 and outcome["result"] == "stepped"
+    np.testing.assert_allclose(value, after_round, rtol=1e-6)
+
+
+def test_a_worker_waiting_for_a_token_is_released_when_the_chief_ends(sync_cluster):
+    chief, other = sync_cluster(workers=2, replicas_to_aggregate=2)
+    waiting, outcome = other.step_in_thread()
+    time.sleep(2)
+    assert waiting.is_alive()
+    started = time.monotonic()
+    chief.close()
+    join_all([waiting], timeout=15)
+    assert outcome["result"] == "released"
+    assert time.monotonic() - started < 10
