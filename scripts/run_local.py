@@ -62,6 +62,8 @@ def main(argv):
         print(f"ps {','.join(cluster.ps_hosts)}; workers {','.join(cluster.worker_hosts)}; "
               f"logs in {run_dir}", flush=True)
         cluster.start_all()
+        for (job, index), proc in cluster.tasks():
+            print(f"started {job} {index} (pid {proc.pid})", flush=True)
         seen = {}
         deadline = start + FLAGS.timeout_secs
         while time.monotonic() < deadline:

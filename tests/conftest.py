@@ -2,6 +2,7 @@
 
 import datetime
 import re
+import time
 
 import pytest
 from absl.flags import FLAGS
@@ -70,3 +71,18 @@ def describe(cluster) -> str:
         tail = "\n".join(cluster.log(job, index).splitlines()[-15:])
         parts.append(f"--- {job} {index}: returncode {proc.poll()}\n{tail}")
     return "\n".join(parts)
+
+
+def wait_recording_exits(cluster, timeout: float) -> dict:
+    """Polls every task until all have exited or `timeout` passes: {(job, i): (code, exit time)}."""
+    deadline = time.monotonic() + timeout
+    exits = {}
+    while time.monotonic() < deadline:
+        for key, proc in cluster.tasks():
+            if key not in exits and proc.poll() is not None:
+                exits[key] = (proc.returncode, datetime.datetime.now())
+        if len(exits) == len(cluster.tasks()):
+            break
+        time.sleep(0.1)
+    assert len(exits) == len(cluster.tasks()), f"tasks still running after {timeout} s\n{describe(cluster)}"
+    return exits

@@ -36,7 +36,7 @@ class ProgressHook(v1.train.SessionRunHook):
 
     def before_run(self, run_context):
         fetches = {"global_step": self._global_step_tensor}
-        if (self.local_steps + 1) % self._every_n == 0:
+        if self.local_steps == 0 or (self.local_steps + 1) % self._every_n == 0:
             fetches.update(self._fetches)
         return v1.train.SessionRunArgs(fetches)
 
@@ -44,11 +44,17 @@ class ProgressHook(v1.train.SessionRunHook):
         results = run_values.results
         self.local_steps += 1
         self.global_step = int(results["global_step"]) + 1
-        if self.local_steps == 1:
-            logging.info("%s first step done at global step %d", self._task_name, self.global_step)
         if "loss" in results:
             self.loss, self.accuracy = float(results["loss"]), float(results["accuracy"])
+        if self.local_steps == 1:
+            logging.info("%s first step done at global step %d, loss %.4f", self._task_name,
+                         self.global_step, self.loss)
+        elif "loss" in results:
             self._log()
+
+    def end(self, session):
+        # The per-step read can predate other workers' updates: ask the variable itself.
+        self.global_step = int(session.run(self._global_step_tensor))
 
     def _log(self):
         now = time.monotonic()

@@ -149,7 +149,9 @@ def train(cfg, server=None) -> training_hooks.ProgressHook:
                 max_wait_secs=train_cfg.startup_timeout_secs,
                 stop_grace_period_secs=SYNC_STOP_GRACE_SECS if train_cfg.sync_replicas else 10,
         ) as sess:
-            while not sess.should_stop():
+            # StopAtStepHook looks only after a step: a worker (re)started once training is over
+            # would push one more update. The hook read the global step when the session began.
+            while not sess.should_stop() and progress.global_step < train_cfg.train_steps:
                 sess.run(graph.train_op)
     except tf.errors.InvalidArgumentError as err:
         if NON_FINITE_LOSS not in err.message:

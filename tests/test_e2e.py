@@ -1,0 +1,211 @@
+"""End to end: real ps and worker processes of trainer.py on 127.0.0.1, checked as a user would."""
+
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import tensorflow as tf
+
+from tests.conftest import (describe, finished, log_lines, log_time, logged_losses,
+                            wait_recording_exits)
+
+pytestmark = pytest.mark.e2e
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TIMEOUT = 240  # seconds for a whole small cluster run on 2 busy cores
+LN10 = 2.3026  # cross-entropy of a uniform guess over 10 classes
+
+
+def first_step_time(log):
+    return log_time(log_lines(log, " first step done at global step ")[0])
+
+
+def test_async_cluster_trains_to_the_end_and_everything_exits(make_cluster):
+    cluster = make_cluster(num_ps=1, num_workers=2)
+    cluster.start_all()
+    exits = wait_recording_exits(cluster, TIMEOUT)
+    assert {key: code for key, (code, _) in exits.items()} == {
+        ("ps", 0): 0, ("worker", 0): 0, ("worker", 1): 0}, describe(cluster)
+
+    chief_log, other_log = cluster.log("worker", 0), cluster.log("worker", 1)
+    chief = finished(chief_log)
+    assert 200 <= int(chief["global_step"]) <= 202
+    # Both workers trained, and the loss fell from a uniform guess to well below it.
+    assert int(chief["local_steps"]) > 0 and int(finished(other_log)["local_steps"]) > 0
+    for log in (chief_log, other_log):
+        first = float(re.search(r"first step done at global step \d+, loss (\S+)", log).group(1))
+        assert first > 0.8 * LN10 and min(logged_losses(log)) < 0.75 * LN10
+    assert float(chief["loss"]) < 0.75 * LN10 and float(chief["accuracy"]) > 0.3
+
+    # The non-chief starts within a few seconds of the chief, not after a 30 s poll.
+    assert abs((first_step_time(other_log) - first_step_time(chief_log)).total_seconds()) < 5
+
+    reader = tf.train.load_checkpoint(str(cluster.model_dir))
+    assert reader.get_tensor("global_step") >= 200
+    assert reader.get_variable_to_shape_map()["mlp/hidden0/kernel"] == [784, 256]
+
+
+def test_sync_cluster_shares_steps_fairly_and_exits_promptly(make_cluster):
+    cluster = make_cluster(num_ps=1, num_workers=2, trainer_args=["--sync_replicas"])
+    cluster.start_all()
+    exits = wait_recording_exits(cluster, TIMEOUT)
+    assert all(code == 0 for code, _ in exits.values()), describe(cluster)
+
+    logs = [cluster.log("worker", i) for i in range(2)]
+    results = [finished(log) for log in logs]
+    assert int(results[0]["global_step"]) == 200  # sync: one global step per aggregated round
+    contributed = [int(r["local_steps"]) for r in results]
+    for steps in contributed:
+        assert 0.4 <= steps / sum(contributed) <= 0.6, contributed
+    last_step = max(log_time(log_lines(log, " step 200/200 ")[-1]) for log in logs)
+    latest_exit = max(when for _, when in exits.values())
+    assert (latest_exit - last_step).total_seconds() < 30
+    assert tf.train.load_checkpoint(str(cluster.model_dir)).get_tensor("global_step") == 200
+
+
+def test_two_ps_split_the_variables_and_both_exit(make_cluster):
+    # Two hidden layers: without a partitioner a lone 784x256 kernel would outweigh all the rest.
+    cluster = make_cluster(num_ps=2, num_workers=2, trainer_args=["--hidden_units=256,256"])
+    cluster.start_all()
+    exits = wait_recording_exits(cluster, TIMEOUT)
+    assert all(code == 0 for code, _ in exits.values()), describe(cluster)
+    placed = log_lines(cluster.log("worker", 0), "variables placed:")[0]
+    sizes = dict(re.findall(r"(/job:ps/task:\d) ([\d.]+) MiB", placed))
+    assert set(sizes) == {"/job:ps/task:0", "/job:ps/task:1"}
+    assert all(float(size) > 0.1 for size in sizes.values()), placed
+    assert int(finished(cluster.log("worker", 0))["global_step"]) >= 200
+
+
+def test_a_rerun_with_more_steps_resumes_from_the_checkpoint(make_cluster):
+    first = make_cluster(num_ps=1, num_workers=1, name="first")
+    first.start_all()
+    assert all(code == 0 for code, _ in wait_recording_exits(first, TIMEOUT).values()), describe(first)
+
+    second = make_cluster(num_ps=1, num_workers=1, name="second",
+                          trainer_args=[f"--model_dir={first.model_dir}", "--train_steps=300"])
+    second.start_all()
+    assert all(code == 0 for code, _ in wait_recording_exits(second, TIMEOUT).values()), describe(second)
+    resumed_at = int(re.search(r"first step done at global step (\d+)", second.log("worker", 0)).group(1))
+    assert resumed_at == 201  # the first step after the restored step 200, never back to 0
+    assert int(finished(second.log("worker", 0))["local_steps"]) == 100
+    assert tf.train.load_checkpoint(str(first.model_dir)).get_tensor("global_step") == 300
+
+
+def test_the_chief_trains_without_waiting_for_another_worker(make_cluster):
+    cluster = make_cluster(num_ps=1, num_workers=2)
+    cluster.start("ps", 0)
+    cluster.start("worker", 0)
+    codes = cluster.wait("worker", timeout=TIMEOUT)
+    assert codes == {("worker", 0): 0}, describe(cluster)
+    assert int(finished(cluster.log("worker", 0))["global_step"]) == 200
+    assert cluster.procs[("ps", 0)].poll() is None  # still serving: worker 1 has not reported
+
+    cluster.start("worker", 1)  # late: training is over, so it reports done and leaves
+    exits = wait_recording_exits(cluster, 120)
+    assert all(code == 0 for code, _ in exits.values()), describe(cluster)
+    assert int(finished(cluster.log("worker", 1))["local_steps"]) == 0
+
+
+def test_a_ps_stopped_by_sigterm_exits_cleanly(make_cluster):
+    cluster = make_cluster(num_ps=1, num_workers=1)
+    cluster.start("ps", 0)
+    deadline = time.monotonic() + 60
+    while "serving on" not in cluster.log("ps", 0) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    cluster.kill("ps", 0, signal.SIGTERM)
+    assert cluster.wait("ps", timeout=20) == {("ps", 0): 143}
+    assert "SIGTERM received" in cluster.log("ps", 0) and "Traceback" not in cluster.log("ps", 0)
+
+
+def run_trainer(*args, timeout=120):
+    return subprocess.run([sys.executable, str(ROOT / "trainer.py"), *args], capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def test_a_bad_flag_exits_non_zero_with_its_message():
+    result = run_trainer("--ps_hosts=ps0", "--worker_hosts=w0:2222", "--job_name=ps")
+    assert result.returncode != 0
+    assert "--ps_hosts: 'ps0' is not host:port" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_nan_loss_stops_training_naming_the_step(tmp_path):
+    result = run_trainer(f"--model_dir={tmp_path}", "--learning_rate=1e30", "--train_steps=50",
+                         "--synthetic_examples=1000")
+    assert result.returncode == 1
+    message = [line for line in result.stderr.splitlines() if "the loss became NaN or Inf" in line]
+    assert message and re.search(r"after global step \d+", message[0]), result.stderr[-3000:]
+    reader = tf.train.load_checkpoint(str(tmp_path))
+    assert reader.get_tensor("global_step") == 0  # only the initial checkpoint; no NaN one
+    assert tf.reduce_all(tf.math.is_finite(reader.get_tensor("mlp/hidden0/kernel")))
+
+
+def test_per_host_scripts_run_a_cluster(tmp_path):
+    from cluster.local import free_ports
+
+    ps_port, worker_port = free_ports(2)
+    env = {**os.environ, "PYTHON": sys.executable, "LOG_DIR": str(tmp_path / "logs"),
+           "PS_HOSTS": f"127.0.0.1:{ps_port}", "WORKER_HOSTS": f"127.0.0.1:{worker_port}",
+           "MODEL_DIR": str(tmp_path / "model")}
+    fast = ["--train_steps=100", "--synthetic_examples=2000"]
+    procs = [subprocess.Popen([str(ROOT / "scripts" / script), "--task_index=0", *fast], env=env,
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+             for script in ("run_ps.sh", "run_worker.sh")]
+    try:
+        codes = [proc.wait(timeout=TIMEOUT) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+    worker_log = (tmp_path / "logs" / "worker-0.log").read_text()
+    assert codes == [0, 0], worker_log[-3000:]
+    assert "logging to" in procs[0].stdout.read()
+    assert int(finished(worker_log)["global_step"]) == 100
+    assert "every worker finished" in (tmp_path / "logs" / "ps-0.log").read_text()
+
+
+def test_the_local_launcher_runs_and_summarizes(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "run_local.py"), f"--run_dir={tmp_path}", "--",
+         "--train_steps=150", "--log_every_n_steps=50", "--synthetic_examples=2000"],
+        capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert re.search(r"summary: final step 15\d, loss [\d.]+, accuracy [\d.]+, wall time", result.stdout)
+    for task in ("ps 0", "worker 0", "worker 1"):
+        assert f"{task}: exit 0" in result.stdout
+    assert_gone(re.findall(r"\(pid (\d+)\)", result.stdout), expected=3)
+
+
+def test_the_local_launcher_stops_everything_on_ctrl_c(tmp_path):
+    launcher = subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts" / "run_local.py"), f"--run_dir={tmp_path}", "--",
+         "--train_steps=100000", "--synthetic_examples=2000"],
+        stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline and "first step done" not in _read(tmp_path / "worker-0.log"):
+            time.sleep(0.5)
+        launcher.send_signal(signal.SIGINT)
+        output, _ = launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait(timeout=30)
+    assert launcher.returncode != 0
+    assert_gone(re.findall(r"\(pid (\d+)\)", output), expected=3)
+
+
+def _read(path):
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def assert_gone(pids, expected):
+    assert len(pids) == expected
+    for pid in map(int, pids):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
