@@ -83,3 +83,47 @@ class CloseQueueAtEndHook(v1.train.SessionRunHook):
 
     def end(self, session):
         session.run(self._close_op)
+
+
+class SyncReplicasHook(v1.train.SessionRunHook):
+    """SyncReplicasOptimizer's session hook, from its public API, with a chief queue runner that ends
+    quietly.
+
+    As TensorFlow's own hook: after each session is created it checks the variables are ready, runs
+    the local init (the chief's also sets up the accumulators), adds num_tokens initial tokens, and
+    on the chief starts the queue runner that aggregates gradients and hands out tokens. Unlike it,
+    the queue runner takes CancelledError as its end: when training is over that thread is blocked
+    waiting for gradients that will never come, the session's close cancels the wait, and TF's
+    runner would report that as an error (a traceback on every clean sync run).
+    """
+
+    def __init__(self, sync_optimizer, is_chief, num_tokens):
+        self._optimizer = sync_optimizer
+        self._is_chief = is_chief
+        self._num_tokens = num_tokens
+
+    def begin(self):
+        opt = self._optimizer
+        self._ready_op = opt.ready_for_local_init_op
+        if self._is_chief:
+            self._local_init_op = opt.chief_init_op
+            self._init_tokens_op = opt.get_init_tokens_op(self._num_tokens)
+            runner = opt.get_chief_queue_runner()
+            self._queue_runner = v1.train.QueueRunner(
+                queue=runner.queue, enqueue_ops=runner.enqueue_ops, close_op=runner.close_op,
+                cancel_op=runner.cancel_op,
+                queue_closed_exception_types=(tf.errors.OutOfRangeError, tf.errors.CancelledError))
+        else:
+            self._local_init_op = opt.local_step_init_op
+            self._init_tokens_op = None
+            self._queue_runner = None
+
+    def after_create_session(self, session, coord):
+        not_ready = session.run(self._ready_op)
+        if len(not_ready):
+            raise RuntimeError(f"variables not initialized before the sync replicas init: {not_ready}")
+        session.run(self._local_init_op)
+        if self._init_tokens_op is not None:
+            session.run(self._init_tokens_op)
+        if self._queue_runner is not None:
+            self._queue_runner.create_threads(session, coord=coord, daemon=True, start=True)

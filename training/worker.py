@@ -18,9 +18,9 @@ v1 = tf.compat.v1
 NON_FINITE_LOSS = "NonFiniteLoss"
 CHIEF_POLL_SECS = 0.5
 # In sync mode the chief's queue-runner thread is blocked waiting for gradients that will never
-# come once training is over; MonitoredSession would wait this long for it before closing the
-# session (which cancels the wait). TensorFlow's default is 120 s.
-SYNC_STOP_GRACE_SECS = 1
+# come once training is over; MonitoredSession waits this long for it before closing the session,
+# which cancels the wait. TensorFlow's default is 120 s.
+SYNC_STOP_GRACE_SECS = 0.5
 
 
 class TrainingError(Exception):
@@ -70,7 +70,7 @@ def make_train_op(loss, optimizer, global_step, cluster, train):
     if train.sync_replicas:
         # num_tokens=0: no worker, the chief included, starts step k+1 before step k's update is
         # applied, so the chief cannot fill a round with its own stale gradients.
-        hooks.append(optimizer.make_session_run_hook(cluster.is_chief, num_tokens=0))
+        hooks.append(training_hooks.SyncReplicasHook(optimizer, cluster.is_chief, num_tokens=0))
         chief_only_hooks.append(
             training_hooks.CloseQueueAtEndHook(optimizer._sync_token_queue))  # pylint: disable=protected-access
     hooks.append(v1.train.StopAtStepHook(last_step=train.train_steps))
