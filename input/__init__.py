@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from input import synthetic, tfrecord
+from input import synthetic, tfrecord, tuning
 
 DATASETS = {
     "synthetic": synthetic,
@@ -46,8 +46,8 @@ def batches(cfg: DataConfig, shard: Shard, batch_size: int, split: str = "train"
         dataset = dataset.repeat()
     dataset = dataset.batch(batch_size, drop_remainder=repeat)
     dataset = dataset.map(lambda image, label: (tf.cast(image, tf.float32) / 255.0, label),
-                          num_parallel_calls=tf.data.AUTOTUNE)
-    return dataset.prefetch(tf.data.AUTOTUNE)
+                          num_parallel_calls=tuning.PARALLEL_CALLS)
+    return tuning.without_autotune(dataset.prefetch(tuning.PREFETCH_BATCHES))
 
 
 def spec(cfg: DataConfig) -> tuple[tuple[int, ...], int]:

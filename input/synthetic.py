@@ -9,6 +9,8 @@ and no large constant in the graph.
 import numpy as np
 import tensorflow as tf
 
+from input import tuning
+
 IMAGE_SHAPE = (28, 28, 1)
 NUM_CLASSES = 10
 EVAL_EXAMPLES = 2000
@@ -53,4 +55,4 @@ def records(cfg, split: str, shard) -> tf.data.Dataset:
         return tf.cast(tf.round(tf.clip_by_value(image, 0.0, 1.0) * 255.0), tf.uint8), label
 
     indices = tf.data.Dataset.range(first, first + count).shard(shard.count, shard.index)
-    return indices.map(make, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return indices.map(make, num_parallel_calls=tuning.PARALLEL_CALLS, deterministic=True)

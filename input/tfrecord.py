@@ -9,7 +9,7 @@ import os
 
 import tensorflow as tf
 
-from input import synthetic
+from input import synthetic, tuning
 
 IMAGE_SHAPE = synthetic.IMAGE_SHAPE
 NUM_CLASSES = synthetic.NUM_CLASSES
@@ -55,7 +55,7 @@ def records(cfg, split: str, shard) -> tf.data.Dataset:
         dataset = tf.data.TFRecordDataset(files[shard.index::shard.count])
     else:
         dataset = tf.data.TFRecordDataset(files).shard(shard.count, shard.index)
-    return dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return dataset.map(parse, num_parallel_calls=tuning.PARALLEL_CALLS, deterministic=True)
 
 
 def write(records, data_dir: str, split: str, num_files: int) -> list[str]:
