@@ -4,8 +4,11 @@
     python trainer.py --ps_hosts=h0:2222 --worker_hosts=h1:2222,h2:2222 --job_name=worker \
         --task_index=0 --model_dir=/shared/run1
 
-With no --job_name and no host lists it trains in this one process.
+Without cluster flags the cluster comes from the environment (TF_CONFIG, SageMaker, Slurm, AWS
+Batch); with none of those either, it trains in this one process.
 """
+
+import os
 
 import tensorflow as tf
 from absl import app, logging
@@ -14,24 +17,45 @@ from absl.flags import FLAGS
 from cluster import spec
 from flags import config as flag_config
 from flags import definitions  # noqa: F401  (defines every flag)
-from training import ps, worker
+from training import evaluator, ps, worker
 
 
 def main(argv):
-    cfg = flag_config.read(FLAGS, argv)
+    cfg = flag_config.read(FLAGS, argv, os.environ)
     tf.compat.v1.disable_eager_execution()
     # TensorFlow's logger has a handler of its own besides absl's: every line would print twice.
     tf.get_logger().handlers.clear()
     cluster = cfg.cluster
+    logging.info("cluster from %s: %s", cfg.cluster_source, describe(cluster))
+    if cluster.job_name == spec.EVALUATOR:
+        try:
+            evaluator.run(cfg)
+        except evaluator.EvaluationTimeout as err:
+            logging.error("%s", err)
+            return 1
+        return 0
     if not cluster.is_distributed:
-        logging.info("no cluster given: training in this one process")
         return run_worker(cfg, server=None)
-    logging.info("cluster: ps=%s worker=%s; this task: %s%s", ",".join(cluster.ps_hosts),
-                 ",".join(cluster.worker_hosts), cluster.task_name, " (chief)" if cluster.is_chief else "")
     server = spec.start_server(cluster)
     if cluster.job_name == spec.PS:
         return ps.run(cfg, server)
     return run_worker(cfg, server)
+
+
+def describe(cluster) -> str:
+    if cluster.job_name is None:
+        return "no cluster; training in this one process"
+    jobs = [f"{name}={','.join(hosts)}" for name, hosts in
+            (("ps", cluster.ps_hosts), (cluster.chief_job, cluster.chief_hosts), ("worker", cluster.worker_hosts))
+            if hosts]
+    role = "evaluator (outside the cluster)" if cluster.job_name == spec.EVALUATOR else cluster.task_name
+    return f"{' '.join(jobs)}; this task: {role}{' (chief)' if cluster.is_chief else ''}"
+
+
+def parse_flags(argv):
+    if "SM_HOSTS" in os.environ:  # SageMaker passes hyperparameters as '--name value'
+        argv = flag_config.join_separate_bool_values(argv, FLAGS)
+    return app.parse_flags_with_usage(argv)
 
 
 def run_worker(cfg, server):
@@ -44,4 +68,4 @@ def run_worker(cfg, server):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

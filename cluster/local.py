@@ -5,6 +5,7 @@ and is stopped by that group's id: SIGTERM first, SIGKILL after a grace period.
 """
 
 import contextlib
+import json
 import os
 import pathlib
 import signal
@@ -27,14 +28,23 @@ def free_ports(count: int) -> list[int]:
 
 
 class LocalCluster:
-    """num_ps ps tasks and num_workers workers of trainer.py on free loopback ports."""
+    """num_ps ps tasks and num_workers workers of trainer.py on free loopback ports.
 
-    def __init__(self, run_dir, num_ps=1, num_workers=2, trainer_args=(), env=None):
+    With chief=True the cluster also has a separate chief task; with tf_config=True each task gets
+    its cluster and role from TF_CONFIG, as under Kubeflow, instead of flags (an 'evaluator' task is
+    then listed in TF_CONFIG as Kubeflow does, though it serves nothing).
+    """
+
+    def __init__(self, run_dir, num_ps=1, num_workers=2, trainer_args=(), env=None, chief=False,
+                 tf_config=False):
         self.run_dir = pathlib.Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        ports = free_ports(num_ps + num_workers)
+        ports = free_ports(num_ps + num_workers + 2)
         self.ps_hosts = [f"{LOOPBACK}:{p}" for p in ports[:num_ps]]
-        self.worker_hosts = [f"{LOOPBACK}:{p}" for p in ports[num_ps:]]
+        self.worker_hosts = [f"{LOOPBACK}:{p}" for p in ports[num_ps:num_ps + num_workers]]
+        self.chief_hosts = [f"{LOOPBACK}:{ports[-2]}"] if chief else []
+        self.evaluator_hosts = [f"{LOOPBACK}:{ports[-1]}"]
+        self.tf_config = tf_config
         self.trainer_args = list(trainer_args)
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "1", **(env or {})}
         self.procs: dict[tuple[str, int], subprocess.Popen] = {}
@@ -46,9 +56,23 @@ class LocalCluster:
         self.stop_all()
 
     def command(self, job: str, index: int, extra_args=()) -> list[str]:
-        return [sys.executable, str(TRAINER), f"--ps_hosts={','.join(self.ps_hosts)}",
-                f"--worker_hosts={','.join(self.worker_hosts)}", f"--job_name={job}",
-                f"--task_index={index}", *self.trainer_args, *extra_args]
+        if self.tf_config:
+            return [sys.executable, str(TRAINER), *self.trainer_args, *extra_args]
+        hosts = [f"--ps_hosts={','.join(self.ps_hosts)}", f"--worker_hosts={','.join(self.worker_hosts)}"]
+        if self.chief_hosts:
+            hosts.append(f"--chief_hosts={','.join(self.chief_hosts)}")
+        return [sys.executable, str(TRAINER), *hosts, f"--job_name={job}", f"--task_index={index}",
+                *self.trainer_args, *extra_args]
+
+    def task_env(self, job: str, index: int) -> dict:
+        if not self.tf_config:
+            return self.env
+        cluster = {"ps": self.ps_hosts, "worker": self.worker_hosts, "evaluator": self.evaluator_hosts}
+        if self.chief_hosts:
+            cluster["chief"] = self.chief_hosts
+        config = {"cluster": {k: v for k, v in cluster.items() if v}, "task": {"type": job, "index": index},
+                  "environment": "cloud"}
+        return {**self.env, "TF_CONFIG": json.dumps(config)}
 
     def log_path(self, job: str, index: int) -> pathlib.Path:
         return self.run_dir / f"{job}-{index}.log"
@@ -65,13 +89,15 @@ class LocalCluster:
         with open(self.log_path(job, index), "ab") as log:
             proc = subprocess.Popen(self.command(job, index, extra_args), stdout=log,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=self.env, start_new_session=True)
+                                    env=self.task_env(job, index), start_new_session=True)
         self.procs[(job, index)] = proc
         return proc
 
     def start_all(self, extra_args=()) -> None:
         for index in range(len(self.ps_hosts)):
             self.start("ps", index, extra_args)
+        if self.chief_hosts:
+            self.start("chief", 0, extra_args)
         for index in range(len(self.worker_hosts)):
             self.start("worker", index, extra_args)
 
@@ -97,7 +123,18 @@ class LocalCluster:
             proc.wait(timeout=30)
 
     def stop_all(self, grace_secs: float = 10) -> None:
-        """SIGTERM to every live task's process group, then SIGKILL to what is left after grace."""
+        """SIGTERM to every live task's process group, then SIGKILL to what is left after grace.
+
+        SIGINT and SIGTERM are held off meanwhile: a second Ctrl-C must not abandon half the tasks.
+        """
+        held = {signal.SIGINT, signal.SIGTERM}
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+        try:
+            self._stop_all(grace_secs)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+    def _stop_all(self, grace_secs: float) -> None:
         live = [proc for _, proc in self.tasks() if proc.poll() is None]
         for proc in live:
             with contextlib.suppress(ProcessLookupError):

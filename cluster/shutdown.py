@@ -1,9 +1,10 @@
 """How the ps tasks learn that training is over.
 
 Each ps task owns a FIFO queue (same shared_name on every side, so workers reach the one the ps
-reads). A worker that has finished, after its session closed and the chief's last checkpoint is
-written, enqueues its task index into every ps queue. A ps exits once every worker has reported.
-Indexes, not bare tokens: a worker that is restarted and finishes twice is still counted once.
+reads). A training replica (chief or worker) that has finished, after its session closed and the
+chief's last checkpoint is written, enqueues its replica index into every ps queue. A ps exits once
+every replica has reported. Indexes, not bare tokens: a worker that is restarted and finishes twice
+is still counted once.
 """
 
 import threading
@@ -42,8 +43,8 @@ def wait_for_workers_done(server, cluster: spec.ClusterConfig, stop: threading.E
                 while pending:
                     worker = int(sess.run(dequeue))
                     pending.discard(worker)
-                    logging.info("ps %d: worker %d finished; waiting for %s", cluster.task_index,
-                                 worker, sorted(pending) or "nobody")
+                    logging.info("ps %d: training replica %d finished; waiting for %s",
+                                 cluster.task_index, worker, sorted(pending) or "nobody")
             except tf.errors.OutOfRangeError:
                 pass  # closed by stop
 
@@ -61,7 +62,7 @@ def signal_worker_done(server, cluster: spec.ClusterConfig, timeout_secs: float 
     """Tells every ps that this worker is done. A ps that is gone already is logged, not fatal."""
     graph = tf.Graph()
     with graph.as_default():
-        enqueues = [_done_queue(ps, cluster.num_workers).enqueue(tf.constant(cluster.task_index))
+        enqueues = [_done_queue(ps, cluster.num_workers).enqueue(tf.constant(cluster.replica_index))
                     for ps in range(cluster.num_ps)]
     options = tf.compat.v1.RunOptions(timeout_in_ms=int(timeout_secs * 1000))
     with tf.compat.v1.Session(server.target, graph=graph, config=spec.session_config(cluster)) as sess:
@@ -70,5 +71,5 @@ def signal_worker_done(server, cluster: spec.ClusterConfig, timeout_secs: float 
                 sess.run(enqueue, options=options)
             except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
                     tf.errors.AbortedError, tf.errors.CancelledError) as err:
-                logging.warning("could not tell ps %d that worker %d is done: %s", ps,
-                                cluster.task_index, err.message.splitlines()[0])
+                logging.warning("could not tell ps %d that %s is done: %s", ps, cluster.task_name,
+                                err.message.splitlines()[0])

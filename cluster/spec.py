@@ -4,28 +4,48 @@ import dataclasses
 
 import tensorflow as tf
 
-PS, WORKER = "ps", "worker"
+PS, WORKER, CHIEF, MASTER, EVALUATOR = "ps", "worker", "chief", "master", "evaluator"
+CHIEF_JOBS = (CHIEF, MASTER)
 
 
 @dataclasses.dataclass(frozen=True)
 class ClusterConfig:
     """Who is in the cluster and which task this process is.
 
-    `job_name` None means no cluster at all: training in this one process.
+    The training replicas are the chief task (if the cluster has a `chief` or `master` job) and then
+    every worker; the first replica is the chief. `job_name` None means no cluster at all: training
+    in this one process. An evaluator is outside the training cluster: it starts no server and no
+    training task waits for it.
     """
 
     ps_hosts: tuple[str, ...] = ()
     worker_hosts: tuple[str, ...] = ()
     job_name: str | None = None
     task_index: int = 0
+    chief_hosts: tuple[str, ...] = ()
+    chief_job: str = CHIEF  # the name the cluster's own TF_CONFIG gives it: 'chief' or 'master'
 
     @property
     def is_distributed(self) -> bool:
-        return self.job_name is not None
+        """Whether this process is a task of a training cluster (and so starts a server)."""
+        return self.job_name not in (None, EVALUATOR)
+
+    @property
+    def replicas(self) -> list[tuple[str, int]]:
+        chief = [(self.chief_job, 0)] if self.chief_hosts else []
+        return chief + [(WORKER, i) for i in range(len(self.worker_hosts))]
 
     @property
     def num_workers(self) -> int:
-        return max(1, len(self.worker_hosts))
+        """Training replicas: the chief task, if any, and the workers."""
+        return max(1, len(self.replicas))
+
+    @property
+    def replica_index(self) -> int:
+        """This task's place among the training replicas (0 = chief); its data shard."""
+        if not self.is_distributed:
+            return 0
+        return self.replicas.index((self.job_name, self.task_index))
 
     @property
     def num_ps(self) -> int:
@@ -33,17 +53,23 @@ class ClusterConfig:
 
     @property
     def is_chief(self) -> bool:
-        return self.job_name in (None, WORKER) and self.task_index == 0
+        return self.job_name is None or (self.job_name != PS and self.is_distributed
+                                         and self.replica_index == 0)
 
     @property
     def task_name(self) -> str:
         return f"{self.job_name or 'local'}:{self.task_index}"
 
     def cluster_spec(self) -> tf.train.ClusterSpec:
-        return tf.train.ClusterSpec({PS: list(self.ps_hosts), WORKER: list(self.worker_hosts)})
+        jobs = {PS: self.ps_hosts, WORKER: self.worker_hosts, self.chief_job: self.chief_hosts}
+        return tf.train.ClusterSpec({job: list(hosts) for job, hosts in jobs.items() if hosts})
 
     def worker_device(self) -> str:
-        return f"/job:{WORKER}/task:{self.task_index}"
+        return f"/job:{self.job_name}/task:{self.task_index}"
+
+    def own_address(self) -> str:
+        hosts = {PS: self.ps_hosts, WORKER: self.worker_hosts, self.chief_job: self.chief_hosts}
+        return hosts[self.job_name][self.task_index]
 
 
 def split_host_port(address: str) -> tuple[str, int]:
@@ -66,14 +92,15 @@ def split_host_port(address: str) -> tuple[str, int]:
 def session_config(cluster: ClusterConfig) -> tf.compat.v1.ConfigProto:
     """Session options for this task.
 
-    device_filters make a task see only the devices it talks to: a worker sees every ps and itself,
-    never another worker, so no worker waits for another to come up; a ps sees only itself.
+    device_filters make a task see only the devices it talks to: a training replica (chief or
+    worker) sees every ps and itself, never another replica or the evaluator, so none waits for
+    another to come up; a ps sees only itself.
     """
     config = tf.compat.v1.ConfigProto(allow_soft_placement=True)
-    if cluster.job_name == WORKER:
-        config.device_filters[:] = [f"/job:{PS}", cluster.worker_device()]
-    elif cluster.job_name == PS:
+    if cluster.job_name == PS:
         config.device_filters[:] = [f"/job:{PS}/task:{cluster.task_index}"]
+    elif cluster.is_distributed:
+        config.device_filters[:] = [f"/job:{PS}", cluster.worker_device()]
     return config
 
 

@@ -10,7 +10,7 @@ from absl import app
 
 import input as inputs
 import model
-from cluster import spec
+from cluster import rendezvous, resolve, spec
 from training.config import TrainConfig
 
 
@@ -20,18 +20,66 @@ class RunConfig:
     train: TrainConfig
     model: model.ModelConfig
     data: inputs.DataConfig
+    cluster_source: str = "flags"
 
 
-def read(flag_values, argv) -> RunConfig:
-    """FLAGS (already parsed) and the leftover argv -> RunConfig, or app.UsageError."""
+def read(flag_values, argv, env=None) -> RunConfig:
+    """FLAGS (already parsed), the leftover argv and the environment -> RunConfig, or UsageError."""
     reject_positional_args(argv)
-    cluster = read_cluster(flag_values)
+    resolved = read_resolved_cluster(flag_values, env or {})
+    cluster = resolved.cluster
     return RunConfig(
         cluster=cluster,
         train=read_train(flag_values, cluster),
         model=read_model(flag_values),
         data=read_data(flag_values, cluster),
+        cluster_source=resolved.source,
     )
+
+
+def read_resolved_cluster(f, env) -> resolve.Resolved:
+    """Flags if they name a cluster or a role, else whatever cluster the environment describes."""
+    rendezvous_fn = None
+    if f.rendezvous_dir:
+        address = f.advertise_address or rendezvous.own_address(
+            env.get("AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"))
+        rendezvous_fn = rendezvous.DirectoryRendezvous(f.rendezvous_dir, address, f.rendezvous_timeout_secs)
+    options = resolve.ResolveOptions(num_ps=f.num_ps, port=f.port, rendezvous=rendezvous_fn)
+    try:
+        resolved = resolve.resolve(read_cluster(f), env, options)
+        check_addresses(resolved.cluster)
+    except resolve.ClusterError as err:
+        raise app.UsageError(str(err)) from None
+    return resolved
+
+
+def check_addresses(cluster: spec.ClusterConfig) -> None:
+    seen = set()
+    for address in (*cluster.ps_hosts, *cluster.chief_hosts, *cluster.worker_hosts):
+        try:
+            spec.split_host_port(address)
+        except ValueError as err:
+            raise resolve.ClusterError(f"cluster address {err}") from None
+        if address in seen:
+            raise resolve.ClusterError(f"cluster lists {address} twice: every task needs its own host:port")
+        seen.add(address)
+
+
+def join_separate_bool_values(argv, flag_values):
+    """SageMaker passes hyperparameters as '--name value'; absl reads a boolean's value only after
+    '='. Joins '--sync_replicas True' into '--sync_replicas=True' for the known boolean flags."""
+    booleans = {name for name, flag in flag_values._flags().items() if flag.boolean}  # pylint: disable=protected-access
+    joined, i = [], 0
+    while i < len(argv):
+        arg = argv[i]
+        name = arg[2:] if arg.startswith("--") and "=" not in arg else None
+        if name in booleans and i + 1 < len(argv) and argv[i + 1].lower() in ("true", "false", "1", "0"):
+            joined.append(f"--{name}={argv[i + 1]}")
+            i += 2
+            continue
+        joined.append(arg)
+        i += 1
+    return joined
 
 
 def reject_positional_args(argv) -> None:
@@ -42,36 +90,45 @@ def reject_positional_args(argv) -> None:
             "takes its value after '=' (--sync_replicas=false), never as a separate word.")
 
 
-def read_cluster(f) -> spec.ClusterConfig:
+def read_cluster(f) -> spec.ClusterConfig | None:
+    """The cluster named by flags, or None when no flag names one (the environment decides)."""
     ps_hosts = parse_hosts("ps_hosts", f.ps_hosts)
     worker_hosts = parse_hosts("worker_hosts", f.worker_hosts)
+    chief_hosts = parse_hosts("chief_hosts", f.chief_hosts)
     seen = {}
-    for flag_name, hosts in (("ps_hosts", ps_hosts), ("worker_hosts", worker_hosts)):
+    for flag_name, hosts in (("ps_hosts", ps_hosts), ("chief_hosts", chief_hosts),
+                             ("worker_hosts", worker_hosts)):
         for address in hosts:
             if address in seen:
                 raise app.UsageError(
                     f"{address} appears twice (in --{seen[address]} and --{flag_name}): "
                     "every task needs its own host:port.")
             seen[address] = flag_name
-    if f.job_name is None:
-        if ps_hosts or worker_hosts:
+    job = spec.CHIEF if f.job_name == spec.MASTER else f.job_name
+    if job is None:
+        if ps_hosts or worker_hosts or chief_hosts:
             raise app.UsageError(
-                "--job_name is not set: with --ps_hosts/--worker_hosts, pass --job_name=ps or "
-                "--job_name=worker (or drop the host lists to train in one process).")
+                "--job_name is not set: with --ps_hosts/--worker_hosts, pass --job_name=ps, worker, "
+                "chief or evaluator (or drop the host lists to train in one process).")
         if f.task_index != 0:
             raise app.UsageError("--task_index needs a cluster: set --job_name, --ps_hosts and --worker_hosts.")
-        return spec.ClusterConfig()
-    if not ps_hosts or not worker_hosts:
+        return None
+    if job == spec.EVALUATOR:
+        return spec.ClusterConfig(ps_hosts, worker_hosts, job, f.task_index, chief_hosts)
+    if len(chief_hosts) > 1:
+        raise app.UsageError(f"--chief_hosts lists {len(chief_hosts)} hosts: a cluster has one chief.")
+    if not ps_hosts or not (worker_hosts or chief_hosts):
         missing = "--ps_hosts" if not ps_hosts else "--worker_hosts"
         raise app.UsageError(
             f"{missing} is empty: --job_name={f.job_name} needs at least one ps and one worker "
             "(e.g. --ps_hosts=10.0.0.1:2222 --worker_hosts=10.0.0.2:2222,10.0.0.3:2222).")
-    hosts = ps_hosts if f.job_name == spec.PS else worker_hosts
+    hosts = {spec.PS: ps_hosts, spec.WORKER: worker_hosts, spec.CHIEF: chief_hosts}[job]
     if f.task_index >= len(hosts):
+        flag = "chief_hosts" if job == spec.CHIEF else f"{job}_hosts"
         raise app.UsageError(
-            f"--task_index={f.task_index} is out of range: --{f.job_name}_hosts lists "
-            f"{len(hosts)} {f.job_name} task(s) (0..{len(hosts) - 1}).")
-    return spec.ClusterConfig(ps_hosts, worker_hosts, f.job_name, f.task_index)
+            f"--task_index={f.task_index} is out of range: --{flag} lists "
+            f"{len(hosts)} {job} task(s) (0..{len(hosts) - 1}).")
+    return spec.ClusterConfig(ps_hosts, worker_hosts, job, f.task_index, chief_hosts)
 
 
 def parse_hosts(flag_name: str, values) -> tuple[str, ...]:
@@ -115,6 +172,7 @@ def read_train(f, cluster: spec.ClusterConfig) -> TrainConfig:
         log_every_n_steps=f.log_every_n_steps,
         seed=f.seed,
         startup_timeout_secs=f.startup_timeout_secs,
+        eval_timeout_secs=f.eval_timeout_secs,
     )
 
 

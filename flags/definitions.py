@@ -7,11 +7,23 @@ import model
 from training import optimizers
 
 # ---------------------------------------------------------------- cluster
+# Unset, the cluster comes from the environment: TF_CONFIG, SageMaker, Slurm or AWS Batch.
 flags.DEFINE_list("ps_hosts", [], "Comma-separated host:port of every ps task, in task order.")
-flags.DEFINE_list("worker_hosts", [], "Comma-separated host:port of every worker task; task 0 is the chief.")
-flags.DEFINE_enum("job_name", None, ["ps", "worker"],
-                  "Role of this process. Leave unset, with no hosts, to train in one process.")
+flags.DEFINE_list("worker_hosts", [], "Comma-separated host:port of every worker task.")
+flags.DEFINE_list("chief_hosts", [], "host:port of a separate chief task; without one, worker 0 is the chief.")
+flags.DEFINE_enum("job_name", None, ["ps", "worker", "chief", "master", "evaluator"],
+                  "Role of this process ('master' is an alias of 'chief'). Leave unset, with no "
+                  "hosts and no cluster environment, to train in one process.")
 flags.DEFINE_integer("task_index", 0, "Index of this task within its job.", lower_bound=0)
+flags.DEFINE_integer("num_ps", 1, "Slurm and AWS Batch: how many of the tasks are ps tasks.", lower_bound=1)
+flags.DEFINE_integer("port", 2222, "Slurm and AWS Batch: port of the tasks (Slurm adds the local task id).",
+                     lower_bound=1, upper_bound=65535)
+flags.DEFINE_string("rendezvous_dir", None,
+                    "AWS Batch: a directory shared by every node, where nodes exchange addresses.")
+flags.DEFINE_string("advertise_address", None,
+                    "AWS Batch: this node's address for the others (default: found from the route).")
+flags.DEFINE_integer("rendezvous_timeout_secs", 600, "AWS Batch: how long to wait for every node.",
+                     lower_bound=1)
 flags.DEFINE_integer("startup_timeout_secs", 600,
                      "How long a task waits for its peers (ps, chief) before giving up.", lower_bound=1)
 
@@ -38,6 +50,9 @@ flags.DEFINE_integer("save_summaries_steps", 100, "Write summaries every N globa
                      lower_bound=1)
 flags.DEFINE_integer("log_every_n_steps", 100, "Log progress every N local steps on each worker.",
                      lower_bound=1)
+
+flags.DEFINE_integer("eval_timeout_secs", 3600,
+                     "Evaluator: give up if no new checkpoint appears for this long.", lower_bound=1)
 
 # ---------------------------------------------------------------- model and data
 flags.DEFINE_enum("model", "mlp", sorted(model.MODELS), "Model by name.")

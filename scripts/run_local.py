@@ -51,34 +51,36 @@ def stream_progress(cluster, seen: dict) -> None:
         seen[index] = len(lines)
 
 
+class Interrupted(Exception):
+    pass
+
+
+def interrupt(signum, frame):
+    raise Interrupted(signal.Signals(signum).name)
+
+
 def main(argv):
     trainer_args = argv[1:]
     run_dir = pathlib.Path(FLAGS.run_dir or f"runs/{datetime.datetime.now():%Y%m%d-%H%M%S}").resolve()
     if not any(a.startswith("--model_dir") for a in trainer_args):
         trainer_args.append(f"--model_dir={run_dir / 'model'}")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    # Our own handlers, whatever was inherited: a shell's background job starts with SIGINT ignored.
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
     start = time.monotonic()
+    interrupted = None
     with LocalCluster(run_dir, FLAGS.num_ps, FLAGS.num_workers, trainer_args) as cluster:
-        print(f"ps {','.join(cluster.ps_hosts)}; workers {','.join(cluster.worker_hosts)}; "
-              f"logs in {run_dir}", flush=True)
-        cluster.start_all()
-        for (job, index), proc in cluster.tasks():
-            print(f"started {job} {index} (pid {proc.pid})", flush=True)
-        seen = {}
-        deadline = start + FLAGS.timeout_secs
-        while time.monotonic() < deadline:
-            stream_progress(cluster, seen)
-            codes = {key: proc.poll() for key, proc in cluster.tasks()}
-            if any(code not in (None, 0) for code in codes.values()):
-                break  # a task failed: stop the rest rather than wait for a cluster that cannot finish
-            if all(codes[key] is not None for key, _ in cluster.tasks("worker")):
-                break
-            time.sleep(1)
-        stream_progress(cluster, seen)
-        workers = cluster.wait("worker", timeout=0)
-        ps = cluster.wait("ps", timeout=FLAGS.ps_exit_secs if all(c == 0 for c in workers.values()) else 0)
+        try:
+            run(cluster, start)
+        except Interrupted as signal_name:
+            interrupted = signal_name
+        codes = {key: proc.poll() for key, proc in cluster.tasks()}
+        if interrupted is None and all(codes[key] == 0 for key, _ in cluster.tasks("worker")):
+            codes.update(cluster.wait("ps", timeout=FLAGS.ps_exit_secs))
     wall = time.monotonic() - start
-    codes = {**workers, **ps}
+    if interrupted:
+        print(f"\n{interrupted}: stopped every task ({len(codes)}) after {wall:.1f} s")
+        return 130
     chief = finished_values(cluster.log("worker", 0))
     print(f"\nsummary: final step {chief.get('global_step', '?')}, loss {chief.get('loss', '?')}, "
           f"accuracy {chief.get('accuracy', '?')}, wall time {wall:.1f} s")
@@ -91,6 +93,26 @@ def main(argv):
         return 1
     print(f"checkpoints and summaries in {run_dir / 'model'}")
     return 0
+
+
+def run(cluster, start):
+    """Starts the tasks and streams progress until the workers are done or a task fails."""
+    print(f"ps {','.join(cluster.ps_hosts)}; workers {','.join(cluster.worker_hosts)}; "
+          f"logs in {cluster.run_dir}", flush=True)
+    cluster.start_all()
+    for (job, index), proc in cluster.tasks():
+        print(f"started {job} {index} (pid {proc.pid})", flush=True)
+    seen = {}
+    deadline = start + FLAGS.timeout_secs
+    while time.monotonic() < deadline:
+        stream_progress(cluster, seen)
+        codes = {key: proc.poll() for key, proc in cluster.tasks()}
+        if any(code not in (None, 0) for code in codes.values()):
+            break  # a task failed: stop the rest rather than wait for a cluster that cannot finish
+        if all(codes[key] is not None for key, _ in cluster.tasks("worker")):
+            break
+        time.sleep(1)
+    stream_progress(cluster, seen)
 
 
 if __name__ == "__main__":

@@ -29,10 +29,10 @@ def make_cluster(tmp_path):
     """Factory of LocalClusters under tmp_path; every one is stopped at teardown, whatever happened."""
     clusters = []
 
-    def make(num_ps=1, num_workers=2, trainer_args=(), name="run"):
+    def make(num_ps=1, num_workers=2, trainer_args=(), name="run", **options):
         model_dir = tmp_path / name / "model"
         args = [f"--model_dir={model_dir}", *FAST_ARGS, *trainer_args]
-        cluster = LocalCluster(tmp_path / name, num_ps, num_workers, args)
+        cluster = LocalCluster(tmp_path / name, num_ps, num_workers, args, **options)
         cluster.model_dir = model_dir
         clusters.append(cluster)
         return cluster

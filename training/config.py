@@ -19,3 +19,4 @@ class TrainConfig:
     log_every_n_steps: int = 100
     seed: int = 42
     startup_timeout_secs: int = 600
+    eval_timeout_secs: int = 3600

@@ -21,10 +21,10 @@ def run(cfg, server) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    logging.info("ps %d: serving on %s for %d worker(s)", cluster.task_index,
+    logging.info("ps %d: serving on %s for %d training replica(s)", cluster.task_index,
                  cluster.ps_hosts[cluster.task_index], cluster.num_workers)
     if shutdown.wait_for_workers_done(server, cluster, stop):
-        logging.info("ps %d: every worker finished; exiting", cluster.task_index)
+        logging.info("ps %d: every training replica finished; exiting", cluster.task_index)
         return 0
-    logging.info("ps %d: stopped before every worker finished", cluster.task_index)
+    logging.info("ps %d: stopped before every training replica finished", cluster.task_index)
     return EXIT_STOPPED_BY_SIGNAL

@@ -42,7 +42,7 @@ def build_graph(cfg) -> TrainGraph:
     device = placement.device_setter(cluster) if cluster.is_distributed else None
     with v1.device(device):
         global_step = v1.train.get_or_create_global_step()
-        shard = inputs.Shard(cluster.task_index, cluster.num_workers)
+        shard = inputs.Shard(cluster.replica_index, cluster.num_workers)
         dataset = inputs.batches(cfg.data, shard, train.batch_size)
         images, labels = v1.data.make_one_shot_iterator(dataset).get_next()
         _, num_classes = inputs.spec(cfg.data)

@@ -1,0 +1,216 @@
+"""Where the cluster comes from: flags, TF_CONFIG, SageMaker, Slurm or AWS Batch.
+
+resolve() is a pure function of the explicit flag values and the environment (a dict), tried in
+that order; the first source present wins. AWS Batch also needs a rendezvous (I/O), passed in.
+Errors are ClusterError with a one-line message naming the variable and what is wrong.
+"""
+
+import dataclasses
+import json
+import re
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
+
+from cluster import spec
+
+
+class ClusterError(ValueError):
+    """The environment or flags describe no usable cluster."""
+
+
+class Resolved(NamedTuple):
+    cluster: spec.ClusterConfig
+    source: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolveOptions:
+    """What engines that only list hosts (Slurm, AWS Batch) need to be told."""
+
+    num_ps: int = 1
+    port: int = 2222
+    # (job key, node index, node count) -> every node's address, in node order.
+    rendezvous: Callable[[str, int, int], list[str]] | None = None
+
+
+def resolve(explicit: spec.ClusterConfig | None, env: Mapping[str, str],
+            options: ResolveOptions = ResolveOptions()) -> Resolved:
+    if explicit is not None:
+        return Resolved(explicit, "flags")
+    if env.get("TF_CONFIG"):
+        source = "TF_CONFIG (SageMaker)" if "SM_HOSTS" in env else "TF_CONFIG"
+        return Resolved(from_tf_config(env["TF_CONFIG"]), source)
+    if "SM_HOSTS" in env and "SM_CURRENT_HOST" in env:
+        return Resolved(from_sagemaker(env), "SageMaker (SM_HOSTS)")
+    if int(env.get("SLURM_STEP_NUM_TASKS", env.get("SLURM_NTASKS", "1")) or 1) > 1:
+        return Resolved(from_slurm(env, options), "Slurm")
+    if int(env.get("AWS_BATCH_JOB_NUM_NODES", "1") or 1) > 1:
+        return Resolved(from_aws_batch(env, options), "AWS Batch multi-node")
+    return Resolved(spec.ClusterConfig(), "none (training in this one process)")
+
+
+# ---------------------------------------------------------------- TF_CONFIG
+
+def from_tf_config(text: str) -> spec.ClusterConfig:
+    """TF_CONFIG as Kubeflow TFJob, SageMaker and TF's own tools write it."""
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ClusterError(f"TF_CONFIG is not valid JSON: {err}") from None
+    if not isinstance(config, dict):
+        raise ClusterError("TF_CONFIG must be a JSON object with 'cluster' and 'task'")
+    cluster, task = config.get("cluster") or {}, config.get("task") or {}
+    if config.get("rpc_layer", "grpc") != "grpc":
+        raise ClusterError(f"TF_CONFIG rpc_layer '{config['rpc_layer']}' is not supported: use grpc")
+    if spec.CHIEF in cluster and spec.MASTER in cluster:
+        raise ClusterError("TF_CONFIG lists both 'chief' and 'master': a cluster has one chief")
+    known = {spec.PS, spec.WORKER, spec.CHIEF, spec.MASTER, spec.EVALUATOR}
+    unknown = set(cluster) - known
+    if unknown:
+        raise ClusterError(f"TF_CONFIG cluster has unknown job(s) {sorted(unknown)}; known: {sorted(known)}")
+    job, index = task.get("type"), task.get("index", 0)
+    if job not in known:
+        raise ClusterError(f"TF_CONFIG task type {job!r} is not one of {sorted(known)}")
+    if not isinstance(index, int) or index < 0:
+        raise ClusterError(f"TF_CONFIG task index {index!r} is not a non-negative integer")
+    chief_job = spec.MASTER if spec.MASTER in cluster else spec.CHIEF
+    hosts = {name: tuple(cluster.get(name) or ()) for name in known}
+    if job != spec.EVALUATOR and index >= len(hosts[job]):
+        raise ClusterError(
+            f"TF_CONFIG task {job}:{index} is out of range: cluster lists {len(hosts[job])} {job} task(s)")
+    if not hosts[spec.PS] and job != spec.EVALUATOR:
+        if job in spec.CHIEF_JOBS and not hosts[spec.WORKER]:
+            return spec.ClusterConfig()  # one task and no ps (a one-host SageMaker job): no cluster
+        raise ClusterError(f"TF_CONFIG cluster has no 'ps' job: this trainer needs at least one ps")
+    return spec.ClusterConfig(
+        ps_hosts=hosts[spec.PS], worker_hosts=hosts[spec.WORKER], job_name=job, task_index=index,
+        chief_hosts=hosts[chief_job], chief_job=chief_job)
+
+
+# ---------------------------------------------------------------- SageMaker
+
+SAGEMAKER_WORKER_PORT, SAGEMAKER_PS_PORT = 2222, 2223
+
+
+def from_sagemaker(env: Mapping[str, str]) -> spec.ClusterConfig:
+    """The cluster SageMaker's parameter-server mode builds when it sets no TF_CONFIG itself.
+
+    As its TensorFlow toolkit does: the first host is the master, the others workers (port 2222),
+    and with more than one host a ps on every host (port 2223) that SageMaker starts, not us.
+    """
+    try:
+        hosts = json.loads(env["SM_HOSTS"])
+    except json.JSONDecodeError as err:
+        raise ClusterError(f"SM_HOSTS is not a JSON list of host names: {err}") from None
+    current = env["SM_CURRENT_HOST"]
+    if current not in hosts:
+        raise ClusterError(f"SM_CURRENT_HOST {current!r} is not in SM_HOSTS {hosts}")
+    if len(hosts) == 1:
+        return spec.ClusterConfig()
+    workers = tuple(f"{h}:{SAGEMAKER_WORKER_PORT}" for h in hosts[1:])
+    ps = tuple(f"{h}:{SAGEMAKER_PS_PORT}" for h in hosts)
+    chief = (f"{hosts[0]}:{SAGEMAKER_WORKER_PORT}",)
+    if current == hosts[0]:
+        job, index = spec.MASTER, 0
+    else:
+        job, index = spec.WORKER, hosts.index(current) - 1
+    return spec.ClusterConfig(ps, workers, job, index, chief_hosts=chief, chief_job=spec.MASTER)
+
+
+# ---------------------------------------------------------------- Slurm
+
+def expand_nodelist(text: str) -> list[str]:
+    """Slurm's compressed host list, in Slurm's order: 'node[9-10],gpu[01-02,7]' ->
+    ['node9', 'node10', 'gpu01', 'gpu02', 'gpu7']. Zero padding is kept; nothing is sorted."""
+    hosts = []
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", text):
+        match = re.fullmatch(r"([^\[]*)\[([^\]]+)\](.*)", part)
+        if not match:
+            hosts.append(part)
+            continue
+        prefix, ranges, suffix = match.groups()
+        if "[" in suffix:
+            raise ClusterError(f"node list {text!r}: more than one bracket in {part!r} is not supported")
+        for item in ranges.split(","):
+            low, _, high = item.partition("-")
+            if not low.isdigit() or (high and not high.isdigit()):
+                raise ClusterError(f"node list {text!r}: bad range {item!r}")
+            for number in range(int(low), int(high or low) + 1):
+                hosts.append(f"{prefix}{str(number).zfill(len(low))}{suffix}")
+    return hosts
+
+
+def expand_tasks_per_node(text: str) -> list[int]:
+    """Slurm's tasks-per-node list: '3(x2),1' -> [3, 3, 1]."""
+    counts = []
+    for item in text.split(","):
+        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", item.strip())
+        if not match:
+            raise ClusterError(f"tasks per node {text!r}: cannot read {item!r}")
+        counts += [int(match.group(1))] * int(match.group(2) or 1)
+    return counts
+
+
+def from_slurm(env: Mapping[str, str], options: ResolveOptions) -> spec.ClusterConfig:
+    """One task per Slurm rank, block-distributed: ranks fill each node in node-list order.
+
+    The first options.num_ps ranks are ps tasks, the rest workers; a task listens on options.port
+    plus its local index on the node. Unlike TF's SlurmClusterResolver this needs no GPUs and
+    never sorts node names as strings (node10 before node9 would hand out another node's address).
+    """
+    def need(*names):
+        for name in names:
+            if env.get(name):
+                return env[name]
+        raise ClusterError(f"Slurm: {names[0]} is not set; run the trainer with srun")
+
+    nodes = expand_nodelist(need("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"))
+    counts = expand_tasks_per_node(need("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"))
+    if len(counts) != len(nodes):
+        raise ClusterError(f"Slurm: {len(nodes)} nodes but tasks per node for {len(counts)}")
+    tasks = [(node, local) for node, count in zip(nodes, counts) for local in range(count)]
+    rank = int(need("SLURM_PROCID"))
+    if not 0 <= rank < len(tasks):
+        raise ClusterError(f"Slurm: SLURM_PROCID={rank} is outside the {len(tasks)} tasks of the step")
+    node, local = tasks[rank]
+    actual = env.get("SLURMD_NODENAME")
+    if actual and actual != node:
+        raise ClusterError(
+            f"Slurm: rank {rank} should run on {node} under block distribution but runs on {actual}; "
+            "start the step with srun --distribution=block")
+    if "SLURM_LOCALID" in env and int(env["SLURM_LOCALID"]) != local:
+        raise ClusterError(f"Slurm: rank {rank} has SLURM_LOCALID={env['SLURM_LOCALID']}, "
+                           f"expected {local} under block distribution")
+    addresses = tuple(f"{n}:{options.port + i}" for n, i in tasks)
+    return _split_ps_workers(addresses, rank, options.num_ps, "Slurm")
+
+
+def _split_ps_workers(addresses, index, num_ps, engine) -> spec.ClusterConfig:
+    if not 1 <= num_ps < len(addresses):
+        raise ClusterError(f"{engine}: --num_ps={num_ps} leaves no worker among {len(addresses)} tasks")
+    ps, workers = addresses[:num_ps], addresses[num_ps:]
+    if index < num_ps:
+        return spec.ClusterConfig(ps, workers, spec.PS, index)
+    return spec.ClusterConfig(ps, workers, spec.WORKER, index - num_ps)
+
+
+# ---------------------------------------------------------------- AWS Batch
+
+def from_aws_batch(env: Mapping[str, str], options: ResolveOptions) -> spec.ClusterConfig:
+    """A multi-node parallel job: node i is task i (the first options.num_ps nodes are ps).
+
+    AWS Batch tells a child node only the main node's address, but the ps also pulls from every
+    worker, so every node must learn every address: the nodes rendezvous, keyed by the job id.
+    """
+    try:
+        count = int(env["AWS_BATCH_JOB_NUM_NODES"])
+        index = int(env["AWS_BATCH_JOB_NODE_INDEX"])
+        job_id = env["AWS_BATCH_JOB_ID"].split("#")[0]
+    except (KeyError, ValueError) as err:
+        raise ClusterError(f"AWS Batch: {err} missing or not a number in the job's environment") from None
+    if options.rendezvous is None:
+        raise ClusterError("AWS Batch: nodes must exchange addresses: pass --rendezvous_dir, a "
+                           "directory shared by every node (EFS or FSx)")
+    hosts = options.rendezvous(job_id, index, count)
+    return _split_ps_workers(tuple(f"{h}:{options.port}" for h in hosts), index, options.num_ps,
+                             "AWS Batch")

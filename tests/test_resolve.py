@@ -1,0 +1,200 @@
+"""The cluster resolver, fed the environment strings each engine really sets. Pure: no process."""
+
+import json
+import threading
+
+import pytest
+
+from cluster import rendezvous, spec
+from cluster.resolve import ClusterError, ResolveOptions, expand_nodelist, expand_tasks_per_node, resolve
+
+# Kubeflow training operator v1.9: <job>-<type>-<i>.<namespace>.svc:<port>, evaluator in 'cluster'.
+TFJOB_CLUSTER = {
+    "chief": ["mnist-chief-0.team.svc:2222"],
+    "evaluator": ["mnist-evaluator-0.team.svc:2222"],
+    "ps": ["mnist-ps-0.team.svc:2222", "mnist-ps-1.team.svc:2222"],
+    "worker": ["mnist-worker-0.team.svc:2222", "mnist-worker-1.team.svc:2222"],
+}
+
+
+def tfjob_env(task_type, index):
+    config = {"cluster": TFJOB_CLUSTER, "task": {"type": task_type, "index": index}, "environment": "cloud"}
+    return {"TF_CONFIG": json.dumps(config, separators=(",", ":"))}
+
+
+def test_tfjob_chief_is_the_chief_and_first_replica():
+    resolved = resolve(None, tfjob_env("chief", 0))
+    cluster = resolved.cluster
+    assert resolved.source == "TF_CONFIG"
+    assert (cluster.job_name, cluster.task_index, cluster.is_chief, cluster.replica_index) == ("chief", 0, True, 0)
+    assert cluster.num_workers == 3 and cluster.num_ps == 2
+    assert cluster.worker_device() == "/job:chief/task:0"
+    assert cluster.cluster_spec().as_dict() == {
+        "ps": TFJOB_CLUSTER["ps"], "worker": TFJOB_CLUSTER["worker"], "chief": TFJOB_CLUSTER["chief"]}
+
+
+def test_tfjob_worker_is_not_chief_and_sees_only_ps_and_itself():
+    cluster = resolve(None, tfjob_env("worker", 1)).cluster
+    assert (cluster.job_name, cluster.task_index, cluster.is_chief, cluster.replica_index) == ("worker", 1, False, 2)
+    assert list(spec.session_config(cluster).device_filters) == ["/job:ps", "/job:worker/task:1"]
+
+
+def test_tfjob_ps_and_evaluator():
+    ps = resolve(None, tfjob_env("ps", 1)).cluster
+    assert (ps.job_name, ps.task_index, ps.is_chief, ps.own_address()) == ("ps", 1, False, "mnist-ps-1.team.svc:2222")
+    evaluator = resolve(None, tfjob_env("evaluator", 0)).cluster
+    assert evaluator.job_name == "evaluator" and not evaluator.is_distributed and not evaluator.is_chief
+    # The evaluator is never part of the training cluster spec, so nobody can wait for it.
+    assert "evaluator" not in evaluator.cluster_spec().jobs
+
+
+def test_one_replica_tfjob_sets_no_tf_config_and_trains_in_one_process():
+    resolved = resolve(None, {"HOSTNAME": "mnist-worker-0"})
+    assert resolved.cluster == spec.ClusterConfig() and resolved.cluster.is_chief
+
+
+def test_without_a_chief_worker_zero_is_chief():
+    env = {"TF_CONFIG": json.dumps({"cluster": {"ps": ["p:1"], "worker": ["w0:1", "w1:1"]},
+                                    "task": {"type": "worker", "index": 0}})}
+    cluster = resolve(None, env).cluster
+    assert cluster.is_chief and cluster.replica_index == 0 and cluster.num_workers == 2
+
+
+# SageMaker's TensorFlow toolkit, parameter-server mode, two hosts: it starts the ps itself (2223).
+SAGEMAKER_TF_CONFIG = {"cluster": {"master": ["algo-1:2222"], "ps": ["algo-1:2223", "algo-2:2223"],
+                                   "worker": ["algo-2:2222"]},
+                       "environment": "cloud", "task": {"index": 0, "type": "master"}}
+
+
+def test_sagemaker_master_from_its_tf_config_is_the_chief():
+    env = {"SM_HOSTS": '["algo-1","algo-2"]', "SM_CURRENT_HOST": "algo-1",
+           "TF_CONFIG": json.dumps(SAGEMAKER_TF_CONFIG)}
+    resolved = resolve(None, env)
+    cluster = resolved.cluster
+    assert resolved.source == "TF_CONFIG (SageMaker)"
+    assert (cluster.job_name, cluster.chief_job, cluster.is_chief) == ("master", "master", True)
+    assert cluster.cluster_spec().as_dict()["master"] == ["algo-1:2222"]
+    assert cluster.worker_device() == "/job:master/task:0"
+
+
+@pytest.mark.parametrize("host, job, index", [("algo-1", "master", 0), ("algo-2", "worker", 0),
+                                               ("algo-3", "worker", 1)])
+def test_sagemaker_hosts_without_tf_config(host, job, index):
+    env = {"SM_HOSTS": '["algo-1","algo-2","algo-3"]', "SM_CURRENT_HOST": host}
+    cluster = resolve(None, env).cluster
+    assert (cluster.job_name, cluster.task_index) == (job, index)
+    assert cluster.ps_hosts == ("algo-1:2223", "algo-2:2223", "algo-3:2223")
+    assert cluster.chief_hosts == ("algo-1:2222",) and cluster.worker_hosts == ("algo-2:2222", "algo-3:2222")
+
+
+def test_one_host_sagemaker_job_trains_in_one_process():
+    env = {"SM_HOSTS": '["algo-1"]', "SM_CURRENT_HOST": "algo-1",
+           "TF_CONFIG": json.dumps({"cluster": {"master": ["algo-1:2222"]}, "environment": "cloud",
+                                    "task": {"index": 0, "type": "master"}})}
+    assert not resolve(None, env).cluster.is_distributed
+
+
+@pytest.mark.parametrize("text, hosts", [
+    ("node[9-10]", ["node9", "node10"]),
+    ("node[08-11]", ["node08", "node09", "node10", "node11"]),
+    ("gpu[1,3-4],cpu7", ["gpu1", "gpu3", "gpu4", "cpu7"]),
+    ("a-[2-3]-x,b1", ["a-2-x", "a-3-x", "b1"]),
+    ("solo", ["solo"]),
+])
+def test_slurm_node_lists_expand_in_slurm_order(text, hosts):
+    assert expand_nodelist(text) == hosts
+
+
+def test_slurm_tasks_per_node():
+    assert expand_tasks_per_node("3(x2),1") == [3, 3, 1]
+    assert expand_tasks_per_node("2") == [2]
+
+
+def slurm_env(rank, node, local, nodelist="node[9-10]", tasks="2(x2)", ntasks=4):
+    return {"SLURM_JOB_NODELIST": nodelist, "SLURM_TASKS_PER_NODE": tasks, "SLURM_NTASKS": str(ntasks),
+            "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(local), "SLURMD_NODENAME": node}
+
+
+def test_slurm_two_digit_node_names_resolve_to_their_own_addresses():
+    resolved = resolve(None, slurm_env(rank=2, node="node10", local=0), ResolveOptions(num_ps=1, port=8000))
+    cluster = resolved.cluster
+    assert resolved.source == "Slurm"
+    # String sorting would put node10 first and hand rank 2 node9's address.
+    assert cluster.ps_hosts == ("node9:8000",)
+    assert cluster.worker_hosts == ("node9:8001", "node10:8000", "node10:8001")
+    assert (cluster.job_name, cluster.task_index, cluster.own_address()) == ("worker", 1, "node10:8000")
+
+
+def test_slurm_uneven_tasks_per_node():
+    env = slurm_env(rank=6, node="n3", local=0, nodelist="n[1-3]", tasks="3(x2),1", ntasks=7)
+    cluster = resolve(None, env, ResolveOptions(num_ps=2)).cluster
+    assert cluster.ps_hosts == ("n1:2222", "n1:2223")
+    assert (cluster.job_name, cluster.task_index, cluster.own_address()) == ("worker", 4, "n3:2222")
+
+
+def test_slurm_rank_on_the_wrong_node_is_refused():
+    with pytest.raises(ClusterError, match="should run on node10 .* but runs on node9"):
+        resolve(None, slurm_env(rank=2, node="node9", local=0))
+
+
+def test_a_one_task_slurm_step_is_not_a_cluster():
+    env = {**slurm_env(rank=0, node="node9", local=0, tasks="1", nodelist="node9"), "SLURM_NTASKS": "1"}
+    assert not resolve(None, env).cluster.is_distributed
+
+
+def batch_env(index, main_ip=None):
+    env = {"AWS_BATCH_JOB_ID": f"4f1e-job#{index}", "AWS_BATCH_JOB_NODE_INDEX": str(index),
+           "AWS_BATCH_JOB_NUM_NODES": "3", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0"}
+    if main_ip:
+        env["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"] = main_ip
+    return env
+
+
+def test_aws_batch_nodes_rendezvous_and_agree_on_the_cluster(tmp_path):
+    results = {}
+
+    def node(index):
+        meet = rendezvous.DirectoryRendezvous(tmp_path, f"172.31.0.{10 + index}", timeout_secs=20, poll_secs=0.05)
+        env = batch_env(index, main_ip=None if index == 0 else "172.31.0.10")
+        results[index] = resolve(None, env, ResolveOptions(num_ps=1, port=2222, rendezvous=meet)).cluster
+
+    threads = [threading.Thread(target=node, args=(i,)) for i in (2, 0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(results) == [0, 1, 2]
+    for cluster in results.values():
+        assert cluster.ps_hosts == ("172.31.0.10:2222",)
+        assert cluster.worker_hosts == ("172.31.0.11:2222", "172.31.0.12:2222")
+    assert [(c.job_name, c.task_index) for _, c in sorted(results.items())] == [("ps", 0), ("worker", 0), ("worker", 1)]
+
+
+def test_aws_batch_rendezvous_times_out_naming_the_missing_nodes(tmp_path):
+    meet = rendezvous.DirectoryRendezvous(tmp_path, "172.31.0.11", timeout_secs=0.5, poll_secs=0.05)
+    with pytest.raises(ClusterError, match=r"nodes \[0, 2\] of 3 have not published"):
+        resolve(None, batch_env(1, "172.31.0.10"), ResolveOptions(rendezvous=meet))
+
+
+def test_aws_batch_without_a_rendezvous_dir_says_so():
+    with pytest.raises(ClusterError, match="--rendezvous_dir"):
+        resolve(None, batch_env(1, "172.31.0.10"))
+
+
+def test_flags_win_over_the_environment():
+    explicit = spec.ClusterConfig(("p:1",), ("w:1",), "worker", 0)
+    assert resolve(explicit, tfjob_env("ps", 0)).cluster is explicit
+
+
+@pytest.mark.parametrize("tf_config, message", [
+    ("{not json", "TF_CONFIG is not valid JSON"),
+    ('{"cluster": {"ps": ["p:1"], "worker": ["w:1"]}, "task": {"type": "worker", "index": 3}}',
+     "task worker:3 is out of range"),
+    ('{"cluster": {"ps": ["p:1"], "boss": ["b:1"]}, "task": {"type": "ps", "index": 0}}', "unknown job"),
+    ('{"cluster": {"chief": ["c:1"], "master": ["m:1"], "ps": ["p:1"]}, "task": {"type": "ps"}}',
+     "both 'chief' and 'master'"),
+    ('{"cluster": {"worker": ["w:1", "w2:1"]}, "task": {"type": "worker", "index": 0}}', "no 'ps' job"),
+])
+def test_bad_tf_config_is_refused_with_a_clear_message(tf_config, message):
+    with pytest.raises(ClusterError, match=message):
+        resolve(None, {"TF_CONFIG": tf_config})

@@ -1,0 +1,66 @@
+"""The evaluator role: outside the cluster, it follows --model_dir and evaluates each new checkpoint
+on the held-out split, writing summaries to <model_dir>/eval so TensorBoard shows them beside the
+training curves. It exits after evaluating the checkpoint of the final step."""
+
+import os
+
+import tensorflow as tf
+from absl import logging
+
+import input as inputs
+import model
+
+v1 = tf.compat.v1
+EVAL_BATCH = 500
+
+
+class EvaluationTimeout(Exception):
+    pass
+
+
+def evaluate(cfg, checkpoint: str) -> tuple[int, dict[str, float]]:
+    """(global step, {'loss', 'accuracy'}) of `checkpoint` over the whole held-out split."""
+    graph = tf.Graph()
+    with graph.as_default():
+        global_step = v1.train.get_or_create_global_step()
+        dataset = inputs.batches(cfg.data, inputs.Shard(0, 1), EVAL_BATCH, split="eval", repeat=False)
+        images, labels = v1.data.make_one_shot_iterator(dataset).get_next()
+        _, num_classes = inputs.spec(cfg.data)
+        output = model.build(images, labels, cfg.model, num_classes)
+        batch = tf.shape(labels)[0]
+        sums = [output.loss * tf.cast(batch, tf.float32), output.accuracy * tf.cast(batch, tf.float32), batch]
+        saver = v1.train.Saver(v1.global_variables())
+        with v1.Session() as sess:
+            saver.restore(sess, checkpoint)
+            step = int(sess.run(global_step))
+            loss = correct = count = 0
+            while True:
+                try:
+                    batch_loss, batch_correct, size = sess.run(sums)
+                except tf.errors.OutOfRangeError:
+                    break
+                loss, correct, count = loss + batch_loss, correct + batch_correct, count + size
+    return step, {"loss": loss / count, "accuracy": correct / count}
+
+
+def run(cfg) -> None:
+    train = cfg.train
+    writer = v1.summary.FileWriter(os.path.join(train.model_dir, "eval"))
+    step = None
+    try:
+        for checkpoint in v1.train.checkpoints_iterator(train.model_dir, min_interval_secs=1,
+                                                        timeout=train.eval_timeout_secs):
+            step, metrics = evaluate(cfg, checkpoint)
+            summary = v1.Summary(value=[v1.Summary.Value(tag=k, simple_value=v) for k, v in metrics.items()])
+            writer.add_summary(summary, step)
+            writer.flush()
+            logging.info("evaluator: step %d: held-out loss %.4f accuracy %.3f", step,
+                         metrics["loss"], metrics["accuracy"])
+            if step >= train.train_steps:
+                logging.info("evaluator: evaluated the final step's checkpoint; exiting")
+                return
+    finally:
+        writer.close()
+    raise EvaluationTimeout(
+        f"evaluator: no new checkpoint in {train.model_dir} for {train.eval_timeout_secs} s "
+        f"(--eval_timeout_secs); last evaluated step: {step}")
