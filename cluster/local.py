@@ -1,13 +1,16 @@
-"""A real cluster of trainer.py processes on 127.0.0.1, for the local launcher and the tests.
+"""A real cluster of trainer.py processes: on 127.0.0.1 for the local launcher and the tests, or on
+remote hosts through ssh for the SSH launcher.
 
-Every task is its own process in its own process group, logging to <run_dir>/<job>-<index>.log,
-and is stopped by that group's id: SIGTERM first, SIGKILL after a grace period.
+Every task is a local process in its own process group (trainer.py itself, or the ssh that runs
+it), logging to <run_dir>/<job>-<index>.log, and is stopped by that group's id: SIGTERM first,
+SIGKILL after a grace period. A remote task also stops when its ssh's standard input closes.
 """
 
 import contextlib
 import json
 import os
 import pathlib
+import shlex
 import signal
 import socket
 import subprocess
@@ -27,24 +30,25 @@ def free_ports(count: int) -> list[int]:
         return [sock.getsockname()[1] for sock in sockets]
 
 
-class LocalCluster:
-    """num_ps ps tasks and num_workers workers of trainer.py on free loopback ports.
+class ProcessCluster:
+    """The tasks of a cluster with known hosts, each started as a process of this machine.
 
-    With chief=True the cluster also has a separate chief task; with tf_config=True each task gets
-    its cluster and role from TF_CONFIG, as under Kubeflow, instead of flags (an 'evaluator' task is
-    then listed in TF_CONFIG as Kubeflow does, though it serves nothing).
+    With ssh (a command, e.g. ['ssh', '-o', 'BatchMode=yes']) each task runs on the host of its
+    address, in remote_dir, under a watchdog that sends it SIGTERM when the ssh session's
+    standard input closes: stopping the local ssh stops the remote trainer. With tf_config=True
+    each task gets its cluster and role from TF_CONFIG, as under Kubeflow, instead of flags (an
+    'evaluator' is listed in TF_CONFIG as Kubeflow does, though it serves nothing).
     """
 
-    def __init__(self, run_dir, num_ps=1, num_workers=2, trainer_args=(), env=None, chief=False,
-                 tf_config=False):
+    def __init__(self, run_dir, ps_hosts, worker_hosts, trainer_args=(), env=None, chief_hosts=(),
+                 evaluator_hosts=(), tf_config=False, ssh=None, remote_dir=None, python=None):
         self.run_dir = pathlib.Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        ports = free_ports(num_ps + num_workers + 2)
-        self.ps_hosts = [f"{LOOPBACK}:{p}" for p in ports[:num_ps]]
-        self.worker_hosts = [f"{LOOPBACK}:{p}" for p in ports[num_ps:num_ps + num_workers]]
-        self.chief_hosts = [f"{LOOPBACK}:{ports[-2]}"] if chief else []
-        self.evaluator_hosts = [f"{LOOPBACK}:{ports[-1]}"]
+        self.ps_hosts, self.worker_hosts = list(ps_hosts), list(worker_hosts)
+        self.chief_hosts, self.evaluator_hosts = list(chief_hosts), list(evaluator_hosts)
         self.tf_config = tf_config
+        self.ssh, self.remote_dir = ssh, remote_dir
+        self.python = python or sys.executable
         self.trainer_args = list(trainer_args)
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "1", **(env or {})}
         self.procs: dict[tuple[str, int], subprocess.Popen] = {}
@@ -56,13 +60,30 @@ class LocalCluster:
         self.stop_all()
 
     def command(self, job: str, index: int, extra_args=()) -> list[str]:
+        trainer = "trainer.py" if self.ssh else str(TRAINER)
         if self.tf_config:
-            return [sys.executable, str(TRAINER), *self.trainer_args, *extra_args]
-        hosts = [f"--ps_hosts={','.join(self.ps_hosts)}", f"--worker_hosts={','.join(self.worker_hosts)}"]
-        if self.chief_hosts:
-            hosts.append(f"--chief_hosts={','.join(self.chief_hosts)}")
-        return [sys.executable, str(TRAINER), *hosts, f"--job_name={job}", f"--task_index={index}",
-                *self.trainer_args, *extra_args]
+            argv = [self.python, trainer, *self.trainer_args, *extra_args]
+        else:
+            hosts = [f"--ps_hosts={','.join(self.ps_hosts)}", f"--worker_hosts={','.join(self.worker_hosts)}"]
+            if self.chief_hosts:
+                hosts.append(f"--chief_hosts={','.join(self.chief_hosts)}")
+            argv = [self.python, trainer, *hosts, f"--job_name={job}", f"--task_index={index}",
+                    *self.trainer_args, *extra_args]
+        if not self.ssh:
+            return argv
+        # Remote: the trainer in the background, a watchdog that sends it SIGTERM when the ssh
+        # session's stdin closes (passed on fd 3: bash gives background jobs /dev/null), and the
+        # trainer's exit code as the session's.
+        script = (f"cd {shlex.quote(self.remote_dir or '.')} && exec 3<&0 && {{ {shlex.join(argv)} <&- & "
+                  "child=$!; ( while read -r _ <&3; do :; done; kill -TERM $child 2>/dev/null ) & "
+                  "watchdog=$!; wait $child; code=$?; kill $watchdog 2>/dev/null; exit $code; }")
+        host = self.address(job, index).rpartition(":")[0].strip("[]")
+        return [*self.ssh, host, script]
+
+    def address(self, job: str, index: int) -> str:
+        hosts = {"ps": self.ps_hosts, "worker": self.worker_hosts, "chief": self.chief_hosts,
+                 "evaluator": self.evaluator_hosts}
+        return hosts[job][index]
 
     def task_env(self, job: str, index: int) -> dict:
         if not self.tf_config:
@@ -88,7 +109,8 @@ class LocalCluster:
             raise RuntimeError(f"{job} {index} is still running (pid {old.pid})")
         with open(self.log_path(job, index), "ab") as log:
             proc = subprocess.Popen(self.command(job, index, extra_args), stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    stderr=subprocess.STDOUT,
+                                    stdin=subprocess.PIPE if self.ssh else subprocess.DEVNULL,
                                     env=self.task_env(job, index), start_new_session=True)
         self.procs[(job, index)] = proc
         return proc
@@ -137,6 +159,9 @@ class LocalCluster:
     def _stop_all(self, grace_secs: float) -> None:
         live = [proc for _, proc in self.tasks() if proc.poll() is None]
         for proc in live:
+            if proc.stdin:  # a remote task's watchdog sends it SIGTERM when this closes
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_secs
@@ -147,3 +172,15 @@ class LocalCluster:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=30)
+
+
+class LocalCluster(ProcessCluster):
+    """num_ps ps tasks and num_workers workers (and optionally a chief) on free loopback ports."""
+
+    def __init__(self, run_dir, num_ps=1, num_workers=2, trainer_args=(), env=None, chief=False,
+                 tf_config=False):
+        ports = free_ports(num_ps + num_workers + 2)
+        hosts = [f"{LOOPBACK}:{p}" for p in ports]
+        super().__init__(run_dir, hosts[:num_ps], hosts[num_ps:num_ps + num_workers], trainer_args, env,
+                         chief_hosts=[hosts[-2]] if chief else [], evaluator_hosts=[hosts[-1]],
+                         tf_config=tf_config)

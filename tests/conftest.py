@@ -12,7 +12,7 @@ from flags import config as flag_config
 from flags import definitions  # noqa: F401  (defines the trainer's flags)
 
 # Small, fast runs: the defaults of the tests' clusters.
-FAST_ARGS = ["--train_steps=200", "--log_every_n_steps=50", "--synthetic_examples=4000",
+FAST_ARGS = ["--train_steps=200", "--log_every_n_steps=50", "--synthetic_examples=8000",
              "--save_checkpoint_steps=100"]
 LOG_TIME = re.compile(r"^[IWEF](\d{4}) (\d\d:\d\d:\d\d\.\d+)")
 

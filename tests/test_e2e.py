@@ -45,9 +45,11 @@ def test_async_cluster_trains_to_the_end_and_everything_exits(make_cluster):
     chief = finished(chief_log)
     assert 200 <= int(chief["global_step"]) <= 202
     assert int(chief["local_steps"]) > 0 and int(finished(other_log)["local_steps"]) > 0
-    # The held-out loss fell from the first checkpoint (step 0) to the last, whatever the scheduling.
+    # On held-out data, from the first checkpoint (step 0) to the last, whatever the scheduling:
+    # accuracy climbs from chance to several times chance, and the loss falls.
     start, end = held_out(cluster, "model.ckpt-0"), held_out(cluster, None)
-    assert start["loss"] > 0.8 * LN10 and end["loss"] < 0.75 * LN10 and end["accuracy"] > 0.3
+    assert start["loss"] > 0.8 * LN10 and start["accuracy"] < 0.2
+    assert end["accuracy"] > 0.3 and end["loss"] < start["loss"]
 
     # The non-chief starts within a few seconds of the chief, not after a 30 s poll.
     assert abs((first_step_time(other_log) - first_step_time(chief_log)).total_seconds()) < 5

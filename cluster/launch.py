@@ -1,0 +1,94 @@
+"""Runs a ProcessCluster to the end for a person at a terminal: the local and SSH launchers.
+
+Starts every task, streams each worker's progress lines, waits for the workers, gives the ps tasks
+time to exit on their own, prints a summary, and returns an exit code. On SIGINT or SIGTERM, or as
+soon as any task fails, it stops every task it started.
+"""
+
+import re
+import signal
+import time
+
+PROGRESS = re.compile(r"\] ((?:worker|chief|master|ps):\d+ .*)$")
+KEY_VALUE = re.compile(r"(\w+)=(\S+)")
+EXIT_INTERRUPTED = 130
+
+
+class Interrupted(Exception):
+    pass
+
+
+def _interrupt(signum, frame):
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def progress_lines(text: str) -> list[str]:
+    return [m.group(1) for m in map(PROGRESS.search, text.splitlines()) if m]
+
+
+def finished_values(log: str) -> dict[str, str]:
+    """The key=value pairs of a worker's 'finished:' line, or {} if it never finished."""
+    lines = [line for line in progress_lines(log) if " finished: " in line]
+    return dict(KEY_VALUE.findall(lines[-1])) if lines else {}
+
+
+def launch(cluster, timeout_secs: float, ps_exit_secs: float) -> int:
+    # Our own handlers, whatever was inherited: a shell's background job starts with SIGINT ignored.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    start = time.monotonic()
+    interrupted = None
+    with cluster:
+        try:
+            _run(cluster, start + timeout_secs)
+        except Interrupted as signal_name:
+            interrupted = signal_name
+        codes = {key: proc.poll() for key, proc in cluster.tasks()}
+        if interrupted is None and all(codes[key] == 0 for key in _trainers(cluster)):
+            codes.update(cluster.wait("ps", timeout=ps_exit_secs))
+    wall = time.monotonic() - start
+    if interrupted:
+        print(f"\n{interrupted}: stopped every task ({len(codes)}) after {wall:.1f} s")
+        return EXIT_INTERRUPTED
+    chief_job, chief_index = _trainers(cluster)[0]
+    chief = finished_values(cluster.log(chief_job, chief_index))
+    print(f"\nsummary: final step {chief.get('global_step', '?')}, loss {chief.get('loss', '?')}, "
+          f"accuracy {chief.get('accuracy', '?')}, wall time {wall:.1f} s")
+    for (job, index), code in sorted(codes.items()):
+        state = "still running (stopped)" if code is None else f"exit {code}"
+        print(f"  {job} {index}: {state}  log {cluster.log_path(job, index)}")
+    failed = [key for key, code in codes.items() if code != 0]
+    if failed:
+        print(f"FAILED: {', '.join(f'{j} {i}' for j, i in sorted(failed))}; see the logs above.")
+        return 1
+    return 0
+
+
+def _trainers(cluster):
+    return [key for key, _ in cluster.tasks() if key[0] != "ps"]
+
+
+def _run(cluster, deadline):
+    print(f"ps {','.join(cluster.ps_hosts)}; workers {','.join(cluster.chief_hosts + cluster.worker_hosts)}; "
+          f"logs in {cluster.run_dir}", flush=True)
+    cluster.start_all()
+    for (job, index), proc in cluster.tasks():
+        print(f"started {job} {index} (pid {proc.pid})", flush=True)
+    seen = {}
+    while time.monotonic() < deadline:
+        _stream_progress(cluster, seen)
+        codes = {key: proc.poll() for key, proc in cluster.tasks()}
+        if any(code not in (None, 0) for code in codes.values()):
+            break  # a task failed: stop the rest rather than wait for a cluster that cannot finish
+        if all(codes[key] is not None for key in _trainers(cluster)):
+            break
+        time.sleep(1)
+    _stream_progress(cluster, seen)
+
+
+def _stream_progress(cluster, seen: dict) -> None:
+    for key in _trainers(cluster):
+        lines = progress_lines(cluster.log(*key))
+        for line in lines[seen.get(key, 0):]:
+            print(line, flush=True)
+        seen[key] = len(lines)

@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Starts a whole cluster over ssh from one machine, collects the logs here, and stops it all.
+
+    python scripts/run_ssh.py --hosts_file=cluster.txt --remote_dir=/srv/ps-trainer \\
+        -- --model_dir=/shared/run1 --train_steps=20000
+
+The hosts file lists one task per line, in task order within each job ('#' starts a comment):
+
+    ps      10.0.0.1:2222
+    worker  10.0.0.2:2222        # worker 0 is the chief
+    worker  10.0.0.3:2222
+
+Each task runs as 'cd REMOTE_DIR && PYTHON trainer.py ...' on its host, logging to
+<run_dir>/<job>-<index>.log here. When the workers are done the ps tasks exit by themselves; on
+Ctrl-C or any failure every remote task gets SIGTERM (its ssh session closes) and every local ssh
+is stopped by its process group. Hosts must accept key-based ssh (BatchMode: no prompts).
+"""
+
+import datetime
+import pathlib
+import shlex
+import sys
+
+from absl import app, flags
+
+from cluster import spec
+from cluster.launch import launch
+from cluster.local import ProcessCluster
+
+flags.DEFINE_string("hosts_file", None, "The cluster: lines of 'ps|worker host:port'.", required=True)
+flags.DEFINE_string("remote_dir", None, "Directory of ps-trainer on every host.", required=True)
+flags.DEFINE_string("python", ".venv/bin/python", "Python on the hosts, relative to --remote_dir or absolute.")
+flags.DEFINE_string("ssh", "ssh -o BatchMode=yes -o ConnectTimeout=10", "The ssh command.")
+flags.DEFINE_string("run_dir", None, "Local directory for the logs. Default: runs/ssh-<timestamp>.")
+flags.DEFINE_integer("timeout_secs", 86400, "Stop everything if the workers have not finished by then.",
+                     lower_bound=1)
+flags.DEFINE_integer("ps_exit_secs", 60, "How long the ps tasks may take to exit after the workers.",
+                     lower_bound=1)
+FLAGS = flags.FLAGS
+
+
+def read_hosts_file(text: str, path: str = "hosts file") -> dict[str, list[str]]:
+    """'job host:port' lines -> {'ps': [...], 'worker': [...]}, or app.UsageError naming the line."""
+    jobs = {spec.PS: [], spec.WORKER: []}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        fields = line.split()
+        if len(fields) != 2 or fields[0] not in jobs:
+            raise app.UsageError(f"{path}:{number}: expected 'ps host:port' or 'worker host:port', got {raw!r}")
+        try:
+            spec.split_host_port(fields[1])
+        except ValueError as err:
+            raise app.UsageError(f"{path}:{number}: {err}") from None
+        jobs[fields[0]].append(fields[1])
+    if not jobs[spec.PS] or not jobs[spec.WORKER]:
+        raise app.UsageError(f"{path}: needs at least one ps line and one worker line")
+    return jobs
+
+
+def main(argv):
+    path = pathlib.Path(FLAGS.hosts_file)
+    if not path.is_file():
+        raise app.UsageError(f"--hosts_file={path} does not exist")
+    jobs = read_hosts_file(path.read_text(), str(path))
+    run_dir = pathlib.Path(FLAGS.run_dir or f"runs/ssh-{datetime.datetime.now():%Y%m%d-%H%M%S}").resolve()
+    cluster = ProcessCluster(run_dir, jobs[spec.PS], jobs[spec.WORKER], argv[1:], ssh=shlex.split(FLAGS.ssh),
+                             remote_dir=FLAGS.remote_dir, python=FLAGS.python)
+    return launch(cluster, FLAGS.timeout_secs, FLAGS.ps_exit_secs)
+
+
+if __name__ == "__main__":
+    sys.exit(app.run(main))

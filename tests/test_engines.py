@@ -1,0 +1,57 @@
+"""What the project ships for each engine: the SSH launcher (end to end, with a local stand-in for
+ssh), its hosts file, and the Slurm batch script."""
+
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+from absl import app
+
+from cluster.local import free_ports
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import run_ssh  # noqa: E402
+
+
+def test_hosts_file_lists_tasks_in_order():
+    jobs = run_ssh.read_hosts_file("# cluster\nps 10.0.0.1:2222\nworker 10.0.0.2:2222  # chief\n"
+                                   "worker 10.0.0.3:2222\n")
+    assert jobs == {"ps": ["10.0.0.1:2222"], "worker": ["10.0.0.2:2222", "10.0.0.3:2222"]}
+
+
+@pytest.mark.parametrize("text, message", [
+    ("ps 10.0.0.1:2222\nchief 10.0.0.2:2222\n", "cluster.txt:2: expected 'ps host:port'"),
+    ("ps 10.0.0.1\nworker 10.0.0.2:2222\n", "cluster.txt:1: '10.0.0.1' is not host:port"),
+    ("ps 10.0.0.1:2222\n", "needs at least one ps line and one worker line"),
+])
+def test_bad_hosts_file_names_the_line(text, message):
+    with pytest.raises(app.UsageError, match=message):
+        run_ssh.read_hosts_file(text, "cluster.txt")
+
+
+@pytest.mark.e2e
+def test_ssh_launcher_runs_the_cluster_and_collects_logs_here(tmp_path):
+    ps, w0, w1 = free_ports(3)
+    hosts = tmp_path / "cluster.txt"
+    hosts.write_text(f"ps 127.0.0.1:{ps}\nworker 127.0.0.1:{w0}\nworker 127.0.0.1:{w1}\n")
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "run_ssh.py"), f"--hosts_file={hosts}",
+         f"--remote_dir={ROOT}", f"--python={sys.executable}", f"--ssh={ROOT / 'tests' / 'fake_ssh.sh'}",
+         f"--run_dir={tmp_path / 'logs'}", "--", f"--model_dir={tmp_path / 'model'}", "--train_steps=100",
+         "--synthetic_examples=2000"],
+        capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert re.search(r"summary: final step 10\d", result.stdout)
+    for task in ("ps 0", "worker 0", "worker 1"):
+        assert f"{task}: exit 0" in result.stdout
+    assert "every training replica finished" in (tmp_path / "logs" / "ps-0.log").read_text()
+
+
+def test_slurm_script_starts_every_task_in_one_block_distributed_step():
+    script = (ROOT / "scripts" / "slurm" / "train.sbatch").read_text()
+    srun = [line for line in script.splitlines() if line.startswith("srun")]
+    assert srun and "--distribution=block" in srun[0] and "--kill-on-bad-exit=1" in srun[0]
+    assert subprocess.run(["bash", "-n", str(ROOT / "scripts" / "slurm" / "train.sbatch")]).returncode == 0

@@ -1,0 +1,74 @@
+"""The generated TFJob passes the Kubeflow CRD schema and the operator's own rules."""
+
+import pathlib
+import subprocess
+import sys
+
+import jsonschema
+import pytest
+import yaml
+
+from cluster import kubeflow
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CRD = ROOT.parent / "shared" / "schemas" / "tfjob-crd-v1.9.0.yaml"
+JOB = kubeflow.TFJobSpec(name="mnist", image="registry.example/ps-trainer:1", model_dir="/mnt/model/mnist",
+                         namespace="team", num_ps=2, num_workers=3, trainer_args=("--train_steps=5000",),
+                         volume_claim="training-data")
+
+
+@pytest.fixture(scope="module")
+def tfjob_schema():
+    if not CRD.exists():
+        pytest.skip(f"the TFJob CRD is not at {CRD} (it comes with the shared/ folder beside the repo)")
+    crd = yaml.safe_load(CRD.read_text())
+    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+def test_generated_tfjob_passes_the_crd_schema(tfjob_schema):
+    jsonschema.Draft7Validator(tfjob_schema).validate(kubeflow.tfjob(JOB))
+
+
+def test_the_schema_would_catch_a_broken_manifest(tfjob_schema):
+    broken = kubeflow.tfjob(JOB)
+    broken["spec"]["tfReplicaSpecs"]["PS"]["replicas"] = "two"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft7Validator(tfjob_schema).validate(broken)
+
+
+def test_operator_rules_the_schema_does_not_check():
+    replicas = kubeflow.tfjob(JOB)["spec"]["tfReplicaSpecs"]
+    assert set(replicas) == {"PS", "Chief", "Worker", "Evaluator"}
+    assert replicas["Chief"]["replicas"] == 1 and "Master" not in replicas  # one chief at most
+    assert (replicas["PS"]["replicas"], replicas["Worker"]["replicas"]) == (2, 3)
+    for spec in replicas.values():
+        (container,) = spec["template"]["spec"]["containers"]
+        assert container["name"] == "tensorflow"
+        assert {"name": "tfjob-port", "containerPort": 2222, "protocol": "TCP"} in container["ports"]
+        assert container["args"] == ["--model_dir=/mnt/model/mnist", "--train_steps=5000"]
+        assert spec["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == "training-data"
+
+
+def test_ps_pods_do_not_outlive_the_job():
+    assert kubeflow.tfjob(JOB)["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"
+
+
+def test_network_policy_admits_only_the_jobs_own_pods_on_the_grpc_port():
+    policy = kubeflow.network_policy(JOB)
+    own = {"matchLabels": {"training.kubeflow.org/job-name": "mnist"}}
+    assert policy["metadata"]["namespace"] == "team"
+    assert policy["spec"]["podSelector"] == own and policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [{"from": [{"podSelector": own}], "ports": [{"protocol": "TCP", "port": 2222}]}]
+
+
+def test_the_script_writes_both_documents(tfjob_schema):
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "make_tfjob.py"), "--name=mnist", "--image=img:1",
+         "--model_dir=gs://bucket/mnist", "--evaluator=false", "--", "--sync_replicas"],
+        capture_output=True, text=True, timeout=60, check=True)
+    job, policy = yaml.safe_load_all(result.stdout)
+    jsonschema.Draft7Validator(tfjob_schema).validate(job)
+    assert set(job["spec"]["tfReplicaSpecs"]) == {"PS", "Chief", "Worker"}
+    assert job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["args"] == [
+        "--model_dir=gs://bucket/mnist", "--sync_replicas"]
+    assert policy["kind"] == "NetworkPolicy"
