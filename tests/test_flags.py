@@ -4,6 +4,9 @@ import pytest
 from absl import app
 from absl import flags as absl_flags
 
+from absl.flags import FLAGS
+
+from flags import config as flag_config
 from tests.conftest import read_flags
 
 CLUSTER = ["--ps_hosts=127.0.0.1:2222", "--worker_hosts=127.0.0.1:2223,127.0.0.1:2224"]
@@ -129,3 +132,46 @@ def test_flagfile_holds_a_whole_command_line(tmp_path):
     flagfile.write_text("\n".join([*WORKER, "--task_index=1", "--train_steps=77"]) + "\n")
     cfg = read_flags(f"--flagfile={flagfile}")
     assert (cfg.cluster.task_index, cfg.train.train_steps) == (1, 77)
+
+
+def test_a_separate_chief_task_and_the_master_alias():
+    hosts = ["--ps_hosts=p:1", "--chief_hosts=c:1", "--worker_hosts=w0:1,w1:1", "--model_dir=/tmp/unused"]
+    chief = read_flags(*hosts, "--job_name=master").cluster
+    assert (chief.job_name, chief.is_chief, chief.num_workers, chief.worker_device()) == ("chief", True, 3, "/job:chief/task:0")
+    worker = read_flags(*hosts, "--job_name=worker", "--task_index=0").cluster
+    assert not worker.is_chief and worker.replica_index == 1
+    assert "--chief_hosts lists 2 hosts" in usage_error("--ps_hosts=p:1", "--chief_hosts=c:1,d:1",
+                                                        "--job_name=chief", "--model_dir=/x")
+
+
+def test_evaluator_needs_only_a_model_dir():
+    cfg = read_flags("--job_name=evaluator", "--model_dir=/tmp/unused")
+    assert cfg.cluster.job_name == "evaluator" and not cfg.cluster.is_distributed
+    assert "--model_dir is required" in usage_error("--job_name=evaluator")
+
+
+def test_cluster_flags_win_over_tf_config():
+    env = {"TF_CONFIG": '{"cluster": {"ps": ["x:1"], "worker": ["y:1"]}, "task": {"type": "ps", "index": 0}}'}
+    FLAGS.unparse_flags()
+    argv = FLAGS(["trainer.py", *WORKER])
+    cfg = flag_config.read(FLAGS, argv, env)
+    assert cfg.cluster_source == "flags" and cfg.cluster.job_name == "worker"
+    FLAGS.unparse_flags()
+    argv = FLAGS(["trainer.py", "--model_dir=/tmp/unused"])
+    cfg = flag_config.read(FLAGS, argv, env)
+    assert cfg.cluster_source == "TF_CONFIG" and cfg.cluster.job_name == "ps"
+
+
+def test_a_bad_environment_is_a_usage_error_naming_the_variable():
+    FLAGS.unparse_flags()
+    argv = FLAGS(["trainer.py", "--model_dir=/tmp/unused"])
+    with pytest.raises(app.UsageError, match="TF_CONFIG is not valid JSON"):
+        flag_config.read(FLAGS, argv, {"TF_CONFIG": "{oops"})
+
+
+def test_sagemaker_hyperparameters_join_boolean_values():
+    argv = ["trainer.py", "--sync_replicas", "True", "--train_steps", "500", "--model_dir", "s3://b/m"]
+    joined = flag_config.join_separate_bool_values(argv, FLAGS)
+    assert joined == ["trainer.py", "--sync_replicas=True", "--train_steps", "500", "--model_dir", "s3://b/m"]
+    cfg = read_flags(*joined[1:])
+    assert cfg.train.sync_replicas and cfg.train.train_steps == 500 and cfg.train.model_dir == "s3://b/m"

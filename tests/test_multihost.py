@@ -1,0 +1,138 @@
+"""A cluster across hosts: each host a network namespace this test creates, with its own address
+on a bridge, and every task started by the per-host scripts inside its host.
+
+The latency variant sends every connection through a router namespace that adds 3 ms each way:
+this kernel has no sch_netem for `tc ... netem delay`, so a user-space relay (tests/delay_relay.py)
+holds each chunk instead. Skipped, with the reason, where namespaces cannot be created.
+"""
+
+import contextlib
+import os
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import finished
+
+pytestmark = pytest.mark.e2e
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SUBNET = "10.123.0"
+ROUTER = f"{SUBNET}.254"
+
+
+def ip(*args):
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+
+
+class Hosts:
+    """Namespaces '<prefix>sw' (a bridge) and '<prefix>h<i>' (10.123.0.<i+1>), removed at close."""
+
+    def __init__(self, count, router=False):
+        self.prefix = f"pst{os.getpid() % 100000}"
+        self.switch = f"{self.prefix}sw"
+        self.names = []
+        ip("netns", "add", self.switch)
+        self.created = [self.switch]
+        ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
+        ip("-n", self.switch, "link", "set", "br0", "up")
+        for i in range(count + int(router)):
+            name = f"{self.prefix}h{i}"
+            address = ROUTER if router and i == count else f"{SUBNET}.{i + 1}"
+            ip("netns", "add", name)
+            self.created.append(name)
+            ip("-n", name, "link", "add", "eth0", "type", "veth", "peer", "name", f"p{i}", "netns", self.switch)
+            ip("-n", self.switch, "link", "set", f"p{i}", "master", "br0", "up")
+            ip("-n", name, "addr", "add", f"{address}/24", "dev", "eth0")
+            ip("-n", name, "link", "set", "eth0", "up")
+            ip("-n", name, "link", "set", "lo", "up")
+            self.names.append(name)
+        self.router = self.names.pop() if router else None
+
+    def close(self):
+        for name in reversed(self.created):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def hosts():
+    if shutil.which("ip") is None:
+        pytest.skip("iproute2 ('ip') is not installed")
+    made = []
+
+    def make(count, router=False):
+        try:
+            made.append(Hosts(count, router))
+        except subprocess.CalledProcessError as err:
+            if made or not err.stderr:
+                raise
+            pytest.skip(f"cannot create network namespaces here: {err.stderr.decode().strip()}")
+        return made[-1]
+
+    yield make
+    for made_hosts in made:
+        made_hosts.close()
+
+
+def start_in(namespace, argv, env, log=None):
+    return subprocess.Popen(["ip", "netns", "exec", namespace, *argv], env=env, start_new_session=True,
+                            stdin=subprocess.DEVNULL, stdout=log or subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def stop(proc, sig=signal.SIGKILL):
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        proc.wait(timeout=30)
+
+
+def run_cluster(tmp_path, hosts, addresses):
+    """ps on host 0, workers (0 = chief) on hosts 1 and 2, each by its per-host script."""
+    env = {**os.environ, "PYTHON": sys.executable, "LOG_DIR": str(tmp_path / "logs"),
+           "PS_HOSTS": addresses[0], "WORKER_HOSTS": ",".join(addresses[1:]),
+           "MODEL_DIR": str(tmp_path / "model"), "TF_CPP_MIN_LOG_LEVEL": "1"}
+    fast = ["--train_steps=100", "--synthetic_examples=2000", "--log_every_n_steps=50"]
+    tasks = [start_in(hosts.names[0], [str(ROOT / "scripts" / "run_ps.sh"), "--task_index=0", *fast], env)]
+    tasks += [start_in(hosts.names[i + 1], [str(ROOT / "scripts" / "run_worker.sh"), f"--task_index={i}", *fast], env)
+              for i in range(2)]
+    try:
+        codes = [task.wait(timeout=300) for task in tasks]
+    finally:
+        for task in tasks:
+            stop(task)
+    logs = {name: (tmp_path / "logs" / f"{name}.log").read_text() for name in ("ps-0", "worker-0", "worker-1")}
+    assert codes == [0, 0, 0], "\n".join(f"--- {k}\n{v[-2000:]}" for k, v in logs.items())
+    return logs
+
+
+def test_a_cluster_across_three_hosts(tmp_path, hosts):
+    three = hosts(3)
+    addresses = [f"{SUBNET}.{i + 1}:2222" for i in range(3)]
+    logs = run_cluster(tmp_path, three, addresses)
+    assert int(finished(logs["worker-0"])["global_step"]) >= 100
+    assert int(finished(logs["worker-1"])["local_steps"]) > 0
+    assert f"this task: worker:1" in logs["worker-1"] and addresses[0] in logs["worker-1"]
+
+
+def test_a_cluster_across_hosts_with_3ms_latency(tmp_path, hosts):
+    three = hosts(3, router=True)
+    # Every task is reached at the router, which relays to the real host 3 ms later each way; each
+    # task's server listens on the port of its (router) address inside its own host.
+    addresses = [f"{ROUTER}:{3000 + i}" for i in range(3)]
+    routes = [f"{ROUTER}:{3000 + i}={SUBNET}.{i + 1}:{3000 + i}" for i in range(3)]
+    relay_log = open(tmp_path / "relay.log", "w+")
+    relay = start_in(three.router, [sys.executable, str(ROOT / "tests" / "delay_relay.py"), "--delay_ms=3", *routes],
+                     dict(os.environ), log=relay_log)
+    try:
+        logs = run_cluster(tmp_path, three, addresses)
+    finally:
+        stop(relay, signal.SIGTERM)
+    relay_log.seek(0)
+    relayed = int(re.search(r"relayed (\d+) bytes", relay_log.read()).group(1))
+    assert relayed > 10 * 2**20  # the variables and gradients of every step crossed the delayed path
+    assert int(finished(logs["worker-0"])["global_step"]) >= 100
