@@ -205,12 +205,13 @@ def from_aws_batch(env: Mapping[str, str], options: ResolveOptions) -> spec.Clus
     try:
         count = int(env["AWS_BATCH_JOB_NUM_NODES"])
         index = int(env["AWS_BATCH_JOB_NODE_INDEX"])
-        job_id = env["AWS_BATCH_JOB_ID"].split("#")[0]
+        # A retried job keeps its id: key by attempt too, or a retry would read stale addresses.
+        job_key = f"{env['AWS_BATCH_JOB_ID'].split('#')[0]}-attempt{env.get('AWS_BATCH_JOB_ATTEMPT', '1')}"
     except (KeyError, ValueError) as err:
         raise ClusterError(f"AWS Batch: {err} missing or not a number in the job's environment") from None
     if options.rendezvous is None:
         raise ClusterError("AWS Batch: nodes must exchange addresses: pass --rendezvous_dir, a "
                            "directory shared by every node (EFS or FSx)")
-    hosts = options.rendezvous(job_id, index, count)
+    hosts = options.rendezvous(job_key, index, count)
     return _split_ps_workers(tuple(f"{h}:{options.port}" for h in hosts), index, options.num_ps,
                              "AWS Batch")

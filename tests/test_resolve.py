@@ -170,6 +170,16 @@ def test_aws_batch_nodes_rendezvous_and_agree_on_the_cluster(tmp_path):
     assert [(c.job_name, c.task_index) for _, c in sorted(results.items())] == [("ps", 0), ("worker", 0), ("worker", 1)]
 
 
+def test_a_retried_aws_batch_job_does_not_read_the_last_attempts_addresses(tmp_path):
+    stale = tmp_path / "4f1e-job-attempt1"
+    stale.mkdir()
+    for i in range(3):
+        (stale / str(i)).write_text(f"10.9.9.{i}")
+    meet = rendezvous.DirectoryRendezvous(tmp_path, "172.31.0.11", timeout_secs=0.3, poll_secs=0.05)
+    with pytest.raises(ClusterError, match="have not published"):
+        resolve(None, {**batch_env(1, "172.31.0.10"), "AWS_BATCH_JOB_ATTEMPT": "2"}, ResolveOptions(rendezvous=meet))
+
+
 def test_aws_batch_rendezvous_times_out_naming_the_missing_nodes(tmp_path):
     meet = rendezvous.DirectoryRendezvous(tmp_path, "172.31.0.11", timeout_secs=0.5, poll_secs=0.05)
     with pytest.raises(ClusterError, match=r"nodes \[0, 2\] of 3 have not published"):
