@@ -111,7 +111,7 @@ def wait_for_chief_ready(target, session_config, timeout_secs, task_name):
             if now - start > timeout_secs:
                 raise TrainingError(
                     f"{task_name}: the chief did not initialize the variables within {timeout_secs} s "
-                    "(--startup_timeout_secs); is worker 0 running?")
+                    "(--startup_timeout_secs); is the chief task running?")
             if now - last_log >= 10:
                 logging.info("%s: waiting for the chief to initialize %d variables", task_name, len(names))
                 last_log = now
