@@ -17,6 +17,8 @@ import subprocess
 import sys
 import time
 
+from cluster import spec
+
 TRAINER = pathlib.Path(__file__).resolve().parent.parent / "trainer.py"
 LOOPBACK = "127.0.0.1"
 
@@ -184,3 +186,26 @@ class LocalCluster(ProcessCluster):
         super().__init__(run_dir, hosts[:num_ps], hosts[num_ps:num_ps + num_workers], trainer_args, env,
                          chief_hosts=[hosts[-2]] if chief else [], evaluator_hosts=[hosts[-1]],
                          tf_config=tf_config)
+
+
+def read_hosts_file(text: str, path: str = "hosts file") -> dict[str, list[str]]:
+    """'ps|worker host:port' lines, in task order -> {'ps': [...], 'worker': [...]}.
+
+    Raises ValueError naming the file and line at fault.
+    """
+    jobs = {"ps": [], "worker": []}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        fields = line.split()
+        if len(fields) != 2 or fields[0] not in jobs:
+            raise ValueError(f"{path}:{number}: expected 'ps host:port' or 'worker host:port', got {raw!r}")
+        try:
+            spec.split_host_port(fields[1])
+        except ValueError as err:
+            raise ValueError(f"{path}:{number}: {err}") from None
+        jobs[fields[0]].append(fields[1])
+    if not jobs["ps"] or not jobs["worker"]:
+        raise ValueError(f"{path}: needs at least one ps line and one worker line")
+    return jobs

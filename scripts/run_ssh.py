@@ -25,7 +25,7 @@ from absl import app, flags
 
 from cluster import spec
 from cluster.launch import launch
-from cluster.local import ProcessCluster
+from cluster.local import ProcessCluster, read_hosts_file
 
 flags.DEFINE_string("hosts_file", None, "The cluster: lines of 'ps|worker host:port'.", required=True)
 flags.DEFINE_string("remote_dir", None, "Directory of ps-trainer on every host.", required=True)
@@ -39,31 +39,14 @@ flags.DEFINE_integer("ps_exit_secs", 60, "How long the ps tasks may take to exit
 FLAGS = flags.FLAGS
 
 
-def read_hosts_file(text: str, path: str = "hosts file") -> dict[str, list[str]]:
-    """'job host:port' lines -> {'ps': [...], 'worker': [...]}, or app.UsageError naming the line."""
-    jobs = {spec.PS: [], spec.WORKER: []}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        fields = line.split()
-        if len(fields) != 2 or fields[0] not in jobs:
-            raise app.UsageError(f"{path}:{number}: expected 'ps host:port' or 'worker host:port', got {raw!r}")
-        try:
-            spec.split_host_port(fields[1])
-        except ValueError as err:
-            raise app.UsageError(f"{path}:{number}: {err}") from None
-        jobs[fields[0]].append(fields[1])
-    if not jobs[spec.PS] or not jobs[spec.WORKER]:
-        raise app.UsageError(f"{path}: needs at least one ps line and one worker line")
-    return jobs
-
-
 def main(argv):
     path = pathlib.Path(FLAGS.hosts_file)
     if not path.is_file():
         raise app.UsageError(f"--hosts_file={path} does not exist")
-    jobs = read_hosts_file(path.read_text(), str(path))
+    try:
+        jobs = read_hosts_file(path.read_text(), str(path))
+    except ValueError as err:
+        raise app.UsageError(str(err)) from None
     run_dir = pathlib.Path(FLAGS.run_dir or f"runs/ssh-{datetime.datetime.now():%Y%m%d-%H%M%S}").resolve()
     cluster = ProcessCluster(run_dir, jobs[spec.PS], jobs[spec.WORKER], argv[1:], ssh=shlex.split(FLAGS.ssh),
                              remote_dir=FLAGS.remote_dir, python=FLAGS.python)

@@ -7,17 +7,14 @@ import subprocess
 import sys
 
 import pytest
-from absl import app
 
-from cluster.local import free_ports
+from cluster.local import free_ports, read_hosts_file
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-import run_ssh  # noqa: E402
 
 
 def test_hosts_file_lists_tasks_in_order():
-    jobs = run_ssh.read_hosts_file("# cluster\nps 10.0.0.1:2222\nworker 10.0.0.2:2222  # chief\n"
+    jobs = read_hosts_file("# cluster\nps 10.0.0.1:2222\nworker 10.0.0.2:2222  # chief\n"
                                    "worker 10.0.0.3:2222\n")
     assert jobs == {"ps": ["10.0.0.1:2222"], "worker": ["10.0.0.2:2222", "10.0.0.3:2222"]}
 
@@ -28,8 +25,8 @@ def test_hosts_file_lists_tasks_in_order():
     ("ps 10.0.0.1:2222\n", "needs at least one ps line and one worker line"),
 ])
 def test_bad_hosts_file_names_the_line(text, message):
-    with pytest.raises(app.UsageError, match=message):
-        run_ssh.read_hosts_file(text, "cluster.txt")
+    with pytest.raises(ValueError, match=message):
+        read_hosts_file(text, "cluster.txt")
 
 
 @pytest.mark.e2e
