@@ -10,7 +10,7 @@ from absl import app
 
 import input as inputs
 import model
-from cluster import rendezvous, resolve, spec
+from cluster import guard, rendezvous, resolve, spec
 from training.config import TrainConfig
 
 
@@ -50,6 +50,10 @@ def read_resolved_cluster(f, env) -> resolve.Resolved:
         check_addresses(resolved.cluster)
     except resolve.ClusterError as err:
         raise app.UsageError(str(err)) from None
+    if not f.allow_public_addresses:
+        public = guard.public_addresses(resolved.cluster)
+        if public:
+            raise app.UsageError(guard.refusal(public))
     return resolved
 
 
@@ -168,6 +172,7 @@ def read_train(f, cluster: spec.ClusterConfig) -> TrainConfig:
         model_dir=f.model_dir,
         save_checkpoint_steps=steps,
         save_checkpoint_secs=None if steps else f.save_checkpoint_secs,
+        keep_checkpoint_max=f.keep_checkpoint_max,
         save_summaries_steps=f.save_summaries_steps,
         log_every_n_steps=f.log_every_n_steps,
         seed=f.seed,

@@ -24,6 +24,9 @@ flags.DEFINE_string("advertise_address", None,
                     "AWS Batch: this node's address for the others (default: found from the route).")
 flags.DEFINE_integer("rendezvous_timeout_secs", 600, "AWS Batch: how long to wait for every node.",
                      lower_bound=1)
+flags.DEFINE_boolean("allow_public_addresses", False,
+                     "Allow publicly routable cluster addresses: only behind a firewall that admits "
+                     "just the cluster's hosts (the gRPC port has no authentication).")
 flags.DEFINE_integer("startup_timeout_secs", 600,
                      "How long a task waits for its peers (ps, chief) before giving up.", lower_bound=1)
 
@@ -46,6 +49,8 @@ flags.DEFINE_integer("save_checkpoint_steps", None,
                      "Save a checkpoint every N global steps (instead of --save_checkpoint_secs).",
                      lower_bound=1)
 flags.DEFINE_integer("save_checkpoint_secs", 600, "Save a checkpoint every N seconds.", lower_bound=1)
+flags.DEFINE_integer("keep_checkpoint_max", 5, "Newest checkpoints to keep; older ones are deleted.",
+                     lower_bound=1)
 flags.DEFINE_integer("save_summaries_steps", 100, "Write summaries every N global steps (chief only).",
                      lower_bound=1)
 flags.DEFINE_integer("log_every_n_steps", 100, "Log progress every N local steps on each worker.",

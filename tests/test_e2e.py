@@ -91,9 +91,12 @@ def test_two_ps_split_the_variables_and_both_exit(make_cluster):
 
 
 def test_a_rerun_with_more_steps_resumes_from_the_checkpoint(make_cluster):
-    first = make_cluster(num_ps=1, num_workers=1, name="first")
+    first = make_cluster(num_ps=1, num_workers=1, name="first", trainer_args=["--keep_checkpoint_max=2"])
     first.start_all()
     assert all(code == 0 for code, _ in wait_recording_exits(first, TIMEOUT).values()), describe(first)
+    # Saved at steps 0, 100 and 200; --keep_checkpoint_max=2 keeps the newest two.
+    kept = sorted(p.name for p in first.model_dir.glob("model.ckpt-*.index"))
+    assert kept == ["model.ckpt-100.index", "model.ckpt-200.index"]
 
     second = make_cluster(num_ps=1, num_workers=1, name="second",
                           trainer_args=[f"--model_dir={first.model_dir}", "--train_steps=300"])

@@ -175,3 +175,31 @@ def test_sagemaker_hyperparameters_join_boolean_values():
     assert joined == ["trainer.py", "--sync_replicas=True", "--train_steps", "500", "--model_dir", "s3://b/m"]
     cfg = read_flags(*joined[1:])
     assert cfg.train.sync_replicas and cfg.train.train_steps == 500 and cfg.train.model_dir == "s3://b/m"
+
+
+@pytest.mark.parametrize("hosts", ["--ps_hosts=8.8.8.8:2222", "--ps_hosts=[2001:4860::8888]:2222"])
+def test_a_public_address_is_refused_unless_the_user_says_there_is_a_firewall(hosts):
+    args = [hosts, "--worker_hosts=10.0.0.2:2222", "--job_name=ps"]
+    message = usage_error(*args)
+    assert "publicly routable" in message and "no authentication" in message
+    assert "--allow_public_addresses" in message
+    assert read_flags(*args, "--allow_public_addresses").cluster.num_ps == 1
+
+
+def test_private_loopback_and_cgnat_addresses_are_accepted():
+    cfg = read_flags("--ps_hosts=10.0.0.1:1,192.168.1.2:1,172.16.0.3:1", "--worker_hosts=127.0.0.1:1,100.64.0.9:1",
+                     "--job_name=ps")
+    assert cfg.cluster.num_ps == 3
+
+
+def test_names_are_checked_by_what_they_resolve_to():
+    from cluster import guard, spec
+    cluster = spec.ClusterConfig(("ps-0.team.svc:2222",), ("gateway.example:2222", "later.team.svc:2222"), "ps", 0)
+    table = {"ps-0.team.svc": ["10.1.2.3"], "gateway.example": ["203.0.113.7", "93.184.216.34"]}
+
+    def lookup(host):
+        if host not in table:
+            raise OSError("not known yet")
+        return table[host]
+
+    assert guard.public_addresses(cluster, lookup) == ["gateway.example:2222"]

@@ -15,6 +15,7 @@ class TrainConfig:
     model_dir: str | None = None
     save_checkpoint_steps: int | None = None
     save_checkpoint_secs: int | None = 600
+    keep_checkpoint_max: int = 5
     save_summaries_steps: int = 100
     log_every_n_steps: int = 100
     seed: int = 42

@@ -28,6 +28,7 @@ class TrainingError(Exception):
 
 
 class TrainGraph(NamedTuple):
+    saver: tf.compat.v1.train.Saver
     train_op: tf.Operation
     loss: tf.Tensor
     accuracy: tf.Tensor
@@ -51,7 +52,10 @@ def build_graph(cfg) -> TrainGraph:
         v1.summary.scalar("learning_rate", learning_rate)
         optimizer = optimizers.make_optimizer(learning_rate, train)
         train_op, hooks, chief_only_hooks = make_train_op(output.loss, optimizer, global_step, cluster, train)
-    return TrainGraph(train_op, output.loss, output.accuracy, hooks, chief_only_hooks)
+    # As MonitoredTrainingSession's default saver (sharded: each ps saves its own variables), with
+    # --keep_checkpoint_max.
+    saver = v1.train.Saver(sharded=True, max_to_keep=train.keep_checkpoint_max, save_relative_paths=True)
+    return TrainGraph(saver, train_op, output.loss, output.accuracy, hooks, chief_only_hooks)
 
 
 def make_train_op(loss, optimizer, global_step, cluster, train):
@@ -140,6 +144,7 @@ def train(cfg, server=None) -> training_hooks.ProgressHook:
                 checkpoint_dir=train_cfg.model_dir,
                 hooks=graph.hooks + [progress],
                 chief_only_hooks=graph.chief_only_hooks,
+                scaffold=v1.train.Scaffold(saver=graph.saver),
                 save_checkpoint_steps=train_cfg.save_checkpoint_steps,
                 save_checkpoint_secs=train_cfg.save_checkpoint_secs,
                 save_summaries_steps=train_cfg.save_summaries_steps,
