@@ -60,11 +60,10 @@ def parse_flags(argv):
 
 def run_worker(cfg, server):
     try:
-        worker.run(cfg, server)
+        return worker.run(cfg, server)
     except worker.TrainingError as err:
         logging.error("%s", err)
         return 1
-    return 0
 
 
 if __name__ == "__main__":

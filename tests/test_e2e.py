@@ -249,3 +249,25 @@ def test_a_tf_config_cluster_with_chief_worker_ps_and_evaluator(make_cluster):
     tags = {value.tag for path in events for event in tf.compat.v1.train.summary_iterator(str(path))
             for value in event.summary.value}
     assert {"loss", "accuracy"} <= tags
+
+
+def test_sigterm_to_the_chief_saves_a_checkpoint_and_a_restart_resumes_from_it(make_cluster):
+    cluster = make_cluster(num_ps=1, num_workers=1, trainer_args=["--train_steps=100000",
+                                                                  "--save_checkpoint_steps=1000000"])
+    cluster.start_all()
+    deadline = time.monotonic() + TIMEOUT
+    while "step 100/" not in cluster.log("worker", 0) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    cluster.kill("worker", 0, signal.SIGTERM)
+    assert cluster.wait("worker", timeout=60) == {("worker", 0): 143}, describe(cluster)
+    log = cluster.log("worker", 0)
+    step = int(re.search(r"preempted at global step (\d+) \(the chief saved a checkpoint there\)", log).group(1))
+    assert step > 100
+    assert tf.train.load_checkpoint(str(cluster.model_dir)).get_tensor("global_step") == step
+    assert cluster.procs[("ps", 0)].poll() is None  # training is not over: the ps keeps serving
+
+    cluster.start("worker", 0, ["--train_steps=" + str(step + 50)])
+    assert cluster.wait("worker", timeout=TIMEOUT) == {("worker", 0): 0}, describe(cluster)
+    resumed_at = re.findall(r"first step done at global step (\d+)", cluster.log("worker", 0))[-1]
+    assert int(resumed_at) == step + 1
+    assert cluster.wait("ps", timeout=60) == {("ps", 0): 0}

@@ -11,7 +11,7 @@ import input as inputs
 import model
 from cluster import placement, shutdown, spec
 from training import hooks as training_hooks
-from training import optimizers
+from training import optimizers, preemption
 
 v1 = tf.compat.v1
 
@@ -122,8 +122,9 @@ def wait_for_chief_ready(target, session_config, timeout_secs, task_name):
             time.sleep(CHIEF_POLL_SECS)
 
 
-def train(cfg, server=None) -> training_hooks.ProgressHook:
-    """Trains to --train_steps; returns the progress hook with the final step, loss and accuracy."""
+def train(cfg, server=None, stop=None) -> training_hooks.ProgressHook:
+    """Trains to --train_steps, or until `stop` (a Preemption) is requested; returns the progress
+    hook with the final step, loss and accuracy."""
     cluster, train_cfg = cfg.cluster, cfg.train
     graph = build_graph(cfg)
     if cluster.is_chief and cluster.is_distributed:
@@ -142,7 +143,7 @@ def train(cfg, server=None) -> training_hooks.ProgressHook:
                 master=target,
                 is_chief=cluster.is_chief,
                 checkpoint_dir=train_cfg.model_dir,
-                hooks=graph.hooks + [progress],
+                hooks=graph.hooks + [progress] + ([preemption.PreemptionHook(stop)] if stop else []),
                 chief_only_hooks=graph.chief_only_hooks,
                 scaffold=v1.train.Scaffold(saver=graph.saver),
                 save_checkpoint_steps=train_cfg.save_checkpoint_steps,
@@ -168,16 +169,24 @@ def train(cfg, server=None) -> training_hooks.ProgressHook:
     return progress
 
 
-def run(cfg, server=None) -> None:
-    """Trains, tells the ps tasks this worker is done, and logs the outcome."""
+def run(cfg, server=None) -> int:
+    """Trains, tells the ps tasks this worker is done, logs the outcome, returns the exit code."""
     start = time.monotonic()
-    progress = train(cfg, server)
+    stop = preemption.Preemption(cfg.cluster.task_name).install()
+    progress = train(cfg, server, stop)
+    if stop.requested.is_set():
+        # Not done: the ps tasks keep serving for this worker's restart.
+        saved = " (the chief saved a checkpoint there)" if cfg.cluster.is_chief else ""
+        logging.warning("%s preempted at global step %s%s; restart it to resume", cfg.cluster.task_name,
+                        progress.global_step, saved)
+        return preemption.EXIT_PREEMPTED
     if server is not None:
         _signal_done_bounded(server, cfg.cluster)
     # key=value, so the local launcher and the tests read the same line a person does.
     logging.info("%s finished: global_step=%s local_steps=%d loss=%s accuracy=%s seconds=%.1f",
                  cfg.cluster.task_name, progress.global_step, progress.local_steps,
                  _fmt(progress.loss, 4), _fmt(progress.accuracy, 3), time.monotonic() - start)
+    return 0
 
 
 def _fmt(value, digits):

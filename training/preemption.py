@@ -1,0 +1,59 @@
+"""Preemption: SIGTERM (what Kubernetes, SageMaker spot and Slurm send) or SIGINT stops a worker
+after its current step. The chief then writes a checkpoint at that step as its session closes, and
+the process exits with EXIT_PREEMPTED; restarting it resumes from that step.
+
+Python runs signal handlers only between bytecodes, and a worker spends its time inside
+session.run (blocked for a whole round in sync mode), so the signal is also written to a wakeup
+fd that a watcher thread reads at once. If the worker has not stopped DEADLINE_SECS later, the
+watcher ends the process with the same exit code: stopping is always bounded.
+"""
+
+import os
+import signal
+import threading
+import time
+
+import tensorflow as tf
+from absl import logging
+
+# 128 + SIGTERM: what orchestrators read as "stopped by SIGTERM", retryable under Kubeflow's
+# ExitCode restart policy; distinct from 0 (training finished) and 1 (an error).
+EXIT_PREEMPTED = 143
+DEADLINE_SECS = 60
+
+
+class Preemption:
+    def __init__(self, task_name: str, deadline_secs: float = DEADLINE_SECS):
+        self.task_name = task_name
+        self.deadline_secs = deadline_secs
+        self.requested = threading.Event()
+
+    def install(self) -> "Preemption":
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        signal.set_wakeup_fd(write_fd)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: None)  # the watcher acts; a handler must exist for the fd
+        threading.Thread(target=self._watch, args=(read_fd,), name="preemption", daemon=True).start()
+        return self
+
+    def _watch(self, read_fd):
+        signum = os.read(read_fd, 1)[0]
+        logging.warning("%s: %s received: stopping after the current step (the chief saves a checkpoint)",
+                        self.task_name, signal.Signals(signum).name)
+        self.requested.set()
+        time.sleep(self.deadline_secs)
+        logging.error("%s: still running %d s after %s; exiting now", self.task_name, self.deadline_secs,
+                      signal.Signals(signum).name)
+        os._exit(EXIT_PREEMPTED)  # pylint: disable=protected-access
+
+
+class PreemptionHook(tf.compat.v1.train.SessionRunHook):
+    """Requests a clean stop after the step in which preemption was asked for."""
+
+    def __init__(self, preemption: Preemption):
+        self._preemption = preemption
+
+    def after_run(self, run_context, run_values):
+        if self._preemption.requested.is_set():
+            run_context.request_stop()
