@@ -60,10 +60,6 @@ def finished(log: str) -> dict[str, str]:
     return dict(re.findall(r"(\w+)=(\S+)", lines[-1]))
 
 
-def logged_losses(log: str) -> list[float]:
-    return [float(m) for m in re.findall(r" step \d+/\d+ loss (\S+)", log)]
-
-
 def describe(cluster) -> str:
     """Every task's exit state and log tail, for assertion messages."""
     parts = []
