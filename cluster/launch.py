@@ -5,9 +5,13 @@ time to exit on their own, prints a summary, and returns an exit code. On SIGINT
 soon as any task fails, it stops every task it started.
 """
 
+import datetime
+import pathlib
 import re
 import signal
 import time
+
+from absl import flags
 
 PROGRESS = re.compile(r"\] ((?:worker|chief|master|ps):\d+ .*)$")
 KEY_VALUE = re.compile(r"(\w+)=(\S+)")
@@ -20,6 +24,21 @@ class Interrupted(Exception):
 
 def _interrupt(signum, frame):
     raise Interrupted(signal.Signals(signum).name)
+
+
+def define_flags(run_dir_default: str, timeout_secs: int, ps_exit_secs: int) -> None:
+    """The flags every launcher has, with its own defaults."""
+    flags.DEFINE_string("run_dir", None, f"Local directory for logs. Default: {run_dir_default}.")
+    flags.DEFINE_integer("timeout_secs", timeout_secs,
+                         "Stop everything if the workers have not finished by then.", lower_bound=1)
+    flags.DEFINE_integer("ps_exit_secs", ps_exit_secs,
+                         "How long the ps tasks may take to exit after the workers.", lower_bound=1)
+
+
+def run_dir(prefix: str = "") -> pathlib.Path:
+    """--run_dir, or runs/<prefix><timestamp>."""
+    default = f"runs/{prefix}{datetime.datetime.now():%Y%m%d-%H%M%S}"
+    return pathlib.Path(flags.FLAGS.run_dir or default).resolve()
 
 
 def progress_lines(text: str) -> list[str]:

@@ -9,36 +9,29 @@ workers, checks that every ps exited on its own, prints a summary, and exits non
 failed. On Ctrl-C, SIGTERM or any failure it stops every process it started, by process group.
 """
 
-import datetime
-import pathlib
-import sys
 
 from absl import app, flags
 
-from cluster.launch import launch
+from cluster import launch
 from cluster.local import LocalCluster
 
 flags.DEFINE_integer("num_ps", 1, "Number of ps tasks.", lower_bound=1)
 flags.DEFINE_integer("num_workers", 2, "Number of worker tasks.", lower_bound=1)
-flags.DEFINE_string("run_dir", None, "Logs and model_dir go here. Default: runs/<timestamp>.")
-flags.DEFINE_integer("timeout_secs", 1800, "Stop everything if the workers have not finished by then.",
-                     lower_bound=1)
-flags.DEFINE_integer("ps_exit_secs", 30, "How long the ps tasks may take to exit after the workers.",
-                     lower_bound=1)
+launch.define_flags("runs/<timestamp> (model_dir goes there too)", timeout_secs=1800, ps_exit_secs=30)
 FLAGS = flags.FLAGS
 
 
 def main(argv):
     trainer_args = argv[1:]
-    run_dir = pathlib.Path(FLAGS.run_dir or f"runs/{datetime.datetime.now():%Y%m%d-%H%M%S}").resolve()
+    run_dir = launch.run_dir()
     if not any(a.startswith("--model_dir") for a in trainer_args):
         trainer_args.append(f"--model_dir={run_dir / 'model'}")
     cluster = LocalCluster(run_dir, FLAGS.num_ps, FLAGS.num_workers, trainer_args)
-    code = launch(cluster, FLAGS.timeout_secs, FLAGS.ps_exit_secs)
+    code = launch.launch(cluster, FLAGS.timeout_secs, FLAGS.ps_exit_secs)
     if code == 0:
         print(f"checkpoints and summaries in {run_dir / 'model'}")
     return code
 
 
 if __name__ == "__main__":
-    sys.exit(app.run(main))
+    app.run(main)

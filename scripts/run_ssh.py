@@ -16,26 +16,19 @@ Ctrl-C or any failure every remote task gets SIGTERM (its ssh session closes) an
 is stopped by its process group. Hosts must accept key-based ssh (BatchMode: no prompts).
 """
 
-import datetime
 import pathlib
 import shlex
-import sys
 
 from absl import app, flags
 
-from cluster import spec
-from cluster.launch import launch
+from cluster import launch, spec
 from cluster.local import ProcessCluster, read_hosts_file
 
 flags.DEFINE_string("hosts_file", None, "The cluster: lines of 'ps|worker host:port'.", required=True)
 flags.DEFINE_string("remote_dir", None, "Directory of ps-trainer on every host.", required=True)
 flags.DEFINE_string("python", ".venv/bin/python", "Python on the hosts, relative to --remote_dir or absolute.")
 flags.DEFINE_string("ssh", "ssh -o BatchMode=yes -o ConnectTimeout=10", "The ssh command.")
-flags.DEFINE_string("run_dir", None, "Local directory for the logs. Default: runs/ssh-<timestamp>.")
-flags.DEFINE_integer("timeout_secs", 86400, "Stop everything if the workers have not finished by then.",
-                     lower_bound=1)
-flags.DEFINE_integer("ps_exit_secs", 60, "How long the ps tasks may take to exit after the workers.",
-                     lower_bound=1)
+launch.define_flags("runs/ssh-<timestamp>", timeout_secs=86400, ps_exit_secs=60)
 FLAGS = flags.FLAGS
 
 
@@ -47,11 +40,10 @@ def main(argv):
         jobs = read_hosts_file(path.read_text(), str(path))
     except ValueError as err:
         raise app.UsageError(str(err)) from None
-    run_dir = pathlib.Path(FLAGS.run_dir or f"runs/ssh-{datetime.datetime.now():%Y%m%d-%H%M%S}").resolve()
-    cluster = ProcessCluster(run_dir, jobs[spec.PS], jobs[spec.WORKER], argv[1:], ssh=shlex.split(FLAGS.ssh),
+    cluster = ProcessCluster(launch.run_dir("ssh-"), jobs[spec.PS], jobs[spec.WORKER], argv[1:], ssh=shlex.split(FLAGS.ssh),
                              remote_dir=FLAGS.remote_dir, python=FLAGS.python)
-    return launch(cluster, FLAGS.timeout_secs, FLAGS.ps_exit_secs)
+    return launch.launch(cluster, FLAGS.timeout_secs, FLAGS.ps_exit_secs)
 
 
 if __name__ == "__main__":
-    sys.exit(app.run(main))
+    app.run(main)

@@ -7,6 +7,7 @@ import time
 import pytest
 from absl.flags import FLAGS
 
+from cluster.launch import finished_values
 from cluster.local import LocalCluster
 from flags import config as flag_config
 from flags import definitions  # noqa: F401  (defines the trainer's flags)
@@ -54,10 +55,10 @@ def log_time(line: str) -> datetime.datetime:
 
 
 def finished(log: str) -> dict[str, str]:
-    """key=value pairs of a worker's 'finished:' line."""
-    lines = log_lines(log, " finished: ")
-    assert lines, "worker never logged its 'finished:' line"
-    return dict(re.findall(r"(\w+)=(\S+)", lines[-1]))
+    """key=value pairs of a worker's 'finished:' line, read as the launchers read it."""
+    values = finished_values(log)
+    assert values, "worker never logged its 'finished:' line"
+    return values
 
 
 def describe(cluster) -> str:

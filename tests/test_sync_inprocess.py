@@ -26,6 +26,7 @@ class Replica:
 
     def __init__(self, cluster_cfg, server, train_cfg):
         self.cluster = cluster_cfg
+        self.session_target = server.target
         self.graph = tf.Graph()
         with self.graph.as_default(), v1.device(placement.device_setter(cluster_cfg)):
             self.global_step = v1.train.get_or_create_global_step()
@@ -82,7 +83,6 @@ def sync_cluster():
         for index, server in enumerate(servers):
             cfg = spec.ClusterConfig(hosts["ps"], hosts["worker"], "worker", index)
             replica = Replica(cfg, server, train_cfg)
-            replica.session_target = server.target
             replicas.append(replica)
             made.append(replica)
         return replicas
