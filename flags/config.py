@@ -178,6 +178,8 @@ def read_train(f, cluster: spec.ClusterConfig) -> TrainConfig:
         seed=f.seed,
         startup_timeout_secs=f.startup_timeout_secs,
         eval_timeout_secs=f.eval_timeout_secs,
+        stall_warning_secs=f.stall_warning_secs,
+        stall_timeout_secs=f.stall_timeout_secs,
     )
 
 
@@ -194,7 +196,8 @@ def read_model(f) -> model.ModelConfig:
 
 def read_data(f, cluster: spec.ClusterConfig) -> inputs.DataConfig:
     data = inputs.DataConfig(name=f.dataset, data_dir=f.data_dir,
-                             synthetic_examples=f.synthetic_examples, seed=f.seed)
+                             synthetic_examples=f.synthetic_examples, seed=f.seed,
+                             skip_bad_records=f.skip_bad_records)
     if cluster.job_name == spec.PS:
         return data  # a ps never reads data, and its host may not have it
     problem = inputs.DATASETS[f.dataset].check(data)

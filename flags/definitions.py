@@ -29,6 +29,12 @@ flags.DEFINE_boolean("allow_public_addresses", False,
                      "just the cluster's hosts (the gRPC port has no authentication).")
 flags.DEFINE_integer("startup_timeout_secs", 600,
                      "How long a task waits for its peers (ps, chief) before giving up.", lower_bound=1)
+flags.DEFINE_integer("stall_warning_secs", 60,
+                     "Warn when a worker completes no step for this long (a peer may be down).",
+                     lower_bound=1)
+flags.DEFINE_integer("stall_timeout_secs", 900,
+                     "Exit (code 75) when a worker completes no step for this long: in sync mode a "
+                     "dead worker without a backup stalls every step.", lower_bound=1)
 
 # ---------------------------------------------------------------- optimization
 flags.DEFINE_integer("train_steps", 2000, "Global step at which training stops.", lower_bound=1)
@@ -64,6 +70,9 @@ flags.DEFINE_enum("model", "mlp", sorted(model.MODELS), "Model by name.")
 flags.DEFINE_list("hidden_units", ["256"], "MLP hidden layer sizes, comma-separated.")
 flags.DEFINE_enum("dataset", "synthetic", sorted(inputs.DATASETS),
                   "Data source by name; 'synthetic' is embedded and needs no files.")
+flags.DEFINE_boolean("skip_bad_records", False,
+                     "Skip unreadable or invalid records, logging and counting each, instead of "
+                     "stopping at the first with an error naming its file and record.")
 flags.DEFINE_string("data_dir", None, "Directory or file pattern of the data, for file-based datasets.")
 flags.DEFINE_integer("synthetic_examples", 20000, "Training examples in the synthetic dataset.",
                      lower_bound=1)

@@ -11,6 +11,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from input import synthetic, tfrecord, tuning
+from input.records import bad_record_message  # noqa: F401  (the trainer reports input errors)
 
 DATASETS = {
     "synthetic": synthetic,
@@ -25,6 +26,7 @@ class DataConfig:
     data_dir: str | None = None
     synthetic_examples: int = 20000
     seed: int = 42
+    skip_bad_records: bool = False
 
 
 class Shard(NamedTuple):

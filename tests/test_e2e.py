@@ -157,6 +157,39 @@ def test_a_nan_loss_stops_training_naming_the_step(tmp_path):
     assert tf.reduce_all(tf.math.is_finite(reader.get_tensor("mlp/hidden0/kernel")))
 
 
+def write_data_with_a_bad_label(data_dir):
+    """The embedded dataset as TFRecord, one file, with record 7 given label 12."""
+    import input as inputs
+    from input import synthetic, tfrecord
+    cfg = inputs.DataConfig(synthetic_examples=400)
+    records = [(image.numpy(), label.numpy()) for image, label in synthetic.records(cfg, "train", inputs.Shard(0, 1))]
+    records[7] = (records[7][0], 12)
+    return tfrecord.write(records, str(data_dir), "train", num_files=1)[0]
+
+
+def test_a_bad_record_stops_training_naming_its_file_and_index(tmp_path):
+    path = write_data_with_a_bad_label(tmp_path / "data")
+    result = run_trainer(f"--model_dir={tmp_path / 'model'}", "--dataset=tfrecord",
+                         f"--data_dir={tmp_path / 'data'}", "--train_steps=20")
+    assert result.returncode == 1
+    expected = (f": bad input record: {path} record 7: 'label' is 12, outside 0..9 "
+                "(--skip_bad_records skips such records, logging each)")
+    assert any(line.endswith(expected) for line in result.stderr.splitlines()), result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+
+
+def test_skip_bad_records_trains_on_the_rest_and_logs_the_skip(make_cluster, tmp_path):
+    path = write_data_with_a_bad_label(tmp_path / "data")
+    cluster = make_cluster(num_ps=1, num_workers=2, trainer_args=[
+        "--dataset=tfrecord", f"--data_dir={tmp_path / 'data'}", "--skip_bad_records", "--train_steps=60"])
+    cluster.start_all()
+    assert cluster.wait(timeout=TIMEOUT) == {("ps", 0): 0, ("worker", 0): 0, ("worker", 1): 0}, describe(cluster)
+    # One file, two workers: records are split by index, so record 7 is worker 1's to skip.
+    skipped = f"skipped bad record 1 (so far, this worker): BadRecord: {path} record 7: 'label' is 12"
+    assert skipped in cluster.log("worker", 1) and "skipped bad record" not in cluster.log("worker", 0)
+    assert int(finished(cluster.log("worker", 0))["global_step"]) >= 60
+
+
 def test_per_host_scripts_run_a_cluster(tmp_path):
     from cluster.local import free_ports
 

@@ -83,3 +83,96 @@ def test_batches_are_float_in_unit_range_and_full():
     assert images.shape == (16, 28, 28, 1) and images.dtype == tf.float32
     assert 0.0 <= float(tf.reduce_min(images)) and float(tf.reduce_max(images)) <= 1.0
     assert labels.shape == (16,)
+
+
+# ---------------------------------------------------------------- bad records
+
+def write_examples(path, examples):
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for example in examples:
+            writer.write(example if isinstance(example, bytes) else example.SerializeToString())
+
+
+def example(image=b"\x07" * 784, label=3):
+    feature = {}
+    if image is not None:
+        feature["image"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[image]))
+    if label is not None:
+        feature["label"] = tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))
+    return tf.train.Example(features=tf.train.Features(feature=feature))
+
+
+def read_all(data_dir, skip=False):
+    cfg = inputs.DataConfig(name="tfrecord", data_dir=str(data_dir), skip_bad_records=skip)
+    return [int(label) for _, label in tfrecord.records(cfg, "train", inputs.Shard(0, 1))]
+
+
+def bad_record_error(data_dir):
+    with pytest.raises(tf.errors.InvalidArgumentError) as error:
+        read_all(data_dir)
+    return inputs.bad_record_message(error.value.message)
+
+
+BAD_RECORDS = {
+    "missing label": (example(label=None), "record 2: needs one int64 'label' feature, has 0"),
+    "missing image": (example(image=None), "record 2: needs one 'image' bytes feature, has 0"),
+    "label out of range": (example(label=12), "record 2: 'label' is 12, outside 0..9"),
+    "negative label": (example(label=-1), "record 2: 'label' is -1, outside 0..9"),
+    "wrong image size": (example(image=b"\x01" * 100), "record 2: 'image' has 100 bytes, expected 784 (28x28x1 uint8)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_RECORDS))
+def test_a_bad_record_is_named_by_file_and_index(tmp_path, case):
+    bad, expected = BAD_RECORDS[case]
+    path = tmp_path / "train-00000-of-00001.tfrecord"
+    write_examples(path, [example(), example(), bad, example()])
+    assert bad_record_error(tmp_path) == f"bad input record: {path} {expected}"
+
+
+def test_skip_bad_records_drops_and_counts_each_one(tmp_path, capfd):
+    path = tmp_path / "train-00000-of-00001.tfrecord"
+    write_examples(path, [example(label=1), example(label=12), example(label=2), example(image=None),
+                          example(label=4)])
+    assert read_all(tmp_path, skip=True) == [1, 2, 4]
+    logged = capfd.readouterr().err
+    assert f"skipped bad record 1 (so far, this worker): BadRecord: {path} record 1: 'label' is 12" in logged
+    assert f"skipped bad record 2 (so far, this worker): BadRecord: {path} record 3: needs one 'image'" in logged
+
+
+def truncated_and_corrupt(tmp_path):
+    """A file cut inside its 4th record, and one with a flipped byte inside its 3rd (of 5 each)."""
+    whole = tmp_path / "whole.tfrecord"
+    write_examples(whole, [example(label=i) for i in range(5)])
+    data = whole.read_bytes()
+    whole.unlink()
+    record = len(data) // 5
+    truncated = tmp_path / "train-00000-of-00002.tfrecord"
+    truncated.write_bytes(data[:3 * record + 20])
+    corrupt = bytearray(data)
+    corrupt[2 * record + 40] ^= 0xFF
+    (tmp_path / "train-00001-of-00002.tfrecord").write_bytes(bytes(corrupt))
+    return truncated, tmp_path / "train-00001-of-00002.tfrecord", len(data)
+
+
+def test_a_truncated_or_corrupt_file_is_named_with_the_first_record_lost(tmp_path):
+    truncated, corrupt, size = truncated_and_corrupt(tmp_path)
+    record = size // 5
+    # Interleaved reading meets the corrupt file's record 2 before the truncated file's record 3.
+    assert bad_record_error(tmp_path) == (
+        f"bad input record: {corrupt} record 2: cannot be read past byte {2 * record} of {size} "
+        "(truncated or corrupt): this record and any after it are lost")
+    corrupt.unlink()
+    assert bad_record_error(tmp_path).startswith(
+        f"bad input record: {truncated} record 3: cannot be read past byte {3 * record} of {3 * record + 20} ")
+
+
+def test_skip_bad_records_keeps_what_a_damaged_file_still_holds(tmp_path, capfd):
+    truncated_and_corrupt(tmp_path)
+    assert sorted(read_all(tmp_path, skip=True)) == [0, 0, 1, 1, 2]
+    logged = capfd.readouterr().err
+    assert logged.count("skipped bad record") == 2 and "skipped bad record 2 (so far" in logged
+
+
+def test_good_files_give_no_problem_and_every_record(tfrecord_dir):
+    assert len(read_all(tfrecord_dir)) == 120 == len(read_all(tfrecord_dir, skip=True))

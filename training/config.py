@@ -21,3 +21,5 @@ class TrainConfig:
     seed: int = 42
     startup_timeout_secs: int = 600
     eval_timeout_secs: int = 3600
+    stall_warning_secs: int = 60
+    stall_timeout_secs: int = 900

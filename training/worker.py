@@ -9,9 +9,9 @@ from absl import logging
 
 import input as inputs
 import model
-from cluster import placement, shutdown, spec
+from cluster import peers, placement, shutdown, spec
+from training import checkpoints, optimizers, preemption, watchdog
 from training import hooks as training_hooks
-from training import optimizers, preemption
 
 v1 = tf.compat.v1
 
@@ -122,6 +122,14 @@ def wait_for_chief_ready(target, session_config, timeout_secs, task_name):
             time.sleep(CHIEF_POLL_SECS)
 
 
+def wait_for_ps(cluster, timeout_secs):
+    ps_tasks = {f"ps {index}": address for index, address in enumerate(cluster.ps_hosts)}
+    try:
+        peers.wait_for_peers(ps_tasks, timeout_secs, cluster.task_name)
+    except peers.PeersUnreachable as err:
+        raise TrainingError(str(err)) from None
+
+
 def train(cfg, server=None, stop=None) -> training_hooks.ProgressHook:
     """Trains to --train_steps, or until `stop` (a Preemption) is requested; returns the progress
     hook with the final step, loss and accuracy."""
@@ -136,14 +144,23 @@ def train(cfg, server=None, stop=None) -> training_hooks.ProgressHook:
         train_cfg.log_every_n_steps)
     target = server.target if server else ""
     config = spec.session_config(cluster)
-    if not cluster.is_chief:
+    if cluster.is_distributed:
+        wait_for_ps(cluster, train_cfg.startup_timeout_secs)
+    if cluster.is_chief:
+        checkpoints.remove_interrupted_saves(train_cfg.model_dir, cluster.task_name)
+    else:
         wait_for_chief_ready(target, config, train_cfg.startup_timeout_secs, cluster.task_name)
+    stall_watchdog = watchdog.StallWatchdog(
+        cluster.task_name,
+        watchdog.stall_cause(train_cfg.sync_replicas, train_cfg.replicas_to_aggregate, cluster.num_workers),
+        train_cfg.stall_warning_secs, train_cfg.stall_timeout_secs)
+    run_hooks = graph.hooks + [progress, stall_watchdog] + ([preemption.PreemptionHook(stop)] if stop else [])
     try:
         with v1.train.MonitoredTrainingSession(
                 master=target,
                 is_chief=cluster.is_chief,
                 checkpoint_dir=train_cfg.model_dir,
-                hooks=graph.hooks + [progress] + ([preemption.PreemptionHook(stop)] if stop else []),
+                hooks=run_hooks,
                 chief_only_hooks=graph.chief_only_hooks,
                 scaffold=v1.train.Scaffold(saver=graph.saver),
                 save_checkpoint_steps=train_cfg.save_checkpoint_steps,
@@ -160,12 +177,18 @@ def train(cfg, server=None, stop=None) -> training_hooks.ProgressHook:
             while not sess.should_stop() and progress.global_step < train_cfg.train_steps:
                 sess.run(graph.train_op)
     except tf.errors.InvalidArgumentError as err:
-        if NON_FINITE_LOSS not in err.message:
-            raise
-        raise TrainingError(
-            f"{cluster.task_name}: the loss became NaN or Inf after global step {progress.global_step}; "
-            f"training stopped before applying it, so the latest checkpoint in {train_cfg.model_dir} "
-            "is the last good one. Lower --learning_rate or check the data.") from None
+        if NON_FINITE_LOSS in err.message:
+            raise TrainingError(
+                f"{cluster.task_name}: the loss became NaN or Inf after global step {progress.global_step}; "
+                f"training stopped before applying it, so the latest checkpoint in {train_cfg.model_dir} "
+                "is the last good one. Lower --learning_rate or check the data.") from None
+        bad_record = inputs.bad_record_message(err.message)
+        if bad_record:
+            raise TrainingError(f"{cluster.task_name}: {bad_record} (--skip_bad_records skips such "
+                                "records, logging each)") from None
+        raise
+    finally:
+        stall_watchdog.stop()
     return progress
 
 

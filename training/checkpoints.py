@@ -1,0 +1,48 @@
+"""Leftovers of checkpoint saves that never completed, cleared by the chief before it starts.
+
+A save writes each ps's shard under <prefix>_temp/, merges them into <prefix>.index and
+<prefix>.data-*, and only then registers <prefix> in the 'checkpoint' state file (written to a
+temporary name and renamed). A chief killed part-way leaves files that no state file lists: they
+can never be restored, and the Saver would never delete them, so --keep_checkpoint_max would stop
+holding. Only the chief saves, so before it starts no save can be in progress.
+"""
+
+import os
+import re
+
+import tensorflow as tf
+from absl import logging
+
+CHECKPOINT_FILE = re.compile(r"^(model\.ckpt-\d+)(?:_temp.*|\.index|\.data-.*|\.meta)$")
+STATE_TEMP_FILE = re.compile(r"^checkpoint\.tmp[0-9a-f]*$")
+
+
+def registered_prefixes(model_dir: str) -> set[str]:
+    state = tf.train.get_checkpoint_state(model_dir)
+    if state is None:
+        return set()
+    paths = {state.model_checkpoint_path, *state.all_model_checkpoint_paths}
+    return {os.path.basename(path) for path in paths if path}
+
+
+def remove_interrupted_saves(model_dir: str, task_name: str) -> list[str]:
+    """Removes checkpoint files and temporaries that the state file does not list; returns their names."""
+    if not tf.io.gfile.isdir(model_dir):
+        return []
+    keep = registered_prefixes(model_dir)
+    removed = []
+    for name in sorted(tf.io.gfile.listdir(model_dir)):
+        name = name.rstrip("/")
+        match = CHECKPOINT_FILE.match(name)
+        if (match and match.group(1) not in keep) or STATE_TEMP_FILE.match(name):
+            path = os.path.join(model_dir, name)
+            if tf.io.gfile.isdir(path):
+                tf.io.gfile.rmtree(path)
+            else:
+                tf.io.gfile.remove(path)
+            removed.append(name)
+    if removed:
+        logging.warning("%s: removed %d file(s) of checkpoint saves that never completed (none was "
+                        "registered in %s/checkpoint): %s", task_name, len(removed), model_dir,
+                        ", ".join(removed))
+    return removed

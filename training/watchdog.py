@@ -1,0 +1,82 @@
+"""Bounding a worker's wait for steps that cannot complete.
+
+A step can block with no error and no end: in sync mode each one waits for gradients from
+--replicas_to_aggregate replicas, so one dead worker without a backup stalls all the others; and
+while a ps restarts, session re-creation waits on it with no deadline. The watchdog warns after
+--stall_warning_secs without a completed step, again at that interval, and ends the process
+with EXIT_STALLED after --stall_timeout_secs. A step that completes resets it: a worker that
+comes back lets the others carry on.
+"""
+
+import os
+import sys
+import threading
+import time
+
+import tensorflow as tf
+from absl import logging
+
+# EX_TEMPFAIL: the job can succeed once the missing peer is back; distinct from 0 (finished),
+# 1 (an error) and 143 (preempted).
+EXIT_STALLED = 75
+
+
+class StallWatchdog(tf.compat.v1.train.SessionRunHook):
+    def __init__(self, task_name: str, cause: str, warning_secs: float, timeout_secs: float,
+                 clock=time.monotonic, exit_process=os._exit):  # pylint: disable=protected-access
+        self._task_name = task_name
+        self._cause = cause
+        self._warning_secs = warning_secs
+        self._timeout_secs = timeout_secs
+        self._clock = clock
+        self._exit_process = exit_process
+        self._last_progress = clock()
+        self._stopped = threading.Event()
+        self._thread = None
+
+    def begin(self):
+        self._last_progress = self._clock()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._watch, name="stall-watchdog", daemon=True)
+            self._thread.start()
+
+    def after_run(self, run_context, run_values):
+        self._last_progress = self._clock()
+
+    def stop(self):
+        self._stopped.set()
+
+    def check(self, warned_at: float) -> float:
+        """One look: warns or exits if stalled; returns the stall time last warned about."""
+        stalled = self._clock() - self._last_progress
+        if stalled < warned_at:
+            warned_at = 0.0  # a step completed since the last warning
+        if stalled >= self._timeout_secs:
+            logging.error("%s: no training step completed for %.0f s; %s. Giving up (--stall_timeout_secs="
+                          "%g): exit %d; restart this task once its peers are back.", self._task_name,
+                          stalled, self._cause, self._timeout_secs, EXIT_STALLED)
+            logging.flush()
+            sys.stderr.flush()
+            self._exit_process(EXIT_STALLED)
+        elif stalled >= warned_at + self._warning_secs:
+            logging.warning("%s: no training step completed for %.0f s; %s. Waiting up to %.0f s more "
+                            "(--stall_timeout_secs).", self._task_name, stalled, self._cause,
+                            self._timeout_secs - stalled)
+            warned_at = stalled
+        return warned_at
+
+    def _watch(self):
+        warned_at = 0.0
+        while not self._stopped.wait(min(1.0, self._warning_secs / 4)):
+            warned_at = self.check(warned_at)
+
+
+def stall_cause(sync_replicas: bool, replicas_to_aggregate: int, num_workers: int) -> str:
+    if sync_replicas and replicas_to_aggregate == num_workers:
+        return (f"in sync mode every step needs gradients from all {num_workers} workers, so one that "
+                "is down or restarting stalls the rest (check the other workers' logs; "
+                "--replicas_to_aggregate below the worker count adds backup workers)")
+    if sync_replicas:
+        return (f"in sync mode every step needs gradients from {replicas_to_aggregate} of "
+                f"{num_workers} workers, and fewer are running")
+    return "a ps task may be down or restarting, or the chief has not initialized the variables"
