@@ -14,6 +14,7 @@ import time
 from absl import flags
 
 PROGRESS = re.compile(r"\] ((?:worker|chief|master|ps):\d+ .*)$")
+LOG_TIME = re.compile(r"^[IWEF](\d{4}) (\d\d:\d\d:\d\d\.\d+)")
 KEY_VALUE = re.compile(r"(\w+)=(\S+)")
 EXIT_INTERRUPTED = 130
 
@@ -43,6 +44,13 @@ def run_dir(prefix: str = "") -> pathlib.Path:
 
 def progress_lines(text: str) -> list[str]:
     return [m.group(1) for m in map(PROGRESS.search, text.splitlines()) if m]
+
+
+def log_time(line: str) -> datetime.datetime:
+    """Wall-clock time of an absl log line (the same clock in every local process)."""
+    month_day, clock = LOG_TIME.match(line).groups()
+    year = datetime.date.today().year
+    return datetime.datetime.strptime(f"{year}{month_day} {clock}", "%Y%m%d %H:%M:%S.%f")
 
 
 def finished_values(log: str) -> dict[str, str]:

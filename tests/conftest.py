@@ -1,13 +1,12 @@
 """Shared fixtures: parsing trainer flags in-process, and real local clusters that always stop."""
 
 import datetime
-import re
 import time
 
 import pytest
 from absl.flags import FLAGS
 
-from cluster.launch import finished_values
+from cluster.launch import finished_values, log_time  # noqa: F401  (log_time: for the tests)
 from cluster.local import LocalCluster
 from flags import config as flag_config
 from flags import definitions  # noqa: F401  (defines the trainer's flags)
@@ -15,7 +14,6 @@ from flags import definitions  # noqa: F401  (defines the trainer's flags)
 # Small, fast runs: the defaults of the tests' clusters.
 FAST_ARGS = ["--train_steps=200", "--log_every_n_steps=50", "--synthetic_examples=8000",
              "--save_checkpoint_steps=100"]
-LOG_TIME = re.compile(r"^[IWEF](\d{4}) (\d\d:\d\d:\d\d\.\d+)")
 
 
 def read_flags(*args):
@@ -45,13 +43,6 @@ def make_cluster(tmp_path):
 
 def log_lines(log: str, needle: str) -> list[str]:
     return [line for line in log.splitlines() if needle in line]
-
-
-def log_time(line: str) -> datetime.datetime:
-    """Wall-clock time of an absl log line (same clock in every local process)."""
-    month_day, clock = LOG_TIME.match(line).groups()
-    year = datetime.date.today().year
-    return datetime.datetime.strptime(f"{year}{month_day} {clock}", "%Y%m%d %H:%M:%S.%f")
 
 
 def finished(log: str) -> dict[str, str]:

@@ -25,22 +25,25 @@ def registered_prefixes(model_dir: str) -> set[str]:
     return {os.path.basename(path) for path in paths if path}
 
 
-def remove_interrupted_saves(model_dir: str, task_name: str) -> list[str]:
-    """Removes checkpoint files and temporaries that the state file does not list; returns their names."""
+def unfinished_save_files(model_dir: str) -> list[str]:
+    """Names of checkpoint files and temporaries in model_dir that the state file does not list."""
     if not tf.io.gfile.isdir(model_dir):
         return []
     keep = registered_prefixes(model_dir)
-    removed = []
-    for name in sorted(tf.io.gfile.listdir(model_dir)):
-        name = name.rstrip("/")
-        match = CHECKPOINT_FILE.match(name)
-        if (match and match.group(1) not in keep) or STATE_TEMP_FILE.match(name):
-            path = os.path.join(model_dir, name)
-            if tf.io.gfile.isdir(path):
-                tf.io.gfile.rmtree(path)
-            else:
-                tf.io.gfile.remove(path)
-            removed.append(name)
+    names = [name.rstrip("/") for name in tf.io.gfile.listdir(model_dir)]
+    return sorted(name for name in names if STATE_TEMP_FILE.match(name) or (
+        CHECKPOINT_FILE.match(name) and CHECKPOINT_FILE.match(name).group(1) not in keep))
+
+
+def remove_interrupted_saves(model_dir: str, task_name: str) -> list[str]:
+    """Removes checkpoint files and temporaries that the state file does not list; returns their names."""
+    removed = unfinished_save_files(model_dir)
+    for name in removed:
+        path = os.path.join(model_dir, name)
+        if tf.io.gfile.isdir(path):
+            tf.io.gfile.rmtree(path)
+        else:
+            tf.io.gfile.remove(path)
     if removed:
         logging.warning("%s: removed %d file(s) of checkpoint saves that never completed (none was "
                         "registered in %s/checkpoint): %s", task_name, len(removed), model_dir,

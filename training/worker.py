@@ -17,6 +17,10 @@ v1 = tf.compat.v1
 
 NON_FINITE_LOSS = "NonFiniteLoss"
 CHIEF_POLL_SECS = 0.5
+# A non-chief's MonitoredTrainingSession gives up at once when the variables are not ready
+# (below SessionManager's 30 s poll); see _train_in_session.
+NOT_READY_RETRY_SECS = 1
+SESSION_NOT_READY = "Session was not ready"
 # In sync mode the chief's queue-runner thread is blocked waiting for gradients that will never
 # come once training is over; MonitoredSession waits this long for it before closing the session,
 # which cancels the wait. TensorFlow's default is 120 s.
@@ -148,48 +152,78 @@ def train(cfg, server=None, stop=None) -> training_hooks.ProgressHook:
         wait_for_ps(cluster, train_cfg.startup_timeout_secs)
     if cluster.is_chief:
         checkpoints.remove_interrupted_saves(train_cfg.model_dir, cluster.task_name)
-    else:
-        wait_for_chief_ready(target, config, train_cfg.startup_timeout_secs, cluster.task_name)
     stall_watchdog = watchdog.StallWatchdog(
         cluster.task_name,
         watchdog.stall_cause(train_cfg.sync_replicas, train_cfg.replicas_to_aggregate, cluster.num_workers),
         train_cfg.stall_warning_secs, train_cfg.stall_timeout_secs)
-    run_hooks = graph.hooks + [progress, stall_watchdog] + ([preemption.PreemptionHook(stop)] if stop else [])
+    hooks = graph.hooks + [progress, stall_watchdog] + ([preemption.PreemptionHook(stop)] if stop else [])
+    scaffold = v1.train.Scaffold(saver=graph.saver)
+    try:
+        while not _train_in_session(cfg, target, config, graph, scaffold, hooks, progress):
+            logging.info("%s: the variables on the ps are not initialized (did a ps task restart?); "
+                         "waiting for the chief to restore them", cluster.task_name)
+    except tf.errors.InvalidArgumentError as err:
+        error = _training_error(err, cluster, train_cfg, progress)
+        if error is None:
+            raise
+        raise error from None
+    finally:
+        stall_watchdog.stop()
+    return progress
+
+
+def _train_in_session(cfg, target, config, graph, scaffold, hooks, progress) -> bool:
+    """Trains in one MonitoredTrainingSession until the end or a stop request. Returns False if this
+    non-chief worker must wait for the chief again.
+
+    A non-chief's MonitoredTrainingSession re-creates its session after a ps restarts, and then
+    waits for the chief to restore the variables, polling every 30 s. With max_wait_secs under
+    that poll, its first not-ready check raises DeadlineExceededError instead: this worker polls
+    with wait_for_chief_ready and enters a new session (the hooks and scaffold are reused).
+    """
+    cluster, train_cfg = cfg.cluster, cfg.train
+    if not cluster.is_chief:
+        wait_for_chief_ready(target, config, train_cfg.startup_timeout_secs, cluster.task_name)
     try:
         with v1.train.MonitoredTrainingSession(
                 master=target,
                 is_chief=cluster.is_chief,
                 checkpoint_dir=train_cfg.model_dir,
-                hooks=run_hooks,
+                hooks=hooks,
                 chief_only_hooks=graph.chief_only_hooks,
-                scaffold=v1.train.Scaffold(saver=graph.saver),
+                scaffold=scaffold,
                 save_checkpoint_steps=train_cfg.save_checkpoint_steps,
                 save_checkpoint_secs=train_cfg.save_checkpoint_secs,
                 save_summaries_steps=train_cfg.save_summaries_steps,
                 save_summaries_secs=None,
                 log_step_count_steps=0,
                 config=config,
-                max_wait_secs=train_cfg.startup_timeout_secs,
+                max_wait_secs=train_cfg.startup_timeout_secs if cluster.is_chief else NOT_READY_RETRY_SECS,
                 stop_grace_period_secs=SYNC_STOP_GRACE_SECS if train_cfg.sync_replicas else 10,
         ) as sess:
             # StopAtStepHook looks only after a step: a worker (re)started once training is over
             # would push one more update. The hook read the global step when the session began.
             while not sess.should_stop() and progress.global_step < train_cfg.train_steps:
                 sess.run(graph.train_op)
-    except tf.errors.InvalidArgumentError as err:
-        if NON_FINITE_LOSS in err.message:
-            raise TrainingError(
-                f"{cluster.task_name}: the loss became NaN or Inf after global step {progress.global_step}; "
-                f"training stopped before applying it, so the latest checkpoint in {train_cfg.model_dir} "
-                "is the last good one. Lower --learning_rate or check the data.") from None
-        bad_record = inputs.bad_record_message(err.message)
-        if bad_record:
-            raise TrainingError(f"{cluster.task_name}: {bad_record} (--skip_bad_records skips such "
-                                "records, logging each)") from None
-        raise
-    finally:
-        stall_watchdog.stop()
-    return progress
+    except tf.errors.DeadlineExceededError as err:
+        if cluster.is_chief or SESSION_NOT_READY not in err.message:
+            raise
+        return False
+    return True
+
+
+def _training_error(err, cluster, train_cfg, progress):
+    """A one-line TrainingError for a NaN loss or a bad input record, else None."""
+    if NON_FINITE_LOSS in err.message:
+        return TrainingError(
+            f"{cluster.task_name}: the loss became NaN or Inf after global step {progress.global_step}; "
+            f"training stopped before applying it, so the latest checkpoint in {train_cfg.model_dir} "
+            "is the last good one. Lower --learning_rate or check the data.")
+    bad_record = inputs.bad_record_message(err.message)
+    if bad_record:
+        return TrainingError(f"{cluster.task_name}: {bad_record} (--skip_bad_records skips such records, "
+                             "logging each)")
+    return None
 
 
 def run(cfg, server=None) -> int:

@@ -1,0 +1,290 @@
+"""Fault injection on a LocalCluster: kill one task with SIGKILL at a chosen global step and restart
+it, or kill the chief again and again while it writes checkpoints; then report what a user would
+ask: did training finish, at what step, did the checkpoint restore, and how much time was lost.
+
+Progress is read from the tasks' own log lines ('<task> step N/T loss L', 'first step done at global
+step N, loss L'), so run the trainers with a small --log_every_n_steps.
+"""
+
+import dataclasses
+import datetime
+import os
+import random
+import re
+import signal
+import time
+
+import tensorflow as tf
+
+from cluster import launch
+from training import checkpoints
+
+STEP = re.compile(r"\] ((?:worker|chief|master):\d+) (?:step (\d+)/\d+ loss (\S+)|"
+                  r"first step done at global step (\d+), loss (\S+))")
+RESTORED = re.compile(r"Restoring parameters from \S*model\.ckpt-(\d+)")
+FIRST_STEP = "first step done at global step"
+REGISTERED = re.compile(r'^model_checkpoint_path: "(?:.*/)?model\.ckpt-(\d+)"', re.MULTILINE)
+
+
+class FaultError(Exception):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    time: datetime.datetime
+    task: str
+    step: int
+    loss: float
+
+
+def progress(cluster) -> list[Step]:
+    """Every progress line of every training task, in time order."""
+    steps = []
+    for (job, index), _ in cluster.tasks():
+        if job in ("ps", "evaluator"):
+            continue
+        for line in cluster.log(job, index).splitlines():
+            match = STEP.search(line)
+            if match:
+                task, step, loss, first_step, first_loss = match.groups()
+                steps.append(Step(launch.log_time(line), task, int(step or first_step), float(loss or first_loss)))
+    return sorted(steps, key=lambda s: s.time)
+
+
+def registered_step(model_dir) -> int | None:
+    """The step of the latest checkpoint in the state file, or None before the first."""
+    state = os.path.join(model_dir, "checkpoint")
+    try:
+        with open(state) as f:
+            match = REGISTERED.search(f.read())
+    except FileNotFoundError:
+        return None
+    return int(match.group(1)) if match else None
+
+
+def restore_every_tensor(model_dir) -> int:
+    """Reads every tensor of the latest checkpoint (raising if any cannot be); returns its global step."""
+    reader = tf.train.load_checkpoint(str(model_dir))
+    for name in reader.get_variable_to_shape_map():
+        reader.get_tensor(name)
+    return int(reader.get_tensor("global_step"))
+
+
+def chief_key(cluster) -> tuple[str, int]:
+    return ("chief", 0) if cluster.chief_hosts else ("worker", 0)
+
+
+def _wait_until(cluster, condition, deadline, what):
+    while not condition():
+        failed = {key: proc.returncode for key, proc in cluster.tasks() if proc.poll() not in (None, 0)}
+        if failed:
+            raise FaultError(f"while waiting for {what}: task(s) failed: {failed}")
+        if time.monotonic() > deadline:
+            raise FaultError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _finish(cluster, deadline) -> dict:
+    """Every task's exit code (None if still running at the deadline)."""
+    return cluster.wait(timeout=max(30.0, deadline - time.monotonic()))
+
+
+@dataclasses.dataclass
+class KillReport:
+    target: str
+    killed_at_step: int
+    checkpoint_at_kill: int | None
+    lowest_step_after: int | None
+    loss_before: float | None
+    loss_after: float | None
+    time_lost_secs: float | None
+    final_step: int | None
+    restored_step: int | None
+    wall_secs: float
+    exit_codes: dict
+
+    def as_dict(self) -> dict:
+        return _plain(self, finished=self.finished)
+
+    @property
+    def finished(self) -> bool:
+        return all(code == 0 for code in self.exit_codes.values()) and self.restored_step is not None
+
+    def lines(self) -> list[str]:
+        codes = ", ".join(f"{job} {index}: {code}" for (job, index), code in sorted(self.exit_codes.items()))
+        return [
+            f"killed {self.target} (SIGKILL) at global step {self.killed_at_step}; latest checkpoint then: "
+            f"{self.checkpoint_at_kill}",
+            f"lowest global step after the kill: {self.lowest_step_after}",
+            f"loss before the kill {_fmt(self.loss_before)}, after recovery {_fmt(self.loss_after)}",
+            f"time lost: {_fmt(self.time_lost_secs, 1)} s (from the kill until the global step passed "
+            f"{self.killed_at_step} for good)",
+            f"training finished: {'yes' if self.finished else 'NO'}; final step {self.final_step}; "
+            f"final checkpoint restores at step {self.restored_step}",
+            f"exit codes: {codes}; wall time {self.wall_secs:.1f} s",
+        ]
+
+
+def _plain(report, **extra) -> dict:
+    """The report as JSON-ready values; exit codes keyed 'job index'."""
+    values = dataclasses.asdict(report)
+    values["exit_codes"] = {f"{job} {index}": code for (job, index), code in report.exit_codes.items()}
+    return {**values, **extra}
+
+
+def _fmt(value, digits=4):
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def kill_and_restart(cluster, model_dir, job: str, index: int, at_step: int, restart_delay_secs: float = 1.0,
+                     timeout_secs: float = 600) -> KillReport:
+    """Runs the cluster, SIGKILLs one task once a worker logs global step >= at_step, restarts it,
+    and waits for every task to exit."""
+    start = time.monotonic()
+    deadline = start + timeout_secs
+    cluster.start_all()
+    _wait_until(cluster, lambda: max((s.step for s in progress(cluster)), default=0) >= at_step, deadline,
+                f"global step {at_step}")
+    checkpoint_at_kill = registered_step(model_dir)
+    cluster.kill(job, index, signal.SIGKILL)
+    killed_at = datetime.datetime.now()
+    before = progress(cluster)
+    killed_at_step = max(s.step for s in before)
+    time.sleep(restart_delay_secs)
+    cluster.start(job, index)
+    codes = _finish(cluster, deadline)
+
+    after = [s for s in progress(cluster) if s.time > killed_at]
+    # Recovered once the global step passes the step at the kill and never falls back behind it.
+    behind = [s.time for s in after if s.step <= killed_at_step]
+    recovered = [s for s in after if s.step > killed_at_step and (not behind or s.time > behind[-1])]
+    restored_step = None
+    try:
+        restored_step = restore_every_tensor(model_dir)
+    except (tf.errors.OpError, ValueError):
+        pass
+    chief = launch.finished_values(cluster.log(*chief_key(cluster)))
+    return KillReport(
+        target=f"{job} {index}",
+        killed_at_step=killed_at_step,
+        checkpoint_at_kill=checkpoint_at_kill,
+        lowest_step_after=min((s.step for s in after), default=None),
+        loss_before=_mean(s.loss for s in before[-3:]),
+        loss_after=_mean(s.loss for s in recovered[:3]),
+        time_lost_secs=(recovered[0].time - killed_at).total_seconds() if recovered else None,
+        final_step=int(chief["global_step"]) if chief else None,
+        restored_step=restored_step,
+        wall_secs=time.monotonic() - start,
+        exit_codes=codes,
+    )
+
+
+def _mean(values):
+    values = list(values)
+    return sum(values) / len(values) if values else None
+
+
+@dataclasses.dataclass
+class SaveRound:
+    hit_save: bool  # a save was in progress when the chief was killed
+    leftovers: int  # files of that unfinished save
+    registered: int | None  # latest checkpoint in the state file after the kill
+    restored: int | None  # the step the restarted chief restored
+
+
+@dataclasses.dataclass
+class SaveReport:
+    rounds: list[SaveRound]
+    final_step: int | None
+    restored_step: int | None
+    checkpoints_kept: int
+    keep_checkpoint_max: int
+    leftovers_at_end: int
+    wall_secs: float
+    exit_codes: dict
+
+    def as_dict(self) -> dict:
+        return _plain(self, clean=self.clean)
+
+    @property
+    def clean(self) -> bool:
+        return (all(r.restored is not None and r.restored == r.registered for r in self.rounds)
+                and all(code == 0 for code in self.exit_codes.values()) and self.restored_step is not None
+                and self.checkpoints_kept <= self.keep_checkpoint_max and self.leftovers_at_end == 0)
+
+    def lines(self) -> list[str]:
+        out = [f"round {i + 1}: killed the chief {'during a save' if r.hit_save else 'between saves'} "
+               f"({r.leftovers} file(s) of it left); latest registered checkpoint {r.registered}; "
+               f"the restarted chief restored {r.restored}" for i, r in enumerate(self.rounds)]
+        hits = sum(r.hit_save for r in self.rounds)
+        codes = ", ".join(f"{job} {index}: {code}" for (job, index), code in sorted(self.exit_codes.items()))
+        out += [
+            f"{len(self.rounds)} rounds, {hits} killed during a save; every restart restored the latest "
+            f"registered checkpoint: {'yes' if all(r.restored == r.registered for r in self.rounds) else 'NO'}",
+            f"training finished at step {self.final_step}; final checkpoint restores at step {self.restored_step}; "
+            f"{self.checkpoints_kept} checkpoint(s) kept (--keep_checkpoint_max={self.keep_checkpoint_max}); "
+            f"{self.leftovers_at_end} leftover file(s)",
+            f"exit codes: {codes}; wall time {self.wall_secs:.1f} s; all clean: {'yes' if self.clean else 'NO'}",
+        ]
+        return out
+
+
+def save_leftovers(model_dir) -> int:
+    """Files of a save in progress or never completed: written, but not (yet) in the state file."""
+    try:
+        return len(checkpoints.unfinished_save_files(str(model_dir)))
+    except tf.errors.OpError:  # the state file was being replaced as we read it
+        return 1
+
+
+def kill_during_saves(cluster, model_dir, rounds: int, steps_after: int, keep_checkpoint_max: int,
+                      timeout_secs: float = 900, max_wait_for_save_secs: float = 20, seed: int = 0) -> SaveReport:
+    """Kills the chief with SIGKILL `rounds` times, each as soon as a checkpoint save is seen in
+    progress, restarting it each time; the last restart trains steps_after more steps to the end.
+
+    Run the chief with a checkpoint every step or two, so that a save is never far away.
+    """
+    start = time.monotonic()
+    deadline = start + timeout_secs
+    chief = chief_key(cluster)
+    rng = random.Random(seed)
+    cluster.start_all()
+    results = []
+    for number in range(rounds):
+        _wait_until(cluster, lambda n=number: (cluster.log(*chief).count(FIRST_STEP) > n
+                                               and registered_step(model_dir) is not None),
+                    deadline, f"the chief's first step (round {number + 1})")
+        time.sleep(rng.uniform(0, 1))  # then the next save to start, wherever the run has got to
+        save_deadline = time.monotonic() + max_wait_for_save_secs
+        while save_leftovers(model_dir) == 0 and time.monotonic() < save_deadline:
+            time.sleep(0.001)
+        cluster.kill(*chief, signal.SIGKILL)
+        leftovers = save_leftovers(model_dir)
+        registered = registered_step(model_dir)
+        extra = [f"--train_steps={(registered or 0) + steps_after}"] if number == rounds - 1 else []
+        cluster.start(*chief, extra)
+        _wait_until(cluster, lambda n=number: cluster.log(*chief).count(FIRST_STEP) > n + 1, deadline,
+                    f"the restarted chief's first step (round {number + 1})")
+        # The first chief started from scratch: restart n is the log's n-th restore.
+        restores = RESTORED.findall(cluster.log(*chief))
+        restored = int(restores[-1]) if len(restores) == number + 1 else None
+        results.append(SaveRound(hit_save=leftovers > 0, leftovers=leftovers, registered=registered,
+                                 restored=restored))
+    codes = _finish(cluster, deadline)
+    restored_step = None
+    try:
+        restored_step = restore_every_tensor(model_dir)
+    except (tf.errors.OpError, ValueError):
+        pass
+    final = launch.finished_values(cluster.log(*chief))
+    return SaveReport(
+        rounds=results,
+        final_step=int(final["global_step"]) if final else None,
+        restored_step=restored_step,
+        checkpoints_kept=len([n for n in os.listdir(model_dir) if re.fullmatch(r"model\.ckpt-\d+\.index", n)]),
+        keep_checkpoint_max=keep_checkpoint_max,
+        leftovers_at_end=save_leftovers(model_dir),
+        wall_secs=time.monotonic() - start,
+        exit_codes=codes,
+    )

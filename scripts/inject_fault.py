@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Runs a local cluster, kills one task with SIGKILL, restarts it, and reports the outcome.
+
+    python scripts/inject_fault.py --kill=worker:1 --at_step=300
+    python scripts/inject_fault.py --kill=ps:0 --at_step=300 -- --sync_replicas
+    python scripts/inject_fault.py --kill=random --seed=7           # a random task at a random step
+    python scripts/inject_fault.py --during_saves=20                # kill the chief mid-save, 20 times
+
+Prints whether training finished, the final step, whether the final checkpoint restores, and the
+time lost; exits 0 only if all of it went right. Flags after '--' go to every trainer.py.
+"""
+
+import json
+import random
+
+from absl import app, flags
+
+from cluster import faults, launch
+from cluster.local import LocalCluster
+
+flags.DEFINE_string("kill", "worker:1", "Task to kill: job:index (worker:1, ps:0), 'chief', or 'random'.")
+flags.DEFINE_string("at_step", "random", "Global step at which to kill it, or 'random' (10%..60% of "
+                    "--train_steps).")
+flags.DEFINE_integer("seed", 0, "Seed for --kill=random and --at_step=random.")
+flags.DEFINE_integer("during_saves", 0, "Instead: kill the chief this many times, each during a checkpoint "
+                     "save (the chief saves every step), and check that every restart restores.", lower_bound=0)
+flags.DEFINE_integer("train_steps", 1000, "Training steps of the run (with --during_saves: steps after "
+                     "the last restart).", lower_bound=1)
+flags.DEFINE_integer("num_ps", 1, "Number of ps tasks.", lower_bound=1)
+flags.DEFINE_integer("num_workers", 2, "Number of workers.", lower_bound=1)
+flags.DEFINE_float("restart_delay_secs", 1.0, "Pause between the kill and the restart.", lower_bound=0)
+flags.DEFINE_string("report_json", None, "Also write the report to this file as JSON.")
+launch.define_flags("runs/fault-<timestamp>", timeout_secs=900, ps_exit_secs=30)
+FLAGS = flags.FLAGS
+KEEP_CHECKPOINT_MAX = 3
+
+
+def target(rng, num_ps, num_workers) -> tuple[str, int]:
+    if FLAGS.kill == "random":
+        return rng.choice([("ps", i) for i in range(num_ps)] + [("worker", i) for i in range(num_workers)])
+    if FLAGS.kill == "chief":
+        return ("worker", 0)
+    job, _, index = FLAGS.kill.partition(":")
+    if job not in ("ps", "worker") or not index.isdigit():
+        raise app.UsageError(f"--kill={FLAGS.kill}: expected worker:N, ps:N, chief or random")
+    if int(index) >= (num_ps if job == "ps" else num_workers):
+        raise app.UsageError(f"--kill={FLAGS.kill}: the cluster has {num_ps} ps and {num_workers} workers")
+    return job, int(index)
+
+
+def main(argv):
+    run_dir = launch.run_dir("fault-")
+    try:
+        return run(argv[1:], run_dir)
+    except faults.FaultError as err:
+        print(f"FAILED: {err}; see the logs in {run_dir}")
+        return 1
+
+
+def run(trainer_args, run_dir):
+    rng = random.Random(FLAGS.seed)
+    model_dir = run_dir / "model"
+    trainer_args = [f"--model_dir={model_dir}", "--log_every_n_steps=10",
+                    f"--keep_checkpoint_max={KEEP_CHECKPOINT_MAX}", *trainer_args]
+    if FLAGS.during_saves:
+        cluster = LocalCluster(run_dir, FLAGS.num_ps, 1, [*trainer_args, "--save_checkpoint_steps=1",
+                                                          "--train_steps=1000000000"])
+        print(f"killing the chief during checkpoint saves, {FLAGS.during_saves} times; logs in {run_dir}",
+              flush=True)
+        with cluster:
+            report = faults.kill_during_saves(cluster, str(model_dir), FLAGS.during_saves, FLAGS.train_steps,
+                                              KEEP_CHECKPOINT_MAX, FLAGS.timeout_secs, seed=FLAGS.seed)
+        ok = report.clean
+    else:
+        job, index = target(rng, FLAGS.num_ps, FLAGS.num_workers)
+        at_step = (int(FLAGS.at_step) if FLAGS.at_step != "random"
+                   else rng.randint(FLAGS.train_steps // 10, FLAGS.train_steps * 6 // 10))
+        cluster = LocalCluster(run_dir, FLAGS.num_ps, FLAGS.num_workers,
+                               [*trainer_args, "--save_checkpoint_steps=100", f"--train_steps={FLAGS.train_steps}"])
+        print(f"killing {job} {index} at global step {at_step}; logs in {run_dir}", flush=True)
+        with cluster:
+            report = faults.kill_and_restart(cluster, str(model_dir), job, index, at_step,
+                                             FLAGS.restart_delay_secs, FLAGS.timeout_secs)
+        ok = report.finished and report.final_step is not None and report.final_step >= FLAGS.train_steps
+    print("\n".join(report.lines()))
+    if FLAGS.report_json:
+        with open(FLAGS.report_json, "w") as f:
+            json.dump({**report.as_dict(), "ok": ok}, f, indent=1)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,182 @@
+"""Faults: tasks killed with SIGKILL and restarted, a dead sync worker, the chief killed during
+checkpoint saves, peers that are not up yet. Each run goes through scripts/inject_fault.py, as a
+user would run it, and checks its report."""
+
+import json
+import pathlib
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cluster import peers
+from tests.conftest import FAST_ARGS, describe
+from training import checkpoints, watchdog
+
+pytestmark = pytest.mark.e2e
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TRAIN_STEPS = 400
+LN10 = 2.3026
+
+
+def inject(tmp_path, *args, trainer_args=()):
+    """Runs the fault script; returns its JSON report (and asserts the script said it went right)."""
+    report_path = tmp_path / "report.json"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "inject_fault.py"), f"--run_dir={tmp_path / 'run'}",
+         f"--report_json={report_path}", f"--train_steps={TRAIN_STEPS}", "--timeout_secs=400", *args,
+         "--", "--synthetic_examples=8000", *trainer_args],
+        capture_output=True, text=True, timeout=480, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0 and report_path.exists(), result.stdout[-3000:] + result.stderr[-3000:]
+    return json.loads(report_path.read_text())
+
+
+def check_recovered(report, workers=2):
+    assert report["ok"] and report["finished"]
+    assert report["exit_codes"] == {"ps 0": 0, **{f"worker {i}": 0 for i in range(workers)}}
+    assert TRAIN_STEPS <= report["final_step"] <= TRAIN_STEPS + workers
+    assert report["restored_step"] == report["final_step"]  # every tensor of the final checkpoint reads
+    # The global step never fell back past the checkpoint there was at the kill.
+    assert report["lowest_step_after"] > report["checkpoint_at_kill"]
+    # Training after the recovery is no worse than before it (chance would be ln 10).
+    assert report["loss_after"] < 0.8 * LN10
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
+def test_a_killed_worker_restarts_and_rejoins(tmp_path, sync):
+    report = inject(tmp_path, "--kill=worker:1", "--at_step=150",
+                    trainer_args=["--sync_replicas", "--stall_warning_secs=3"] if sync else [])
+    check_recovered(report)
+    if sync:  # the chief waited for it, saying why, and resumed when it came back
+        chief_log = (tmp_path / "run" / "worker-0.log").read_text()
+        assert re.search(r"no training step completed for [3-9] s; in sync mode every step needs gradients "
+                         "from all 2 workers", chief_log)
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
+def test_a_killed_chief_restarts_from_the_latest_checkpoint(tmp_path, sync):
+    report = inject(tmp_path, "--kill=chief", "--at_step=150", trainer_args=["--sync_replicas"] if sync else [])
+    check_recovered(report)
+    chief_log = (tmp_path / "run" / "worker-0.log").read_text()
+    assert f"Restoring parameters from {tmp_path / 'run' / 'model'}/model.ckpt-{report['checkpoint_at_kill']}" \
+        in chief_log
+    other_log = (tmp_path / "run" / "worker-1.log").read_text()
+    assert "Traceback" not in other_log  # it carried on (async) or waited (sync); it never failed
+
+
+def test_a_killed_ps_restarts_and_the_chief_restores_onto_it(tmp_path):
+    report = inject(tmp_path, "--kill=ps:0", "--at_step=150")
+    check_recovered(report)
+    chief_log = (tmp_path / "run" / "worker-0.log").read_text()
+    assert f"model.ckpt-{report['checkpoint_at_kill']}" in chief_log.split("An error was raised")[-1]
+
+
+def test_killing_the_chief_during_saves_never_leaves_a_checkpoint_that_fails_to_restore(tmp_path):
+    report = inject(tmp_path, "--during_saves=3", "--seed=1", "--train_steps=60")
+    assert report["clean"], report
+    assert sum(r["hit_save"] for r in report["rounds"]) >= 2  # most kills land inside a save
+    for round_ in report["rounds"]:
+        assert round_["restored"] == round_["registered"] is not None
+    assert report["checkpoints_kept"] <= report["keep_checkpoint_max"] and report["leftovers_at_end"] == 0
+
+
+def test_a_sync_worker_that_stays_dead_makes_the_others_exit_with_a_clear_message(make_cluster):
+    cluster = make_cluster(num_ps=1, num_workers=2, trainer_args=[
+        "--sync_replicas", "--train_steps=100000", "--stall_warning_secs=2", "--stall_timeout_secs=8"])
+    cluster.start_all()
+    deadline = time.monotonic() + 240
+    while "step 50/" not in cluster.log("worker", 0) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    cluster.kill("worker", 1)
+    assert cluster.wait("worker", timeout=60) == {("worker", 0): watchdog.EXIT_STALLED,
+                                                  ("worker", 1): -9}, describe(cluster)
+    log = cluster.log("worker", 0)
+    assert re.search(r"no training step completed for [2-7] s; in sync mode every step needs gradients from all 2",
+                     log)
+    assert f"Giving up (--stall_timeout_secs=8): exit {watchdog.EXIT_STALLED}" in log
+
+
+def test_a_worker_started_before_its_ps_waits_for_it_then_trains(make_cluster):
+    cluster = make_cluster(num_ps=1, num_workers=1, trainer_args=["--train_steps=50"])
+    cluster.start("worker", 0)
+    deadline = time.monotonic() + 60
+    while "waiting for ps 0 at" not in cluster.log("worker", 0) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(2)
+    cluster.start("ps", 0)
+    assert cluster.wait(timeout=240) == {("worker", 0): 0, ("ps", 0): 0}, describe(cluster)
+    assert f"waiting for ps 0 at {cluster.ps_hosts[0]} (retrying for up to" in cluster.log("worker", 0)
+
+
+def test_a_ps_that_never_comes_up_is_named_after_the_timeout(make_cluster):
+    cluster = make_cluster(num_ps=1, num_workers=1, trainer_args=["--startup_timeout_secs=3"])
+    cluster.start("worker", 0)
+    assert cluster.wait(timeout=120) == {("worker", 0): 1}, describe(cluster)
+    assert (f"worker:0: ps 0 at {cluster.ps_hosts[0]} not reachable after 3 s (--startup_timeout_secs=3); "
+            "is that task running") in cluster.log("worker", 0)
+
+
+# ---------------------------------------------------------------- the pieces, without processes
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, secs):
+        self.now += secs
+
+
+def test_wait_for_peers_backs_off_and_gives_up_naming_the_missing():
+    clock, probes = FakeClock(), []
+    up = {"ps 0": True, "ps 1": False}
+
+    def probe(address):
+        probes.append((clock.now, address))
+        return up["ps 0" if address == "a:1" else "ps 1"]
+
+    with pytest.raises(peers.PeersUnreachable, match=r"ps 1 at b:2 not reachable after 30 s"):
+        peers.wait_for_peers({"ps 0": "a:1", "ps 1": "b:2"}, 30, "worker:0", probe, clock, clock.sleep)
+    gaps = [b - a for (a, _), (b, _) in zip(probes[1:], probes[2:])]
+    assert gaps[:3] == pytest.approx([0.2, 0.4, 0.8]) and max(gaps) == peers.MAX_BACKOFF_SECS  # doubling, capped
+    assert [address for _, address in probes].count("a:1") == 1  # a peer that is up is not probed again
+
+
+def test_the_stall_watchdog_warns_resets_on_progress_and_exits_at_the_timeout():
+    clock, exits = FakeClock(), []
+    dog = watchdog.StallWatchdog("worker:0", "a peer is down", 10, 30, clock=clock, exit_process=exits.append)
+    warned = 0.0
+    for _ in range(25):  # 25 s stalled: two warnings, no exit
+        clock.sleep(1)
+        warned = dog.check(warned)
+    assert warned == 20 and not exits
+    dog.after_run(None, None)  # a step completed
+    warned = dog.check(warned)
+    assert warned == 0
+    for _ in range(30):
+        clock.sleep(1)
+        warned = dog.check(warned)
+    assert exits == [watchdog.EXIT_STALLED]
+
+
+def test_files_of_unfinished_saves_are_removed_and_registered_ones_kept(tmp_path):
+    for step in (10, 20, 30):
+        for suffix in (".index", ".data-00000-of-00001", ".meta"):
+            (tmp_path / f"model.ckpt-{step}{suffix}").write_bytes(b"x")
+    (tmp_path / "model.ckpt-40_temp").mkdir()
+    (tmp_path / "model.ckpt-40_temp" / "part-00000-of-00002.index").write_bytes(b"x")
+    (tmp_path / "checkpoint.tmp8f3a").write_text("")
+    (tmp_path / "events.out.tfevents.1").write_bytes(b"x")
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-20"\n'
+                                         'all_model_checkpoint_paths: "model.ckpt-10"\n'
+                                         'all_model_checkpoint_paths: "model.ckpt-20"\n')
+    removed = checkpoints.remove_interrupted_saves(str(tmp_path), "worker:0")
+    assert removed == ["checkpoint.tmp8f3a", "model.ckpt-30.data-00000-of-00001", "model.ckpt-30.index",
+                       "model.ckpt-30.meta", "model.ckpt-40_temp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "checkpoint", "events.out.tfevents.1", *sorted(f"model.ckpt-{s}{x}" for s in (10, 20)
+                                                       for x in (".data-00000-of-00001", ".index", ".meta"))]
