@@ -28,13 +28,18 @@ def read(flag_values, argv, env=None) -> RunConfig:
     reject_positional_args(argv)
     resolved = read_resolved_cluster(flag_values, env or {})
     cluster = resolved.cluster
-    return RunConfig(
+    run = RunConfig(
         cluster=cluster,
         train=read_train(flag_values, cluster),
-        model=read_model(flag_values),
+        model=read_model(flag_values, cluster),
         data=read_data(flag_values, cluster),
         cluster_source=resolved.source,
     )
+    if cluster.job_name != spec.PS:
+        problem = model.check(run.model, inputs.spec(run.data))
+        if problem:
+            raise app.UsageError(f"--model={run.model.name} with --dataset={run.data.name}: {problem}")
+    return run
 
 
 def read_resolved_cluster(f, env) -> resolve.Resolved:
@@ -183,7 +188,7 @@ def read_train(f, cluster: spec.ClusterConfig) -> TrainConfig:
     )
 
 
-def read_model(f) -> model.ModelConfig:
+def read_model(f, cluster: spec.ClusterConfig) -> model.ModelConfig:
     try:
         units = tuple(int(u) for u in f.hidden_units)
     except ValueError:
@@ -191,13 +196,17 @@ def read_model(f) -> model.ModelConfig:
     if not units or min(units) < 1:
         raise app.UsageError(
             f"--hidden_units={','.join(f.hidden_units)} must be positive integers, e.g. 256 or 512,256.")
-    return model.ModelConfig(name=f.model, hidden_units=units)
+    return model.ModelConfig(name=f.model, hidden_units=units, hash_buckets=f.hash_buckets,
+                             embedding_dim=f.embedding_dim,
+                             embedding_partitions=f.embedding_partitions or max(1, cluster.num_ps))
 
 
 def read_data(f, cluster: spec.ClusterConfig) -> inputs.DataConfig:
-    data = inputs.DataConfig(name=f.dataset, data_dir=f.data_dir,
+    data = inputs.DataConfig(name=f.dataset, data_dir=f.data_dir, eval_data_dir=f.eval_data_dir,
                              synthetic_examples=f.synthetic_examples, seed=f.seed,
-                             skip_bad_records=f.skip_bad_records)
+                             skip_bad_records=f.skip_bad_records, label_column=f.label_column,
+                             numeric_columns=tuple(f.numeric_columns),
+                             categorical_columns=tuple(f.categorical_columns), num_classes=f.num_classes)
     if cluster.job_name == spec.PS:
         return data  # a ps never reads data, and its host may not have it
     problem = inputs.DATASETS[f.dataset].check(data)

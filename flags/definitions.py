@@ -67,12 +67,25 @@ flags.DEFINE_integer("eval_timeout_secs", 3600,
 
 # ---------------------------------------------------------------- model and data
 flags.DEFINE_enum("model", "mlp", sorted(model.MODELS), "Model by name.")
-flags.DEFINE_list("hidden_units", ["256"], "MLP hidden layer sizes, comma-separated.")
+flags.DEFINE_list("hidden_units", ["256"], "Hidden layer sizes (mlp, wide_deep), comma-separated.")
+flags.DEFINE_integer("hash_buckets", 10000, "wide_deep: rows of each categorical feature's hashed "
+                     "embedding table (1000000 with --embedding_dim=32 is 128 MB per table).", lower_bound=1)
+flags.DEFINE_integer("embedding_dim", 16, "wide_deep: width of the embeddings.", lower_bound=1)
+flags.DEFINE_integer("embedding_partitions", None, "wide_deep: pieces each table is cut into "
+                     "(fixed_size_partitioner). Default: one per ps task.", lower_bound=1)
 flags.DEFINE_enum("dataset", "synthetic", sorted(inputs.DATASETS),
-                  "Data source by name; 'synthetic' is embedded and needs no files.")
+                  "Data source by name; 'synthetic' (images) and 'clicks' (tabular) are embedded and "
+                  "need no files; 'tfrecord', 'csv' and 'idx' read --data_dir.")
+flags.DEFINE_string("eval_data_dir", None, "Held-out data for the evaluator, in the same format. "
+                    "Default: the eval split in --data_dir (eval-*.tfrecord, eval-*.csv, t10k-* for idx).")
+flags.DEFINE_string("label_column", "label", "csv and tabular tfrecord: the int64 class column.")
+flags.DEFINE_list("numeric_columns", [], "csv and tabular tfrecord: float feature columns.")
+flags.DEFINE_list("categorical_columns", [], "csv and tabular tfrecord: string feature columns.")
+flags.DEFINE_integer("num_classes", 2, "csv and tabular tfrecord: labels are 0..num_classes-1.",
+                     lower_bound=2)
 flags.DEFINE_boolean("skip_bad_records", False,
                      "Skip unreadable or invalid records, logging and counting each, instead of "
                      "stopping at the first with an error naming its file and record.")
-flags.DEFINE_string("data_dir", None, "Directory or file pattern of the data, for file-based datasets.")
+flags.DEFINE_string("data_dir", None, "Directory of the data, for file-based datasets.")
 flags.DEFINE_integer("synthetic_examples", 20000, "Training examples in the synthetic dataset.",
                      lower_bound=1)

@@ -64,7 +64,7 @@ def check_or_skip(dataset: tf.data.Dataset, skip: bool) -> tf.data.Dataset:
         def fail_on_problem(path, index, problem, *values):
             check = tf.debugging.Assert(tf.equal(problem, ""), [_describe(path, index, problem)])
             with tf.control_dependencies([check]):
-                return tuple(tf.identity(value) for value in values)
+                return tf.nest.map_structure(tf.identity, values)
         return dataset.map(fail_on_problem)
 
     def count_and_log(skipped, element):

@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from input import tuning
+from input.specs import DataSpec
 
 IMAGE_SHAPE = (28, 28, 1)
 NUM_CLASSES = 10
@@ -20,6 +21,10 @@ MAX_SHIFT = 3
 
 def check(cfg):
     return None
+
+
+def spec(cfg):
+    return DataSpec({"image": tf.TensorSpec(IMAGE_SHAPE, tf.uint8, "image")}, NUM_CLASSES)
 
 
 def prototypes(seed: int) -> np.ndarray:
@@ -38,7 +43,7 @@ def prototypes(seed: int) -> np.ndarray:
 
 
 def records(cfg, split: str, shard) -> tf.data.Dataset:
-    """Unbatched (uint8 image, int64 label) of `split`, only the examples of `shard`."""
+    """Unbatched ({'image': uint8 image}, int64 label) of `split`, only the examples of `shard`."""
     first = 0 if split == "train" else cfg.synthetic_examples
     count = cfg.synthetic_examples if split == "train" else EVAL_EXAMPLES
     templates = tf.constant(prototypes(cfg.seed))
@@ -52,7 +57,7 @@ def records(cfg, split: str, shard) -> tf.data.Dataset:
         noise = tf.random.stateless_normal(IMAGE_SHAPE, [seed, index * 3 + 2], stddev=NOISE_STDDEV)
         contrast = 0.7 + 0.6 * tf.random.stateless_uniform([], [seed + 1, index])
         image = tf.roll(tf.gather(templates, label), shift, axis=[0, 1]) * contrast + noise
-        return tf.cast(tf.round(tf.clip_by_value(image, 0.0, 1.0) * 255.0), tf.uint8), label
+        return {"image": tf.cast(tf.round(tf.clip_by_value(image, 0.0, 1.0) * 255.0), tf.uint8)}, label
 
     indices = tf.data.Dataset.range(first, first + count).shard(shard.count, shard.index)
     return indices.map(make, num_parallel_calls=tuning.PARALLEL_CALLS, deterministic=True)

@@ -1,7 +1,9 @@
-"""Models by name: each turns a batch of images into logits; build() adds loss and metrics.
+"""Models by name: each turns a batch of raw features into logits; build() adds loss and metrics.
 
-Adding a model is one new file with a logits(images, cfg, num_classes) function and one line in
-MODELS.
+A model is a module with logits(features, cfg, data_spec) and check(data_spec) -> a problem or
+None (the features it needs). Adding one is one new file and one line in MODELS. Models take raw
+features (uint8 images, float numbers, strings) and do their own preprocessing in the graph, so an
+exported model serves raw features too.
 """
 
 import dataclasses
@@ -9,11 +11,12 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from model import cnn, mlp
+from model import cnn, mlp, wide_deep
 
 MODELS = {
-    "mlp": mlp.logits,
-    "cnn": cnn.logits,
+    "mlp": mlp,
+    "cnn": cnn,
+    "wide_deep": wide_deep,
 }
 
 
@@ -21,22 +24,49 @@ MODELS = {
 class ModelConfig:
     name: str = "mlp"
     hidden_units: tuple[int, ...] = (256,)
+    # wide_deep: rows of each hashed embedding table, their width, and how many pieces each
+    # table is cut into (one per ps by default, so the tables spread over every ps).
+    hash_buckets: int = 10000
+    embedding_dim: int = 16
+    embedding_partitions: int = 1
 
 
 class ModelOutput(NamedTuple):
     logits: tf.Tensor
+    probabilities: tf.Tensor
     loss: tf.Tensor
     accuracy: tf.Tensor
+    auc: tf.Tensor | None  # for two classes: the batch's ROC AUC of class 1
 
 
-def build(images, labels, cfg: ModelConfig, num_classes: int) -> ModelOutput:
-    """Logits, mean cross-entropy loss and batch accuracy, with their summaries."""
+def check(cfg: ModelConfig, data_spec) -> str | None:
+    return MODELS[cfg.name].check(data_spec)
+
+
+def build(features, labels, cfg: ModelConfig, data_spec) -> ModelOutput:
+    """Logits, mean cross-entropy loss and batch metrics, with their summaries."""
     with tf.compat.v1.variable_scope(cfg.name):
-        logits = MODELS[cfg.name](images, cfg, num_classes)
+        logits = MODELS[cfg.name].logits(features, cfg, data_spec)
+    probabilities = tf.nn.softmax(logits, name="probabilities")
     loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits),
                           name="cross_entropy")
     correct = tf.equal(tf.argmax(logits, axis=1, output_type=labels.dtype), labels)
     accuracy = tf.reduce_mean(tf.cast(correct, tf.float32), name="batch_accuracy")
     tf.compat.v1.summary.scalar("loss", loss)
     tf.compat.v1.summary.scalar("accuracy", accuracy)
-    return ModelOutput(logits, loss, accuracy)
+    auc = None
+    if data_spec.num_classes == 2:
+        auc = batch_auc(labels, probabilities[:, 1])
+        tf.compat.v1.summary.scalar("auc", auc)
+    return ModelOutput(logits, probabilities, loss, accuracy, auc)
+
+
+def batch_auc(labels, scores):
+    """ROC AUC within one batch: the share of (positive, negative) pairs ranked right, ties half."""
+    positive = tf.cast(tf.equal(labels, 1), tf.float32)
+    negative = 1.0 - positive
+    difference = scores[:, None] - scores[None, :]
+    right = tf.cast(difference > 0, tf.float32) + 0.5 * tf.cast(tf.equal(difference, 0), tf.float32)
+    pairs = tf.reduce_sum(positive) * tf.reduce_sum(negative)
+    return tf.math.divide_no_nan(tf.reduce_sum(positive[:, None] * negative[None, :] * right), pairs,
+                                 name="batch_auc")

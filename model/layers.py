@@ -34,3 +34,14 @@ def max_pool(inputs, size=2):
 
 def flatten(inputs):
     return tf.reshape(inputs, [-1, inputs.shape[1:].num_elements()])
+
+
+def needs_image(data_spec):
+    if "image" not in data_spec.features:
+        return "this model reads images: use --dataset=synthetic, idx or tfrecord (image), or --model=wide_deep"
+    return None
+
+
+def image_input(features):
+    """Raw uint8 images as floats in [0, 1]."""
+    return tf.cast(features["image"], tf.float32) / 255.0

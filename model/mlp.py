@@ -5,7 +5,12 @@ import tensorflow as tf
 from model import layers
 
 
-def logits(images, cfg, num_classes):
+def check(data_spec):
+    return layers.needs_image(data_spec)
+
+
+def logits(features, cfg, data_spec):
+    images, num_classes = layers.image_input(features), data_spec.num_classes
     net = layers.flatten(images)
     for i, units in enumerate(cfg.hidden_units):
         net = layers.dense(net, units, f"hidden{i}", activation=tf.nn.relu)

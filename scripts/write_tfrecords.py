@@ -26,9 +26,9 @@ def main(argv):
     cfg = inputs.DataConfig(synthetic_examples=FLAGS.synthetic_examples, seed=FLAGS.seed)
     whole = inputs.Shard(0, 1)
     for split in ("train", "eval"):
-        records = ((image.numpy(), label.numpy()) for image, label in
+        records = (({"image": features["image"].numpy()}, label.numpy()) for features, label in
                    inputs.synthetic.records(cfg, split, whole))
-        paths = tfrecord.write(records, FLAGS.output_dir, split, FLAGS.num_files)
+        paths = tfrecord.write(records, inputs.synthetic.spec(cfg), FLAGS.output_dir, split, FLAGS.num_files)
         logging.info("wrote %d %s files to %s", len(paths), split, FLAGS.output_dir)
 
 

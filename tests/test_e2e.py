@@ -162,9 +162,10 @@ def write_data_with_a_bad_label(data_dir):
     import input as inputs
     from input import synthetic, tfrecord
     cfg = inputs.DataConfig(synthetic_examples=400)
-    records = [(image.numpy(), label.numpy()) for image, label in synthetic.records(cfg, "train", inputs.Shard(0, 1))]
+    records = [({"image": f["image"].numpy()}, label.numpy())
+               for f, label in synthetic.records(cfg, "train", inputs.Shard(0, 1))]
     records[7] = (records[7][0], 12)
-    return tfrecord.write(records, str(data_dir), "train", num_files=1)[0]
+    return tfrecord.write(records, synthetic.spec(cfg), str(data_dir), "train", num_files=1)[0]
 
 
 def test_a_bad_record_stops_training_naming_its_file_and_index(tmp_path):

@@ -119,7 +119,7 @@ def test_checkpoint_steps_replace_the_default_seconds():
 def test_tfrecord_dataset_needs_files(tmp_path):
     assert "--dataset=tfrecord needs --data_dir" in usage_error(*WORKER, "--dataset=tfrecord")
     message = usage_error(*WORKER, "--dataset=tfrecord", f"--data_dir={tmp_path}")
-    assert f"--data_dir={tmp_path} holds no training files" in message
+    assert f"--data_dir={tmp_path} holds no train files" in message
 
 
 def test_bad_hidden_units():

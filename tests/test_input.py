@@ -1,5 +1,7 @@
 """Inputs: the embedded dataset is deterministic and learnable, and shards never overlap."""
 
+import pathlib
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -13,7 +15,7 @@ CFG = inputs.DataConfig(synthetic_examples=120, seed=7)
 def epoch(cfg, shard, split="train"):
     """One pass over a shard's records, as (image bytes, label) pairs, in eager mode."""
     dataset = inputs.DATASETS[cfg.name].records(cfg, split, shard)
-    return [(image.numpy().tobytes(), int(label)) for image, label in dataset]
+    return [(features["image"].numpy().tobytes(), int(label)) for features, label in dataset]
 
 
 def test_synthetic_is_a_pure_function_of_the_seed():
@@ -23,7 +25,8 @@ def test_synthetic_is_a_pure_function_of_the_seed():
 
 
 def test_synthetic_images_have_the_declared_shape_and_every_class():
-    images, labels = zip(*inputs.DATASETS["synthetic"].records(CFG, "train", inputs.Shard(0, 1)))
+    features, labels = zip(*inputs.DATASETS["synthetic"].records(CFG, "train", inputs.Shard(0, 1)))
+    images = [f["image"] for f in features]
     assert images[0].shape == (28, 28, 1) and images[0].dtype == tf.uint8
     assert set(int(label) for label in labels) == set(range(10))
 
@@ -56,9 +59,9 @@ def test_eval_split_is_held_out():
 
 @pytest.fixture
 def tfrecord_dir(tmp_path):
-    records = [(image.numpy(), label.numpy()) for image, label in
+    records = [({"image": f["image"].numpy()}, label.numpy()) for f, label in
                synthetic.records(CFG, "train", inputs.Shard(0, 1))]
-    tfrecord.write(records, str(tmp_path), "train", num_files=3)
+    tfrecord.write(records, synthetic.spec(CFG), str(tmp_path), "train", num_files=3)
     return tmp_path
 
 
@@ -78,10 +81,9 @@ def test_tfrecord_roundtrip_keeps_images_and_labels(tfrecord_dir):
     assert not list(tfrecord_dir.glob("*.incomplete"))
 
 
-def test_batches_are_float_in_unit_range_and_full():
-    images, labels = next(iter(inputs.batches(CFG, inputs.Shard(1, 2), batch_size=16)))
-    assert images.shape == (16, 28, 28, 1) and images.dtype == tf.float32
-    assert 0.0 <= float(tf.reduce_min(images)) and float(tf.reduce_max(images)) <= 1.0
+def test_batches_are_raw_features_and_full():
+    features, labels = next(iter(inputs.batches(CFG, inputs.Shard(1, 2), batch_size=16)))
+    assert features["image"].shape == (16, 28, 28, 1) and features["image"].dtype == tf.uint8
     assert labels.shape == (16,)
 
 
@@ -105,6 +107,7 @@ def example(image=b"\x07" * 784, label=3):
 def read_all(data_dir, skip=False):
     cfg = inputs.DataConfig(name="tfrecord", data_dir=str(data_dir), skip_bad_records=skip)
     return [int(label) for _, label in tfrecord.records(cfg, "train", inputs.Shard(0, 1))]
+
 
 
 def bad_record_error(data_dir):
@@ -176,3 +179,85 @@ def test_skip_bad_records_keeps_what_a_damaged_file_still_holds(tmp_path, capfd)
 
 def test_good_files_give_no_problem_and_every_record(tfrecord_dir):
     assert len(read_all(tfrecord_dir)) == 120 == len(read_all(tfrecord_dir, skip=True))
+
+
+# ---------------------------------------------------------------- csv and idx
+
+def write_csv(path, rows, header="id,price,city,clicked,ignored"):
+    path.write_text(header + "\n" + "".join(f"{i},{i * 1.5},c{i % 3},{i % 2},x\n" for i in rows))
+
+
+CSV = dict(name="csv", label_column="clicked", numeric_columns=("price",), categorical_columns=("city",))
+
+
+def csv_epoch(cfg, shard, split="train"):
+    return sorted((float(f["price"]), f["city"].numpy().decode(), int(label))
+                  for f, label in inputs.DATASETS["csv"].records(cfg, split, shard))
+
+
+@pytest.mark.parametrize("workers", [2, 3])  # 2: by file, 3: by row
+def test_csv_reads_the_named_columns_and_shards_disjointly(tmp_path, workers):
+    write_csv(tmp_path / "train-0.csv", range(0, 10))
+    write_csv(tmp_path / "train-1.csv", range(10, 16))
+    cfg = inputs.DataConfig(data_dir=str(tmp_path), **CSV)
+    assert inputs.DATASETS["csv"].check(cfg) is None
+    whole = csv_epoch(cfg, inputs.Shard(0, 1))
+    assert whole == sorted((i * 1.5, f"c{i % 3}", i % 2) for i in range(16))
+    shards = [csv_epoch(cfg, inputs.Shard(i, workers)) for i in range(workers)]
+    assert all(shards) and sorted(r for s in shards for r in s) == whole
+
+
+def test_csv_eval_data_dir_and_errors_name_the_file(tmp_path):
+    write_csv(tmp_path / "train-0.csv", range(4))
+    (tmp_path / "held").mkdir()
+    write_csv(tmp_path / "held" / "eval-0.csv", range(100, 102))
+    cfg = inputs.DataConfig(data_dir=str(tmp_path), eval_data_dir=str(tmp_path / "held"), **CSV)
+    assert [r[0] for r in csv_epoch(cfg, inputs.Shard(0, 1), "eval")] == [150.0, 151.5]
+    bad = inputs.DataConfig(data_dir=str(tmp_path), **{**CSV, "numeric_columns": ("cost",)})
+    assert inputs.DATASETS["csv"].check(bad) == (
+        f"{tmp_path}/train-0.csv: no column 'cost' in its header (id, price, city, clicked, ignored).")
+    (tmp_path / "train-0.csv").write_text("id,price,city,clicked,ignored\n1,2.0,a,1,x\n2,3.0,b,7,x\n")
+    with pytest.raises(tf.errors.InvalidArgumentError) as error:
+        csv_epoch(cfg, inputs.Shard(0, 1))
+    assert inputs.bad_record_message(error.value.message) == (
+        f"bad input record: {tmp_path}/train-0.csv record 2: 'clicked' is 7, outside 0..1")
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["raw", "gz"])
+def test_idx_files_read_back_and_shard(tmp_path, compress):
+    from input import idx
+    rng = np.random.RandomState(0)
+    images, labels = rng.randint(0, 256, (30, 28, 28)).astype(np.uint8), rng.randint(0, 10, 30)
+    idx.write(images, labels, str(tmp_path), "train", compress)
+    idx.write(images[:5], labels[:5], str(tmp_path), "eval", compress)
+    cfg = inputs.DataConfig(name="idx", data_dir=str(tmp_path))
+    assert idx.check(cfg) is None
+    read = epoch(cfg, inputs.Shard(0, 1))
+    assert read == [(image.tobytes(), int(label)) for image, label in zip(images, labels)]
+    shards = [epoch(cfg, inputs.Shard(i, 2)) for i in range(2)]
+    assert sorted(shards[0] + shards[1]) == sorted(read) and not set(shards[0]) & set(shards[1])
+    assert len(epoch(cfg, inputs.Shard(0, 1), "eval")) == 5
+
+
+def test_idx_header_problems_name_the_file(tmp_path):
+    from input import idx
+    images, labels = np.zeros((4, 28, 28), np.uint8), np.zeros(4, np.uint8)
+    image_path, label_path = idx.write(images, labels, str(tmp_path), "train")
+    cfg = inputs.DataConfig(name="idx", data_dir=str(tmp_path))
+    idx.write(images, labels[:3], str(tmp_path), "train")
+    assert idx.check(cfg) == f"{label_path} holds 3 labels but {image_path} holds 4 images"
+    idx.write(images, labels, str(tmp_path), "train")
+    pathlib.Path(image_path).write_bytes(pathlib.Path(image_path).read_bytes()[:-10])
+    assert idx.check(cfg).startswith(f"{image_path}: the header announces 4 records of 784 byte(s)")
+    pathlib.Path(image_path).write_bytes(b"\x00\x00\x08\x01" + b"\x00" * 20)
+    assert idx.check(cfg).startswith(f"{image_path}: not an IDX file of this kind")
+    assert idx.check(inputs.DataConfig(name="idx", data_dir=str(tmp_path / "none"))).endswith(
+        "train-images-idx3-ubyte[.gz] not found")
+
+
+def test_clicks_are_learnable_from_the_ids():
+    cfg = inputs.DataConfig(name="clicks", synthetic_examples=3000)
+    rows = [(f["user"].numpy(), int(label)) for f, label in inputs.DATASETS["clicks"].records(cfg, "train",
+                                                                                              inputs.Shard(0, 1))]
+    rate = np.mean([label for _, label in rows])
+    assert 0.2 < rate < 0.8 and all(user.startswith(b"u") for user, _ in rows)

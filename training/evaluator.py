@@ -24,9 +24,8 @@ def evaluate(cfg, checkpoint: str) -> tuple[int, dict[str, float]]:
     with graph.as_default():
         global_step = v1.train.get_or_create_global_step()
         dataset = inputs.batches(cfg.data, inputs.Shard(0, 1), EVAL_BATCH, split="eval", repeat=False)
-        images, labels = v1.data.make_one_shot_iterator(dataset).get_next()
-        _, num_classes = inputs.spec(cfg.data)
-        output = model.build(images, labels, cfg.model, num_classes)
+        features, labels = v1.data.make_one_shot_iterator(dataset).get_next()
+        output = model.build(features, labels, cfg.model, inputs.spec(cfg.data))
         batch = tf.shape(labels)[0]
         sums = [output.loss * tf.cast(batch, tf.float32), output.accuracy * tf.cast(batch, tf.float32), batch]
         saver = v1.train.Saver(v1.global_variables())

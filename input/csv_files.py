@@ -1,0 +1,87 @@
+"""CSV files with a header row: train-*.csv and eval-*.csv in --data_dir (eval in --eval_data_dir).
+
+--label_column names the int64 class column; --numeric_columns (read as float) and
+--categorical_columns (read as strings) name the features. Other columns are ignored. Workers split
+the files between them when there are at least as many files as workers, and the rows otherwise.
+A label out of range is reported with its file and row (or skipped, with --skip_bad_records); a
+row TensorFlow cannot parse stops training with TensorFlow's own message.
+"""
+
+import csv
+import io
+import os
+
+import tensorflow as tf
+
+from input import records as record_files
+from input import tuning
+from input.specs import tabular_spec
+
+PARALLEL_FILES = 4
+
+
+def pattern(data_dir: str, split: str) -> str:
+    return os.path.join(data_dir, f"{split}-*.csv")
+
+
+def header(path: str) -> list[str]:
+    with tf.io.gfile.GFile(path) as f:
+        return next(csv.reader(io.StringIO(f.readline())), [])
+
+
+def check(cfg):
+    if not cfg.data_dir:
+        return "--dataset=csv needs --data_dir: a directory of train-*.csv files with a header row."
+    if not cfg.numeric_columns and not cfg.categorical_columns:
+        return "--dataset=csv needs --numeric_columns and/or --categorical_columns: the feature columns."
+    for split in ("train", "eval") if cfg.eval_data_dir else ("train",):
+        files = sorted(tf.io.gfile.glob(pattern(cfg.split_dir(split), split)))
+        if not files:
+            return f"{cfg.split_dir(split)} holds no {split} files (nothing matches {pattern(cfg.split_dir(split), split)})."
+        columns = header(files[0])
+        for name in (cfg.label_column, *cfg.numeric_columns, *cfg.categorical_columns):
+            if name not in columns:
+                return f"{files[0]}: no column '{name}' in its header ({', '.join(columns)})."
+    return None
+
+
+def spec(cfg):
+    return tabular_spec(cfg)
+
+
+def records(cfg, split: str, shard) -> tf.data.Dataset:
+    data_dir = cfg.split_dir(split)
+    files = sorted(tf.io.gfile.glob(pattern(data_dir, split)))
+    if not files:
+        raise FileNotFoundError(f"no {split} files match {pattern(data_dir, split)}")
+    columns = header(files[0])
+    wanted = {cfg.label_column: tf.int64, **{n: tf.float32 for n in cfg.numeric_columns},
+              **{n: tf.string for n in cfg.categorical_columns}}
+    # CsvDataset yields the selected columns in file order.
+    selected = sorted(columns.index(name) for name in wanted)
+    names = [columns[i] for i in selected]
+    data_spec = spec(cfg)
+
+    def read_file(path):
+        rows = tf.data.experimental.CsvDataset(path, [wanted[n] for n in names], header=True, select_cols=selected)
+        return rows.enumerate().map(lambda index, row: (path, index + 1, row))  # row 1: the first after the header
+
+    by_file = len(files) >= shard.count
+    mine = files[shard.index::shard.count] if by_file else files
+    cycle = max(1, min(PARALLEL_FILES, len(mine)))
+    dataset = tf.data.Dataset.from_tensor_slices(mine).interleave(
+        read_file, cycle_length=cycle, num_parallel_calls=cycle, deterministic=True)
+    if not by_file:
+        dataset = dataset.shard(shard.count, shard.index)
+
+    @tf.autograph.experimental.do_not_convert
+    def check_label(path, index, values):
+        row = {name: values[i] for i, name in enumerate(names)}
+        label = row.pop(cfg.label_column)
+        problem = tf.where(tf.logical_or(label < 0, label >= data_spec.num_classes),
+                           tf.strings.join([f"'{cfg.label_column}' is ", tf.strings.as_string(label),
+                                            f", outside 0..{data_spec.num_classes - 1}"]), "")
+        return path, index, problem, row, label
+
+    dataset = dataset.map(check_label, num_parallel_calls=tuning.PARALLEL_CALLS, deterministic=True)
+    return record_files.check_or_skip(dataset, cfg.skip_bad_records)

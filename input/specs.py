@@ -1,0 +1,42 @@
+"""The plain values the data sources share: what to read, a worker's shard, what an example holds."""
+
+import dataclasses
+from typing import NamedTuple
+
+import tensorflow as tf
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    name: str = "synthetic"
+    data_dir: str | None = None
+    eval_data_dir: str | None = None  # default: the held-out split of data_dir
+    synthetic_examples: int = 20000
+    seed: int = 42
+    skip_bad_records: bool = False
+    # Tabular data (csv, and tfrecord written from it): the columns to read.
+    label_column: str = "label"
+    numeric_columns: tuple[str, ...] = ()
+    categorical_columns: tuple[str, ...] = ()
+    num_classes: int = 2
+
+    def split_dir(self, split: str) -> str | None:
+        return self.eval_data_dir if split == "eval" and self.eval_data_dir else self.data_dir
+
+
+class DataSpec(NamedTuple):
+    features: dict[str, tf.TensorSpec]  # one example's raw features, by name
+    num_classes: int
+
+
+class Shard(NamedTuple):
+    """This worker's part of the data: every count-th example, starting at index."""
+
+    index: int
+    count: int
+
+
+def tabular_spec(cfg: DataConfig) -> DataSpec:
+    features = {name: tf.TensorSpec([], tf.float32, name) for name in cfg.numeric_columns}
+    features.update({name: tf.TensorSpec([], tf.string, name) for name in cfg.categorical_columns})
+    return DataSpec(features, cfg.num_classes)
