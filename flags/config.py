@@ -166,6 +166,13 @@ def read_train(f, cluster: spec.ClusterConfig) -> TrainConfig:
             "--model_dir is required for training: the chief writes checkpoints and summaries "
             "there, and a restarted worker resumes from it.")
     steps = f.save_checkpoint_steps
+    try:
+        profile = tuple(int(step) for step in f.profile_steps) or None
+    except ValueError:
+        profile = ()
+    if profile is not None and (len(profile) != 2 or not 1 <= profile[0] <= profile[1]):
+        raise app.UsageError(f"--profile_steps={','.join(f.profile_steps)}: expected FIRST,LAST local steps, "
+                             "1 <= FIRST <= LAST, e.g. 100,110.")
     return TrainConfig(
         train_steps=f.train_steps,
         batch_size=f.batch_size,
@@ -185,6 +192,8 @@ def read_train(f, cluster: spec.ClusterConfig) -> TrainConfig:
         eval_timeout_secs=f.eval_timeout_secs,
         stall_warning_secs=f.stall_warning_secs,
         stall_timeout_secs=f.stall_timeout_secs,
+        export_saved_model=f.export_saved_model,
+        profile_steps=profile,
     )
 
 

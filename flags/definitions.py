@@ -62,6 +62,11 @@ flags.DEFINE_integer("save_summaries_steps", 100, "Write summaries every N globa
 flags.DEFINE_integer("log_every_n_steps", 100, "Log progress every N local steps on each worker.",
                      lower_bound=1)
 
+flags.DEFINE_boolean("export_saved_model", True,
+                     "At the end of training the chief writes <model_dir>/export/<step>, a SavedModel "
+                     "serving raw features.")
+flags.DEFINE_list("profile_steps", [], "FIRST,LAST: trace these local steps on each worker into "
+                  "<model_dir>/profile/<task> for TensorBoard's profiler, e.g. 100,110.")
 flags.DEFINE_integer("eval_timeout_secs", 3600,
                      "Evaluator: give up if no new checkpoint appears for this long.", lower_bound=1)
 

@@ -43,10 +43,15 @@ def check(cfg: ModelConfig, data_spec) -> str | None:
     return MODELS[cfg.name].check(data_spec)
 
 
+def logits_of(features, cfg: ModelConfig, data_spec) -> tf.Tensor:
+    """The model alone, features to logits: what training builds and what is exported."""
+    with tf.compat.v1.variable_scope(cfg.name):
+        return MODELS[cfg.name].logits(features, cfg, data_spec)
+
+
 def build(features, labels, cfg: ModelConfig, data_spec) -> ModelOutput:
     """Logits, mean cross-entropy loss and batch metrics, with their summaries."""
-    with tf.compat.v1.variable_scope(cfg.name):
-        logits = MODELS[cfg.name].logits(features, cfg, data_spec)
+    logits = logits_of(features, cfg, data_spec)
     probabilities = tf.nn.softmax(logits, name="probabilities")
     loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits),
                           name="cross_entropy")

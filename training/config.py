@@ -23,3 +23,5 @@ class TrainConfig:
     eval_timeout_secs: int = 3600
     stall_warning_secs: int = 60
     stall_timeout_secs: int = 900
+    export_saved_model: bool = True
+    profile_steps: tuple[int, int] | None = None  # [first, last] local steps to trace

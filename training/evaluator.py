@@ -19,27 +19,31 @@ class EvaluationTimeout(Exception):
 
 
 def evaluate(cfg, checkpoint: str) -> tuple[int, dict[str, float]]:
-    """(global step, {'loss', 'accuracy'}) of `checkpoint` over the whole held-out split."""
+    """(global step, {'loss', 'accuracy'[, 'auc']}) of `checkpoint` over the whole held-out split."""
     graph = tf.Graph()
     with graph.as_default():
         global_step = v1.train.get_or_create_global_step()
         dataset = inputs.batches(cfg.data, inputs.Shard(0, 1), EVAL_BATCH, split="eval", repeat=False)
         features, labels = v1.data.make_one_shot_iterator(dataset).get_next()
         output = model.build(features, labels, cfg.model, inputs.spec(cfg.data))
-        batch = tf.shape(labels)[0]
-        sums = [output.loss * tf.cast(batch, tf.float32), output.accuracy * tf.cast(batch, tf.float32), batch]
+        metrics = {"loss": v1.metrics.mean(output.loss, weights=tf.shape(labels)[0]),
+                   "accuracy": v1.metrics.mean(output.accuracy, weights=tf.shape(labels)[0])}
+        if output.auc is not None:  # over the whole split, not averaged per batch
+            metrics["auc"] = v1.metrics.auc(labels, output.probabilities[:, 1], num_thresholds=1000)
         saver = v1.train.Saver(v1.global_variables())
+        init_metrics = v1.local_variables_initializer()
+        updates = [update for _, update in metrics.values()]
+        results = {name: value for name, (value, _) in metrics.items()}
         with v1.Session() as sess:
             saver.restore(sess, checkpoint)
+            sess.run(init_metrics)
             step = int(sess.run(global_step))
-            loss = correct = count = 0
             while True:
                 try:
-                    batch_loss, batch_correct, size = sess.run(sums)
+                    sess.run(updates)
                 except tf.errors.OutOfRangeError:
                     break
-                loss, correct, count = loss + batch_loss, correct + batch_correct, count + size
-    return step, {"loss": loss / count, "accuracy": correct / count}
+            return step, {name: float(value) for name, value in sess.run(results).items()}
 
 
 def run(cfg) -> None:
@@ -53,8 +57,8 @@ def run(cfg) -> None:
             summary = v1.Summary(value=[v1.Summary.Value(tag=k, simple_value=v) for k, v in metrics.items()])
             writer.add_summary(summary, step)
             writer.flush()
-            logging.info("evaluator: step %d: held-out loss %.4f accuracy %.3f", step,
-                         metrics["loss"], metrics["accuracy"])
+            logging.info("evaluator: step %d: held-out loss %.4f accuracy %.3f%s", step, metrics["loss"],
+                         metrics["accuracy"], f" auc {metrics['auc']:.3f}" if "auc" in metrics else "")
             if step >= train.train_steps:
                 logging.info("evaluator: evaluated the final step's checkpoint; exiting")
                 return

@@ -10,15 +10,18 @@ v1 = tf.compat.v1
 
 
 class ProgressHook(v1.train.SessionRunHook):
-    """Logs one line every `every_n` local steps: global step, loss, accuracy, examples/sec, time left.
+    """Logs one line every `every_n` local steps: global step, loss, accuracy, examples/sec, time left;
+    and writes this worker's global_step/sec and examples/sec as summaries into summary_dir.
 
     Loss and accuracy are fetched only on logging steps; the global step (which StopAtStepHook
     fetches anyway) every step, so the last step reached is known when something fails.
     """
 
-    def __init__(self, task_name, loss, accuracy, train_steps, batch_size, every_n):
+    def __init__(self, task_name, loss, accuracy, train_steps, batch_size, every_n, summary_dir=None):
         self._task_name = task_name
         self._fetches = {"loss": loss, "accuracy": accuracy}
+        self._summary_dir = summary_dir
+        self._writer = None
         self._train_steps = train_steps
         self._batch_size = batch_size
         self._every_n = every_n
@@ -33,6 +36,8 @@ class ProgressHook(v1.train.SessionRunHook):
     def after_create_session(self, session, coord):
         self.global_step = int(session.run(self._global_step_tensor))
         self._mark = (time.monotonic(), self.local_steps, self.global_step)
+        if self._summary_dir and self._writer is None:
+            self._writer = v1.summary.FileWriter(self._summary_dir)
 
     def before_run(self, run_context):
         fetches = {"global_step": self._global_step_tensor}
@@ -55,6 +60,8 @@ class ProgressHook(v1.train.SessionRunHook):
     def end(self, session):
         # The per-step read can predate other workers' updates: ask the variable itself.
         self.global_step = int(session.run(self._global_step_tensor))
+        if self._writer:
+            self._writer.close()
 
     def _log(self):
         now = time.monotonic()
@@ -68,6 +75,40 @@ class ProgressHook(v1.train.SessionRunHook):
             self._task_name, self.global_step, self._train_steps, self.loss, self.accuracy,
             examples_per_sec, datetime.timedelta(seconds=round(max(left, 0))))
         self._mark = (now, self.local_steps, self.global_step)
+        if self._writer:
+            rates = {"global_step/sec": global_rate, "examples/sec": examples_per_sec}
+            self._writer.add_summary(v1.Summary(value=[v1.Summary.Value(tag=tag, simple_value=value)
+                                                       for tag, value in rates.items()]), self.global_step)
+
+
+class ProfileHook(v1.train.SessionRunHook):
+    """Traces local steps first..last with TensorFlow's profiler into logdir, which TensorBoard's
+    Profile tab opens (plugins/profile/<run>/<host>.xplane.pb)."""
+
+    def __init__(self, task_name, first, last, logdir):
+        self._task_name, self._first, self._last, self._logdir = task_name, first, last, logdir
+        self._step = 0
+        self._tracing = False
+
+    def before_run(self, run_context):
+        self._step += 1
+        if self._step == self._first:
+            tf.profiler.experimental.start(self._logdir)
+            self._tracing = True
+
+    def after_run(self, run_context, run_values):
+        if self._tracing and self._step >= self._last:
+            self._stop()
+
+    def end(self, session):
+        if self._tracing:
+            self._stop()
+
+    def _stop(self):
+        tf.profiler.experimental.stop()
+        self._tracing = False
+        logging.info("%s: traced local steps %d-%d into %s", self._task_name, self._first,
+                     min(self._step, self._last), self._logdir)
 
 
 class CloseQueueAtEndHook(v1.train.SessionRunHook):

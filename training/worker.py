@@ -1,5 +1,6 @@
 """The worker role: build this replica's graph and train it in a MonitoredTrainingSession."""
 
+import os
 import threading
 import time
 from typing import NamedTuple
@@ -10,7 +11,7 @@ from absl import logging
 import input as inputs
 import model
 from cluster import peers, placement, shutdown, spec
-from training import checkpoints, optimizers, preemption, watchdog
+from training import checkpoints, export, optimizers, preemption, watchdog
 from training import hooks as training_hooks
 
 v1 = tf.compat.v1
@@ -51,7 +52,7 @@ def build_graph(cfg) -> TrainGraph:
         dataset = inputs.batches(cfg.data, shard, train.batch_size)
         features, labels = v1.data.make_one_shot_iterator(dataset).get_next()
         output = model.build(features, labels, cfg.model, inputs.spec(cfg.data))
-        learning_rate = tf.constant(train.learning_rate, name="learning_rate")
+        learning_rate = tf.constant(train.learning_rate, name="learning_rate_value")
         v1.summary.scalar("learning_rate", learning_rate)
         optimizer = optimizers.make_optimizer(learning_rate, train)
         train_op, hooks, chief_only_hooks = make_train_op(output.loss, optimizer, global_step, cluster, train)
@@ -142,9 +143,10 @@ def train(cfg, server=None, stop=None) -> training_hooks.ProgressHook:
         report = ", ".join(f"{dev} {size / 2**20:.2f} MiB"
                            for dev, size in placement.bytes_per_ps(v1.get_default_graph()).items())
         logging.info("%s: variables placed: %s", cluster.task_name, report)
+    task_dir = cluster.task_name.replace(":", "_")
     progress = training_hooks.ProgressHook(
         cluster.task_name, graph.loss, graph.accuracy, train_cfg.train_steps, train_cfg.batch_size,
-        train_cfg.log_every_n_steps)
+        train_cfg.log_every_n_steps, summary_dir=os.path.join(train_cfg.model_dir, "workers", task_dir))
     target = server.target if server else ""
     config = spec.session_config(cluster)
     if cluster.is_distributed:
@@ -156,6 +158,9 @@ def train(cfg, server=None, stop=None) -> training_hooks.ProgressHook:
         watchdog.stall_cause(train_cfg.sync_replicas, train_cfg.replicas_to_aggregate, cluster.num_workers),
         train_cfg.stall_warning_secs, train_cfg.stall_timeout_secs)
     hooks = graph.hooks + [progress, stall_watchdog] + ([preemption.PreemptionHook(stop)] if stop else [])
+    if train_cfg.profile_steps:
+        hooks.append(training_hooks.ProfileHook(cluster.task_name, *train_cfg.profile_steps,
+                                                os.path.join(train_cfg.model_dir, "profile", task_dir)))
     scaffold = v1.train.Scaffold(saver=graph.saver)
     try:
         while not _train_in_session(cfg, target, config, graph, scaffold, hooks, progress):
@@ -238,6 +243,8 @@ def run(cfg, server=None) -> int:
         return preemption.EXIT_PREEMPTED
     if server is not None:
         _signal_done_bounded(server, cfg.cluster)
+    if cfg.cluster.is_chief and cfg.train.export_saved_model:
+        export.export(cfg, tf.train.latest_checkpoint(cfg.train.model_dir))
     # key=value, so the local launcher and the tests read the same line a person does.
     logging.info("%s finished: global_step=%s local_steps=%d loss=%s accuracy=%s seconds=%.1f",
                  cfg.cluster.task_name, progress.global_step, progress.local_steps,

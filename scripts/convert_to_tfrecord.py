@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""Converts a CSV or IDX dataset into the TFRecord format that --dataset=tfrecord reads.
+
+    python scripts/convert_to_tfrecord.py --dataset=idx --data_dir=/data/mnist --output_dir=/data/mnist-tfr
+    python scripts/convert_to_tfrecord.py --dataset=csv --data_dir=/data/clicks --output_dir=/data/clicks-tfr \\
+        --label_column=clicked --numeric_columns=price,hour --categorical_columns=user,item
+
+Reads both splits with the trainer's own readers and flags (so the same records come out, and a bad
+one is reported the same way) and writes train-NNNNN-of-NNNNN.tfrecord and eval-... files. Train
+the result with the same column flags and --dataset=tfrecord --data_dir=<output_dir>.
+"""
+
+from absl import app, flags
+
+import input as inputs
+from cluster import spec
+from flags import config as flag_config
+from flags import definitions  # noqa: F401  (the trainer's data flags)
+from input import tfrecord
+
+flags.DEFINE_string("output_dir", None, "Directory to write the TFRecord files into.", required=True)
+flags.DEFINE_integer("num_files", 4, "Files per split; use at least as many as workers.", lower_bound=1)
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected argument(s) {' '.join(argv[1:])}")
+    if FLAGS.dataset not in ("csv", "idx"):
+        raise app.UsageError(f"--dataset={FLAGS.dataset}: this converts csv or idx data")
+    cfg = flag_config.read_data(FLAGS, spec.ClusterConfig())
+    data_spec = inputs.spec(cfg)
+    for split in ("train", "eval"):
+        try:
+            records = inputs.DATASETS[cfg.name].records(cfg, split, inputs.Shard(0, 1))
+        except (FileNotFoundError, ValueError) as err:
+            print(f"{split}: skipped ({err})")
+            continue
+        examples = (({name: value.numpy() for name, value in features.items()}, int(label))
+                    for features, label in records)
+        paths = tfrecord.write(examples, data_spec, FLAGS.output_dir, split, FLAGS.num_files, cfg.label_column)
+        print(f"{split}: wrote {len(paths)} files to {FLAGS.output_dir}")
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,153 @@
+"""The wide-and-deep model across ps shards: partitioned tables, sparse traffic, export, metrics."""
+
+import json
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import input as inputs
+import model
+from cluster import spec
+from flags.config import RunConfig
+from tests.conftest import describe, finished, read_flags
+from training import export, worker
+from training.config import TrainConfig
+
+v1 = tf.compat.v1
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def traffic(ports) -> int:
+    """Bytes sent and received over TCP by the servers on these local ports, from `ss`: with every
+    task's port, all of the cluster's traffic (each connection counted once, on its server's side;
+    a ps fetches gradients from the worker's server, and the worker variables from the ps's)."""
+    filter_ = " or ".join(f"sport = :{port}" for port in ports)
+    out = subprocess.run(["ss", "-tinH", "state", "established", f"( {filter_} )"], capture_output=True,
+                         text=True, check=True).stdout
+    return sum(int(n) for n in re.findall(r"\bbytes_(?:sent|received):(\d+)", out))
+
+
+def wide_deep(hash_buckets):
+    return model.ModelConfig(name="wide_deep", hidden_units=(32,), hash_buckets=hash_buckets, embedding_dim=16,
+                             embedding_partitions=2)
+
+
+CLICKS = inputs.DataConfig(name="clicks", synthetic_examples=4000)
+
+
+def bytes_per_step(model_cfg, data_cfg=CLICKS, steps=30):
+    """(bytes between worker and ps per training step, bytes of the model's variables) on an in-process
+    cluster of 1 worker and 2 ps."""
+    workers, ps_servers = tf.test.create_local_cluster(1, 2)
+    ports = [int(s.target.rpartition(":")[2]) for s in [*workers, *ps_servers]]
+    hosts = spec.ClusterConfig(
+        ps_hosts=tuple(s.target.replace("grpc://", "") for s in ps_servers),
+        worker_hosts=(workers[0].target.replace("grpc://", ""),), job_name="worker", task_index=0)
+    cfg = RunConfig(hosts, TrainConfig(batch_size=64), model_cfg, data_cfg)
+    with tf.Graph().as_default():
+        graph = worker.build_graph(cfg)
+        variable_bytes = sum(v.shape.num_elements() * 4 for v in v1.trainable_variables())
+        with v1.Session(workers[0].target, config=spec.session_config(hosts)) as sess:
+            sess.run(v1.global_variables_initializer())
+            for _ in range(10):
+                sess.run(graph.train_op)
+            before = traffic(ports)
+            for _ in range(steps):
+                sess.run(graph.train_op)
+            return (traffic(ports) - before) / steps, variable_bytes
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs iproute2's ss")
+def test_a_step_moves_the_rows_it_touches_not_the_table():
+    small, small_vars = bytes_per_step(wide_deep(1000))
+    large, large_vars = bytes_per_step(wide_deep(200_000))
+    dense, dense_vars = bytes_per_step(model.ModelConfig(), inputs.DataConfig(synthetic_examples=1000))
+    print(f"\nbatch 64, 2 ps, per step: wide_deep with {small_vars / 2**20:.1f} MiB of variables moves "
+          f"{small / 1024:.0f} KiB, with {large_vars / 2**20:.1f} MiB {large / 1024:.0f} KiB; the dense mlp "
+          f"with {dense_vars / 2**20:.1f} MiB moves {dense / 1024:.0f} KiB")
+    assert dense > 1.9 * dense_vars  # the measure sees it all: a dense model reads every variable and
+    # sends a gradient for each
+    assert large_vars > 100 * small_vars / 2  # the tables grew about 200x
+    assert large < 1.5 * small + 64 * 1024  # the traffic did not
+    assert large < large_vars / 20  # and is far below the variables' size
+
+
+def test_wide_deep_on_two_ps_and_two_workers_exports_a_model_that_serves(make_cluster, tmp_path):
+    cluster = make_cluster(num_ps=2, num_workers=2, trainer_args=[
+        "--model=wide_deep", "--dataset=clicks", "--hash_buckets=50000", "--embedding_dim=8",
+        "--hidden_units=32", "--train_steps=300", "--save_summaries_steps=50", "--log_every_n_steps=50",
+        "--profile_steps=20,25"])
+    cluster.start_all()
+    cluster.start("evaluator", 0)
+    codes = cluster.wait(timeout=300)
+    assert set(codes.values()) == {0}, describe(cluster)
+    chief_log = cluster.log("worker", 0)
+    assert int(finished(chief_log)["global_step"]) >= 300
+
+    # The tables are cut in two and spread over both ps: each holds about half.
+    placed = dict(re.findall(r"(/job:ps/task:\d) ([\d.]+) MiB", re.search(r"variables placed: .*", chief_log)[0]))
+    assert set(placed) == {"/job:ps/task:0", "/job:ps/task:1"}
+    sizes = sorted(float(v) for v in placed.values())
+    assert sizes[0] > 2.0 and sizes[0] / sizes[1] > 0.8
+    reader = tf.train.load_checkpoint(str(cluster.model_dir))
+    assert reader.get_variable_to_shape_map()["wide_deep/user/embedding"] == [50000, 8]
+
+    # The export, loaded in a fresh process, predicts what the final checkpoint predicts.
+    step = int(finished(chief_log)["global_step"])
+    export_dir = cluster.model_dir / "export" / str(reader.get_tensor("global_step"))
+    assert (export_dir / "saved_model.pb").exists() and step >= 300
+    cfg = read_flags(*cluster.trainer_args)
+    features, _ = next(iter(inputs.batches(cfg.data, inputs.Shard(0, 1), 16, split="eval", repeat=False)))
+    features = {name: value.numpy() for name, value in features.items()}
+    expected = export.predict(cfg, tf.train.latest_checkpoint(str(cluster.model_dir)), features)
+    served = serve_in_fresh_process(export_dir, features)
+    np.testing.assert_allclose(served["probabilities"], expected["probabilities"], rtol=1e-5, atol=1e-6)
+    assert served["classes"] == expected["classes"].tolist()
+
+    # What TensorBoard shows: the chief's training summaries, each worker's speed, the evaluator's.
+    assert {"loss", "accuracy", "auc", "learning_rate"} <= tags(cluster.model_dir)
+    for task in ("worker_0", "worker_1"):
+        assert {"global_step/sec", "examples/sec"} <= tags(cluster.model_dir / "workers" / task)
+    assert {"loss", "accuracy", "auc"} <= tags(cluster.model_dir / "eval")
+    assert "auc" in cluster.log("evaluator", 0)
+    traces = list((cluster.model_dir / "profile" / "worker_1").glob("plugins/profile/*/*.xplane.pb"))
+    assert traces and traces[0].stat().st_size > 1000
+
+    png = tmp_path / "run.png"
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "plot_run.py"),
+                             f"--model_dir={cluster.model_dir}", f"--output={png}"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def tags(directory) -> set:
+    return {value.tag for path in pathlib.Path(directory).glob("events.out.tfevents.*")
+            for event in v1.train.summary_iterator(str(path)) for value in event.summary.value}
+
+
+SERVE = """
+import json, sys
+import numpy as np
+import tensorflow as tf
+features = {k: np.array(v, dtype=object if isinstance(v[0], str) else np.float32)
+            for k, v in json.loads(sys.stdin.read()).items()}
+served = tf.saved_model.load(sys.argv[1]).signatures["serving_default"](
+    **{k: tf.constant(v.astype(str) if v.dtype == object else v) for k, v in features.items()})
+print(json.dumps({"probabilities": served["probabilities"].numpy().tolist(),
+                  "classes": served["classes"].numpy().tolist()}))
+"""
+
+
+def serve_in_fresh_process(export_dir, features) -> dict:
+    payload = {k: [x.decode() for x in v] if v.dtype == object else v.tolist() for k, v in features.items()}
+    result = subprocess.run([sys.executable, "-c", SERVE, str(export_dir)], input=json.dumps(payload),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])

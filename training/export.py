@@ -1,0 +1,65 @@
+"""Export: the trained model as a SavedModel that serves raw features.
+
+The chief writes <model_dir>/export/<global step> once training is over, from a graph rebuilt
+without any device placement (so it loads anywhere, with no cluster), holding only the model:
+features in, probabilities and classes out. It is written under a temporary name and renamed
+when complete, so a reader never finds half an export.
+"""
+
+import os
+
+import tensorflow as tf
+from absl import logging
+
+import input as inputs
+import model
+
+v1 = tf.compat.v1
+SIGNATURE = "serving_default"
+
+
+def serving_graph(cfg):
+    """(graph, raw feature placeholders, outputs) of the model alone, on no particular device."""
+    data_spec = inputs.spec(cfg.data)
+    graph = tf.Graph()
+    with graph.as_default():
+        features = {name: v1.placeholder(s.dtype, [None, *s.shape], name=name)
+                    for name, s in data_spec.features.items()}
+        logits = model.logits_of(features, cfg.model, data_spec)
+        outputs = {
+            "probabilities": tf.nn.softmax(logits, name="probabilities"),
+            "classes": tf.argmax(logits, axis=1, name="classes"),
+            "logits": logits,
+        }
+    return graph, features, outputs
+
+
+def predict(cfg, checkpoint: str, features: dict) -> dict:
+    """The outputs of `checkpoint` for a batch of raw features (numpy), in this process."""
+    graph, placeholders, outputs = serving_graph(cfg)
+    with graph.as_default(), v1.Session(graph=graph) as sess:
+        v1.train.Saver().restore(sess, checkpoint)
+        return sess.run(outputs, {placeholders[name]: value for name, value in features.items()})
+
+
+def export(cfg, checkpoint: str) -> str:
+    """Writes <model_dir>/export/<step of checkpoint> from `checkpoint`; returns its path."""
+    step = int(tf.train.load_checkpoint(checkpoint).get_tensor("global_step"))
+    export_dir = os.path.join(cfg.train.model_dir, "export", str(step))
+    partial = export_dir + ".incomplete"
+    if tf.io.gfile.exists(partial):
+        tf.io.gfile.rmtree(partial)
+    graph, features, outputs = serving_graph(cfg)
+    with graph.as_default(), v1.Session(graph=graph) as sess:
+        v1.train.Saver().restore(sess, checkpoint)
+        builder = v1.saved_model.Builder(partial)
+        signature = v1.saved_model.predict_signature_def(inputs=features, outputs=outputs)
+        builder.add_meta_graph_and_variables(sess, [v1.saved_model.tag_constants.SERVING],
+                                             signature_def_map={SIGNATURE: signature})
+        builder.save()
+    if tf.io.gfile.exists(export_dir):
+        tf.io.gfile.rmtree(export_dir)
+    tf.io.gfile.rename(partial, export_dir)
+    logging.info("exported the model at step %d to %s (signature %r: %s -> probabilities, classes)", step,
+                 export_dir, SIGNATURE, ", ".join(sorted(features)))
+    return export_dir
