@@ -193,6 +193,7 @@ def read_train(f, cluster: spec.ClusterConfig) -> TrainConfig:
         stall_warning_secs=f.stall_warning_secs,
         stall_timeout_secs=f.stall_timeout_secs,
         export_saved_model=f.export_saved_model,
+        wire_dtype=f.wire_dtype,
         profile_steps=profile,
     )
 

@@ -47,6 +47,9 @@ flags.DEFINE_boolean("sync_replicas", False,
 flags.DEFINE_integer("replicas_to_aggregate", None,
                      "With --sync_replicas: gradients per step; fewer than the workers "
                      "makes the rest backup workers. Default: every worker.", lower_bound=1)
+flags.DEFINE_enum("wire_dtype", "float32", ["float32", "bfloat16", "float16"],
+                  "Precision of variables and gradients on the wire between workers and ps tasks; the ps "
+                  "keeps float32 master copies. bfloat16 halves the bytes of dense variables.")
 flags.DEFINE_integer("seed", 42, "Seed for initializers, data generation and shuffling.")
 
 # ---------------------------------------------------------------- checkpoints and logs

@@ -17,8 +17,8 @@ def cluster(num_ps, task=1):
     return spec.ClusterConfig(tuple(f"ps{i}:1" for i in range(num_ps)), ("w0:1", "w1:1"), "worker", task)
 
 
-def training_graph(num_ps, model_cfg=model.ModelConfig(), sync=False):
-    cfg = RunConfig(cluster(num_ps), TrainConfig(sync_replicas=sync, replicas_to_aggregate=2),
+def training_graph(num_ps, model_cfg=model.ModelConfig(), sync=False, wire_dtype="float32"):
+    cfg = RunConfig(cluster(num_ps), TrainConfig(sync_replicas=sync, replicas_to_aggregate=2, wire_dtype=wire_dtype),
                     model_cfg, inputs.DataConfig(synthetic_examples=100))
     graph = tf.Graph()
     with graph.as_default():
@@ -79,3 +79,24 @@ def test_sync_accumulators_stay_with_their_variables():
     for op in accumulators:
         assert op.device.startswith("/job:ps/task:"), op.name
     assert set(devices.values()) == {"/job:ps/task:0", "/job:ps/task:1"}
+
+
+def test_bfloat16_wire_casts_on_the_ps_both_ways():
+    graph = training_graph(num_ps=1, wire_dtype="bfloat16")
+    kernel = graph.get_operation_by_name("mlp/hidden0/kernel")
+    to_wire = [op for op in graph.get_operations() if op.type == "Cast" and "to_wire" in op.name
+               and not op.name.startswith("gradients")]
+    assert len(to_wire) == 4  # every dense variable of the mlp
+    assert all(op.device == "/job:ps/task:0" and op.get_attr("DstT") == tf.bfloat16 for op in to_wire)
+    from_wire = [op for op in graph.get_operations() if op.type == "Cast" and "from_wire" in op.name
+                 and not op.name.startswith("gradients")]
+    assert len(from_wire) == 4 and all(op.device == "/job:worker/task:1" for op in from_wire)
+    # The update's gradient input is computed on the ps from a bfloat16 tensor sent by the worker.
+    update = [op for op in graph.get_operations() if op.type == "ResourceApplyMomentum"
+              and op.inputs[0].op is kernel][0]
+    gradient = update.inputs[3].op
+    while gradient.type in ("Identity",):
+        gradient = gradient.inputs[0].op
+    assert gradient.type == "Cast" and gradient.device == "/job:ps/task:0"
+    assert gradient.inputs[0].dtype == tf.bfloat16 and gradient.inputs[0].op.device == "/job:worker/task:1"
+    assert kernel.get_attr("dtype") == tf.float32  # the master copy

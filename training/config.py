@@ -24,4 +24,5 @@ class TrainConfig:
     stall_warning_secs: int = 60
     stall_timeout_secs: int = 900
     export_saved_model: bool = True
+    wire_dtype: str = "float32"
     profile_steps: tuple[int, int] | None = None  # [first, last] local steps to trace

@@ -11,7 +11,7 @@ from absl import logging
 import input as inputs
 import model
 from cluster import peers, placement, shutdown, spec
-from training import checkpoints, export, optimizers, preemption, watchdog
+from training import checkpoints, export, optimizers, preemption, watchdog, wire
 from training import hooks as training_hooks
 
 v1 = tf.compat.v1
@@ -51,7 +51,9 @@ def build_graph(cfg) -> TrainGraph:
         shard = inputs.Shard(cluster.replica_index, cluster.num_workers)
         dataset = inputs.batches(cfg.data, shard, train.batch_size)
         features, labels = v1.data.make_one_shot_iterator(dataset).get_next()
-        output = model.build(features, labels, cfg.model, inputs.spec(cfg.data))
+        with v1.variable_scope(v1.get_variable_scope(),
+                               custom_getter=wire.read_through(wire.WIRE_DTYPES[train.wire_dtype])):
+            output = model.build(features, labels, cfg.model, inputs.spec(cfg.data))
         learning_rate = tf.constant(train.learning_rate, name="learning_rate_value")
         v1.summary.scalar("learning_rate", learning_rate)
         optimizer = optimizers.make_optimizer(learning_rate, train)
@@ -73,7 +75,8 @@ def make_train_op(loss, optimizer, global_step, cluster, train):
         optimizer = v1.train.SyncReplicasOptimizer(
             optimizer, replicas_to_aggregate=train.replicas_to_aggregate,
             total_num_replicas=cluster.num_workers)
-    grads_and_vars = guard_finite(loss, optimizer.compute_gradients(loss))
+    # Colocated: the gradient of an op on the ps (a wire cast, an embedding gather) is computed there.
+    grads_and_vars = guard_finite(loss, optimizer.compute_gradients(loss, colocate_gradients_with_ops=True))
     train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
     if train.sync_replicas:
         # num_tokens=0: no worker, the chief included, starts step k+1 before step k's update is

@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Benchmarks the trainer against single-process training, interleaved, and prints a table.
+
+    python scripts/benchmark.py                         # every model and layout, 3 repetitions
+    python scripts/benchmark.py --models=mlp --repetitions=5 --output_dir=bench/
+
+For each model (the default mlp at batch 128, a 10M-parameter mlp, the cnn) it runs the same model
+and data as single-process training (trainer.py with no cluster) and as clusters of 1 ps + 1
+worker, 1 ps + 2 workers and 2 ps + 2 workers, async and sync, one repetition of every layout
+before the next repetition, so that machine noise hits them all alike. Each run is real processes
+on 127.0.0.1. Throughput is steady state: examples per second from the chief's progress lines
+after a warm-up. Startup is measured too: launch to every worker's first step, and the last step
+to every process gone. Prints medians and ratios to single-process; writes results.json and
+results.png into --output_dir. Trainer flags after '--' go to every run (the levers, e.g.
+--wire_dtype=bfloat16).
+"""
+
+import dataclasses
+import json
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+
+from absl import app, flags
+
+from cluster import launch
+from cluster.local import TRAINER, LocalCluster
+
+flags.DEFINE_list("models", ["mlp", "mlp10m", "cnn"], "Models to run.")
+flags.DEFINE_integer("repetitions", 3, "Repetitions of every layout.", lower_bound=1)
+flags.DEFINE_integer("warmup_steps", 200, "Global steps before measuring.", lower_bound=1)
+flags.DEFINE_integer("measure_steps", 800, "Global steps measured.", lower_bound=1)
+flags.DEFINE_string("output_dir", "runs/benchmark", "Where logs, results.json and results.png go.")
+FLAGS = flags.FLAGS
+
+MODELS = {
+    "mlp": ["--model=mlp", "--hidden_units=256", "--batch_size=128"],
+    "mlp10m": ["--model=mlp", "--hidden_units=4096,1600", "--batch_size=128"],  # 9.8M parameters
+    "cnn": ["--model=cnn", "--batch_size=64"],
+}
+# Fewer measured steps for the slow models, so that a run takes tens of seconds, not minutes.
+STEP_SCALE = {"mlp": 1.0, "mlp10m": 0.25, "cnn": 0.25}
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    name: str
+    num_ps: int = 0  # 0: single process
+    num_workers: int = 1
+    sync: bool = False
+
+
+LAYOUTS = [
+    Layout("single process"),
+    Layout("1 ps + 1 worker", 1, 1),
+    Layout("1 ps + 2 workers", 1, 2),
+    Layout("2 ps + 2 workers", 2, 2),
+    Layout("1 ps + 2 workers sync", 1, 2, sync=True),
+    Layout("2 ps + 2 workers sync", 2, 2, sync=True),
+]
+
+
+@dataclasses.dataclass
+class Result:
+    model: str
+    layout: str
+    repetition: int
+    examples_per_sec: float | None
+    first_step_secs: float | None  # launch to every worker's first step
+    exit_secs: float | None  # last step to every process gone
+    ok: bool
+
+
+def chief_rate(log: str, batch: int, examples_per_global_step: int, warmup: int) -> float | None:
+    """Examples/sec between the first progress line past the warm-up and the last one."""
+    points = []
+    for line in log.splitlines():
+        progress = launch.PROGRESS.search(line)
+        if progress and " step " in progress.group(1) and "/" in progress.group(1):
+            step = int(progress.group(1).split(" step ")[1].split("/")[0])
+            points.append((launch.log_time(line), step))
+    after = [(t, s) for t, s in points if s >= warmup]
+    if len(after) < 2:
+        return None
+    (t0, s0), (t1, s1) = after[0], after[-1]
+    seconds = (t1 - t0).total_seconds()
+    return (s1 - s0) * examples_per_global_step / seconds if seconds > 0 else None
+
+
+def run_once(model: str, layout: Layout, repetition: int, extra_args, run_dir: pathlib.Path) -> Result:
+    steps = int(FLAGS.warmup_steps + FLAGS.measure_steps * STEP_SCALE[model])
+    warmup = FLAGS.warmup_steps
+    batch = int(next(a for a in MODELS[model] if a.startswith("--batch_size")).split("=")[1])
+    args = [*MODELS[model], f"--train_steps={steps}", "--log_every_n_steps=20", "--save_checkpoint_secs=100000",
+            "--save_summaries_steps=100000", "--synthetic_examples=20000", *extra_args]
+    if layout.sync:
+        args.append("--sync_replicas")
+    per_step = batch * (layout.num_workers if layout.sync else 1)
+    name = f"{model}-{layout.name.replace(' ', '_').replace('+', '')}-{repetition}"
+    directory = run_dir / name
+    if layout.num_ps == 0:
+        directory.mkdir(parents=True, exist_ok=True)
+        log_path = directory / "local-0.log"
+        start = time.monotonic()
+        with open(log_path, "wb") as log:
+            proc = subprocess.run([sys.executable, str(TRAINER), f"--model_dir={directory / 'model'}", *args],
+                                  stdout=log, stderr=subprocess.STDOUT, timeout=1800)
+        end = time.monotonic()
+        text = log_path.read_text(errors="replace")
+        first = _first_step_secs([text], start)
+        return Result(model, layout.name, repetition, chief_rate(text, batch, per_step, warmup), first,
+                      _exit_secs([text], end), proc.returncode == 0)
+    cluster = LocalCluster(directory, layout.num_ps, layout.num_workers, [f"--model_dir={directory / 'model'}", *args])
+    with cluster:
+        start = time.monotonic()
+        cluster.start_all()
+        codes = cluster.wait(timeout=1800)
+        end = time.monotonic()
+    logs = [cluster.log("worker", i) for i in range(layout.num_workers)]
+    return Result(model, layout.name, repetition, chief_rate(logs[0], batch, per_step, warmup),
+                  _first_step_secs(logs, start), _exit_secs(logs, end), set(codes.values()) == {0})
+
+
+def _wall(line_time, start_monotonic):
+    # Log lines carry wall-clock times; convert the monotonic launch time through now.
+    return line_time.timestamp() - (time.time() - (time.monotonic() - start_monotonic))
+
+
+def _first_step_secs(logs, start):
+    times = []
+    for log in logs:
+        lines = [l for l in log.splitlines() if " first step done at global step " in l]
+        if not lines:
+            return None
+        times.append(_wall(launch.log_time(lines[0]), start))
+    return max(times)
+
+
+def _exit_secs(logs, end):
+    last = []
+    for log in logs:
+        lines = [l for l in log.splitlines() if launch.PROGRESS.search(l)]
+        if not lines:
+            return None
+        last.append(launch.log_time(lines[-1]).timestamp())
+    wall_end = time.time() - (time.monotonic() - end)
+    return wall_end - max(last)
+
+
+def summarize(results: list[Result]) -> list[dict]:
+    rows = []
+    for model in FLAGS.models:
+        single = _median(results, model, "single process", "examples_per_sec")
+        for layout in LAYOUTS:
+            rate = _median(results, model, layout.name, "examples_per_sec")
+            rows.append({
+                "model": model, "layout": layout.name, "examples_per_sec": rate,
+                "vs_single": rate / single if rate and single else None,
+                "first_step_secs": _median(results, model, layout.name, "first_step_secs"),
+                "exit_secs": _median(results, model, layout.name, "exit_secs"),
+                "failed_runs": sum(not r.ok for r in results if r.model == model and r.layout == layout.name),
+            })
+    return rows
+
+
+def _median(results, model, layout, field):
+    values = [getattr(r, field) for r in results if r.model == model and r.layout == layout and r.ok
+              and getattr(r, field) is not None]
+    return statistics.median(values) if values else None
+
+
+def _fmt(value, spec):
+    return "-" if value is None else format(value, spec)
+
+
+def table(rows) -> str:
+    lines = [f"{'model':8} {'layout':24} {'examples/s':>11} {'x single':>9} {'1st step s':>11} {'exit s':>7} failed"]
+    for row in rows:
+        lines.append(f"{row['model']:8} {row['layout']:24} {_fmt(row['examples_per_sec'], '11.0f')} "
+                     f"{_fmt(row['vs_single'], '9.2f')} {_fmt(row['first_step_secs'], '11.1f')} "
+                     f"{_fmt(row['exit_secs'], '7.1f')} {row['failed_runs']}")
+    return "\n".join(lines)
+
+
+def chart(rows, path):
+    import matplotlib  # pylint: disable=import-outside-toplevel
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+    models = FLAGS.models
+    figure, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        mine = [r for r in rows if r["model"] == model]
+        ax.barh([r["layout"] for r in mine], [r["vs_single"] or 0 for r in mine])
+        ax.axvline(1.0, color="gray", linestyle="--")
+        ax.set_title(f"{model}: examples/sec vs single process")
+        ax.invert_yaxis()
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def main(argv):
+    out = pathlib.Path(FLAGS.output_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for repetition in range(FLAGS.repetitions):
+        for model in FLAGS.models:
+            for layout in LAYOUTS:
+                result = run_once(model, layout, repetition, argv[1:], out / "logs")
+                results.append(result)
+                print(f"rep {repetition} {model:7} {layout.name:24} {_fmt(result.examples_per_sec, '8.0f')} ex/s "
+                      f"first step {_fmt(result.first_step_secs, '.1f')} s, exit {_fmt(result.exit_secs, '.1f')} s"
+                      f"{'' if result.ok else '  FAILED'}", flush=True)
+    rows = summarize(results)
+    print("\n" + table(rows))
+    (out / "results.json").write_text(json.dumps({"args": argv[1:], "rows": rows,
+                                                   "runs": [dataclasses.asdict(r) for r in results]}, indent=1))
+    chart(rows, out / "results.png")
+    print(f"\nwrote {out / 'results.json'} and {out / 'results.png'}")
+
+
+if __name__ == "__main__":
+    app.run(main)
