@@ -13,7 +13,7 @@ import time
 
 from absl import flags
 
-PROGRESS = re.compile(r"\] ((?:worker|chief|master|ps):\d+ .*)$")
+PROGRESS = re.compile(r"\] ((?:worker|chief|master|ps|local):\d+ .*)$")
 LOG_TIME = re.compile(r"^[IWEF](\d{4}) (\d\d:\d\d:\d\d\.\d+)")
 KEY_VALUE = re.compile(r"(\w+)=(\S+)")
 EXIT_INTERRUPTED = 130

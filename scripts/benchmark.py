@@ -10,7 +10,9 @@ worker, 1 ps + 2 workers and 2 ps + 2 workers, async and sync, one repetition of
 before the next repetition, so that machine noise hits them all alike. Each run is real processes
 on 127.0.0.1. Throughput is steady state: examples per second from the chief's progress lines
 after a warm-up. Startup is measured too: launch to every worker's first step, and the last step
-to every process gone. Prints medians and ratios to single-process; writes results.json and
+to every process gone. TF2's ParameterServerStrategy and MultiWorkerMirroredStrategy run the MLPs
+(scripts/tf2_baselines.py), each compared with the trainer's 1 ps + 2 workers ("trainer x").
+Prints medians and ratios to single-process; writes results.json and
 results.png into --output_dir. Trainer flags after '--' go to every run (the levers, e.g.
 --wire_dtype=bfloat16).
 """
@@ -30,7 +32,8 @@ from cluster.local import TRAINER, LocalCluster
 
 flags.DEFINE_list("models", ["mlp", "mlp10m", "cnn"], "Models to run.")
 flags.DEFINE_integer("repetitions", 3, "Repetitions of every layout.", lower_bound=1)
-flags.DEFINE_integer("warmup_steps", 200, "Global steps before measuring.", lower_bound=1)
+flags.DEFINE_integer("warmup_steps", 300, "Global steps before measuring (past the first epoch, which makes
+                     "the cached data).", lower_bound=1)
 flags.DEFINE_integer("measure_steps", 800, "Global steps measured.", lower_bound=1)
 flags.DEFINE_string("output_dir", "runs/benchmark", "Where logs, results.json and results.png go.")
 FLAGS = flags.FLAGS
@@ -50,6 +53,7 @@ class Layout:
     num_ps: int = 0  # 0: single process
     num_workers: int = 1
     sync: bool = False
+    tf2_strategy: str | None = None  # a TF2 alternative, by scripts/tf2_baselines.py (mlp models only)
 
 
 LAYOUTS = [
@@ -59,6 +63,8 @@ LAYOUTS = [
     Layout("2 ps + 2 workers", 2, 2),
     Layout("1 ps + 2 workers sync", 1, 2, sync=True),
     Layout("2 ps + 2 workers sync", 2, 2, sync=True),
+    Layout("TF2 ParameterServerStrategy", 1, 2, tf2_strategy="ps"),
+    Layout("TF2 MultiWorkerMirrored", 0, 2, tf2_strategy="mwms"),
 ]
 
 
@@ -100,6 +106,8 @@ def run_once(model: str, layout: Layout, repetition: int, extra_args, run_dir: p
     per_step = batch * (layout.num_workers if layout.sync else 1)
     name = f"{model}-{layout.name.replace(' ', '_').replace('+', '')}-{repetition}"
     directory = run_dir / name
+    if layout.tf2_strategy:
+        return run_tf2(model, layout, repetition, batch, steps)
     if layout.num_ps == 0:
         directory.mkdir(parents=True, exist_ok=True)
         log_path = directory / "local-0.log"
@@ -121,6 +129,20 @@ def run_once(model: str, layout: Layout, repetition: int, extra_args, run_dir: p
     logs = [cluster.log("worker", i) for i in range(layout.num_workers)]
     return Result(model, layout.name, repetition, chief_rate(logs[0], batch, per_step, warmup),
                   _first_step_secs(logs, start), _exit_secs(logs, end), set(codes.values()) == {0})
+
+
+def run_tf2(model, layout, repetition, batch, steps) -> Result:
+    if not model.startswith("mlp"):
+        return Result(model, layout.name, repetition, None, None, None, True)  # MLPs only
+    hidden = next(a for a in MODELS[model] if a.startswith("--hidden_units"))
+    per_worker = max(1, FLAGS.warmup_steps // layout.num_workers)
+    proc = subprocess.run(
+        [sys.executable, str(pathlib.Path(__file__).with_name("tf2_baselines.py")), f"--strategy={layout.tf2_strategy}",
+         f"--num_workers={layout.num_workers}", hidden, f"--batch_size={batch}", f"--warmup_steps={per_worker}",
+         f"--measure_steps={max(1, (steps - FLAGS.warmup_steps) // layout.num_workers)}"],
+        capture_output=True, text=True, timeout=1800)
+    rates = [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("examples/sec")]
+    return Result(model, layout.name, repetition, float(rates[-1]) if rates else None, None, None, bool(rates))
 
 
 def _wall(line_time, start_monotonic):
@@ -158,6 +180,8 @@ def summarize(results: list[Result]) -> list[dict]:
             rows.append({
                 "model": model, "layout": layout.name, "examples_per_sec": rate,
                 "vs_single": rate / single if rate and single else None,
+                "trainer_vs_this": (_median(results, model, "1 ps + 2 workers", "examples_per_sec") / rate
+                                    if layout.tf2_strategy and rate else None),
                 "first_step_secs": _median(results, model, layout.name, "first_step_secs"),
                 "exit_secs": _median(results, model, layout.name, "exit_secs"),
                 "failed_runs": sum(not r.ok for r in results if r.model == model and r.layout == layout.name),
@@ -176,11 +200,12 @@ def _fmt(value, spec):
 
 
 def table(rows) -> str:
-    lines = [f"{'model':8} {'layout':24} {'examples/s':>11} {'x single':>9} {'1st step s':>11} {'exit s':>7} failed"]
+    lines = [f"{'model':8} {'layout':28} {'examples/s':>11} {'x single':>9} {'trainer x':>10} {'1st step s':>11} "
+             f"{'exit s':>7} failed"]
     for row in rows:
-        lines.append(f"{row['model']:8} {row['layout']:24} {_fmt(row['examples_per_sec'], '11.0f')} "
-                     f"{_fmt(row['vs_single'], '9.2f')} {_fmt(row['first_step_secs'], '11.1f')} "
-                     f"{_fmt(row['exit_secs'], '7.1f')} {row['failed_runs']}")
+        lines.append(f"{row['model']:8} {row['layout']:28} {_fmt(row['examples_per_sec'], '11.0f')} "
+                     f"{_fmt(row['vs_single'], '9.2f')} {_fmt(row['trainer_vs_this'], '10.2f')} "
+                     f"{_fmt(row['first_step_secs'], '11.1f')} {_fmt(row['exit_secs'], '7.1f')} {row['failed_runs']}")
     return "\n".join(lines)
 
 
