@@ -32,8 +32,8 @@ from cluster.local import TRAINER, LocalCluster
 
 flags.DEFINE_list("models", ["mlp", "mlp10m", "cnn"], "Models to run.")
 flags.DEFINE_integer("repetitions", 3, "Repetitions of every layout.", lower_bound=1)
-flags.DEFINE_integer("warmup_steps", 300, "Global steps before measuring (past the first epoch, which makes
-                     "the cached data).", lower_bound=1)
+flags.DEFINE_integer("warmup_steps", 300, "Global steps before measuring: past the first epoch, which "
+                     "makes the cached data.", lower_bound=1)
 flags.DEFINE_integer("measure_steps", 800, "Global steps measured.", lower_bound=1)
 flags.DEFINE_string("output_dir", "runs/benchmark", "Where logs, results.json and results.png go.")
 FLAGS = flags.FLAGS
