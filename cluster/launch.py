@@ -27,6 +27,15 @@ def _interrupt(signum, frame):
     raise Interrupted(signal.Signals(signum).name)
 
 
+def interrupt_on_signals() -> None:
+    """SIGTERM and SIGINT raise KeyboardInterrupt in the main thread, whatever was inherited, so that
+    a script's `with cluster:` blocks stop every task it started."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def define_flags(run_dir_default: str, timeout_secs: int, ps_exit_secs: int) -> None:
     """The flags every launcher has, with its own defaults."""
     flags.DEFINE_string("run_dir", None, f"Local directory for logs. Default: {run_dir_default}.")

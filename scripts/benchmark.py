@@ -227,6 +227,7 @@ def chart(rows, path):
 
 
 def main(argv):
+    launch.interrupt_on_signals()
     out = pathlib.Path(FLAGS.output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     results = []

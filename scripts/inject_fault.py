@@ -49,6 +49,7 @@ def target(rng, num_ps, num_workers) -> tuple[str, int]:
 
 
 def main(argv):
+    launch.interrupt_on_signals()
     run_dir = launch.run_dir("fault-")
     try:
         return run(argv[1:], run_dir)
