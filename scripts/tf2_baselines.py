@@ -20,6 +20,7 @@ import tensorflow as tf
 from absl import app, flags
 
 import input as inputs
+from cluster import launch
 from cluster.local import LOOPBACK, free_ports
 
 flags.DEFINE_enum("strategy", "ps", ["ps", "mwms"], "ParameterServerStrategy or MultiWorkerMirroredStrategy.")
@@ -160,6 +161,7 @@ def main(argv):
         rate = run_mwms()
         print(f"examples/sec {rate:.0f}", flush=True)
         return 0
+    launch.interrupt_on_signals()
     ports = free_ports(FLAGS.num_workers + 2)
     addresses = [f"{LOOPBACK}:{p}" for p in ports]
     procs = []
