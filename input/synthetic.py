@@ -17,7 +17,6 @@ NUM_CLASSES = 10
 EVAL_EXAMPLES = 2000
 NOISE_STDDEV = 0.6
 MAX_SHIFT = 3
-CHUNK = 500
 
 
 def check(cfg):
@@ -44,37 +43,21 @@ def prototypes(seed: int) -> np.ndarray:
 
 
 def records(cfg, split: str, shard) -> tf.data.Dataset:
-    """Unbatched ({'image': uint8 image}, int64 label) of `split`, only the examples of `shard`.
-
-    Examples are made CHUNK at a time with vectorized ops (one at a time, making the data took
-    longer than training on it); example i is the (i % CHUNK)-th of chunk i // CHUNK, a pure
-    function of (seed, i) whatever the shard.
-    """
+    """Unbatched ({'image': uint8 image}, int64 label) of `split`, only the examples of `shard`."""
     first = 0 if split == "train" else cfg.synthetic_examples
     count = cfg.synthetic_examples if split == "train" else EVAL_EXAMPLES
     templates = tf.constant(prototypes(cfg.seed))
     seed = cfg.seed
-    positions = tf.range(IMAGE_SHAPE[0])
 
-    def make_chunk(chunk):
-        salt = [seed, chunk]
-        labels = tf.random.stateless_uniform([CHUNK], salt, minval=0, maxval=NUM_CLASSES, dtype=tf.int64)
-        shifts = tf.random.stateless_uniform([CHUNK, 2], [seed + 1, chunk], minval=-MAX_SHIFT,
-                                             maxval=MAX_SHIFT + 1, dtype=tf.int32)
-        noise = tf.random.stateless_normal([CHUNK, *IMAGE_SHAPE], [seed + 2, chunk], stddev=NOISE_STDDEV)
-        contrast = 0.7 + 0.6 * tf.random.stateless_uniform([CHUNK, 1, 1, 1], [seed + 3, chunk])
-        # Each template rolled by its example's shift: gather rows, then columns, per example.
-        rows = (positions[None, :] - shifts[:, :1]) % IMAGE_SHAPE[0]
-        cols = (positions[None, :] - shifts[:, 1:]) % IMAGE_SHAPE[1]
-        images = tf.gather(templates, labels)
-        images = tf.gather(images, rows, axis=1, batch_dims=1)
-        images = tf.gather(images, cols, axis=2, batch_dims=1)
-        images = tf.clip_by_value(images * contrast + noise, 0.0, 1.0)
-        indices = chunk * CHUNK + tf.range(CHUNK, dtype=tf.int64)
-        return indices, tf.cast(tf.round(images * 255.0), tf.uint8), labels
+    def make(index):
+        label = tf.random.stateless_uniform([], [seed, index * 3], minval=0, maxval=NUM_CLASSES,
+                                            dtype=tf.int64)
+        shift = tf.random.stateless_uniform([2], [seed, index * 3 + 1], minval=-MAX_SHIFT,
+                                            maxval=MAX_SHIFT + 1, dtype=tf.int32)
+        noise = tf.random.stateless_normal(IMAGE_SHAPE, [seed, index * 3 + 2], stddev=NOISE_STDDEV)
+        contrast = 0.7 + 0.6 * tf.random.stateless_uniform([], [seed + 1, index])
+        image = tf.roll(tf.gather(templates, label), shift, axis=[0, 1]) * contrast + noise
+        return {"image": tf.cast(tf.round(tf.clip_by_value(image, 0.0, 1.0) * 255.0), tf.uint8)}, label
 
-    chunks = tf.data.Dataset.range(first // CHUNK, (first + count - 1) // CHUNK + 1)
-    examples = chunks.map(make_chunk, num_parallel_calls=tuning.PARALLEL_CALLS, deterministic=True).unbatch()
-    mine = examples.filter(lambda index, image, label: (index >= first) & (index < first + count)
-                           & (index % shard.count == shard.index))
-    return mine.map(lambda index, image, label: ({"image": image}, label))
+    indices = tf.data.Dataset.range(first, first + count).shard(shard.count, shard.index)
+    return indices.map(make, num_parallel_calls=tuning.PARALLEL_CALLS, deterministic=True)
