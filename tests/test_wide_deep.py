@@ -81,7 +81,7 @@ def test_a_step_moves_the_rows_it_touches_not_the_table():
 def test_wide_deep_on_two_ps_and_two_workers_exports_a_model_that_serves(make_cluster, tmp_path):
     cluster = make_cluster(num_ps=2, num_workers=2, trainer_args=[
         "--model=wide_deep", "--dataset=clicks", "--hash_buckets=50000", "--embedding_dim=8",
-        "--hidden_units=32", "--train_steps=200", "--save_summaries_steps=50", "--log_every_n_steps=50",
+        "--hidden_units=32", "--train_steps=200", "--save_summaries_steps=50", "--log_every_n_steps=20",
         "--profile_steps=20,25"])
     cluster.start_all()
     cluster.start("evaluator", 0)

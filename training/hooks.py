@@ -61,24 +61,33 @@ class ProgressHook(v1.train.SessionRunHook):
         # The per-step read can predate other workers' updates: ask the variable itself.
         self.global_step = int(session.run(self._global_step_tensor))
         if self._writer:
+            if self.local_steps > self._mark[1]:  # the last, partial interval: every worker gets a point
+                self._write_rates(*self._rates())
             self._writer.close()
 
-    def _log(self):
+    def _rates(self):
+        """(seconds, examples/sec, global steps/sec) since the last mark; moves the mark to now."""
         now = time.monotonic()
         then, then_local, then_global = self._mark
         elapsed = max(now - then, 1e-9)
-        examples_per_sec = (self.local_steps - then_local) * self._batch_size / elapsed
-        global_rate = (self.global_step - then_global) / elapsed
+        self._mark = (now, self.local_steps, self.global_step)
+        return ((self.local_steps - then_local) * self._batch_size / elapsed,
+                (self.global_step - then_global) / elapsed)
+
+    def _write_rates(self, examples_per_sec, global_rate):
+        if self._writer:
+            rates = {"global_step/sec": global_rate, "examples/sec": examples_per_sec}
+            self._writer.add_summary(v1.Summary(value=[v1.Summary.Value(tag=tag, simple_value=value)
+                                                       for tag, value in rates.items()]), self.global_step)
+
+    def _log(self):
+        examples_per_sec, global_rate = self._rates()
         left = (self._train_steps - self.global_step) / global_rate if global_rate > 0 else 0
         logging.info(
             "%s step %d/%d loss %.4f accuracy %.3f %.0f examples/sec %s left",
             self._task_name, self.global_step, self._train_steps, self.loss, self.accuracy,
             examples_per_sec, datetime.timedelta(seconds=round(max(left, 0))))
-        self._mark = (now, self.local_steps, self.global_step)
-        if self._writer:
-            rates = {"global_step/sec": global_rate, "examples/sec": examples_per_sec}
-            self._writer.add_summary(v1.Summary(value=[v1.Summary.Value(tag=tag, simple_value=value)
-                                                       for tag, value in rates.items()]), self.global_step)
+        self._write_rates(examples_per_sec, global_rate)
 
 
 class ProfileHook(v1.train.SessionRunHook):
