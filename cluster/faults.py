@@ -63,12 +63,15 @@ def registered_step(model_dir) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def restore_every_tensor(model_dir) -> int:
-    """Reads every tensor of the latest checkpoint (raising if any cannot be); returns its global step."""
-    reader = tf.train.load_checkpoint(str(model_dir))
-    for name in reader.get_variable_to_shape_map():
-        reader.get_tensor(name)
-    return int(reader.get_tensor("global_step"))
+def restorable_step(model_dir) -> int | None:
+    """Reads every tensor of the latest checkpoint; its global step, or None if any cannot be read."""
+    try:
+        reader = tf.train.load_checkpoint(str(model_dir))
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+        return int(reader.get_tensor("global_step"))
+    except (tf.errors.OpError, ValueError):
+        return None
 
 
 def chief_key(cluster) -> tuple[str, int]:
@@ -159,11 +162,6 @@ def kill_and_restart(cluster, model_dir, job: str, index: int, at_step: int, res
     # Recovered once the global step passes the step at the kill and never falls back behind it.
     behind = [s.time for s in after if s.step <= killed_at_step]
     recovered = [s for s in after if s.step > killed_at_step and (not behind or s.time > behind[-1])]
-    restored_step = None
-    try:
-        restored_step = restore_every_tensor(model_dir)
-    except (tf.errors.OpError, ValueError):
-        pass
     chief = launch.finished_values(cluster.log(*chief_key(cluster)))
     return KillReport(
         target=f"{job} {index}",
@@ -174,7 +172,7 @@ def kill_and_restart(cluster, model_dir, job: str, index: int, at_step: int, res
         loss_after=_mean(s.loss for s in recovered[:3]),
         time_lost_secs=(recovered[0].time - killed_at).total_seconds() if recovered else None,
         final_step=int(chief["global_step"]) if chief else None,
-        restored_step=restored_step,
+        restored_step=restorable_step(model_dir),
         wall_secs=time.monotonic() - start,
         exit_codes=codes,
     )
@@ -272,16 +270,11 @@ def kill_during_saves(cluster, model_dir, rounds: int, steps_after: int, keep_ch
         results.append(SaveRound(hit_save=leftovers > 0, leftovers=leftovers, registered=registered,
                                  restored=restored))
     codes = _finish(cluster, deadline)
-    restored_step = None
-    try:
-        restored_step = restore_every_tensor(model_dir)
-    except (tf.errors.OpError, ValueError):
-        pass
     final = launch.finished_values(cluster.log(*chief))
     return SaveReport(
         rounds=results,
         final_step=int(final["global_step"]) if final else None,
-        restored_step=restored_step,
+        restored_step=restorable_step(model_dir),
         checkpoints_kept=len([n for n in os.listdir(model_dir) if re.fullmatch(r"model\.ckpt-\d+\.index", n)]),
         keep_checkpoint_max=keep_checkpoint_max,
         leftovers_at_end=save_leftovers(model_dir),

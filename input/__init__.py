@@ -11,7 +11,7 @@ Adding one is one new file and one line in DATASETS.
 import tensorflow as tf
 
 from input import clicks, csv_files, idx, synthetic, tfrecord, tuning
-from input.specs import DataConfig, DataSpec, Shard, tabular_spec  # noqa: F401
+from input.specs import DataConfig, DataSpec, Shard  # noqa: F401
 from input.records import bad_record_message  # noqa: F401  (the trainer reports input errors)
 
 DATASETS = {

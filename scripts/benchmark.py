@@ -111,21 +111,21 @@ def run_once(model: str, layout: Layout, repetition: int, extra_args, run_dir: p
     if layout.num_ps == 0:
         directory.mkdir(parents=True, exist_ok=True)
         log_path = directory / "local-0.log"
-        start = time.monotonic()
+        start = time.time()
         with open(log_path, "wb") as log:
             proc = subprocess.run([sys.executable, str(TRAINER), f"--model_dir={directory / 'model'}", *args],
                                   stdout=log, stderr=subprocess.STDOUT, timeout=1800)
-        end = time.monotonic()
+        end = time.time()
         text = log_path.read_text(errors="replace")
         first = _first_step_secs([text], start)
         return Result(model, layout.name, repetition, chief_rate(text, batch, per_step, warmup), first,
                       _exit_secs([text], end), proc.returncode == 0)
     cluster = LocalCluster(directory, layout.num_ps, layout.num_workers, [f"--model_dir={directory / 'model'}", *args])
     with cluster:
-        start = time.monotonic()
+        start = time.time()
         cluster.start_all()
         codes = cluster.wait(timeout=1800)
-        end = time.monotonic()
+        end = time.time()
     logs = [cluster.log("worker", i) for i in range(layout.num_workers)]
     return Result(model, layout.name, repetition, chief_rate(logs[0], batch, per_step, warmup),
                   _first_step_secs(logs, start), _exit_secs(logs, end), set(codes.values()) == {0})
@@ -145,18 +145,13 @@ def run_tf2(model, layout, repetition, batch, steps) -> Result:
     return Result(model, layout.name, repetition, float(rates[-1]) if rates else None, None, None, bool(rates))
 
 
-def _wall(line_time, start_monotonic):
-    # Log lines carry wall-clock times; convert the monotonic launch time through now.
-    return line_time.timestamp() - (time.time() - (time.monotonic() - start_monotonic))
-
-
 def _first_step_secs(logs, start):
     times = []
     for log in logs:
         lines = [l for l in log.splitlines() if " first step done at global step " in l]
         if not lines:
             return None
-        times.append(_wall(launch.log_time(lines[0]), start))
+        times.append(launch.log_time(lines[0]).timestamp() - start)  # log lines carry wall-clock times
     return max(times)
 
 
@@ -167,8 +162,7 @@ def _exit_secs(logs, end):
         if not lines:
             return None
         last.append(launch.log_time(lines[-1]).timestamp())
-    wall_end = time.time() - (time.monotonic() - end)
-    return wall_end - max(last)
+    return end - max(last)
 
 
 def summarize(results: list[Result]) -> list[dict]:

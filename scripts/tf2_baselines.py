@@ -169,7 +169,7 @@ def main(argv):
         if FLAGS.strategy == "ps":
             cluster = {"chief": [addresses[0]], "ps": [addresses[1]], "worker": addresses[2:]}
             env = {"BASELINE_CLUSTER": json.dumps(cluster)}
-            procs = [start([f"--task=ps:0"], env)] + [start([f"--task=worker:{i}"], env)
+            procs = [start(["--task=ps:0"], env)] + [start([f"--task=worker:{i}"], env)
                                                       for i in range(FLAGS.num_workers)]
             rate = run_ps_strategy(cluster)
         else:

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from cluster import peers
-from tests.conftest import FAST_ARGS, describe
+from tests.conftest import describe
 from training import checkpoints, watchdog
 
 pytestmark = pytest.mark.e2e

@@ -1,6 +1,5 @@
 """Model output shapes and metrics, in one process."""
 
-import numpy as np
 import pytest
 import tensorflow as tf
 
