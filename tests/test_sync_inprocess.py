@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 from cluster import placement, spec
+from training import hooks as training_hooks
 from training import worker
 from training.config import TrainConfig
 
@@ -35,6 +36,10 @@ class Replica:
             optimizer = v1.train.GradientDescentOptimizer(LEARNING_RATE)
             self.train_op, hooks, chief_hooks = worker.make_train_op(
                 loss, optimizer, self.global_step, cluster_cfg, train_cfg)
+            sync_hook, = (hook for hook in hooks if isinstance(hook, training_hooks.SyncReplicasHook))
+            token_queue = sync_hook._optimizer._sync_token_queue  # pylint: disable=protected-access
+            # A token of round 1 left in the queue, as by a worker that died before taking it.
+            self.leave_spare_token = token_queue.enqueue(tf.constant(1, tf.int64))
             config = spec.session_config(cluster_cfg)
             if not cluster_cfg.is_chief:
                 worker.wait_for_chief_ready(server.target, config, 30, cluster_cfg.task_name)
@@ -60,6 +65,10 @@ class Replica:
         thread = threading.Thread(target=step, daemon=True)
         thread.start()
         return thread, outcome
+
+    def run(self, op):
+        with self.graph.as_default(), v1.Session(self.session_target) as sess:
+            sess.run(op)
 
     def read(self):
         """(global step, var) read through a plain session that runs no hooks and no train op."""
@@ -115,6 +124,22 @@ def test_the_chief_cannot_complete_a_step_alone(sync_cluster):
     assert chief.read()[0] == 0
     join_all([other.step_in_thread()[0], chief_thread])
     assert chief.read()[0] == 1 and outcome["result"] == "stepped"
+
+
+def test_a_spare_token_does_not_let_the_chief_fill_a_round_alone(sync_cluster):
+    chief, other = sync_cluster(workers=2, replicas_to_aggregate=2)
+    join_all([chief.step_in_thread()[0], other.step_in_thread()[0]])  # round 0; each took a round-1 token
+    chief.run(chief.leave_spare_token)
+    # The chief sends its round-1 gradient and takes the spare token: a second gradient from it would
+    # complete round 1 alone. It gives the token back and waits for the other worker instead.
+    chief_thread, _ = chief.step_in_thread()
+    time.sleep(3)
+    assert chief_thread.is_alive() and chief.read()[0] == 1
+    join_all([other.step_in_thread()[0], chief_thread])
+    step, value = chief.read()
+    expected = np.array(INITIAL) - 2 * LEARNING_RATE * np.mean(GRADIENTS[:2], axis=0)
+    assert step == 2
+    np.testing.assert_allclose(value, expected, rtol=1e-6)
 
 
 def test_a_backup_workers_stale_gradient_is_dropped(sync_cluster):

@@ -7,6 +7,8 @@ import tensorflow as tf
 from absl import logging
 
 v1 = tf.compat.v1
+# How often a worker that gave back a second token of a sync round checks whether the round is done.
+ROUND_POLL_SECS = 0.05
 
 
 class ProgressHook(v1.train.SessionRunHook):
@@ -137,7 +139,7 @@ class CloseQueueAtEndHook(v1.train.SessionRunHook):
 
 class SyncReplicasHook(v1.train.SessionRunHook):
     """SyncReplicasOptimizer's session hook, from its public API, with a chief queue runner that ends
-    quietly.
+    quietly, and at most one gradient per worker in a round.
 
     As TensorFlow's own hook: after each session is created it checks the variables are ready, runs
     the local init (the chief's also sets up the accumulators), adds num_tokens initial tokens, and
@@ -145,12 +147,25 @@ class SyncReplicasHook(v1.train.SessionRunHook):
     the queue runner takes CancelledError as its end: when training is over that thread is blocked
     waiting for gradients that will never come, the session's close cancels the wait, and TF's
     runner would report that as an error (a traceback on every clean sync run).
+
+    One gradient per round: each completed round puts one token per worker into a single shared
+    queue, and a step pushes a gradient, then takes a token (the round its next gradient joins).
+    A worker that takes a second token of the round its last gradient joined (left by a worker
+    that died, or taken before a slower peer got to it) would push a second gradient into that
+    round, and a chief whose peer is down would then fill every round alone and "train in sync"
+    by itself. This hook sees the token each step took (the train op's value); on a second token
+    of the same round it gives it back to the queue, waits until that round is applied, and takes
+    a token of a newer round. A stalled round then stays stalled (the watchdog says why) until the
+    missing worker is back, or until `stop_requested()`.
     """
 
-    def __init__(self, sync_optimizer, is_chief, num_tokens):
+    def __init__(self, sync_optimizer, is_chief, num_tokens, train_op, stop_requested=None):
         self._optimizer = sync_optimizer
         self._is_chief = is_chief
         self._num_tokens = num_tokens
+        self._token = train_op  # SyncReplicasOptimizer's train op assigns the token taken: its value
+        self._stop_requested = stop_requested or (lambda: False)
+        self._last_token = None
 
     def begin(self):
         opt = self._optimizer
@@ -167,13 +182,48 @@ class SyncReplicasHook(v1.train.SessionRunHook):
             self._local_init_op = opt.local_step_init_op
             self._init_tokens_op = None
             self._queue_runner = None
+        local_step = opt._local_step  # pylint: disable=protected-access
+        queue = opt._sync_token_queue  # pylint: disable=protected-access
+        self._global_step = v1.train.get_global_step()
+        with v1.device(self._global_step.device):
+            self._give_back = queue.enqueue(local_step)
+            self._take_token = v1.assign(local_step, queue.dequeue())
+        self._read_local_step = local_step.read_value()
 
     def after_create_session(self, session, coord):
         not_ready = session.run(self._ready_op)
         if len(not_ready):
             raise RuntimeError(f"variables not initialized before the sync replicas init: {not_ready}")
         session.run(self._local_init_op)
+        self._last_token = int(session.run(self._read_local_step))
         if self._init_tokens_op is not None:
             session.run(self._init_tokens_op)
         if self._queue_runner is not None:
             self._queue_runner.create_threads(session, coord=coord, daemon=True, start=True)
+
+    def before_run(self, run_context):
+        return v1.train.SessionRunArgs(self._token)
+
+    def after_run(self, run_context, run_values):
+        token = int(run_values.results)
+        if token == self._last_token:
+            token = self._give_back_and_wait(run_context, token)
+        self._last_token = token
+
+    def _give_back_and_wait(self, run_context, token):
+        """Returns the second token of round `token`, waits until that round is applied, and takes a
+        token of the current round (dropping tokens of rounds already applied)."""
+        session = run_context.session
+        session.run(self._give_back)
+        logging.log_every_n_seconds(
+            logging.INFO, "took a second token of sync round %d: gave it back; waiting for the round's "
+            "other gradients before sending another", 60, token)
+        while int(session.run(self._global_step)) <= token:
+            if self._stop_requested():
+                run_context.request_stop()
+                return token
+            time.sleep(ROUND_POLL_SECS)
+        while True:
+            token = int(session.run(self._take_token))
+            if token >= int(session.run(self._global_step)):
+                return token

@@ -41,8 +41,9 @@ class TrainGraph(NamedTuple):
     chief_only_hooks: list
 
 
-def build_graph(cfg) -> TrainGraph:
-    """This replica's training graph: variables on the ps tasks, everything else on this worker."""
+def build_graph(cfg, stop_requested=None) -> TrainGraph:
+    """This replica's training graph: variables on the ps tasks, everything else on this worker.
+    `stop_requested()` ends a sync worker's wait for a round (see SyncReplicasHook)."""
     cluster, train = cfg.cluster, cfg.train
     v1.set_random_seed(train.seed)
     device = placement.device_setter(cluster) if cluster.is_distributed else None
@@ -57,18 +58,20 @@ def build_graph(cfg) -> TrainGraph:
         learning_rate = tf.constant(train.learning_rate, name="learning_rate_value")
         v1.summary.scalar("learning_rate", learning_rate)
         optimizer = optimizers.make_optimizer(learning_rate, train)
-        train_op, hooks, chief_only_hooks = make_train_op(output.loss, optimizer, global_step, cluster, train)
+        train_op, hooks, chief_only_hooks = make_train_op(output.loss, optimizer, global_step, cluster, train,
+                                                           stop_requested)
     # As MonitoredTrainingSession's default saver (sharded: each ps saves its own variables), with
     # --keep_checkpoint_max.
     saver = v1.train.Saver(sharded=True, max_to_keep=train.keep_checkpoint_max, save_relative_paths=True)
     return TrainGraph(saver, train_op, output.loss, output.accuracy, hooks, chief_only_hooks)
 
 
-def make_train_op(loss, optimizer, global_step, cluster, train):
+def make_train_op(loss, optimizer, global_step, cluster, train, stop_requested=None):
     """The update op, plus the hooks it needs on every worker and on the chief only.
 
     With train.sync_replicas, gradients go through SyncReplicasOptimizer: train.replicas_to_aggregate
-    of them are averaged per step, and the rest (backup workers' late ones) are dropped as stale.
+    of them are averaged per step, and the rest (backup workers' late ones) are dropped as stale;
+    `stop_requested()` ends a worker's wait for a round that is missing a peer's gradient.
     """
     hooks, chief_only_hooks = [], []
     if train.sync_replicas:
@@ -80,8 +83,10 @@ def make_train_op(loss, optimizer, global_step, cluster, train):
     train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
     if train.sync_replicas:
         # num_tokens=0: no worker, the chief included, starts step k+1 before step k's update is
-        # applied, so the chief cannot fill a round with its own stale gradients.
-        hooks.append(training_hooks.SyncReplicasHook(optimizer, cluster.is_chief, num_tokens=0))
+        # applied; and the hook keeps every worker to one gradient per round, so the chief cannot
+        # fill a round with its own gradients when a peer is down.
+        hooks.append(training_hooks.SyncReplicasHook(optimizer, cluster.is_chief, num_tokens=0, train_op=train_op,
+                                                     stop_requested=stop_requested))
         chief_only_hooks.append(
             training_hooks.CloseQueueAtEndHook(optimizer._sync_token_queue))  # pylint: disable=protected-access
     hooks.append(v1.train.StopAtStepHook(last_step=train.train_steps))
@@ -141,7 +146,7 @@ def train(cfg, server=None, stop=None) -> training_hooks.ProgressHook:
     """Trains to --train_steps, or until `stop` (a Preemption) is requested; returns the progress
     hook with the final step, loss and accuracy."""
     cluster, train_cfg = cfg.cluster, cfg.train
-    graph = build_graph(cfg)
+    graph = build_graph(cfg, stop.requested.is_set if stop else None)
     if cluster.is_chief and cluster.is_distributed:
         report = ", ".join(f"{dev} {size / 2**20:.2f} MiB"
                            for dev, size in placement.bytes_per_ps(v1.get_default_graph()).items())
@@ -209,9 +214,13 @@ def _train_in_session(cfg, target, config, graph, scaffold, hooks, progress) -> 
                 stop_grace_period_secs=SYNC_STOP_GRACE_SECS if train_cfg.sync_replicas else 10,
         ) as sess:
             # StopAtStepHook looks only after a step: a worker (re)started once training is over
-            # would push one more update. The hook read the global step when the session began.
-            while not sess.should_stop() and progress.global_step < train_cfg.train_steps:
-                sess.run(graph.train_op)
+            # would push one more update. ProgressHook read the global step when the session began.
+            # After that StopAtStepHook alone decides: it reads the variable itself, where
+            # ProgressHook's per-step figure is an estimate (in sync mode a step can return before
+            # the chief's queue runner has applied that round).
+            if progress.global_step < train_cfg.train_steps:
+                while not sess.should_stop():
+                    sess.run(graph.train_op)
     except tf.errors.DeadlineExceededError as err:
         if cluster.is_chief or SESSION_NOT_READY not in err.message:
             raise
