@@ -158,6 +158,10 @@ def read_train(f, cluster: spec.ClusterConfig) -> TrainConfig:
             "in --worker_hosts: a step would wait forever; use at most that many.")
     if f["replicas_to_aggregate"].present and not f.sync_replicas:
         raise app.UsageError("--replicas_to_aggregate applies only with --sync_replicas; add it or drop the flag.")
+    if f.steps_per_run > 1 and f.sync_replicas:
+        raise app.UsageError(
+            f"--steps_per_run={f.steps_per_run} is for asynchronous training: with --sync_replicas every step "
+            "waits for the other workers' gradients, so run one step per session.run (drop the flag).")
     if f["save_checkpoint_steps"].present and f["save_checkpoint_secs"].present:
         raise app.UsageError(
             "--save_checkpoint_steps and --save_checkpoint_secs are both set: choose one.")
@@ -194,6 +198,7 @@ def read_train(f, cluster: spec.ClusterConfig) -> TrainConfig:
         stall_timeout_secs=f.stall_timeout_secs,
         export_saved_model=f.export_saved_model,
         wire_dtype=f.wire_dtype,
+        steps_per_run=f.steps_per_run,
         profile_steps=profile,
     )
 

@@ -49,21 +49,27 @@ def logits_of(features, cfg: ModelConfig, data_spec) -> tf.Tensor:
         return MODELS[cfg.name].logits(features, cfg, data_spec)
 
 
-def build(features, labels, cfg: ModelConfig, data_spec) -> ModelOutput:
-    """Logits, mean cross-entropy loss and batch metrics, with their summaries."""
+def build(features, labels, cfg: ModelConfig, data_spec, summaries: bool = True) -> ModelOutput:
+    """Logits, mean cross-entropy loss and batch metrics, with their summaries unless told not to."""
     logits = logits_of(features, cfg, data_spec)
     probabilities = tf.nn.softmax(logits, name="probabilities")
     loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits),
                           name="cross_entropy")
     correct = tf.equal(tf.argmax(logits, axis=1, output_type=labels.dtype), labels)
     accuracy = tf.reduce_mean(tf.cast(correct, tf.float32), name="batch_accuracy")
-    tf.compat.v1.summary.scalar("loss", loss)
-    tf.compat.v1.summary.scalar("accuracy", accuracy)
-    auc = None
-    if data_spec.num_classes == 2:
-        auc = batch_auc(labels, probabilities[:, 1])
-        tf.compat.v1.summary.scalar("auc", auc)
-    return ModelOutput(logits, probabilities, loss, accuracy, auc)
+    auc = batch_auc(labels, probabilities[:, 1]) if data_spec.num_classes == 2 else None
+    output = ModelOutput(logits, probabilities, loss, accuracy, auc)
+    if summaries:
+        summarize(output)
+    return output
+
+
+def summarize(output: ModelOutput):
+    """Scalar summaries of the loss and batch metrics."""
+    tf.compat.v1.summary.scalar("loss", output.loss)
+    tf.compat.v1.summary.scalar("accuracy", output.accuracy)
+    if output.auc is not None:
+        tf.compat.v1.summary.scalar("auc", output.auc)
 
 
 def batch_auc(labels, scores):

@@ -31,6 +31,8 @@ from cluster import launch
 from cluster.local import TRAINER, LocalCluster
 
 flags.DEFINE_list("models", ["mlp", "mlp10m", "cnn"], "Models to run.")
+flags.DEFINE_list("layouts", [], "Layouts to run, by name as printed (default: all); the single process always "
+                  "runs, as the reference.")
 flags.DEFINE_integer("repetitions", 3, "Repetitions of every layout.", lower_bound=1)
 flags.DEFINE_integer("warmup_steps", 300, "Global steps before measuring: past the first epoch, which "
                      "makes the cached data.", lower_bound=1)
@@ -54,6 +56,10 @@ class Layout:
     num_workers: int = 1
     sync: bool = False
     tf2_strategy: str | None = None  # a TF2 alternative, by scripts/tf2_baselines.py (mlp models only)
+
+    @property
+    def single(self) -> bool:
+        return self.num_ps == 0 and not self.tf2_strategy
 
 
 LAYOUTS = [
@@ -165,11 +171,11 @@ def _exit_secs(logs, end):
     return end - max(last)
 
 
-def summarize(results: list[Result]) -> list[dict]:
+def summarize(results: list[Result], layouts) -> list[dict]:
     rows = []
     for model in FLAGS.models:
         single = _median(results, model, "single process", "examples_per_sec")
-        for layout in LAYOUTS:
+        for layout in layouts:
             rate = _median(results, model, layout.name, "examples_per_sec")
             rows.append({
                 "model": model, "layout": layout.name, "examples_per_sec": rate,
@@ -224,16 +230,20 @@ def main(argv):
     launch.interrupt_on_signals()
     out = pathlib.Path(FLAGS.output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    layouts = [l for l in LAYOUTS if not FLAGS.layouts or l.name in FLAGS.layouts or l.single]
+    unknown = set(FLAGS.layouts) - {l.name for l in LAYOUTS}
+    if unknown:
+        raise app.UsageError(f"--layouts: unknown {', '.join(sorted(unknown))}; known: {', '.join(l.name for l in LAYOUTS)}")
     results = []
     for repetition in range(FLAGS.repetitions):
         for model in FLAGS.models:
-            for layout in LAYOUTS:
+            for layout in layouts:
                 result = run_once(model, layout, repetition, argv[1:], out / "logs")
                 results.append(result)
                 print(f"rep {repetition} {model:7} {layout.name:24} {_fmt(result.examples_per_sec, '8.0f')} ex/s "
                       f"first step {_fmt(result.first_step_secs, '.1f')} s, exit {_fmt(result.exit_secs, '.1f')} s"
                       f"{'' if result.ok else '  FAILED'}", flush=True)
-    rows = summarize(results)
+    rows = summarize(results, layouts)
     print("\n" + table(rows))
     (out / "results.json").write_text(json.dumps({"args": argv[1:], "rows": rows,
                                                    "runs": [dataclasses.asdict(r) for r in results]}, indent=1))

@@ -84,6 +84,11 @@ def test_replicas_to_aggregate_without_sync():
     assert "only with --sync_replicas" in usage_error(*WORKER, "--replicas_to_aggregate=1")
 
 
+def test_steps_per_run_is_refused_in_sync_mode():
+    message = usage_error(*WORKER, "--sync_replicas", "--steps_per_run=10")
+    assert "--steps_per_run=10 is for asynchronous training" in message
+
+
 @pytest.mark.parametrize("flag", ["--model=resnet", "--dataset=imagenet", "--optimizer=lbfgs"])
 def test_unknown_model_dataset_or_optimizer(flag):
     name = flag.split("=")[0].lstrip("-")

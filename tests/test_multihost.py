@@ -116,7 +116,7 @@ def test_a_cluster_across_three_hosts(tmp_path, hosts):
     logs = run_cluster(tmp_path, three, addresses)
     assert int(finished(logs["worker-0"])["global_step"]) >= 100
     assert int(finished(logs["worker-1"])["local_steps"]) > 0
-    assert f"this task: worker:1" in logs["worker-1"] and addresses[0] in logs["worker-1"]
+    assert "this task: worker:1" in logs["worker-1"] and addresses[0] in logs["worker-1"]
 
 
 def test_a_cluster_across_hosts_with_3ms_latency(tmp_path, hosts):

@@ -25,4 +25,5 @@ class TrainConfig:
     stall_timeout_secs: int = 900
     export_saved_model: bool = True
     wire_dtype: str = "float32"
+    steps_per_run: int = 1
     profile_steps: tuple[int, int] | None = None  # [first, last] local steps to trace

@@ -16,11 +16,16 @@ class ProgressHook(v1.train.SessionRunHook):
     and writes this worker's global_step/sec and examples/sec as summaries into summary_dir.
 
     Loss and accuracy are fetched only on logging steps; the global step (which StopAtStepHook
-    fetches anyway) every step, so the last step reached is known when something fails.
+    fetches anyway) every step, so the last step reached is known when something fails. With
+    several steps per run (steps_done: how many a run took), a line is logged after each run that
+    crosses a multiple of every_n.
     """
 
-    def __init__(self, task_name, loss, accuracy, train_steps, batch_size, every_n, summary_dir=None):
+    def __init__(self, task_name, loss, accuracy, train_steps, batch_size, every_n, summary_dir=None,
+                 steps_done=None, steps_per_run=1):
         self._task_name = task_name
+        self._steps_done = steps_done
+        self._steps_per_run = steps_per_run
         self._fetches = {"loss": loss, "accuracy": accuracy}
         self._summary_dir = summary_dir
         self._writer = None
@@ -43,17 +48,24 @@ class ProgressHook(v1.train.SessionRunHook):
 
     def before_run(self, run_context):
         fetches = {"global_step": self._global_step_tensor}
-        if self.local_steps == 0 or (self.local_steps + 1) % self._every_n == 0:
+        if self._steps_done is not None:
+            fetches["steps_done"] = self._steps_done
+        logs_now = (self.local_steps + self._steps_per_run) // self._every_n > self.local_steps // self._every_n
+        if self.local_steps == 0 or logs_now:
             fetches.update(self._fetches)
         return v1.train.SessionRunArgs(fetches)
 
     def after_run(self, run_context, run_values):
         results = run_values.results
-        self.local_steps += 1
-        self.global_step = int(results["global_step"]) + 1
+        steps = int(results.get("steps_done", 1))
+        if steps == 0:  # a run past --train_steps (the loop's own check stopped it)
+            return
+        first_run = self.local_steps == 0
+        self.local_steps += steps
+        self.global_step = int(results["global_step"]) + steps
         if "loss" in results:
             self.loss, self.accuracy = float(results["loss"]), float(results["accuracy"])
-        if self.local_steps == 1:
+        if first_run:
             logging.info("%s first step done at global step %d, loss %.4f", self._task_name,
                          self.global_step, self.loss)
         elif "loss" in results:

@@ -39,6 +39,7 @@ class TrainGraph(NamedTuple):
     accuracy: tf.Tensor
     hooks: list
     chief_only_hooks: list
+    steps_done: tf.Tensor | None = None  # with --steps_per_run: the steps one run of train_op took
 
 
 def build_graph(cfg, stop_requested=None) -> TrainGraph:
@@ -47,23 +48,56 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
     cluster, train = cfg.cluster, cfg.train
     v1.set_random_seed(train.seed)
     device = placement.device_setter(cluster) if cluster.is_distributed else None
+    looped = train.steps_per_run > 1
     with v1.device(device):
         global_step = v1.train.get_or_create_global_step()
         shard = inputs.Shard(cluster.replica_index, cluster.num_workers)
-        dataset = inputs.batches(cfg.data, shard, train.batch_size)
-        features, labels = v1.data.make_one_shot_iterator(dataset).get_next()
-        with v1.variable_scope(v1.get_variable_scope(),
-                               custom_getter=wire.read_through(wire.WIRE_DTYPES[train.wire_dtype])):
-            output = model.build(features, labels, cfg.model, inputs.spec(cfg.data))
+        batches = v1.data.make_one_shot_iterator(inputs.batches(cfg.data, shard, train.batch_size))
+        read_through = wire.read_through(wire.WIRE_DTYPES[train.wire_dtype])
+
+        def forward(summaries):
+            features, labels = batches.get_next()
+            with v1.variable_scope(v1.get_variable_scope(), custom_getter=read_through, reuse=v1.AUTO_REUSE):
+                return model.build(features, labels, cfg.model, inputs.spec(cfg.data), summaries)
+
+        output = forward(summaries=not looped)
         learning_rate = tf.constant(train.learning_rate, name="learning_rate_value")
         v1.summary.scalar("learning_rate", learning_rate)
         optimizer = optimizers.make_optimizer(learning_rate, train)
         train_op, hooks, chief_only_hooks = make_train_op(output.loss, optimizer, global_step, cluster, train,
                                                            stop_requested)
+        steps_done = None
+        if looped:  # the single step above made the variables and slots, which a loop body cannot
+            train_op, output, steps_done = repeat_steps(forward, optimizer, global_step, train, output.auc is not None)
+            model.summarize(output)
     # As MonitoredTrainingSession's default saver (sharded: each ps saves its own variables), with
     # --keep_checkpoint_max.
     saver = v1.train.Saver(sharded=True, max_to_keep=train.keep_checkpoint_max, save_relative_paths=True)
-    return TrainGraph(saver, train_op, output.loss, output.accuracy, hooks, chief_only_hooks)
+    return TrainGraph(saver, train_op, output.loss, output.accuracy, hooks, chief_only_hooks, steps_done)
+
+
+def repeat_steps(forward, optimizer, global_step, train, with_auc):
+    """--steps_per_run: up to that many training steps in one tf.while_loop, so in one session.run.
+
+    Each iteration is a whole step (next batch, forward, gradients, update, global step + 1); the
+    loop also ends at --train_steps, so the last run stops there. Returns the loop's op, the last
+    step's loss and metrics (for logging and summaries, between runs) and the steps it took.
+    """
+    # The global step is carried from each update to the next check: a read in the loop's condition
+    # could run before the previous iteration's increment and let the loop pass --train_steps.
+    def keep_going(done, step_reached, *_):
+        return tf.logical_and(done < train.steps_per_run, step_reached < train.train_steps)
+
+    def step(done, *_):
+        output = forward(summaries=False)
+        with tf.control_dependencies([apply_update(output.loss, optimizer, global_step)]):
+            metrics = [output.loss, output.accuracy] + ([output.auc] if with_auc else [])
+            return [done + 1, global_step.read_value()] + [tf.identity(metric) for metric in metrics]
+
+    start = [tf.constant(0), global_step.read_value()] + [tf.constant(0.0)] * (3 if with_auc else 2)
+    done, _, loss, accuracy, *auc = tf.while_loop(keep_going, step, start, name="steps_per_run")
+    output = model.ModelOutput(None, None, loss, accuracy, auc[0] if auc else None)
+    return done.op, output, done
 
 
 def make_train_op(loss, optimizer, global_step, cluster, train, stop_requested=None):
@@ -78,9 +112,7 @@ def make_train_op(loss, optimizer, global_step, cluster, train, stop_requested=N
         optimizer = v1.train.SyncReplicasOptimizer(
             optimizer, replicas_to_aggregate=train.replicas_to_aggregate,
             total_num_replicas=cluster.num_workers)
-    # Colocated: the gradient of an op on the ps (a wire cast, an embedding gather) is computed there.
-    grads_and_vars = guard_finite(loss, optimizer.compute_gradients(loss, colocate_gradients_with_ops=True))
-    train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
+    train_op = apply_update(loss, optimizer, global_step)
     if train.sync_replicas:
         # num_tokens=0: no worker, the chief included, starts step k+1 before step k's update is
         # applied; and the hook keeps every worker to one gradient per round, so the chief cannot
@@ -91,6 +123,13 @@ def make_train_op(loss, optimizer, global_step, cluster, train, stop_requested=N
             training_hooks.CloseQueueAtEndHook(optimizer._sync_token_queue))  # pylint: disable=protected-access
     hooks.append(v1.train.StopAtStepHook(last_step=train.train_steps))
     return train_op, hooks, chief_only_hooks
+
+
+def apply_update(loss, optimizer, global_step):
+    """Gradients of the loss applied to the variables, global step + 1."""
+    # Colocated: the gradient of an op on the ps (a wire cast, an embedding gather) is computed there.
+    grads_and_vars = guard_finite(loss, optimizer.compute_gradients(loss, colocate_gradients_with_ops=True))
+    return optimizer.apply_gradients(grads_and_vars, global_step=global_step)
 
 
 def guard_finite(loss, grads_and_vars):
@@ -154,7 +193,8 @@ def train(cfg, server=None, stop=None) -> training_hooks.ProgressHook:
     task_dir = cluster.task_name.replace(":", "_")
     progress = training_hooks.ProgressHook(
         cluster.task_name, graph.loss, graph.accuracy, train_cfg.train_steps, train_cfg.batch_size,
-        train_cfg.log_every_n_steps, summary_dir=os.path.join(train_cfg.model_dir, "workers", task_dir))
+        train_cfg.log_every_n_steps, summary_dir=os.path.join(train_cfg.model_dir, "workers", task_dir),
+        steps_done=graph.steps_done, steps_per_run=train_cfg.steps_per_run)
     target = server.target if server else ""
     config = spec.session_config(cluster)
     if cluster.is_distributed:
