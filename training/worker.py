@@ -53,7 +53,8 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
         global_step = v1.train.get_or_create_global_step()
         shard = inputs.Shard(cluster.replica_index, cluster.num_workers)
         batches = v1.data.make_one_shot_iterator(inputs.batches(cfg.data, shard, train.batch_size))
-        read_through = wire.read_through(wire.WIRE_DTYPES[train.wire_dtype])
+        # One process has no wire: --wire_dtype applies to clusters only.
+        read_through = wire.read_through(wire.WIRE_DTYPES[train.wire_dtype]) if cluster.is_distributed else None
 
         def forward(summaries):
             features, labels = batches.get_next()

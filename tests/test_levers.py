@@ -1,4 +1,5 @@
-"""--steps_per_run: several training steps in one session.run, in one process."""
+"""The speed levers: --steps_per_run (several training steps in one session.run) and --wire_dtype
+(16-bit variables and gradients on the wire), each still training correctly."""
 
 import math
 
@@ -16,11 +17,13 @@ from training.config import TrainConfig
 v1 = tf.compat.v1
 
 
-def train(tmp_path, data_cfg, model_cfg, steps_per_run, train_steps):
-    """Trains to train_steps in a MonitoredTrainingSession; returns the steps each run took, the
-    global step after each, the progress hook and the checkpoint steps kept."""
-    cfg = RunConfig(spec.ClusterConfig(), TrainConfig(train_steps=train_steps, steps_per_run=steps_per_run,
-                                                      batch_size=32, learning_rate=0.1),
+def train(tmp_path, data_cfg, model_cfg, steps_per_run, train_steps, wire_dtype="float32", cluster=None):
+    """Trains to train_steps in a MonitoredTrainingSession, in this process or as the one worker of
+    `cluster` (a ClusterConfig, server target); returns the steps each run took, the global step
+    after each, the progress hook, the checkpoint steps kept and the number of variables."""
+    cluster_cfg, target = cluster or (spec.ClusterConfig(), "")
+    cfg = RunConfig(cluster_cfg, TrainConfig(train_steps=train_steps, steps_per_run=steps_per_run, batch_size=32,
+                                             learning_rate=0.1, wire_dtype=wire_dtype),
                     model_cfg, data_cfg)
     runs = []
     with tf.Graph().as_default():
@@ -28,7 +31,8 @@ def train(tmp_path, data_cfg, model_cfg, steps_per_run, train_steps):
         progress = training_hooks.ProgressHook("local:0", graph.loss, graph.accuracy, train_steps, 32, every_n=20,
                                                steps_done=graph.steps_done, steps_per_run=steps_per_run)
         global_step = v1.train.get_global_step()
-        with v1.train.MonitoredTrainingSession(checkpoint_dir=str(tmp_path), hooks=graph.hooks + [progress],
+        with v1.train.MonitoredTrainingSession(master=target, checkpoint_dir=str(tmp_path),
+                                               hooks=graph.hooks + [progress],
                                                save_checkpoint_steps=20, save_summaries_steps=None,
                                                save_summaries_secs=None, log_step_count_steps=0) as sess:
             while not sess.should_stop():
@@ -59,3 +63,17 @@ def test_several_steps_per_run_stop_exactly_at_train_steps(tmp_path, name, data)
     with tf.Graph().as_default():
         _, _, _, single_run_variables = train(tmp_path / "one", data, model.ModelConfig(name=name), 1, 2)
     assert variables == single_run_variables
+
+
+@pytest.mark.parametrize("wire_dtype", ["bfloat16", "float16"])
+def test_training_converges_with_16_bit_variables_and_gradients_on_the_wire(tmp_path, wire_dtype):
+    servers, _ = tf.test.create_local_cluster(num_workers=1, num_ps=1)
+    jobs = {job.name: job.tasks[0] for job in servers[0].server_def.cluster.job}
+    cluster = spec.ClusterConfig((jobs["ps"],), (jobs["worker"],), "worker", 0)
+    data = inputs.DataConfig(synthetic_examples=2000)
+    _, progress, saved, _ = train(tmp_path, data, model.ModelConfig(), 1, 300, wire_dtype, (cluster, servers[0].target))
+    assert progress.loss < 0.5 * math.log(10), progress.loss
+    # The ps kept float32 masters: the checkpoint holds float32 variables.
+    reader = tf.train.load_checkpoint(str(tmp_path))
+    dtypes = reader.get_variable_to_dtype_map()
+    assert dtypes["mlp/hidden0/kernel"] == tf.float32 and saved[-1] == 300
