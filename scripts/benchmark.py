@@ -6,15 +6,16 @@
 
 For each model (the default mlp at batch 128, a 10M-parameter mlp, the cnn) it runs the same model
 and data as single-process training (trainer.py with no cluster) and as clusters of 1 ps + 1
-worker, 1 ps + 2 workers and 2 ps + 2 workers, async and sync, one repetition of every layout
-before the next repetition, so that machine noise hits them all alike. Each run is real processes
-on 127.0.0.1. Throughput is steady state: examples per second from the chief's progress lines
-after a warm-up. Startup is measured too: launch to every worker's first step, and the last step
-to every process gone. TF2's ParameterServerStrategy and MultiWorkerMirroredStrategy run the default MLP
-(scripts/tf2_baselines.py), each compared with the trainer's 1 ps + 2 workers ("trainer x").
-Prints medians and ratios to single-process; writes results.json and
-results.png into --output_dir. Trainer flags after '--' go to every run (the levers, e.g.
---wire_dtype=bfloat16).
+worker, 1 ps + 2 workers and 2 ps + 2 workers, async and sync, plus two levers (10 steps per run;
+float16 on the wire), one repetition of every layout before the next repetition, so that machine
+noise hits them all alike. Each run is real processes on 127.0.0.1. Throughput is steady state:
+examples per second from the chief's progress lines after a warm-up. Startup is measured too:
+launch to every worker's first step, the chief's first step to every worker's ("lag"), and the
+last step to every process gone. TF2's ParameterServerStrategy and MultiWorkerMirroredStrategy run
+the default MLP (scripts/tf2_baselines.py), each compared with the trainer's 1 ps + 2 workers
+("trainer x"). Prints medians and ratios to single-process; writes results.json and results.png
+into --output_dir. Trainer flags after '--' go to every run (e.g. --wire_dtype=bfloat16);
+--layouts picks layouts by name.
 """
 
 import dataclasses
@@ -38,6 +39,8 @@ flags.DEFINE_integer("warmup_steps", 300, "Global steps before measuring: past t
                      "makes the cached data.", lower_bound=1)
 flags.DEFINE_integer("measure_steps", 800, "Global steps measured.", lower_bound=1)
 flags.DEFINE_string("output_dir", "runs/benchmark", "Where logs, results.json and results.png go.")
+flags.DEFINE_string("summarize", None, "Run nothing: print the table of an earlier run's results.json (and "
+                    "redraw its results.png beside it).")
 FLAGS = flags.FLAGS
 
 MODELS = {
@@ -89,6 +92,7 @@ class Result:
     repetition: int
     examples_per_sec: float | None
     first_step_secs: float | None  # launch to every worker's first step
+    first_step_lag_secs: float | None  # the chief's first step to every worker's
     exit_secs: float | None  # last step to every process gone
     ok: bool
 
@@ -132,9 +136,8 @@ def run_once(model: str, layout: Layout, repetition: int, extra_args, run_dir: p
                                   stdout=log, stderr=subprocess.STDOUT, timeout=1800)
         end = time.time()
         text = log_path.read_text(errors="replace")
-        first = _first_step_secs([text], start)
-        return Result(model, layout.name, repetition, chief_rate(text, batch, per_step, warmup), first,
-                      _exit_secs([text], end), proc.returncode == 0)
+        return Result(model, layout.name, repetition, chief_rate(text, batch, per_step, warmup),
+                      *_first_steps([text], start), _exit_secs([text], end), proc.returncode == 0)
     cluster = LocalCluster(directory, layout.num_ps, layout.num_workers, [f"--model_dir={directory / 'model'}", *args])
     with cluster:
         start = time.time()
@@ -143,7 +146,7 @@ def run_once(model: str, layout: Layout, repetition: int, extra_args, run_dir: p
         end = time.time()
     logs = [cluster.log("worker", i) for i in range(layout.num_workers)]
     return Result(model, layout.name, repetition, chief_rate(logs[0], batch, per_step, warmup),
-                  _first_step_secs(logs, start), _exit_secs(logs, end), set(codes.values()) == {0})
+                  *_first_steps(logs, start), _exit_secs(logs, end), set(codes.values()) == {0})
 
 
 # The TF2 alternatives run the default MLP only: on the 10M-parameter one ParameterServerStrategy
@@ -153,7 +156,7 @@ TF2_MODELS = {"mlp"}
 
 def run_tf2(model, layout, repetition, batch, steps) -> Result:
     if model not in TF2_MODELS:
-        return Result(model, layout.name, repetition, None, None, None, True)
+        return Result(model, layout.name, repetition, None, None, None, None, True)
     hidden = next(a for a in MODELS[model] if a.startswith("--hidden_units"))
     per_worker = max(1, FLAGS.warmup_steps // layout.num_workers)
     proc = subprocess.run(
@@ -162,17 +165,18 @@ def run_tf2(model, layout, repetition, batch, steps) -> Result:
          f"--measure_steps={max(1, (steps - FLAGS.warmup_steps) // layout.num_workers)}"],
         capture_output=True, text=True, timeout=1800)
     rates = [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("examples/sec")]
-    return Result(model, layout.name, repetition, float(rates[-1]) if rates else None, None, None, bool(rates))
+    return Result(model, layout.name, repetition, float(rates[-1]) if rates else None, None, None, None, bool(rates))
 
 
-def _first_step_secs(logs, start):
+def _first_steps(logs, start):
+    """(launch to every worker's first step, the chief's first step to every worker's); chief first."""
     times = []
     for log in logs:
         lines = [l for l in log.splitlines() if " first step done at global step " in l]
         if not lines:
-            return None
+            return None, None
         times.append(launch.log_time(lines[0]).timestamp() - start)  # log lines carry wall-clock times
-    return max(times)
+    return max(times), max(times) - times[0]
 
 
 def _exit_secs(logs, end):
@@ -186,21 +190,33 @@ def _exit_secs(logs, end):
 
 
 def summarize(results: list[Result], layouts) -> list[dict]:
+    """Medians per model and layout. Ratios are medians of each repetition's own ratio, so that a
+    machine that speeds up or slows down between repetitions (a shared VM does) moves both sides."""
     rows = []
-    for model in FLAGS.models:
-        single = _median(results, model, "single process", "examples_per_sec")
+    for model in sorted({r.model for r in results}, key=list(MODELS).index):
         for layout in layouts:
             rate = _median(results, model, layout.name, "examples_per_sec")
             rows.append({
                 "model": model, "layout": layout.name, "examples_per_sec": rate,
-                "vs_single": rate / single if rate and single else None,
-                "trainer_vs_this": (_median(results, model, "1 ps + 2 workers", "examples_per_sec") / rate
-                                    if layout.tf2_strategy and rate else None),
+                "vs_single": _median_ratio(results, model, layout.name, "single process"),
+                "trainer_vs_this": (_median_ratio(results, model, "1 ps + 2 workers", layout.name)
+                                    if layout.tf2_strategy else None),
                 "first_step_secs": _median(results, model, layout.name, "first_step_secs"),
+                "first_step_lag_secs": _median(results, model, layout.name, "first_step_lag_secs"),
                 "exit_secs": _median(results, model, layout.name, "exit_secs"),
                 "failed_runs": sum(not r.ok for r in results if r.model == model and r.layout == layout.name),
             })
     return rows
+
+
+def _median_ratio(results, model, layout, reference):
+    """Median over repetitions of layout's examples/sec over reference's in the same repetition."""
+    def rate(name, repetition):
+        return next((r.examples_per_sec for r in results if r.model == model and r.layout == name and r.ok
+                     and r.repetition == repetition and r.examples_per_sec), None)
+    ratios = [rate(layout, rep) / rate(reference, rep) for rep in sorted({r.repetition for r in results})
+              if rate(layout, rep) and rate(reference, rep)]
+    return statistics.median(ratios) if ratios else None
 
 
 def _median(results, model, layout, field):
@@ -215,11 +231,12 @@ def _fmt(value, spec):
 
 def table(rows) -> str:
     lines = [f"{'model':8} {'layout':28} {'examples/s':>11} {'x single':>9} {'trainer x':>10} {'1st step s':>11} "
-             f"{'exit s':>7} failed"]
+             f"{'lag s':>6} {'exit s':>7} failed"]
     for row in rows:
         lines.append(f"{row['model']:8} {row['layout']:28} {_fmt(row['examples_per_sec'], '11.0f')} "
                      f"{_fmt(row['vs_single'], '9.2f')} {_fmt(row['trainer_vs_this'], '10.2f')} "
-                     f"{_fmt(row['first_step_secs'], '11.1f')} {_fmt(row['exit_secs'], '7.1f')} {row['failed_runs']}")
+                     f"{_fmt(row['first_step_secs'], '11.1f')} {_fmt(row['first_step_lag_secs'], '6.1f')} "
+                     f"{_fmt(row['exit_secs'], '7.1f')} {row['failed_runs']}")
     return "\n".join(lines)
 
 
@@ -227,7 +244,7 @@ def chart(rows, path):
     import matplotlib  # pylint: disable=import-outside-toplevel
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-    models = FLAGS.models
+    models = sorted({r["model"] for r in rows}, key=list(MODELS).index)
     figure, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4), squeeze=False)
     for ax, model in zip(axes[0], models):
         mine = [r for r in rows if r["model"] == model]
@@ -240,7 +257,19 @@ def chart(rows, path):
     plt.close(figure)
 
 
+def resummarize(path: pathlib.Path):
+    runs = json.loads(path.read_text())["runs"]
+    results = [Result(**{field.name: run.get(field.name) for field in dataclasses.fields(Result)}) for run in runs]
+    names = {r.layout for r in results}
+    rows = summarize(results, [l for l in LAYOUTS if l.name in names])
+    print(table(rows))
+    chart(rows, path.with_name("results.png"))
+
+
 def main(argv):
+    if FLAGS.summarize:
+        resummarize(pathlib.Path(FLAGS.summarize))
+        return
     launch.interrupt_on_signals()
     out = pathlib.Path(FLAGS.output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
