@@ -34,7 +34,8 @@ def test_model_gives_logits_a_scalar_loss_and_accuracy(name, data):
             loss, accuracy, summary = sess.run([out.loss, out.accuracy, v1.summary.merge_all()])
         tags = {value.tag for value in tf.compat.v1.Summary.FromString(summary).value}
         assert tags == ({"loss", "accuracy", "auc"} if data_spec.num_classes == 2 else {"loss", "accuracy"})
-        assert 0.5 < loss < 10 and 0.0 <= accuracy <= 1.0
+        # Untrained: a positive, finite cross-entropy (on 5 examples it can fall anywhere near ln(classes)).
+        assert 0.0 < loss < 10 and 0.0 <= accuracy <= 1.0
 
 
 def test_mlp_layers_follow_hidden_units():
