@@ -197,9 +197,10 @@ class SyncReplicasHook(v1.train.SessionRunHook):
         local_step = opt._local_step  # pylint: disable=protected-access
         queue = opt._sync_token_queue  # pylint: disable=protected-access
         self._global_step = v1.train.get_global_step()
-        with v1.device(self._global_step.device):
+        with v1.device(self._global_step.device):  # where SyncReplicasOptimizer puts its queue ops
             self._give_back = queue.enqueue(local_step)
-            self._take_token = v1.assign(local_step, queue.dequeue())
+            token = queue.dequeue()
+        self._take_token = v1.assign(local_step, token)  # on this worker, with its local step
         self._read_local_step = local_step.read_value()
 
     def after_create_session(self, session, coord):
