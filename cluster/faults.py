@@ -98,6 +98,10 @@ class KillReport:
     target: str
     killed_at_step: int
     checkpoint_at_kill: int | None
+    # Read again just before the restart: a save whose files were written before the kill can still be
+    # registered by the chief just after it (a ps writes its shards; the chief registers them), so this is
+    # the checkpoint a restarted chief, or one recovering from a ps restart, restores.
+    checkpoint_at_restart: int | None
     lowest_step_after: int | None
     loss_before: float | None
     loss_after: float | None
@@ -118,7 +122,8 @@ class KillReport:
         codes = ", ".join(f"{job} {index}: {code}" for (job, index), code in sorted(self.exit_codes.items()))
         return [
             f"killed {self.target} (SIGKILL) at global step {self.killed_at_step}; latest checkpoint then: "
-            f"{self.checkpoint_at_kill}",
+            f"{self.checkpoint_at_kill}" + (f" (registered by the restart: {self.checkpoint_at_restart})"
+                                            if self.checkpoint_at_restart != self.checkpoint_at_kill else ""),
             f"lowest global step after the kill: {self.lowest_step_after}",
             f"loss before the kill {_fmt(self.loss_before)}, after recovery {_fmt(self.loss_after)}",
             f"time lost: {_fmt(self.time_lost_secs, 1)} s (from the kill until the global step passed "
@@ -155,6 +160,7 @@ def kill_and_restart(cluster, model_dir, job: str, index: int, at_step: int, res
     before = progress(cluster)
     killed_at_step = max(s.step for s in before)
     time.sleep(restart_delay_secs)
+    checkpoint_at_restart = registered_step(model_dir)
     cluster.start(job, index)
     codes = _finish(cluster, deadline)
 
@@ -167,6 +173,7 @@ def kill_and_restart(cluster, model_dir, job: str, index: int, at_step: int, res
         target=f"{job} {index}",
         killed_at_step=killed_at_step,
         checkpoint_at_kill=checkpoint_at_kill,
+        checkpoint_at_restart=checkpoint_at_restart,
         lowest_step_after=min((s.step for s in after), default=None),
         loss_before=_mean(s.loss for s in before[-3:]),
         loss_after=_mean(s.loss for s in recovered[:3]),
