@@ -71,7 +71,7 @@ def test_a_killed_ps_restarts_and_the_chief_restores_onto_it(tmp_path):
     check_recovered(report)
     chief_log = (tmp_path / "run" / "worker-0.log").read_text()
     # It restores the latest checkpoint: the one registered when the ps came back (a save in flight at the kill
-    # may have been registered just after it; CI once saw checkpoint 0 at the kill and 100 restored).
+    # may have been registered just after it; CI once saw checkpoint 0 at the kill and a newer one restored).
     after_error = chief_log.split("An error was raised")[-1]
     restored = re.findall(r"Restoring parameters from .*model\.ckpt-(\d+)", after_error)
     assert restored[:1] == [str(report["checkpoint_at_restart"])], after_error[-3000:]  # (then the export's)
