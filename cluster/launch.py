@@ -88,8 +88,10 @@ def launch(cluster, timeout_secs: float, ps_exit_secs: float) -> int:
         return EXIT_INTERRUPTED
     chief_job, chief_index = _trainers(cluster)[0]
     chief = finished_values(cluster.log(chief_job, chief_index))
-    print(f"\nsummary: final step {chief.get('global_step', '?')}, loss {chief.get('loss', '?')}, "
-          f"accuracy {chief.get('accuracy', '?')}, wall time {wall:.1f} s")
+    held_out = (f"held-out loss {chief['heldout_loss']}, held-out accuracy {chief['heldout_accuracy']} "
+                "(final checkpoint); " if "heldout_accuracy" in chief else "")
+    print(f"\nsummary: final step {chief.get('global_step', '?')}, {held_out}last batch loss {chief.get('loss', '?')}, "
+          f"accuracy {chief.get('accuracy', '?')}; wall time {wall:.1f} s")
     for (job, index), code in sorted(codes.items()):
         state = "still running (stopped)" if code is None else f"exit {code}"
         print(f"  {job} {index}: {state}  log {cluster.log_path(job, index)}")

@@ -81,7 +81,7 @@ def from_tf_config(text: str) -> spec.ClusterConfig:
     if not hosts[spec.PS] and job != spec.EVALUATOR:
         if job in spec.CHIEF_JOBS and not hosts[spec.WORKER]:
             return spec.ClusterConfig()  # one task and no ps (a one-host SageMaker job): no cluster
-        raise ClusterError(f"TF_CONFIG cluster has no 'ps' job: this trainer needs at least one ps")
+        raise ClusterError("TF_CONFIG cluster has no 'ps' job: this trainer needs at least one ps")
     return spec.ClusterConfig(
         ps_hosts=hosts[spec.PS], worker_hosts=hosts[spec.WORKER], job_name=job, task_index=index,
         chief_hosts=hosts[chief_job], chief_job=chief_job)

@@ -5,9 +5,17 @@ reads). A training replica (chief or worker) that has finished, after its sessio
 chief's last checkpoint is written, enqueues its replica index into every ps queue. A ps exits once
 every replica has reported. Indexes, not bare tokens: a worker that is restarted and finishes twice
 is still counted once.
+
+A queue lives as long as its ps: a ps restarted after some replicas reported would wait for them
+forever. So a replica also leaves a mark in <model_dir>/done/ (the global step it finished at and
+its --train_steps), before it tells the queues, and a ps given --model_dir counts the marks made
+for its own --train_steps too: the marks of an earlier run to a smaller --train_steps, continued
+now with a larger one, are not this run's.
 """
 
+import os
 import threading
+import time
 
 import tensorflow as tf
 from absl import logging
@@ -24,8 +32,47 @@ def _done_queue(ps_task: int, num_workers: int):
             shared_name=f"ps_shutdown_queue_{ps_task}", name=f"ps_shutdown_queue_{ps_task}")
 
 
-def wait_for_workers_done(server, cluster: spec.ClusterConfig, stop: threading.Event) -> bool:
-    """Blocks until every worker has reported done (True) or `stop` is set (False).
+DONE_DIR = "done"
+MARK_CHECK_SECS = 5.0
+
+
+def _mark_path(model_dir: str, replica: int) -> str:
+    return os.path.join(model_dir, DONE_DIR, f"replica-{replica}")
+
+
+def mark_done(model_dir: str, replica: int, global_step: int, train_steps: int) -> None:
+    """Records in model_dir that `replica` finished a run to train_steps at global_step (written
+    whole, then renamed)."""
+    path = _mark_path(model_dir, replica)
+    tf.io.gfile.makedirs(os.path.dirname(path))
+    with tf.io.gfile.GFile(path + ".tmp", "w") as out:
+        out.write(f"global_step={global_step} train_steps={train_steps}\n")
+    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+
+
+def finished_step(model_dir: str | None, replica: int, train_steps: int) -> int | None:
+    """The global step at which `replica` finished a run to train_steps, by its mark; else None."""
+    if not model_dir:
+        return None
+    try:
+        with tf.io.gfile.GFile(_mark_path(model_dir, replica)) as mark:
+            fields = dict(field.split("=", 1) for field in mark.read().split())
+        step = int(fields["global_step"])
+        return step if int(fields["train_steps"]) == train_steps and step >= train_steps else None
+    except (tf.errors.NotFoundError, ValueError, KeyError):
+        return None
+
+
+def marked_done(model_dir: str | None, num_workers: int, train_steps: int) -> set[int]:
+    """The replicas whose mark in model_dir says they finished a run to train_steps."""
+    return {replica for replica in range(num_workers)
+            if finished_step(model_dir, replica, train_steps) is not None}
+
+
+def wait_for_workers_done(server, cluster: spec.ClusterConfig, stop: threading.Event,
+                          already_done=lambda: set()) -> bool:
+    """Blocks until every worker has reported done (True) or `stop` is set (False). Replicas in
+    `already_done()` (asked at once, then every MARK_CHECK_SECS) count as reported.
 
     The dequeue blocks in a helper thread while this thread waits on events, so signal handlers
     run. On stop, closing the queue ends the blocked dequeue; the helper is always joined, since
@@ -50,7 +97,18 @@ def wait_for_workers_done(server, cluster: spec.ClusterConfig, stop: threading.E
 
         drainer = threading.Thread(target=drain, name="ps_shutdown_queue")
         drainer.start()
+        next_check = time.monotonic()
         while drainer.is_alive() and not stop.is_set():
+            if time.monotonic() >= next_check:
+                marked = already_done() & pending
+                if marked:
+                    logging.info("ps %d: training replica(s) %s finished before this ps started (marked in "
+                                 "model_dir); waiting for %s", cluster.task_index, sorted(marked),
+                                 sorted(pending - marked) or "nobody")
+                    pending.difference_update(marked)
+                next_check = time.monotonic() + MARK_CHECK_SECS
+            if not pending:
+                break
             drainer.join(WAIT_SLICE_SECS)
         if drainer.is_alive():
             sess.run(close)

@@ -11,6 +11,7 @@ from absl import app
 import input as inputs
 import model
 from cluster import guard, rendezvous, resolve, spec
+from training import staleness
 from training.config import TrainConfig
 
 
@@ -177,12 +178,18 @@ def read_train(f, cluster: spec.ClusterConfig) -> TrainConfig:
     if profile is not None and (len(profile) != 2 or not 1 <= profile[0] <= profile[1]):
         raise app.UsageError(f"--profile_steps={','.join(f.profile_steps)}: expected FIRST,LAST local steps, "
                              "1 <= FIRST <= LAST, e.g. 100,110.")
+    learning_rate, momentum = f.learning_rate, f.momentum
+    if momentum is None:
+        correction = staleness.default_correction(cluster.num_workers, f.sync_replicas)
+        momentum, learning_rate = correction.momentum, learning_rate * correction.learning_rate_scale
     return TrainConfig(
         train_steps=f.train_steps,
         batch_size=f.batch_size,
-        learning_rate=f.learning_rate,
+        learning_rate=learning_rate,
         optimizer=f.optimizer,
-        momentum=f.momentum,
+        momentum=momentum,
+        momentum_is_default=f.momentum is None,
+        not_learning=f.not_learning,
         sync_replicas=f.sync_replicas,
         replicas_to_aggregate=replicas,
         model_dir=f.model_dir,

@@ -41,7 +41,14 @@ flags.DEFINE_integer("train_steps", 2000, "Global step at which training stops."
 flags.DEFINE_integer("batch_size", 64, "Examples per step on each worker.", lower_bound=1)
 flags.DEFINE_float("learning_rate", 0.05, "Constant learning rate.", lower_bound=0.0)
 flags.DEFINE_enum("optimizer", "momentum", sorted(optimizers.OPTIMIZERS), "Optimizer by name.")
-flags.DEFINE_float("momentum", 0.9, "Momentum for --optimizer=momentum and rmsprop.", lower_bound=0.0)
+flags.DEFINE_float("momentum", None, "Momentum for --optimizer=momentum and rmsprop. Default: 0.9 in one "
+                   "process or in sync mode; with N asynchronous workers 1 - 0.1 * N, floored at 0 (and past "
+                   "the floor the learning rate is divided by 0.1 * N), because stale updates add momentum "
+                   "of their own.", lower_bound=0.0, upper_bound=0.999)
+flags.DEFINE_enum("not_learning", "stop", ["stop", "warn", "off"],
+                  "When a worker's training loss stays at chance level (the entropy of the labels it "
+                  "saw) for 3 log intervals after a warm-up (a fifth of --train_steps): 'stop' exits 1 "
+                  "with the likely cause, 'warn' logs it and trains on.")
 flags.DEFINE_boolean("sync_replicas", False,
                      "Synchronous training: average gradients of all workers each step.")
 flags.DEFINE_integer("replicas_to_aggregate", None,
@@ -99,5 +106,5 @@ flags.DEFINE_boolean("skip_bad_records", False,
                      "Skip unreadable or invalid records, logging and counting each, instead of "
                      "stopping at the first with an error naming its file and record.")
 flags.DEFINE_string("data_dir", None, "Directory of the data, for file-based datasets.")
-flags.DEFINE_integer("synthetic_examples", 20000, "Training examples in the synthetic dataset.",
+flags.DEFINE_integer("synthetic_examples", 60000, "Training examples in the synthetic dataset.",
                      lower_bound=1)

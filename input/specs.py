@@ -11,7 +11,7 @@ class DataConfig:
     name: str = "synthetic"
     data_dir: str | None = None
     eval_data_dir: str | None = None  # default: the held-out split of data_dir
-    synthetic_examples: int = 20000
+    synthetic_examples: int = 60000
     seed: int = 42
     skip_bad_records: bool = False
     # Tabular data (csv, and tfrecord written from it): the columns to read.

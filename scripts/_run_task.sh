@@ -20,7 +20,7 @@ fi
 args=(--job_name="$job" --task_index="$task_index")
 if [[ -n "${PS_HOSTS:-}" ]]; then args+=(--ps_hosts="$PS_HOSTS"); fi
 if [[ -n "${WORKER_HOSTS:-}" ]]; then args+=(--worker_hosts="$WORKER_HOSTS"); fi
-if [[ -n "${MODEL_DIR:-}" && "$job" == worker ]]; then args+=(--model_dir="$MODEL_DIR"); fi
+if [[ -n "${MODEL_DIR:-}" ]]; then args+=(--model_dir="$MODEL_DIR"); fi
 
 log_dir="${LOG_DIR:-$PWD/logs}"
 mkdir -p "$log_dir"

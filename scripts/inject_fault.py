@@ -5,9 +5,13 @@
     python scripts/inject_fault.py --kill=ps:0 --at_step=300 -- --sync_replicas
     python scripts/inject_fault.py --kill=random --seed=7           # a random task at a random step
     python scripts/inject_fault.py --during_saves=20                # kill the chief mid-save, 20 times
+    python scripts/inject_fault.py --chaos_secs=900 --num_ps=2 -- --sync_replicas   # random kills, 15 min
 
 Prints whether training finished, the final step, whether the final checkpoint restores, and the
-time lost; exits 0 only if all of it went right. Flags after '--' go to every trainer.py.
+time lost; exits 0 only if all of it went right. Chaos mode kills a random running task (ps tasks
+included) every --chaos_interval_secs for --chaos_secs, restarts each after a random short delay,
+lets training run to its end, and lists every violation of: exit 0 only at --train_steps, checkpoint
+steps never go back, nothing left running. Flags after '--' go to every trainer.py.
 """
 
 import json
@@ -15,7 +19,7 @@ import random
 
 from absl import app, flags
 
-from cluster import faults, launch
+from cluster import chaos, faults, launch
 from cluster.local import LocalCluster
 
 flags.DEFINE_string("kill", "worker:1", "Task to kill: job:index (worker:1, ps:0), 'chief', or 'random'.")
@@ -29,6 +33,10 @@ flags.DEFINE_integer("train_steps", 1000, "Training steps of the run (with --dur
 flags.DEFINE_integer("num_ps", 1, "Number of ps tasks.", lower_bound=1)
 flags.DEFINE_integer("num_workers", 2, "Number of workers.", lower_bound=1)
 flags.DEFINE_float("restart_delay_secs", 1.0, "Pause between the kill and the restart.", lower_bound=0)
+flags.DEFINE_float("chaos_secs", 0, "Instead: kill random tasks for this long (chaos mode).", lower_bound=0)
+flags.DEFINE_list("chaos_interval_secs", ["6", "20"], "Chaos mode: MIN,MAX seconds between kills.")
+flags.DEFINE_list("chaos_restart_delay_secs", ["0.5", "3"], "Chaos mode: MIN,MAX seconds before a restart.")
+flags.DEFINE_integer("save_checkpoint_steps", 100, "Checkpoint interval of the run.", lower_bound=1)
 flags.DEFINE_string("report_json", None, "Also write the report to this file as JSON.")
 launch.define_flags("runs/fault-<timestamp>", timeout_secs=900, ps_exit_secs=30)
 FLAGS = flags.FLAGS
@@ -48,6 +56,16 @@ def target(rng, num_ps, num_workers) -> tuple[str, int]:
     return job, int(index)
 
 
+def seconds_range(flag: str) -> tuple[float, float]:
+    try:
+        low, high = (float(value) for value in FLAGS[flag].value)
+    except ValueError:
+        low = high = -1.0
+    if not 0 <= low <= high:
+        raise app.UsageError(f"--{flag}={','.join(FLAGS[flag].value)}: expected MIN,MAX seconds, 0 <= MIN <= MAX")
+    return low, high
+
+
 def main(argv):
     launch.interrupt_on_signals()
     run_dir = launch.run_dir("fault-")
@@ -63,7 +81,17 @@ def run(trainer_args, run_dir):
     model_dir = run_dir / "model"
     trainer_args = [f"--model_dir={model_dir}", "--log_every_n_steps=10",
                     f"--keep_checkpoint_max={KEEP_CHECKPOINT_MAX}", *trainer_args]
-    if FLAGS.during_saves:
+    if FLAGS.chaos_secs:
+        cluster = LocalCluster(run_dir, FLAGS.num_ps, FLAGS.num_workers,
+                               [*trainer_args, f"--save_checkpoint_steps={FLAGS.save_checkpoint_steps}",
+                                f"--train_steps={FLAGS.train_steps}"])
+        print(f"chaos: killing random tasks for {FLAGS.chaos_secs:g} s; logs in {run_dir}", flush=True)
+        with cluster:
+            report = chaos.run(cluster, str(model_dir), FLAGS.train_steps, FLAGS.chaos_secs,
+                               seconds_range("chaos_interval_secs"), seconds_range("chaos_restart_delay_secs"),
+                               FLAGS.seed, FLAGS.timeout_secs)
+        ok = not report.violations
+    elif FLAGS.during_saves:
         cluster = LocalCluster(run_dir, FLAGS.num_ps, 1, [*trainer_args, "--save_checkpoint_steps=1",
                                                           "--train_steps=1000000000"])
         print(f"killing the chief during checkpoint saves, {FLAGS.during_saves} times; logs in {run_dir}",
@@ -77,7 +105,8 @@ def run(trainer_args, run_dir):
         at_step = (int(FLAGS.at_step) if FLAGS.at_step != "random"
                    else rng.randint(FLAGS.train_steps // 10, FLAGS.train_steps * 6 // 10))
         cluster = LocalCluster(run_dir, FLAGS.num_ps, FLAGS.num_workers,
-                               [*trainer_args, "--save_checkpoint_steps=100", f"--train_steps={FLAGS.train_steps}"])
+                               [*trainer_args, f"--save_checkpoint_steps={FLAGS.save_checkpoint_steps}",
+                                f"--train_steps={FLAGS.train_steps}"])
         print(f"killing {job} {index} at global step {at_step}; logs in {run_dir}", flush=True)
         with cluster:
             report = faults.kill_and_restart(cluster, str(model_dir), job, index, at_step,

@@ -222,7 +222,9 @@ def test_the_local_launcher_runs_and_summarizes(tmp_path):
          "--train_steps=150", "--log_every_n_steps=50", "--synthetic_examples=2000"],
         capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    assert re.search(r"summary: final step 15\d, loss [\d.]+, accuracy [\d.]+, wall time", result.stdout)
+    # The figure a newcomer reads first is the held-out one, labelled as such.
+    assert re.search(r"summary: final step 15\d, held-out loss [\d.]+, held-out accuracy [\d.]+ \(final "
+                     r"checkpoint\); last batch loss [\d.]+, accuracy [\d.]+; wall time", result.stdout)
     for task in ("ps 0", "worker 0", "worker 1"):
         assert f"{task}: exit 0" in result.stdout
     assert_gone(re.findall(r"\(pid (\d+)\)", result.stdout), expected=3)

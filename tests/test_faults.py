@@ -5,14 +5,15 @@ user would run it, and checks its report."""
 import json
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 import time
 
 import pytest
 
-from cluster import peers
-from tests.conftest import describe
+from cluster import faults, peers, shutdown
+from tests.conftest import describe, finished
 from training import checkpoints, watchdog
 
 pytestmark = pytest.mark.e2e
@@ -56,12 +57,17 @@ def test_a_killed_worker_restarts_and_rejoins(tmp_path, sync):
 
 
 @pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
-def test_a_killed_chief_restarts_from_the_latest_checkpoint(tmp_path, sync):
-    report = inject(tmp_path, "--kill=chief", "--at_step=100", trainer_args=["--sync_replicas"] if sync else [])
+def test_a_killed_chief_restarts_and_carries_on_from_the_live_state_on_the_ps(tmp_path, sync):
+    # No checkpoint but step 0's before the kill: the ps is far past it (sync: accumulators and tokens too).
+    report = inject(tmp_path, "--kill=chief", "--at_step=100", "--save_checkpoint_steps=1000",
+                    trainer_args=["--sync_replicas"] if sync else [])
     check_recovered(report)
     chief_log = (tmp_path / "run" / "worker-0.log").read_text()
-    assert f"Restoring parameters from {tmp_path / 'run' / 'model'}/model.ckpt-{report['checkpoint_at_restart']}" \
-        in chief_log
+    # The ps kept every variable: the restarted chief takes them as they are, at a step no older than
+    # the kill's (sync: the rounds go on where they were), instead of restoring an older checkpoint.
+    kept = re.findall(r"the ps tasks hold every variable already, at global step (\d+)", chief_log)
+    assert len(kept) == 1 and int(kept[0]) >= report["killed_at_step"] - 2, chief_log[-3000:]
+    assert report["lowest_step_after"] >= report["killed_at_step"] - 2
     other_log = (tmp_path / "run" / "worker-1.log").read_text()
     assert "Traceback" not in other_log  # it carried on (async) or waited (sync); it never failed
 
@@ -121,6 +127,54 @@ def test_a_ps_that_never_comes_up_is_named_after_the_timeout(make_cluster):
     assert cluster.wait(timeout=120) == {("worker", 0): 1}, describe(cluster)
     assert (f"worker:0: ps 0 at {cluster.ps_hosts[0]} not reachable after 3 s (--startup_timeout_secs=3); "
             "is that task running") in cluster.log("worker", 0)
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
+def test_random_kills_of_any_task_for_40_s_end_trained_to_the_last_step(tmp_path, sync):
+    steps = 1500 if sync else 2500  # enough to outlast the kills on two busy cores
+    report = inject(tmp_path, "--chaos_secs=40", "--chaos_interval_secs=4,9", "--num_ps=2", "--seed=3",
+                    f"--train_steps={steps}", trainer_args=["--sync_replicas"] if sync else [])
+    assert report["ok"] and report["violations"] == [], report
+    assert len(report["kills"]) >= 4
+    assert set(report["exit_codes"].values()) == {0} and report["left_running"] == []
+    assert all(step >= steps for step in report["finished_steps"].values())
+    assert not report["checkpoints_went_back"] and report["restored_step"] >= steps
+
+
+def test_two_ps_killed_in_a_row_in_sync_mode_still_train_to_the_last_step(make_cluster):
+    # Once seen: the token queue closed while a ps was down, every worker "finished" at once, 10,600
+    # steps short, and the ps tasks exited 0 after them.
+    cluster = make_cluster(num_ps=2, num_workers=2, trainer_args=[
+        "--sync_replicas", "--train_steps=400", "--log_every_n_steps=10", "--save_checkpoint_steps=50"])
+    cluster.start_all()
+    deadline = time.monotonic() + 240
+    for ps in (0, 1):
+        reached = max((s.step for s in faults.progress(cluster)), default=0) + 30
+        faults.wait_until(cluster, lambda r=reached: max((s.step for s in faults.progress(cluster)), default=0) >= r, deadline,
+                          f"global step {reached}")
+        cluster.kill("ps", ps)
+        time.sleep(0.5)
+        cluster.start("ps", ps)
+    codes = cluster.wait(timeout=240)
+    assert set(codes.values()) == {0}, describe(cluster)
+    for index in (0, 1):
+        assert int(finished(cluster.log("worker", index))["global_step"]) >= 400, describe(cluster)
+
+
+def test_a_ps_restarted_after_the_workers_finished_exits_on_their_marks(make_cluster):
+    cluster = make_cluster(num_ps=1, num_workers=2, trainer_args=["--train_steps=60", "--export_saved_model=false"])
+    cluster.start_all()
+    assert set(cluster.wait(timeout=240).values()) == {0}, describe(cluster)
+    # Restarted now, its done queue is new and empty, and no worker is left to report to it.
+    cluster.start("ps", 0)
+    assert cluster.wait("ps", timeout=60) == {("ps", 0): 0}, describe(cluster)
+    assert "training replica(s) [0, 1] finished before this ps started" in cluster.log("ps", 0)
+    # A rerun to a larger --train_steps does not take the old marks for its own: the ps waits.
+    cluster.start("ps", 0, ["--train_steps=400"])
+    time.sleep(2 * shutdown.MARK_CHECK_SECS)
+    assert cluster.wait("ps", timeout=0.1) == {("ps", 0): None}, describe(cluster)
+    cluster.kill("ps", 0, signal.SIGTERM)
+    assert cluster.wait("ps", timeout=30) == {("ps", 0): 143}
 
 
 # ---------------------------------------------------------------- the pieces, without processes

@@ -10,8 +10,8 @@ import input as inputs
 import model
 from cluster import spec
 from flags.config import RunConfig
+from training import graph as train_graph
 from training import hooks as training_hooks
-from training import worker
 from training.config import TrainConfig
 
 v1 = tf.compat.v1
@@ -27,7 +27,7 @@ def train(tmp_path, data_cfg, model_cfg, steps_per_run, train_steps, wire_dtype=
                     model_cfg, data_cfg)
     runs = []
     with tf.Graph().as_default():
-        graph = worker.build_graph(cfg)
+        graph = train_graph.build_graph(cfg)
         progress = training_hooks.ProgressHook("local:0", graph.loss, graph.accuracy, train_steps, 32, every_n=20,
                                                steps_done=graph.steps_done, steps_per_run=steps_per_run)
         global_step = v1.train.get_global_step()

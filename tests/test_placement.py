@@ -6,8 +6,8 @@ import input as inputs
 import model
 from cluster import placement, spec
 from flags.config import RunConfig
+from training import graph as train_graph
 from training import hooks as training_hooks
-from training import worker
 from training.config import TrainConfig
 
 v1 = tf.compat.v1
@@ -22,7 +22,7 @@ def training_graph(num_ps, model_cfg=model.ModelConfig(), sync=False, wire_dtype
                     model_cfg, inputs.DataConfig(synthetic_examples=100))
     graph = tf.Graph()
     with graph.as_default():
-        built = worker.build_graph(cfg)
+        built = train_graph.build_graph(cfg)
     for hook in built.hooks:
         if isinstance(hook, training_hooks.SyncReplicasHook):
             # Never run: placement tests have no session. Say so, or TF logs it at exit.

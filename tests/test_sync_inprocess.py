@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 from cluster import placement, spec
+from training import graph as train_graph
 from training import hooks as training_hooks
 from training import worker
 from training.config import TrainConfig
@@ -34,7 +35,7 @@ class Replica:
             self.var = v1.get_variable("var", initializer=tf.constant(INITIAL))
             loss = tf.reduce_sum(self.var * tf.constant(GRADIENTS[cluster_cfg.task_index]))
             optimizer = v1.train.GradientDescentOptimizer(LEARNING_RATE)
-            self.train_op, hooks, chief_hooks = worker.make_train_op(
+            self.train_op, hooks, chief_hooks = train_graph.make_train_op(
                 loss, optimizer, self.global_step, cluster_cfg, train_cfg)
             sync_hook, = (hook for hook in hooks if isinstance(hook, training_hooks.SyncReplicasHook))
             token_queue = sync_hook._optimizer._sync_token_queue  # pylint: disable=protected-access
@@ -52,12 +53,17 @@ class Replica:
         if not self.session._is_closed():  # pylint: disable=protected-access
             self.session.close()
 
-    def step_in_thread(self):
+    def step_in_thread(self, hooks=True):
+        """One training step in a thread: through the MonitoredTrainingSession, or (hooks=False) a
+        plain session to the same server, which runs the train op even after the last step."""
         outcome = {}
 
         def step():
             try:
-                self.session.run(self.train_op)
+                if hooks:
+                    self.session.run(self.train_op)
+                else:
+                    self.run(self.train_op)
                 outcome["result"] = "stepped"
             except tf.errors.OutOfRangeError:
                 outcome["result"] = "released"
@@ -82,11 +88,11 @@ def sync_cluster():
     """Factory: an in-process cluster of 1 ps and `workers` workers, with one Replica per worker."""
     made = []
 
-    def make(workers, replicas_to_aggregate):
+    def make(workers, replicas_to_aggregate, train_steps=100):
         servers, _ = tf.test.create_local_cluster(num_workers=workers, num_ps=1)
         jobs = servers[0].server_def.cluster.job
         hosts = {job.name: tuple(job.tasks[i] for i in sorted(job.tasks)) for job in jobs}
-        train_cfg = TrainConfig(train_steps=100, sync_replicas=True,
+        train_cfg = TrainConfig(train_steps=train_steps, sync_replicas=True,
                                 replicas_to_aggregate=replicas_to_aggregate)
         replicas = []
         for index, server in enumerate(servers):
@@ -155,9 +161,10 @@ def test_a_backup_workers_stale_gradient_is_dropped(sync_cluster):
     np.testing.assert_allclose(value, after_round, rtol=1e-6)
 
 
-def test_a_worker_waiting_for_a_token_is_released_when_the_chief_ends(sync_cluster):
-    chief, other = sync_cluster(workers=2, replicas_to_aggregate=2)
-    waiting, outcome = other.step_in_thread()
+def test_a_worker_waiting_for_a_token_is_released_when_the_chief_ends_at_the_last_step(sync_cluster):
+    chief, other = sync_cluster(workers=2, replicas_to_aggregate=2, train_steps=1)
+    join_all([chief.step_in_thread()[0], other.step_in_thread()[0]])  # round 0: the global step is 1, the last
+    waiting, outcome = other.step_in_thread(hooks=False)  # a gradient for a round that will never come
     time.sleep(2)
     assert waiting.is_alive()
     started = time.monotonic()
@@ -165,3 +172,17 @@ def test_a_worker_waiting_for_a_token_is_released_when_the_chief_ends(sync_clust
     join_all([waiting], timeout=15)
     assert outcome["result"] == "released"
     assert time.monotonic() - started < 10
+
+
+def test_a_chief_that_ends_short_of_the_last_step_leaves_the_token_queue_open(sync_cluster):
+    # A closed token queue ends every later wait for a token with OutOfRangeError, which a
+    # MonitoredSession takes for the end of the input: a worker would "finish" short of the last step.
+    chief, other = sync_cluster(workers=2, replicas_to_aggregate=2, train_steps=100)
+    waiting, outcome = other.step_in_thread()
+    time.sleep(2)
+    chief.close()  # as a chief preempted, or whose session failed, at global step 0
+    time.sleep(3)
+    assert waiting.is_alive() and "result" not in outcome
+    other.run(other.leave_spare_token)  # the queue still takes tokens (a new chief's), and the worker goes on
+    join_all([waiting], timeout=15)
+    assert outcome["result"] == "stepped"

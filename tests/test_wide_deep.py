@@ -16,7 +16,8 @@ import model
 from cluster import spec
 from flags.config import RunConfig
 from tests.conftest import describe, finished, read_flags
-from training import export, worker
+from training import export
+from training import graph as train_graph
 from training.config import TrainConfig
 
 v1 = tf.compat.v1
@@ -51,7 +52,7 @@ def bytes_per_step(model_cfg, data_cfg=CLICKS, steps=30):
         worker_hosts=(workers[0].target.replace("grpc://", ""),), job_name="worker", task_index=0)
     cfg = RunConfig(hosts, TrainConfig(batch_size=64), model_cfg, data_cfg)
     with tf.Graph().as_default():
-        graph = worker.build_graph(cfg)
+        graph = train_graph.build_graph(cfg)
         variable_bytes = sum(v.shape.num_elements() * 4 for v in v1.trainable_variables())
         with v1.Session(workers[0].target, config=spec.session_config(hosts)) as sess:
             sess.run(v1.global_variables_initializer())

@@ -1,4 +1,5 @@
-"""Leftovers of checkpoint saves that never completed, cleared by the chief before it starts.
+"""The chief's checkpoints: restored only when the ps tasks lost the training state, and the leftovers
+of saves that never completed, cleared before it starts.
 
 A save writes each ps's shard under <prefix>_temp/, merges them into <prefix>.index and
 <prefix>.data-*, and only then registers <prefix> in the 'checkpoint' state file (written to a
@@ -49,3 +50,30 @@ def remove_interrupted_saves(model_dir: str, task_name: str) -> list[str]:
                         "registered in %s/checkpoint): %s", task_name, len(removed), model_dir,
                         ", ".join(removed))
     return removed
+
+
+class LiveStateSaver(tf.compat.v1.train.Saver):
+    """The chief's saver: restores the latest checkpoint only when a ps task lacks its variables.
+
+    A chief that restarts while every ps task kept running finds the training state there, newer
+    than any checkpoint. TensorFlow's SessionManager would restore the checkpoint over it, moving
+    the global step back: the steps trained since are lost and trained again, and in sync mode the
+    rounds are numbered anew under workers that hold tokens and accumulators of the later rounds
+    (the accumulators keep gradients of rounds that no longer exist). Keeping the live state loses
+    nothing and leaves the global step, the accumulators and the token queue consistent. When any
+    variable is uninitialized (a ps task restarted) everything is restored from the checkpoint, so
+    every variable comes from one step.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._uninitialized = tf.compat.v1.report_uninitialized_variables(tf.compat.v1.global_variables())
+        self._uninitialized.mark_used()  # only a chief's restore runs it
+        self._global_step = tf.compat.v1.train.get_global_step()
+
+    def restore(self, sess, save_path):
+        if save_path is None or len(sess.run(self._uninitialized)):
+            return super().restore(sess, save_path)
+        logging.info("the ps tasks hold every variable already, at global step %d: training goes on from "
+                     "there (not restoring %s, which is no newer)", sess.run(self._global_step), save_path)
+        return None

@@ -10,6 +10,8 @@ class TrainConfig:
     learning_rate: float = 0.05
     optimizer: str = "momentum"
     momentum: float = 0.9
+    momentum_is_default: bool = True  # chosen for the worker count (training/staleness.py)
+    not_learning: str = "stop"  # stop, warn or off: see training/learning.py
     sync_replicas: bool = False
     replicas_to_aggregate: int = 1
     model_dir: str | None = None

@@ -1,6 +1,7 @@
 """Session hooks of the training loop."""
 
 import datetime
+import threading
 import time
 
 import tensorflow as tf
@@ -9,6 +10,10 @@ from absl import logging
 v1 = tf.compat.v1
 # How often a worker that gave back a second token of a sync round checks whether the round is done.
 ROUND_POLL_SECS = 0.05
+# A token no round has: put in the token queue, one per worker, when the chief's aggregation fails,
+# to wake the workers (the chief among them) blocked waiting for a token, so that they re-create
+# their sessions.
+WAKE_TOKEN = -1
 
 
 class ProgressHook(v1.train.SessionRunHook):
@@ -18,13 +23,17 @@ class ProgressHook(v1.train.SessionRunHook):
     Loss and accuracy are fetched only on logging steps; the global step (which StopAtStepHook
     fetches anyway) every step, so the last step reached is known when something fails. With
     several steps per run (steps_done: how many a run took), a line is logged after each run that
-    crosses a multiple of every_n.
+    crosses a multiple of every_n. In an asynchronous cluster (step_read_and_landed: the global step
+    a run read and the one its update landed on) each line and summary also gives the interval's
+    staleness, mean and max: the other workers' updates that landed between a step's read and its own.
     """
 
     def __init__(self, task_name, loss, accuracy, train_steps, batch_size, every_n, summary_dir=None,
-                 steps_done=None, steps_per_run=1):
+                 steps_done=None, steps_per_run=1, step_read_and_landed=None):
         self._task_name = task_name
         self._steps_done = steps_done
+        self._step_read_and_landed = step_read_and_landed
+        self._staleness = []  # per run of this interval: (foreign updates, own steps)
         self._steps_per_run = steps_per_run
         self._fetches = {"loss": loss, "accuracy": accuracy}
         self._summary_dir = summary_dir
@@ -50,6 +59,8 @@ class ProgressHook(v1.train.SessionRunHook):
         fetches = {"global_step": self._global_step_tensor}
         if self._steps_done is not None:
             fetches["steps_done"] = self._steps_done
+        if self._step_read_and_landed is not None:
+            fetches["read"], fetches["landed"] = self._step_read_and_landed
         logs_now = (self.local_steps + self._steps_per_run) // self._every_n > self.local_steps // self._every_n
         if self.local_steps == 0 or logs_now:
             fetches.update(self._fetches)
@@ -63,6 +74,9 @@ class ProgressHook(v1.train.SessionRunHook):
         first_run = self.local_steps == 0
         self.local_steps += steps
         self.global_step = int(results["global_step"]) + steps
+        if "landed" in results:
+            self.global_step = int(results["landed"])
+            self._staleness.append((max(0, self.global_step - int(results["read"]) - steps), steps))
         if "loss" in results:
             self.loss, self.accuracy = float(results["loss"]), float(results["accuracy"])
         if first_run:
@@ -76,7 +90,7 @@ class ProgressHook(v1.train.SessionRunHook):
         self.global_step = int(session.run(self._global_step_tensor))
         if self._writer:
             if self.local_steps > self._mark[1]:  # the last, partial interval: every worker gets a point
-                self._write_rates(*self._rates())
+                self._write_rates(*self._rates(), self._take_staleness())
             self._writer.close()
 
     def _rates(self):
@@ -88,20 +102,31 @@ class ProgressHook(v1.train.SessionRunHook):
         return ((self.local_steps - then_local) * self._batch_size / elapsed,
                 (self.global_step - then_global) / elapsed)
 
-    def _write_rates(self, examples_per_sec, global_rate):
+    def _take_staleness(self) -> dict[str, float]:
+        """{'mean', 'max'} staleness per step over the interval (empty if not measured); resets it."""
+        runs, self._staleness = self._staleness, []
+        if not runs:
+            return {}
+        return {"mean": sum(foreign for foreign, _ in runs) / sum(steps for _, steps in runs),
+                "max": max(foreign / steps for foreign, steps in runs)}
+
+    def _write_rates(self, examples_per_sec, global_rate, staleness=None):
         if self._writer:
             rates = {"global_step/sec": global_rate, "examples/sec": examples_per_sec}
+            rates.update({f"staleness/{name}": value for name, value in (staleness or {}).items()})
             self._writer.add_summary(v1.Summary(value=[v1.Summary.Value(tag=tag, simple_value=value)
                                                        for tag, value in rates.items()]), self.global_step)
 
     def _log(self):
         examples_per_sec, global_rate = self._rates()
         left = (self._train_steps - self.global_step) / global_rate if global_rate > 0 else 0
+        staleness = self._take_staleness()
         logging.info(
-            "%s step %d/%d loss %.4f accuracy %.3f %.0f examples/sec %s left",
+            "%s step %d/%d loss %.4f accuracy %.3f %.0f examples/sec %s left%s",
             self._task_name, self.global_step, self._train_steps, self.loss, self.accuracy,
-            examples_per_sec, datetime.timedelta(seconds=round(max(left, 0))))
-        self._write_rates(examples_per_sec, global_rate)
+            examples_per_sec, datetime.timedelta(seconds=round(max(left, 0))),
+            f" staleness mean {staleness['mean']:.1f} max {staleness['max']:.0f}" if staleness else "")
+        self._write_rates(examples_per_sec, global_rate, staleness)
 
 
 class ProfileHook(v1.train.SessionRunHook):
@@ -135,18 +160,25 @@ class ProfileHook(v1.train.SessionRunHook):
 
 
 class CloseQueueAtEndHook(v1.train.SessionRunHook):
-    """Closes a queue when the session ends normally.
+    """Closes a queue when the session ends with training over (the global step at last_step).
 
     Used on the sync chief for SyncReplicasOptimizer's token queue: a non-chief worker that has
     already sent its gradient for a step that will never be aggregated is blocked on that queue.
     Closing it turns the wait into OutOfRangeError, which MonitoredSession takes as a clean end.
+    Only then: a closed queue stays closed for as long as its ps runs, so a chief that stops
+    early (preempted, a failed session) must leave it open for the rounds still to come.
     """
 
-    def __init__(self, queue):
+    def __init__(self, queue, last_step):
         self._close_op = queue.close(cancel_pending_enqueues=True)
+        self._last_step = last_step
+
+    def begin(self):
+        self._global_step = v1.train.get_global_step()
 
     def end(self, session):
-        session.run(self._close_op)
+        if int(session.run(self._global_step)) >= self._last_step:
+            session.run(self._close_op)
 
 
 class SyncReplicasHook(v1.train.SessionRunHook):
@@ -158,7 +190,13 @@ class SyncReplicasHook(v1.train.SessionRunHook):
     on the chief starts the queue runner that aggregates gradients and hands out tokens. Unlike it,
     the queue runner takes CancelledError as its end: when training is over that thread is blocked
     waiting for gradients that will never come, the session's close cancels the wait, and TF's
-    runner would report that as an error (a traceback on every clean sync run).
+    runner would report that as an error (a traceback on every clean sync run). And it never closes
+    the token queue: TF's runner closes it when its session stops, which is how TF wakes the chief
+    when aggregation fails (a ps restarting), but a closed queue ends every worker's next wait for a
+    token with OutOfRangeError, which MonitoredSession takes for the end of the input: workers would
+    report "finished" far short of --train_steps (the queue is closed only at the real end, by
+    CloseQueueAtEndHook). Instead, a failed aggregation puts one WAKE_TOKEN per worker in the queue;
+    a step that takes one raises AbortedError, and MonitoredSession re-creates the session.
 
     One gradient per round: each completed round puts one token per worker into a single shared
     queue, and a step pushes a gradient, then takes a token (the round its next gradient joins).
@@ -171,9 +209,10 @@ class SyncReplicasHook(v1.train.SessionRunHook):
     missing worker is back, or until `stop_requested()`.
     """
 
-    def __init__(self, sync_optimizer, is_chief, num_tokens, train_op, stop_requested=None):
+    def __init__(self, sync_optimizer, is_chief, num_tokens, train_op, num_workers, stop_requested=None):
         self._optimizer = sync_optimizer
         self._is_chief = is_chief
+        self._num_workers = num_workers
         self._num_tokens = num_tokens
         self._token = train_op  # SyncReplicasOptimizer's train op assigns the token taken: its value
         self._stop_requested = stop_requested or (lambda: False)
@@ -185,21 +224,17 @@ class SyncReplicasHook(v1.train.SessionRunHook):
         if self._is_chief:
             self._local_init_op = opt.chief_init_op
             self._init_tokens_op = opt.get_init_tokens_op(self._num_tokens)
-            runner = opt.get_chief_queue_runner()
-            self._queue_runner = v1.train.QueueRunner(
-                queue=runner.queue, enqueue_ops=runner.enqueue_ops, close_op=runner.close_op,
-                cancel_op=runner.cancel_op,
-                queue_closed_exception_types=(tf.errors.OutOfRangeError, tf.errors.CancelledError))
+            self._aggregate_op, = opt.get_chief_queue_runner().enqueue_ops
         else:
             self._local_init_op = opt.local_step_init_op
             self._init_tokens_op = None
-            self._queue_runner = None
         local_step = opt._local_step  # pylint: disable=protected-access
         queue = opt._sync_token_queue  # pylint: disable=protected-access
         self._global_step = v1.train.get_global_step()
         with v1.device(self._global_step.device):  # where SyncReplicasOptimizer puts its queue ops
             self._give_back = queue.enqueue(local_step)
             token = queue.dequeue()
+            self._wake_workers = queue.enqueue_many(tf.fill([self._num_workers], tf.constant(WAKE_TOKEN, tf.int64)))
         self._take_token = v1.assign(local_step, token)  # on this worker, with its local step
         self._read_local_step = local_step.read_value()
 
@@ -211,14 +246,32 @@ class SyncReplicasHook(v1.train.SessionRunHook):
         self._last_token = int(session.run(self._read_local_step))
         if self._init_tokens_op is not None:
             session.run(self._init_tokens_op)
-        if self._queue_runner is not None:
-            self._queue_runner.create_threads(session, coord=coord, daemon=True, start=True)
+        if self._is_chief:
+            thread = threading.Thread(target=self._aggregate, args=(session, coord), name="sync_aggregation",
+                                      daemon=True)
+            coord.register_thread(thread)  # joined, then cancelled by the session's close, at the end
+            thread.start()
+
+    def _aggregate(self, session, coord):
+        """The chief's aggregation loop: a round each time enough gradients have arrived."""
+        try:
+            while not coord.should_stop():
+                session.run(self._aggregate_op)
+        except (tf.errors.OutOfRangeError, tf.errors.CancelledError):
+            return  # the session closed, or the queue closed at the end of training
+        except tf.errors.OpError as err:
+            logging.warning("sync aggregation failed (%s); waking the workers to re-create their sessions",
+                            err.message.splitlines()[0])
+            try:
+                session.run(self._wake_workers, options=v1.RunOptions(timeout_in_ms=10000))
+            except tf.errors.OpError:
+                pass  # the queue's own ps is down: every wait on it fails by itself
 
     def before_run(self, run_context):
         return v1.train.SessionRunArgs(self._token)
 
     def after_run(self, run_context, run_values):
-        token = int(run_values.results)
+        token = _awake(int(run_values.results))
         if token == self._last_token:
             token = self._give_back_and_wait(run_context, token)
         self._last_token = token
@@ -227,16 +280,31 @@ class SyncReplicasHook(v1.train.SessionRunHook):
         """Returns the second token of round `token`, waits until that round is applied, and takes a
         token of the current round (dropping tokens of rounds already applied)."""
         session = run_context.session
-        session.run(self._give_back)
+        try:
+            session.run(self._give_back)
+        except (tf.errors.OutOfRangeError, tf.errors.CancelledError):
+            run_context.request_stop()  # the chief closed the queue: training is over
+            return token
         logging.log_every_n_seconds(
             logging.INFO, "took a second token of sync round %d: gave it back; waiting for the round's "
             "other gradients before sending another", 60, token)
-        while int(session.run(self._global_step)) <= token:
+        # Round `token` is in progress while the global step equals it. A step below it means the
+        # chief restored an older checkpoint (the rounds are numbered anew): waiting for `token` to
+        # pass would wait on this worker's own gradients.
+        while int(session.run(self._global_step)) == token:
             if self._stop_requested():
                 run_context.request_stop()
                 return token
             time.sleep(ROUND_POLL_SECS)
         while True:
-            token = int(session.run(self._take_token))
+            token = _awake(int(session.run(self._take_token)))
             if token >= int(session.run(self._global_step)):
                 return token
+
+
+def _awake(token: int) -> int:
+    """The token, unless it is a WAKE_TOKEN: then AbortedError, which re-creates the session."""
+    if token == WAKE_TOKEN:
+        raise tf.errors.AbortedError(None, None, "woken: the chief's sync aggregation failed (a ps task "
+                                     "restarted?); re-creating the session")
+    return token

@@ -35,8 +35,10 @@ class StallWatchdog(tf.compat.v1.train.SessionRunHook):
         self._thread = None
 
     def begin(self):
-        self._last_progress = self._clock()
+        # Once, when training starts: a new session (after a failure, or one that ended short of
+        # --train_steps) is no progress, so it must not reset the clock.
         if self._thread is None:
+            self._last_progress = self._clock()
             self._thread = threading.Thread(target=self._watch, name="stall-watchdog", daemon=True)
             self._thread.start()
 

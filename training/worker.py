@@ -1,27 +1,28 @@
-"""The worker role: build this replica's graph and train it in a MonitoredTrainingSession."""
+"""The worker role: build this replica's graph (training/graph.py) and train it in a
+MonitoredTrainingSession to --train_steps, through ps restarts and sessions that end early."""
 
 import os
 import threading
 import time
-from typing import NamedTuple
 
 import tensorflow as tf
 from absl import logging
 
 import input as inputs
-import model
 from cluster import peers, placement, shutdown, spec
-from training import checkpoints, export, optimizers, preemption, watchdog, wire
+from training import checkpoints, evaluator, export, learning, preemption, staleness, watchdog
+from training import graph as train_graph
 from training import hooks as training_hooks
 
 v1 = tf.compat.v1
 
-NON_FINITE_LOSS = "NonFiniteLoss"
 CHIEF_POLL_SECS = 0.5
 # A non-chief's MonitoredTrainingSession gives up at once when the variables are not ready
 # (below SessionManager's 30 s poll); see _train_in_session.
 NOT_READY_RETRY_SECS = 1
 SESSION_NOT_READY = "Session was not ready"
+# Sessions in a row that may end short of --train_steps with no step done before the worker gives up.
+MAX_EARLY_ENDS = 10
 # In sync mode the chief's queue-runner thread is blocked waiting for gradients that will never
 # come once training is over; MonitoredSession waits this long for it before closing the session,
 # which cancels the wait. TensorFlow's default is 120 s.
@@ -32,137 +33,28 @@ class TrainingError(Exception):
     """A failure to report in one line, with a non-zero exit."""
 
 
-class TrainGraph(NamedTuple):
-    saver: tf.compat.v1.train.Saver
-    train_op: tf.Operation
-    loss: tf.Tensor
-    accuracy: tf.Tensor
-    hooks: list
-    chief_only_hooks: list
-    steps_done: tf.Tensor | None = None  # with --steps_per_run: the steps one run of train_op took
-
-
-def build_graph(cfg, stop_requested=None) -> TrainGraph:
-    """This replica's training graph: variables on the ps tasks, everything else on this worker.
-    `stop_requested()` ends a sync worker's wait for a round (see SyncReplicasHook)."""
-    cluster, train = cfg.cluster, cfg.train
-    v1.set_random_seed(train.seed)
-    device = placement.device_setter(cluster) if cluster.is_distributed else None
-    looped = train.steps_per_run > 1
-    with v1.device(device):
-        global_step = v1.train.get_or_create_global_step()
-        shard = inputs.Shard(cluster.replica_index, cluster.num_workers)
-        batches = v1.data.make_one_shot_iterator(inputs.batches(cfg.data, shard, train.batch_size))
-        # One process has no wire: --wire_dtype applies to clusters only.
-        read_through = wire.read_through(wire.WIRE_DTYPES[train.wire_dtype]) if cluster.is_distributed else None
-
-        def forward(summaries):
-            features, labels = batches.get_next()
-            with v1.variable_scope(v1.get_variable_scope(), custom_getter=read_through, reuse=v1.AUTO_REUSE):
-                return model.build(features, labels, cfg.model, inputs.spec(cfg.data), summaries)
-
-        output = forward(summaries=not looped)
-        learning_rate = tf.constant(train.learning_rate, name="learning_rate_value")
-        v1.summary.scalar("learning_rate", learning_rate)
-        optimizer = optimizers.make_optimizer(learning_rate, train)
-        train_op, hooks, chief_only_hooks = make_train_op(output.loss, optimizer, global_step, cluster, train,
-                                                           stop_requested)
-        steps_done = None
-        if looped:  # the single step above made the variables and slots, which a loop body cannot
-            train_op, output, steps_done = repeat_steps(forward, optimizer, global_step, train, output.auc is not None)
-            model.summarize(output)
-    # As MonitoredTrainingSession's default saver (sharded: each ps saves its own variables), with
-    # --keep_checkpoint_max.
-    saver = v1.train.Saver(sharded=True, max_to_keep=train.keep_checkpoint_max, save_relative_paths=True)
-    return TrainGraph(saver, train_op, output.loss, output.accuracy, hooks, chief_only_hooks, steps_done)
-
-
-def repeat_steps(forward, optimizer, global_step, train, with_auc):
-    """--steps_per_run: up to that many training steps in one tf.while_loop, so in one session.run.
-
-    Each iteration is a whole step (next batch, forward, gradients, update, global step + 1); the
-    loop also ends at --train_steps, so the last run stops there. Returns the loop's op, the last
-    step's loss and metrics (for logging and summaries, between runs) and the steps it took.
-    """
-    # The global step is carried from each update to the next check: a read in the loop's condition
-    # could run before the previous iteration's increment and let the loop pass --train_steps.
-    def keep_going(done, step_reached, *_):
-        return tf.logical_and(done < train.steps_per_run, step_reached < train.train_steps)
-
-    def step(done, *_):
-        output = forward(summaries=False)
-        with tf.control_dependencies([apply_update(output.loss, optimizer, global_step)]):
-            metrics = [output.loss, output.accuracy] + ([output.auc] if with_auc else [])
-            return [done + 1, global_step.read_value()] + [tf.identity(metric) for metric in metrics]
-
-    start = [tf.constant(0), global_step.read_value()] + [tf.constant(0.0)] * (3 if with_auc else 2)
-    done, _, loss, accuracy, *auc = tf.while_loop(keep_going, step, start, name="steps_per_run")
-    output = model.ModelOutput(None, None, loss, accuracy, auc[0] if auc else None)
-    return done.op, output, done
-
-
-def make_train_op(loss, optimizer, global_step, cluster, train, stop_requested=None):
-    """The update op, plus the hooks it needs on every worker and on the chief only.
-
-    With train.sync_replicas, gradients go through SyncReplicasOptimizer: train.replicas_to_aggregate
-    of them are averaged per step, and the rest (backup workers' late ones) are dropped as stale;
-    `stop_requested()` ends a worker's wait for a round that is missing a peer's gradient.
-    """
-    hooks, chief_only_hooks = [], []
-    if train.sync_replicas:
-        optimizer = v1.train.SyncReplicasOptimizer(
-            optimizer, replicas_to_aggregate=train.replicas_to_aggregate,
-            total_num_replicas=cluster.num_workers)
-    train_op = apply_update(loss, optimizer, global_step)
-    if train.sync_replicas:
-        # num_tokens=0: no worker, the chief included, starts step k+1 before step k's update is
-        # applied; and the hook keeps every worker to one gradient per round, so the chief cannot
-        # fill a round with its own gradients when a peer is down.
-        hooks.append(training_hooks.SyncReplicasHook(optimizer, cluster.is_chief, num_tokens=0, train_op=train_op,
-                                                     stop_requested=stop_requested))
-        chief_only_hooks.append(
-            training_hooks.CloseQueueAtEndHook(optimizer._sync_token_queue))  # pylint: disable=protected-access
-    hooks.append(v1.train.StopAtStepHook(last_step=train.train_steps))
-    return train_op, hooks, chief_only_hooks
-
-
-def apply_update(loss, optimizer, global_step):
-    """Gradients of the loss applied to the variables, global step + 1."""
-    # Colocated: the gradient of an op on the ps (a wire cast, an embedding gather) is computed there.
-    grads_and_vars = guard_finite(loss, optimizer.compute_gradients(loss, colocate_gradients_with_ops=True))
-    return optimizer.apply_gradients(grads_and_vars, global_step=global_step)
-
-
-def guard_finite(loss, grads_and_vars):
-    """Makes every gradient wait for a check that the loss is finite.
-
-    A NaN or Inf loss then fails the step before any update reaches the ps, so the variables and the
-    latest checkpoint stay the last good ones.
-    """
-    check = tf.debugging.assert_all_finite(loss, f"{NON_FINITE_LOSS}: the loss is NaN or Inf")
-    with tf.control_dependencies([check]):
-        return [(_identity(grad), var) for grad, var in grads_and_vars if grad is not None]
-
-
-def _identity(grad):
-    if isinstance(grad, tf.IndexedSlices):
-        return tf.IndexedSlices(tf.identity(grad.values), grad.indices, grad.dense_shape)
-    return tf.identity(grad)
-
-
-def wait_for_chief_ready(target, session_config, timeout_secs, task_name):
+def wait_for_chief_ready(target, session_config, timeout_secs, task_name, train_cfg=None) -> int | None:
     """Polls until the chief has initialized or restored the variables, every CHIEF_POLL_SECS.
+    Returns None then, or the final global step if training turns out to be over already (the
+    global step is at --train_steps, or the chief's done mark says so): a worker restarted after the
+    end, when a ps has restarted too, would otherwise wait for a chief that is gone.
 
     MonitoredTrainingSession's own wait for non-chief workers polls every 30 s; entering it once the
     variables are ready means its first check passes.
     """
     uninitialized = v1.report_uninitialized_variables(v1.global_variables())
+    global_step = v1.train.get_global_step()
     start = last_log = time.monotonic()
     with v1.Session(target, config=session_config) as sess:
         while True:
             names = sess.run(uninitialized)
             if not len(names):
-                return
+                return None
+            if train_cfg is not None:
+                over = _training_over(sess, names, global_step, train_cfg)
+                if over is not None:
+                    logging.info("%s: training is over (global step %d); not waiting for the chief", task_name, over)
+                    return over
             now = time.monotonic()
             if now - start > timeout_secs:
                 raise TrainingError(
@@ -172,6 +64,14 @@ def wait_for_chief_ready(target, session_config, timeout_secs, task_name):
                 logging.info("%s: waiting for the chief to initialize %d variables", task_name, len(names))
                 last_log = now
             time.sleep(CHIEF_POLL_SECS)
+
+
+def _training_over(sess, uninitialized_names, global_step, train_cfg) -> int | None:
+    if global_step is not None and global_step.op.name.encode() not in set(uninitialized_names):
+        step = int(sess.run(global_step))
+        if step >= train_cfg.train_steps:
+            return step
+    return shutdown.finished_step(train_cfg.model_dir, 0, train_cfg.train_steps)
 
 
 def wait_for_ps(cluster, timeout_secs):
@@ -186,16 +86,18 @@ def train(cfg, server=None, stop=None) -> training_hooks.ProgressHook:
     """Trains to --train_steps, or until `stop` (a Preemption) is requested; returns the progress
     hook with the final step, loss and accuracy."""
     cluster, train_cfg = cfg.cluster, cfg.train
-    graph = build_graph(cfg, stop.requested.is_set if stop else None)
+    graph = train_graph.build_graph(cfg, stop.requested.is_set if stop else None)
     if cluster.is_chief and cluster.is_distributed:
         report = ", ".join(f"{dev} {size / 2**20:.2f} MiB"
                            for dev, size in placement.bytes_per_ps(v1.get_default_graph()).items())
         logging.info("%s: variables placed: %s", cluster.task_name, report)
+    log_optimizer(cluster, train_cfg)
     task_dir = cluster.task_name.replace(":", "_")
     progress = training_hooks.ProgressHook(
         cluster.task_name, graph.loss, graph.accuracy, train_cfg.train_steps, train_cfg.batch_size,
         train_cfg.log_every_n_steps, summary_dir=os.path.join(train_cfg.model_dir, "workers", task_dir),
-        steps_done=graph.steps_done, steps_per_run=train_cfg.steps_per_run)
+        steps_done=graph.steps_done, steps_per_run=train_cfg.steps_per_run,
+        step_read_and_landed=graph.step_read_and_landed)
     target = server.target if server else ""
     config = spec.session_config(cluster)
     if cluster.is_distributed:
@@ -207,14 +109,41 @@ def train(cfg, server=None, stop=None) -> training_hooks.ProgressHook:
         watchdog.stall_cause(train_cfg.sync_replicas, train_cfg.replicas_to_aggregate, cluster.num_workers),
         train_cfg.stall_warning_secs, train_cfg.stall_timeout_secs)
     hooks = graph.hooks + [progress, stall_watchdog] + ([preemption.PreemptionHook(stop)] if stop else [])
+    not_learning = None
+    if train_cfg.not_learning != "off":
+        not_learning = learning.NotLearningHook(
+            cluster.task_name, graph.loss, graph.labels, inputs.spec(cfg.data).num_classes,
+            every_n_runs=train_cfg.log_every_n_steps // train_cfg.steps_per_run,
+            warmup_global_steps=learning.warmup_steps(train_cfg.train_steps), action=train_cfg.not_learning,
+            cause=learning.likely_cause(train_cfg, cluster.num_workers))
+        hooks.append(not_learning)
     if train_cfg.profile_steps:
         hooks.append(training_hooks.ProfileHook(cluster.task_name, *train_cfg.profile_steps,
                                                 os.path.join(train_cfg.model_dir, "profile", task_dir)))
     scaffold = v1.train.Scaffold(saver=graph.saver)
+    early_ends = 0
     try:
-        while not _train_in_session(cfg, target, config, graph, scaffold, hooks, progress):
-            logging.info("%s: the variables on the ps are not initialized (did a ps task restart?); "
-                         "waiting for the chief to restore them", cluster.task_name)
+        while True:
+            start_step = progress.global_step
+            if not _train_in_session(cfg, target, config, graph, scaffold, hooks, progress):
+                logging.info("%s: the variables on the ps are not initialized (did a ps task restart?); "
+                             "waiting for the chief to restore them", cluster.task_name)
+                continue
+            if ((stop and stop.requested.is_set()) or (not_learning and not_learning.failure)
+                    or progress.global_step >= train_cfg.train_steps):
+                break
+            # Only the global step says training is over. A session can end short of it with no
+            # error: an OutOfRangeError (a closed queue, an input that ran out) ends a
+            # MonitoredSession as cleanly as the last step does.
+            early_ends = early_ends + 1 if progress.global_step == start_step else 0
+            if early_ends >= MAX_EARLY_ENDS:
+                raise TrainingError(
+                    f"{cluster.task_name}: {early_ends} sessions in a row ended at global step "
+                    f"{progress.global_step} with no step done, short of --train_steps={train_cfg.train_steps} "
+                    "(an input that ends, or a queue closed); giving up")
+            logging.warning("%s: the session ended at global step %s, short of --train_steps=%d; starting a "
+                            "new one", cluster.task_name, progress.global_step, train_cfg.train_steps)
+            time.sleep(CHIEF_POLL_SECS)
     except tf.errors.InvalidArgumentError as err:
         error = _training_error(err, cluster, train_cfg, progress)
         if error is None:
@@ -222,7 +151,24 @@ def train(cfg, server=None, stop=None) -> training_hooks.ProgressHook:
         raise error from None
     finally:
         stall_watchdog.stop()
+    if not_learning and not_learning.failure:
+        raise TrainingError(not_learning.failure)
     return progress
+
+
+def log_optimizer(cluster, train_cfg):
+    """Says which momentum is in use and why; warns about a combination known not to learn."""
+    if train_cfg.optimizer not in ("momentum", "rmsprop"):
+        return
+    if train_cfg.momentum_is_default:
+        mode = "sync" if train_cfg.sync_replicas else "async"
+        logging.info("%s: %s, momentum %g, learning rate %g (the defaults for %d %s worker(s); "
+                     "training/staleness.py says why)", cluster.task_name, train_cfg.optimizer,
+                     train_cfg.momentum, train_cfg.learning_rate, cluster.num_workers, mode)
+        return
+    warning = staleness.divergence_warning(train_cfg.momentum, cluster.num_workers, train_cfg.sync_replicas)
+    if warning:
+        logging.warning("%s: %s", cluster.task_name, warning)
 
 
 def _train_in_session(cfg, target, config, graph, scaffold, hooks, progress) -> bool:
@@ -236,7 +182,10 @@ def _train_in_session(cfg, target, config, graph, scaffold, hooks, progress) -> 
     """
     cluster, train_cfg = cfg.cluster, cfg.train
     if not cluster.is_chief:
-        wait_for_chief_ready(target, config, train_cfg.startup_timeout_secs, cluster.task_name)
+        over = wait_for_chief_ready(target, config, train_cfg.startup_timeout_secs, cluster.task_name, train_cfg)
+        if over is not None:
+            progress.global_step = over
+            return True
     try:
         with v1.train.MonitoredTrainingSession(
                 master=target,
@@ -271,7 +220,7 @@ def _train_in_session(cfg, target, config, graph, scaffold, hooks, progress) -> 
 
 def _training_error(err, cluster, train_cfg, progress):
     """A one-line TrainingError for a NaN loss or a bad input record, else None."""
-    if NON_FINITE_LOSS in err.message:
+    if train_graph.NON_FINITE_LOSS in err.message:
         return TrainingError(
             f"{cluster.task_name}: the loss became NaN or Inf after global step {progress.global_step}; "
             f"training stopped before applying it, so the latest checkpoint in {train_cfg.model_dir} "
@@ -294,26 +243,63 @@ def run(cfg, server=None) -> int:
         logging.warning("%s preempted at global step %s%s; restart it to resume", cfg.cluster.task_name,
                         progress.global_step, saved)
         return preemption.EXIT_PREEMPTED
+    if progress.global_step < cfg.train.train_steps:  # train() returns only at the end; never exit 0 short of it
+        raise TrainingError(f"{cfg.cluster.task_name}: training ended at global step {progress.global_step}, "
+                            f"short of --train_steps={cfg.train.train_steps}")
+    signalled = True
     if server is not None:
-        _signal_done_bounded(server, cfg.cluster)
-    if cfg.cluster.is_chief and cfg.train.export_saved_model:
-        export.export(cfg, tf.train.latest_checkpoint(cfg.train.model_dir))
+        shutdown.mark_done(cfg.train.model_dir, cfg.cluster.replica_index, progress.global_step,
+                           cfg.train.train_steps)
+        signalled = _signal_done_bounded(server, cfg.cluster)
+    held_out = ""
+    if cfg.cluster.is_chief:
+        final_checkpoint = tf.train.latest_checkpoint(cfg.train.model_dir)
+        if cfg.train.export_saved_model:
+            export.export(cfg, final_checkpoint)
+        held_out = _final_evaluation(cfg, final_checkpoint)
     # key=value, so the local launcher and the tests read the same line a person does.
-    logging.info("%s finished: global_step=%s local_steps=%d loss=%s accuracy=%s seconds=%.1f",
+    logging.info("%s finished: global_step=%s local_steps=%d loss=%s accuracy=%s%s seconds=%.1f",
                  cfg.cluster.task_name, progress.global_step, progress.local_steps,
-                 _fmt(progress.loss, 4), _fmt(progress.accuracy, 3), time.monotonic() - start)
+                 _fmt(progress.loss, 4), _fmt(progress.accuracy, 3), held_out, time.monotonic() - start)
+    if not signalled:
+        # A thread still inside a TensorFlow call when the interpreter shuts down aborts the
+        # process; training is over and logged, so leave without running the shutdown.
+        logging.flush()
+        os._exit(0)  # pylint: disable=protected-access
     return 0
+
+
+def _final_evaluation(cfg, checkpoint) -> str:
+    """Evaluates the final checkpoint on (a bounded part of) the held-out split and logs it: the
+    figure that says what the job trained, where the last batch's loss says little. Returns the
+    key=value fields for the 'finished:' line."""
+    try:
+        step, metrics = evaluator.evaluate(cfg, checkpoint, max_examples=evaluator.FINAL_EVAL_EXAMPLES)
+    except (FileNotFoundError, tf.errors.NotFoundError) as err:  # no held-out split beside the data
+        logging.warning("%s: no held-out evaluation of the final checkpoint: %s (--eval_data_dir names one)",
+                        cfg.cluster.task_name, err)
+        return ""
+    logging.info("%s: final checkpoint (global step %d): %s", cfg.cluster.task_name, step,
+                 evaluator.describe(metrics))
+    return "".join(f" heldout_{name}={value:.4f}" for name, value in metrics.items())
 
 
 def _fmt(value, digits):
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
-def _signal_done_bounded(server, cluster, timeout_secs=30.0):
-    # A session to a ps that is gone can wait long in creation; never let that keep a worker alive.
+def _signal_done_bounded(server, cluster, timeout_secs=30.0) -> bool:
+    """Tells the ps tasks this worker is done; False if that is still under way after the timeout.
+
+    A session to a ps that is gone can wait long in creation; never let that keep a worker alive.
+    The ps tasks also read the done mark in model_dir, so one that missed this is not left waiting.
+    """
     thread = threading.Thread(target=shutdown.signal_worker_done, args=(server, cluster, timeout_secs),
                               daemon=True)
     thread.start()
     thread.join(timeout_secs + 5)
     if thread.is_alive():
-        logging.warning("%s: gave up telling the ps tasks it is done", cluster.task_name)
+        logging.warning("%s: gave up telling the ps tasks it is done (they read its mark in model_dir)",
+                        cluster.task_name)
+        return False
+    return True

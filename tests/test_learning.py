@@ -1,0 +1,123 @@
+"""Pure tests: the momentum chosen for the worker count, the warning for a combination known not to
+learn, and the not-learning check driven step by step."""
+
+import math
+
+import pytest
+
+from tests.conftest import read_flags
+from training import learning, staleness
+
+WORKERS = ",".join(f"127.0.0.1:{2223 + i}" for i in range(4))
+FOUR_WORKERS = ["--ps_hosts=127.0.0.1:2222", f"--worker_hosts={WORKERS}", "--job_name=worker",
+                "--task_index=1", "--model_dir=/tmp/unused"]
+
+
+@pytest.mark.parametrize("workers, sync, momentum, lr_scale", [
+    (1, False, 0.9, 1.0),   # one process or one worker: the canonical momentum
+    (2, False, 0.8, 1.0),   # measured: 0.9 loses accuracy with 2 async workers, 0.8 does not
+    (4, False, 0.6, 1.0),
+    (8, False, 0.2, 1.0),
+    (10, False, 0.0, 1.0),
+    (20, False, 0.0, 0.5),  # past the floor the learning rate takes the rest
+    (8, True, 0.9, 1.0),    # sync: no stale updates
+])
+def test_default_momentum_keeps_one_workers_effective_step(workers, sync, momentum, lr_scale):
+    correction = staleness.default_correction(workers, sync)
+    assert correction.momentum == pytest.approx(momentum)
+    assert correction.learning_rate_scale == pytest.approx(lr_scale)
+    # The invariant: the effective step, learning rate / (1 - momentum), times the delay, is one worker's.
+    delay = staleness.update_delay(workers, sync)
+    effective = delay * correction.learning_rate_scale / (1 - correction.momentum)
+    assert effective == pytest.approx(1 / (1 - staleness.BASE_MOMENTUM))
+
+
+def test_flags_take_the_default_momentum_for_four_async_workers_and_keep_an_explicit_one():
+    assert read_flags(*FOUR_WORKERS).train.momentum == pytest.approx(0.6)
+    assert read_flags(*FOUR_WORKERS, "--sync_replicas").train.momentum == pytest.approx(0.9)
+    explicit = read_flags(*FOUR_WORKERS, "--momentum=0.9").train
+    assert explicit.momentum == 0.9 and not explicit.momentum_is_default
+    assert read_flags("--model_dir=/tmp/unused").train.momentum == 0.9  # one process
+
+
+def test_momentum_known_to_diverge_gets_a_warning_naming_the_fix():
+    warning = staleness.divergence_warning(0.9, 4, sync_replicas=False)
+    assert "--momentum=0.9 with 4 asynchronous workers" in warning and "0.6" in warning
+    assert "--sync_replicas" in warning
+    assert staleness.divergence_warning(0.9, 3, sync_replicas=False)  # measured: stays at chance
+    assert staleness.divergence_warning(0.9, 2, sync_replicas=False)  # measured: loses accuracy
+    assert staleness.divergence_warning(0.8, 2, sync_replicas=False) is None  # measured: learns
+    assert staleness.divergence_warning(0.7, 4, sync_replicas=False) is None
+    assert staleness.divergence_warning(0.9, 1, sync_replicas=False) is None
+    assert staleness.divergence_warning(0.9, 8, sync_replicas=True) is None
+
+
+def test_chance_is_the_entropy_of_the_labels_seen():
+    assert learning.label_entropy([50] * 10) == pytest.approx(math.log(10))
+    assert learning.label_entropy([30, 70, 0]) == pytest.approx(-(0.3 * math.log(0.3) + 0.7 * math.log(0.7)))
+    assert learning.label_entropy([0, 0]) == 0.0
+
+
+class _RunContext:
+    stop_requested = False
+
+    def request_stop(self):
+        self.stop_requested = True
+
+
+class _RunValues:
+    def __init__(self, results):
+        self.results = results
+
+
+def drive(hook, losses, global_step_of_run):
+    """Feeds one run per loss, 10 balanced labels each; returns the run context."""
+    context = _RunContext()
+    for run, loss in enumerate(losses):
+        hook.after_run(context, _RunValues([loss, [1] * 10, global_step_of_run(run)]))
+        if context.stop_requested:
+            break
+    return context
+
+
+def make_hook(action="stop", warmup=100):
+    return learning.NotLearningHook("worker:1", None, None, 10, every_n_runs=10, warmup_global_steps=warmup,
+                                    action=action, cause="the cause")
+
+
+def test_loss_at_chance_for_three_intervals_after_warmup_stops_with_the_cause():
+    hook = make_hook()
+    context = drive(hook, [2.31] * 200, lambda run: run)
+    assert context.stop_requested
+    # Warm-up: intervals ending before global step 100 do not count; then 3 in a row.
+    assert "at global step 129" in hook.failure
+    assert learning.warmup_steps(2000) == 400 and learning.warmup_steps(200) == learning.WARMUP_MIN_STEPS
+    assert "not learning" in hook.failure and "the cause" in hook.failure and "2.310" in hook.failure
+
+
+def test_a_learning_run_never_trips_and_one_good_interval_resets_the_count():
+    learning_run = make_hook()
+    assert not drive(learning_run, [2.3] * 50 + [1.0] * 150, lambda run: run).stop_requested
+    assert learning_run.failure is None
+    # Two intervals at chance, one below, two at chance: never three in a row.
+    intermittent = make_hook()
+    losses = [2.3] * 100 + [2.3] * 20 + [1.5] * 10 + [2.3] * 20
+    assert not drive(intermittent, losses, lambda run: run).stop_requested
+
+
+def test_a_loss_still_falling_near_chance_is_learning():
+    # Weak signal: a few percent under chance, falling interval after interval (wide_deep on clicks).
+    hook = make_hook(warmup=0)
+    losses = [loss for mean in (0.696, 0.680, 0.668, 0.655, 0.645) for loss in [mean] * 10]
+    hook._every_n_runs = 10  # pylint: disable=protected-access
+    context = _RunContext()
+    for run, loss in enumerate(losses):  # two balanced classes: chance is ln 2 = 0.693
+        hook.after_run(context, _RunValues([loss, [5, 5] + [0] * 8, run]))
+    assert not context.stop_requested and hook.failure is None
+
+
+def test_a_diverged_loss_counts_as_not_learning_and_warn_mode_trains_on(caplog):
+    hook = make_hook(action="warn", warmup=0)
+    context = drive(hook, [float("inf")] * 15 + [40.0] * 30, lambda run: run)
+    assert not context.stop_requested and hook.failure is None
+    assert any("not learning" in record.getMessage() for record in caplog.records)

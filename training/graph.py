@@ -1,0 +1,148 @@
+"""This replica's training graph: the input, the model, and the update that reaches the ps.
+
+Variables go to the ps tasks (replica_device_setter, by bytes), everything else stays on this worker.
+In sync mode the update goes through SyncReplicasOptimizer with the hooks of training/hooks.py.
+"""
+
+from typing import NamedTuple
+
+import tensorflow as tf
+
+import input as inputs
+import model
+from cluster import placement
+from training import checkpoints, optimizers, staleness, wire
+from training import hooks as training_hooks
+
+v1 = tf.compat.v1
+
+NON_FINITE_LOSS = "NonFiniteLoss"
+
+
+class TrainGraph(NamedTuple):
+    saver: tf.compat.v1.train.Saver
+    train_op: tf.Operation
+    loss: tf.Tensor
+    accuracy: tf.Tensor
+    hooks: list
+    chief_only_hooks: list
+    steps_done: tf.Tensor | None = None  # with --steps_per_run: the steps one run of train_op took
+    # Asynchronous clusters: the global step as a run reads it and once its update has landed.
+    step_read_and_landed: tuple[tf.Tensor, tf.Tensor] | None = None
+    labels: tf.Tensor | None = None  # the (last) batch's labels, for the not-learning check
+
+
+def build_graph(cfg, stop_requested=None) -> TrainGraph:
+    """This replica's training graph: variables on the ps tasks, everything else on this worker.
+    `stop_requested()` ends a sync worker's wait for a round (see SyncReplicasHook)."""
+    cluster, train = cfg.cluster, cfg.train
+    v1.set_random_seed(train.seed)
+    device = placement.device_setter(cluster) if cluster.is_distributed else None
+    looped = train.steps_per_run > 1
+    with v1.device(device):
+        global_step = v1.train.get_or_create_global_step()
+        shard = inputs.Shard(cluster.replica_index, cluster.num_workers)
+        batches = v1.data.make_one_shot_iterator(inputs.batches(cfg.data, shard, train.batch_size))
+        # One process has no wire: --wire_dtype applies to clusters only.
+        read_through = wire.read_through(wire.WIRE_DTYPES[train.wire_dtype]) if cluster.is_distributed else None
+
+        def forward(summaries):
+            features, labels = batches.get_next()
+            with v1.variable_scope(v1.get_variable_scope(), custom_getter=read_through, reuse=v1.AUTO_REUSE):
+                return model.build(features, labels, cfg.model, inputs.spec(cfg.data), summaries), labels
+
+        output, labels = forward(summaries=not looped)
+        learning_rate = tf.constant(train.learning_rate, name="learning_rate_value")
+        v1.summary.scalar("learning_rate", learning_rate)
+        optimizer = optimizers.make_optimizer(learning_rate, train)
+        train_op, hooks, chief_only_hooks = make_train_op(output.loss, optimizer, global_step, cluster, train,
+                                                           stop_requested)
+        steps_done = None
+        if looped:  # the single step above made the variables and slots, which a loop body cannot
+            train_op, output, labels, steps_done = repeat_steps(forward, optimizer, global_step, train,
+                                                                output.auc is not None)
+            model.summarize(output)
+        asynchronous = cluster.is_distributed and not train.sync_replicas
+        step_read_and_landed = staleness.steps(global_step, train_op) if asynchronous else None
+    # As MonitoredTrainingSession's default saver (sharded: each ps saves its own variables), with
+    # --keep_checkpoint_max.
+    saver = checkpoints.LiveStateSaver(sharded=True, max_to_keep=train.keep_checkpoint_max, save_relative_paths=True)
+    return TrainGraph(saver, train_op, output.loss, output.accuracy, hooks, chief_only_hooks, steps_done,
+                      step_read_and_landed, labels)
+
+
+def repeat_steps(forward, optimizer, global_step, train, with_auc):
+    """--steps_per_run: up to that many training steps in one tf.while_loop, so in one session.run.
+
+    Each iteration is a whole step (next batch, forward, gradients, update, global step + 1); the
+    loop also ends at --train_steps, so the last run stops there. Returns the loop's op, the last
+    step's loss and metrics (for logging and summaries, between runs), its labels and the steps it took.
+    """
+    # The global step is carried from each update to the next check: a read in the loop's condition
+    # could run before the previous iteration's increment and let the loop pass --train_steps.
+    def keep_going(done, step_reached, *_):
+        return tf.logical_and(done < train.steps_per_run, step_reached < train.train_steps)
+
+    def step(done, step_reached, labels, *_):
+        output, labels = forward(summaries=False)
+        with tf.control_dependencies([apply_update(output.loss, optimizer, global_step)]):
+            metrics = [output.loss, output.accuracy] + ([output.auc] if with_auc else [])
+            return [done + 1, global_step.read_value(), tf.identity(labels)] + [tf.identity(m) for m in metrics]
+
+    no_labels = tf.zeros([0], tf.int64)
+    start = [tf.constant(0), global_step.read_value(), no_labels] + [tf.constant(0.0)] * (3 if with_auc else 2)
+    invariants = [tf.TensorShape([]), tf.TensorShape([]), tf.TensorShape([None])] + [tf.TensorShape([])] * (
+        3 if with_auc else 2)
+    done, _, labels, loss, accuracy, *auc = tf.while_loop(keep_going, step, start, shape_invariants=invariants,
+                                                          name="steps_per_run")
+    output = model.ModelOutput(None, None, loss, accuracy, auc[0] if auc else None)
+    return done.op, output, labels, done
+
+
+def make_train_op(loss, optimizer, global_step, cluster, train, stop_requested=None):
+    """The update op, plus the hooks it needs on every worker and on the chief only.
+
+    With train.sync_replicas, gradients go through SyncReplicasOptimizer: train.replicas_to_aggregate
+    of them are averaged per step, and the rest (backup workers' late ones) are dropped as stale;
+    `stop_requested()` ends a worker's wait for a round that is missing a peer's gradient.
+    """
+    hooks, chief_only_hooks = [], []
+    if train.sync_replicas:
+        optimizer = v1.train.SyncReplicasOptimizer(
+            optimizer, replicas_to_aggregate=train.replicas_to_aggregate,
+            total_num_replicas=cluster.num_workers)
+    train_op = apply_update(loss, optimizer, global_step)
+    if train.sync_replicas:
+        # num_tokens=0: no worker, the chief included, starts step k+1 before step k's update is
+        # applied; and the hook keeps every worker to one gradient per round, so the chief cannot
+        # fill a round with its own gradients when a peer is down.
+        hooks.append(training_hooks.SyncReplicasHook(optimizer, cluster.is_chief, num_tokens=0, train_op=train_op,
+                                                     num_workers=cluster.num_workers, stop_requested=stop_requested))
+        chief_only_hooks.append(training_hooks.CloseQueueAtEndHook(
+            optimizer._sync_token_queue, train.train_steps))  # pylint: disable=protected-access
+    hooks.append(v1.train.StopAtStepHook(last_step=train.train_steps))
+    return train_op, hooks, chief_only_hooks
+
+
+def apply_update(loss, optimizer, global_step):
+    """Gradients of the loss applied to the variables, global step + 1."""
+    # Colocated: the gradient of an op on the ps (a wire cast, an embedding gather) is computed there.
+    grads_and_vars = guard_finite(loss, optimizer.compute_gradients(loss, colocate_gradients_with_ops=True))
+    return optimizer.apply_gradients(grads_and_vars, global_step=global_step)
+
+
+def guard_finite(loss, grads_and_vars):
+    """Makes every gradient wait for a check that the loss is finite.
+
+    A NaN or Inf loss then fails the step before any update reaches the ps, so the variables and the
+    latest checkpoint stay the last good ones.
+    """
+    check = tf.debugging.assert_all_finite(loss, f"{NON_FINITE_LOSS}: the loss is NaN or Inf")
+    with tf.control_dependencies([check]):
+        return [(_identity(grad), var) for grad, var in grads_and_vars if grad is not None]
+
+
+def _identity(grad):
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(tf.identity(grad.values), grad.indices, grad.dense_shape)
+    return tf.identity(grad)
