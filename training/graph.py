@@ -30,6 +30,7 @@ class TrainGraph(NamedTuple):
     # Asynchronous clusters: the global step as a run reads it and once its update has landed.
     step_read_and_landed: tuple[tf.Tensor, tf.Tensor] | None = None
     labels: tf.Tensor | None = None  # the (last) batch's labels, for the not-learning check
+    uninitialized: tf.Tensor | None = None  # the names of the variables not initialized (yet), on the ps
 
 
 def build_graph(cfg, stop_requested=None) -> TrainGraph:
@@ -67,8 +68,11 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
     # As MonitoredTrainingSession's default saver (sharded: each ps saves its own variables), with
     # --keep_checkpoint_max.
     saver = checkpoints.LiveStateSaver(sharded=True, max_to_keep=train.keep_checkpoint_max, save_relative_paths=True)
+    # Built here: a MonitoredTrainingSession that failed can leave the graph finalized.
+    uninitialized = v1.report_uninitialized_variables(v1.global_variables())
+    uninitialized.mark_used()  # a non-chief's wait for the chief runs it; the chief never does
     return TrainGraph(saver, train_op, output.loss, output.accuracy, hooks, chief_only_hooks, steps_done,
-                      step_read_and_landed, labels)
+                      step_read_and_landed, labels, uninitialized)
 
 
 def repeat_steps(forward, optimizer, global_step, train, with_auc):

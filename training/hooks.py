@@ -10,10 +10,11 @@ from absl import logging
 v1 = tf.compat.v1
 # How often a worker that gave back a second token of a sync round checks whether the round is done.
 ROUND_POLL_SECS = 0.05
-# A token no round has: put in the token queue, one per worker, when the chief's aggregation fails,
-# to wake the workers (the chief among them) blocked waiting for a token, so that they re-create
-# their sessions.
-WAKE_TOKEN = -1
+# Tokens no round has (negative: minus the wall-clock milliseconds of the failure): put in the token
+# queue, one per worker, when the chief's aggregation fails, to wake the workers (the chief among
+# them) blocked waiting for a token, so that they re-create their sessions. A wake token older than
+# the session that takes it (left by a worker that was down) is dropped, not obeyed: re-creating a
+# session again would leave its pushed gradient and its aggregation behind in the ps.
 
 
 class ProgressHook(v1.train.SessionRunHook):
@@ -195,8 +196,9 @@ class SyncReplicasHook(v1.train.SessionRunHook):
     when aggregation fails (a ps restarting), but a closed queue ends every worker's next wait for a
     token with OutOfRangeError, which MonitoredSession takes for the end of the input: workers would
     report "finished" far short of --train_steps (the queue is closed only at the real end, by
-    CloseQueueAtEndHook). Instead, a failed aggregation puts one WAKE_TOKEN per worker in the queue;
-    a step that takes one raises AbortedError, and MonitoredSession re-creates the session.
+    CloseQueueAtEndHook). Instead, a failed aggregation puts one wake token per worker in the queue;
+    a step that takes one newer than its session raises AbortedError, and MonitoredSession
+    re-creates the session.
 
     One gradient per round: each completed round puts one token per worker into a single shared
     queue, and a step pushes a gradient, then takes a token (the round its next gradient joins).
@@ -234,7 +236,8 @@ class SyncReplicasHook(v1.train.SessionRunHook):
         with v1.device(self._global_step.device):  # where SyncReplicasOptimizer puts its queue ops
             self._give_back = queue.enqueue(local_step)
             token = queue.dequeue()
-            self._wake_workers = queue.enqueue_many(tf.fill([self._num_workers], tf.constant(WAKE_TOKEN, tf.int64)))
+            self._wake_at = v1.placeholder(tf.int64, [], name="sync_wake_token")
+            self._wake_workers = queue.enqueue_many(tf.fill([self._num_workers], self._wake_at))
         self._take_token = v1.assign(local_step, token)  # on this worker, with its local step
         self._read_local_step = local_step.read_value()
 
@@ -244,6 +247,7 @@ class SyncReplicasHook(v1.train.SessionRunHook):
             raise RuntimeError(f"variables not initialized before the sync replicas init: {not_ready}")
         session.run(self._local_init_op)
         self._last_token = int(session.run(self._read_local_step))
+        self._session_started_ms = _now_ms()
         if self._init_tokens_op is not None:
             session.run(self._init_tokens_op)
         if self._is_chief:
@@ -263,7 +267,8 @@ class SyncReplicasHook(v1.train.SessionRunHook):
             logging.warning("sync aggregation failed (%s); waking the workers to re-create their sessions",
                             err.message.splitlines()[0])
             try:
-                session.run(self._wake_workers, options=v1.RunOptions(timeout_in_ms=10000))
+                session.run(self._wake_workers, feed_dict={self._wake_at: -_now_ms()},
+                            options=v1.RunOptions(timeout_in_ms=10000))
             except tf.errors.OpError:
                 pass  # the queue's own ps is down: every wait on it fails by itself
 
@@ -271,7 +276,7 @@ class SyncReplicasHook(v1.train.SessionRunHook):
         return v1.train.SessionRunArgs(self._token)
 
     def after_run(self, run_context, run_values):
-        token = _awake(int(run_values.results))
+        token = self._awake(run_context.session, int(run_values.results))
         if token == self._last_token:
             token = self._give_back_and_wait(run_context, token)
         self._last_token = token
@@ -297,14 +302,21 @@ class SyncReplicasHook(v1.train.SessionRunHook):
                 return token
             time.sleep(ROUND_POLL_SECS)
         while True:
-            token = _awake(int(session.run(self._take_token)))
+            token = self._awake(session, int(session.run(self._take_token)))
             if token >= int(session.run(self._global_step)):
                 return token
 
 
-def _awake(token: int) -> int:
-    """The token, unless it is a WAKE_TOKEN: then AbortedError, which re-creates the session."""
-    if token == WAKE_TOKEN:
-        raise tf.errors.AbortedError(None, None, "woken: the chief's sync aggregation failed (a ps task "
-                                     "restarted?); re-creating the session")
-    return token
+    def _awake(self, session, token: int) -> int:
+        """The token of a round; on a wake token newer than this session, AbortedError (which
+        re-creates the session); an older one is dropped and a token of a round taken instead."""
+        while token < 0:
+            if -token >= self._session_started_ms:
+                raise tf.errors.AbortedError(None, None, "woken: the chief's sync aggregation failed (a ps "
+                                             "task restarted?); re-creating the session")
+            token = int(session.run(self._take_token))
+        return token
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

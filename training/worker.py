@@ -33,16 +33,19 @@ class TrainingError(Exception):
     """A failure to report in one line, with a non-zero exit."""
 
 
-def wait_for_chief_ready(target, session_config, timeout_secs, task_name, train_cfg=None) -> int | None:
+def wait_for_chief_ready(target, session_config, timeout_secs, task_name, train_cfg=None,
+                         uninitialized=None) -> int | None:
     """Polls until the chief has initialized or restored the variables, every CHIEF_POLL_SECS.
     Returns None then, or the final global step if training turns out to be over already (the
     global step is at --train_steps, or the chief's done mark says so): a worker restarted after the
     end, when a ps has restarted too, would otherwise wait for a chief that is gone.
 
     MonitoredTrainingSession's own wait for non-chief workers polls every 30 s; entering it once the
-    variables are ready means its first check passes.
+    variables are ready means its first check passes. `uninitialized`: report_uninitialized_variables
+    built beforehand (a MonitoredTrainingSession that failed can leave the graph finalized).
     """
-    uninitialized = v1.report_uninitialized_variables(v1.global_variables())
+    if uninitialized is None:
+        uninitialized = v1.report_uninitialized_variables(v1.global_variables())
     global_step = v1.train.get_global_step()
     start = last_log = time.monotonic()
     with v1.Session(target, config=session_config) as sess:
@@ -182,7 +185,8 @@ def _train_in_session(cfg, target, config, graph, scaffold, hooks, progress) -> 
     """
     cluster, train_cfg = cfg.cluster, cfg.train
     if not cluster.is_chief:
-        over = wait_for_chief_ready(target, config, train_cfg.startup_timeout_secs, cluster.task_name, train_cfg)
+        over = wait_for_chief_ready(target, config, train_cfg.startup_timeout_secs, cluster.task_name, train_cfg,
+                                    graph.uninitialized)
         if over is not None:
             progress.global_step = over
             return True
