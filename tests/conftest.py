@@ -1,6 +1,9 @@
 """Shared fixtures: parsing trainer flags in-process, and real local clusters that always stop."""
 
 import datetime
+import os
+import signal
+import subprocess
 import time
 
 import pytest
@@ -39,6 +42,28 @@ def make_cluster(tmp_path):
     yield make
     for cluster in clusters:
         cluster.stop_all(grace_secs=5)
+
+
+def run_launcher(argv, timeout: float) -> subprocess.CompletedProcess:
+    """Runs a script that starts a cluster of its own (a launcher, the fault script) to its end.
+
+    On a timeout, or when the test itself is interrupted (pytest-timeout), the script gets SIGTERM,
+    on which it stops every task it started, before its process group is killed: a SIGKILL alone
+    would leave its tasks, each in a session of its own, running.
+    """
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
 
 
 def log_lines(log: str, needle: str) -> list[str]:

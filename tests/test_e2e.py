@@ -12,8 +12,7 @@ import time
 import pytest
 import tensorflow as tf
 
-from tests.conftest import (describe, finished, log_lines, log_time, read_flags,
-                            wait_recording_exits)
+from tests.conftest import describe, finished, log_lines, log_time, read_flags, run_launcher, wait_recording_exits
 from training import evaluator
 
 pytestmark = pytest.mark.e2e
@@ -217,10 +216,9 @@ def test_per_host_scripts_run_a_cluster(tmp_path):
 
 
 def test_the_local_launcher_runs_and_summarizes(tmp_path):
-    result = subprocess.run(
+    result = run_launcher(
         [sys.executable, str(ROOT / "scripts" / "run_local.py"), f"--run_dir={tmp_path}", "--",
-         "--train_steps=150", "--log_every_n_steps=50", "--synthetic_examples=2000"],
-        capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+         "--train_steps=150", "--log_every_n_steps=50", "--synthetic_examples=2000"], timeout=TIMEOUT)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     # The figure a newcomer reads first is the held-out one, labelled as such.
     assert re.search(r"summary: final step 15\d, held-out loss [\d.]+, held-out accuracy [\d.]+ \(final "

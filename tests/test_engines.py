@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from cluster.local import free_ports, read_hosts_file
+from tests.conftest import run_launcher
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -34,12 +35,11 @@ def test_ssh_launcher_runs_the_cluster_and_collects_logs_here(tmp_path):
     ps, w0, w1 = free_ports(3)
     hosts = tmp_path / "cluster.txt"
     hosts.write_text(f"ps 127.0.0.1:{ps}\nworker 127.0.0.1:{w0}\nworker 127.0.0.1:{w1}\n")
-    result = subprocess.run(
+    result = run_launcher(
         [sys.executable, str(ROOT / "scripts" / "run_ssh.py"), f"--hosts_file={hosts}",
          f"--remote_dir={ROOT}", f"--python={sys.executable}", f"--ssh={ROOT / 'tests' / 'fake_ssh.sh'}",
          f"--run_dir={tmp_path / 'logs'}", "--", f"--model_dir={tmp_path / 'model'}", "--train_steps=100",
-         "--synthetic_examples=2000"],
-        capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+         "--synthetic_examples=2000"], timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert re.search(r"summary: final step 10\d", result.stdout)
     for task in ("ps 0", "worker 0", "worker 1"):

@@ -6,14 +6,13 @@ import json
 import pathlib
 import re
 import signal
-import subprocess
 import sys
 import time
 
 import pytest
 
 from cluster import faults, peers, shutdown
-from tests.conftest import describe, finished
+from tests.conftest import describe, finished, run_launcher
 from training import checkpoints, watchdog
 
 pytestmark = pytest.mark.e2e
@@ -22,14 +21,15 @@ TRAIN_STEPS = 300
 LN10 = 2.3026
 
 
-def inject(tmp_path, *args, trainer_args=()):
-    """Runs the fault script; returns its JSON report (and asserts the script said it went right)."""
+def inject(tmp_path, *args, trainer_args=(), timeout_secs=240):
+    """Runs the fault script; returns its JSON report (and asserts the script said it went right).
+    The script gives up after timeout_secs; keep that below the test's own timeout."""
     report_path = tmp_path / "report.json"
-    result = subprocess.run(
+    result = run_launcher(
         [sys.executable, str(ROOT / "scripts" / "inject_fault.py"), f"--run_dir={tmp_path / 'run'}",
-         f"--report_json={report_path}", f"--train_steps={TRAIN_STEPS}", "--timeout_secs=400", *args,
+         f"--report_json={report_path}", f"--train_steps={TRAIN_STEPS}", f"--timeout_secs={timeout_secs}", *args,
          "--", "--synthetic_examples=8000", *trainer_args],
-        capture_output=True, text=True, timeout=480, stdin=subprocess.DEVNULL)
+        timeout=timeout_secs + 40)
     assert result.returncode == 0 and report_path.exists(), result.stdout[-3000:] + result.stderr[-3000:]
     return json.loads(report_path.read_text())
 
@@ -129,11 +129,12 @@ def test_a_ps_that_never_comes_up_is_named_after_the_timeout(make_cluster):
             "is that task running") in cluster.log("worker", 0)
 
 
+@pytest.mark.timeout(420)
 @pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
 def test_random_kills_of_any_task_for_40_s_end_trained_to_the_last_step(tmp_path, sync):
     steps = 1500 if sync else 2500  # enough to outlast the kills on two busy cores
     report = inject(tmp_path, "--chaos_secs=40", "--chaos_interval_secs=4,9", "--num_ps=2", "--seed=3",
-                    f"--train_steps={steps}", trainer_args=["--sync_replicas"] if sync else [])
+                    f"--train_steps={steps}", trainer_args=["--sync_replicas"] if sync else [], timeout_secs=340)
     assert report["ok"] and report["violations"] == [], report
     assert len(report["kills"]) >= 4
     assert set(report["exit_codes"].values()) == {0} and report["left_running"] == []

@@ -264,8 +264,10 @@ class SyncReplicasHook(v1.train.SessionRunHook):
         except (tf.errors.OutOfRangeError, tf.errors.CancelledError):
             return  # the session closed, or the queue closed at the end of training
         except tf.errors.OpError as err:
-            logging.warning("sync aggregation failed (%s); waking the workers to re-create their sessions",
-                            err.message.splitlines()[0])
+            cause = next((line.strip() for line in err.message.splitlines()
+                          if line.strip() and not line.startswith("Graph execution error")), "")
+            logging.warning("sync aggregation failed (%s: %s); waking the workers to re-create their sessions",
+                            type(err).__name__, cause[:200])
             try:
                 session.run(self._wake_workers, feed_dict={self._wake_at: -_now_ms()},
                             options=v1.RunOptions(timeout_in_ms=10000))

@@ -7,8 +7,9 @@ it was computed from (its own included; one in a single process or a synchronous
 gradient acts like momentum (Mitliagkas et al., 2016, "Asynchrony begets momentum"), and delay
 shrinks the largest step size that stays stable roughly in proportion to it. Measured here (default
 MLP, learning rate 0.05, held-out accuracy after 3000 global steps; one process: 0.875): momentum
-0.9 stays at chance with 3 or more async workers and loses accuracy with 2 (0.76-0.79); 0.8 with
-2 workers reaches 0.87; with 4 workers 0.7 reaches 0.81-0.85, 0.5 0.80, 0.15 0.72.
+0.9 stays at chance with 3 or more async workers and loses accuracy with 2 (0.76, 0.79); 0.8 with
+2 workers reaches 0.87; with 4 workers 0.7 reaches 0.85, 0.6 0.84-0.85; with 8, 0.3 0.77, 0.2
+0.75-0.78 (on 20,000 examples instead of 60,000, 4 workers: 0.7 0.81, 0.5 0.80, 0.15 0.72).
 
 The default keeps one worker's effective step size, learning_rate / (1 - momentum), divided by that
 delay: momentum = 1 - (1 - 0.9) * N, floored at 0, and past the floor (N > 10) the learning rate is
