@@ -11,10 +11,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import input as inputs
+import model
 from cluster import placement, spec
+from flags.config import RunConfig
 from training import graph as train_graph
 from training import hooks as training_hooks
-from training import worker
+from training import learning, worker
 from training.config import TrainConfig
 
 v1 = tf.compat.v1
@@ -186,3 +189,24 @@ def test_a_chief_that_ends_short_of_the_last_step_leaves_the_token_queue_open(sy
     other.run(other.leave_spare_token)  # the queue still takes tokens (a new chief's), and the worker goes on
     join_all([waiting], timeout=15)
     assert outcome["result"] == "stepped"
+
+
+def test_the_hooks_build_their_ops_once_so_a_second_session_works_in_a_finalized_graph():
+    # A MonitoredTrainingSession whose creation fails (a ps restarting) leaves the graph finalized, and
+    # the worker enters the next one with the same hooks: their begin() must not add ops again.
+    cluster_cfg = spec.ClusterConfig(("ps0:1",), ("w0:1", "w1:1"), "worker", 0)
+    train_cfg = TrainConfig(train_steps=10, sync_replicas=True, replicas_to_aggregate=2)
+    cfg = RunConfig(cluster_cfg, train_cfg, model.ModelConfig(), inputs.DataConfig(synthetic_examples=100))
+    graph = tf.Graph()
+    with graph.as_default():
+        built = train_graph.build_graph(cfg)
+        not_learning = learning.NotLearningHook("worker:0", built.loss, built.labels, 10, 10, 0, "stop", "")
+        hooks = built.hooks + built.chief_only_hooks + [not_learning]
+        for hook in hooks:
+            hook.begin()
+        graph.finalize()
+        for hook in hooks:
+            hook.begin()
+        for hook in hooks:  # never run: no session here. Say so, or TF logs it at exit.
+            if isinstance(hook, training_hooks.SyncReplicasHook):
+                hook._optimizer.ready_for_local_init_op.mark_used()  # pylint: disable=protected-access

@@ -219,8 +219,13 @@ class SyncReplicasHook(v1.train.SessionRunHook):
         self._token = train_op  # SyncReplicasOptimizer's train op assigns the token taken: its value
         self._stop_requested = stop_requested or (lambda: False)
         self._last_token = None
+        self._take_token = None
 
     def begin(self):
+        # Called for every MonitoredTrainingSession: build the ops once. A session whose creation
+        # failed leaves the graph finalized, and the next session reuses these hooks.
+        if self._take_token is not None:
+            return
         opt = self._optimizer
         self._ready_op = opt.ready_for_local_init_op
         if self._is_chief:

@@ -69,9 +69,12 @@ class NotLearningHook(v1.train.SessionRunHook):
         self._loss_sum = 0.0
         self._counts = np.zeros(num_classes, np.int64)
         self._strikes = []  # (mean loss, chance) of the intervals in a row at chance
+        self._label_counts = None
         self.failure = None
 
     def begin(self):
+        if self._label_counts is not None:  # built by an earlier session (the graph may be finalized now)
+            return
         labels = tf.cast(self._labels, tf.int32)
         self._label_counts = tf.math.bincount(labels, minlength=self._num_classes, maxlength=self._num_classes,
                                               dtype=tf.int64)
