@@ -109,7 +109,6 @@ def test_a_loss_still_falling_near_chance_is_learning():
     # Weak signal: a few percent under chance, falling interval after interval (wide_deep on clicks).
     hook = make_hook(warmup=0)
     losses = [loss for mean in (0.696, 0.680, 0.668, 0.655, 0.645) for loss in [mean] * 10]
-    hook._every_n_runs = 10  # pylint: disable=protected-access
     context = _RunContext()
     for run, loss in enumerate(losses):  # two balanced classes: chance is ln 2 = 0.693
         hook.after_run(context, _RunValues([loss, [5, 5] + [0] * 8, run]))
