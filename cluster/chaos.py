@@ -84,10 +84,11 @@ def _name(key) -> str:
 def run(cluster, model_dir, train_steps: int, chaos_secs: float, interval_secs=(6.0, 20.0),
         restart_delay_secs=(0.5, 3.0), seed: int = 0, timeout_secs: float = 1800) -> ChaosReport:
     """Kills a random running task every interval_secs (uniform) for chaos_secs from the first step,
-    restarting each after restart_delay_secs (uniform); then waits for every task to end."""
+    restarting each after restart_delay_secs (uniform); then waits up to timeout_secs more for every
+    task to end."""
     rng = random.Random(seed)
     start = time.monotonic()
-    deadline = start + timeout_secs
+    deadline = start + chaos_secs + timeout_secs
     cluster.start_all()
     chief = faults.chief_key(cluster)
     faults.wait_until(cluster, lambda: faults.FIRST_STEP in cluster.log(*chief), deadline, "the chief's first step")
