@@ -6,13 +6,17 @@ message that names the flag and the fix, before any server starts.
 
 import dataclasses
 
-from absl import app
+import tensorflow as tf
+from absl import app, logging
 
 import input as inputs
 import model
 from cluster import guard, rendezvous, resolve, spec
+from input import storage
 from training import staleness
 from training.config import TrainConfig
+
+SAGEMAKER_CHECKPOINTS = "/opt/ml/checkpoints"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,9 +35,9 @@ def read(flag_values, argv, env=None) -> RunConfig:
     cluster = resolved.cluster
     run = RunConfig(
         cluster=cluster,
-        train=read_train(flag_values, cluster),
+        train=read_train(flag_values, cluster, env or {}),
         model=read_model(flag_values, cluster),
-        data=read_data(flag_values, cluster),
+        data=read_data(flag_values, cluster, env or {}),
         cluster_source=resolved.source,
     )
     if cluster.job_name != spec.PS:
@@ -151,7 +155,7 @@ def parse_hosts(flag_name: str, values) -> tuple[str, ...]:
     return hosts
 
 
-def read_train(f, cluster: spec.ClusterConfig) -> TrainConfig:
+def read_train(f, cluster: spec.ClusterConfig, env) -> TrainConfig:
     replicas = f.replicas_to_aggregate or cluster.num_workers
     if replicas > cluster.num_workers:
         raise app.UsageError(
@@ -170,6 +174,18 @@ def read_train(f, cluster: spec.ClusterConfig) -> TrainConfig:
         raise app.UsageError(
             "--model_dir is required for training: the chief writes checkpoints and summaries "
             "there, and a restarted worker resumes from it.")
+    model_dir = f.model_dir
+    if model_dir and model_dir.startswith("s3://") and "SM_HOSTS" in env:
+        # SageMaker's estimator passes an s3:// --model_dir by default, which TensorFlow 2.21
+        # cannot write; SageMaker uploads SM_MODEL_DIR (the export) and, with checkpoint_s3_uri,
+        # /opt/ml/checkpoints.
+        logging.warning("--model_dir=%s: TensorFlow %s cannot write s3:// paths; checkpoints go to %s "
+                        "(set the estimator's checkpoint_s3_uri to keep them), the export also to SM_MODEL_DIR",
+                        model_dir, tf.__version__, SAGEMAKER_CHECKPOINTS)
+        model_dir = SAGEMAKER_CHECKPOINTS
+    problem = storage.problem("model_dir", model_dir) if cluster.job_name != spec.PS else None
+    if problem:
+        raise app.UsageError(problem)
     steps = f.save_checkpoint_steps
     try:
         profile = tuple(int(step) for step in f.profile_steps) or None
@@ -192,7 +208,9 @@ def read_train(f, cluster: spec.ClusterConfig) -> TrainConfig:
         not_learning=f.not_learning,
         sync_replicas=f.sync_replicas,
         replicas_to_aggregate=replicas,
-        model_dir=f.model_dir,
+        model_dir=model_dir,
+        # SageMaker packages what the job leaves in SM_MODEL_DIR as the model to deploy.
+        export_copy_dir=env.get("SM_MODEL_DIR"),
         save_checkpoint_steps=steps,
         save_checkpoint_secs=None if steps else f.save_checkpoint_secs,
         keep_checkpoint_max=f.keep_checkpoint_max,
@@ -223,15 +241,47 @@ def read_model(f, cluster: spec.ClusterConfig) -> model.ModelConfig:
                              embedding_partitions=f.embedding_partitions or max(1, cluster.num_ps))
 
 
-def read_data(f, cluster: spec.ClusterConfig) -> inputs.DataConfig:
-    data = inputs.DataConfig(name=f.dataset, data_dir=f.data_dir, eval_data_dir=f.eval_data_dir,
-                             synthetic_examples=f.synthetic_examples, seed=f.seed,
+def read_data(f, cluster: spec.ClusterConfig, env) -> inputs.DataConfig:
+    data_dir = f.data_dir or env.get("SM_CHANNEL_TRAINING")
+    eval_data_dir = f.eval_data_dir or env.get("SM_CHANNEL_EVAL")
+    name = f.dataset
+    if cluster.job_name != spec.PS:  # a ps never reads data, and its host may not have it
+        name = read_dataset_name(f, data_dir, "--data_dir" if f.data_dir else "SM_CHANNEL_TRAINING")
+    cache = f.cache
+    if cache and cache not in (inputs.NO_CACHE, inputs.MEMORY) and tf.io.gfile.exists(cache) \
+            and not tf.io.gfile.isdir(cache):
+        raise app.UsageError(f"--cache={cache} is a file: give 'none', 'memory' or a directory.")
+    data = inputs.DataConfig(name=name, data_dir=data_dir, eval_data_dir=eval_data_dir,
+                             synthetic_examples=f.synthetic_examples, seed=f.seed, cache=cache,
                              skip_bad_records=f.skip_bad_records, label_column=f.label_column,
                              numeric_columns=tuple(f.numeric_columns),
                              categorical_columns=tuple(f.categorical_columns), num_classes=f.num_classes)
     if cluster.job_name == spec.PS:
-        return data  # a ps never reads data, and its host may not have it
-    problem = inputs.DATASETS[f.dataset].check(data)
+        return data
+    for flag, path in (("data_dir", data_dir), ("eval_data_dir", eval_data_dir), ("cache", cache)):
+        problem = storage.problem(flag, path)
+        if problem:
+            raise app.UsageError(problem)
+    problem = inputs.DATASETS[name].check(data)
     if problem:
         raise app.UsageError(problem)
     return data
+
+
+def read_dataset_name(f, data_dir: str | None, source: str) -> str:
+    """--dataset, or with the default --dataset and a data directory, the format its files are in."""
+    if not data_dir or not inputs.is_generated(f.dataset):
+        return f.dataset
+    if f["dataset"].present:
+        raise app.UsageError(f"{source}={data_dir} is not read by --dataset={f.dataset} (generated data): "
+                             f"drop it, or name its format with --dataset=tfrecord, csv or idx.")
+    problem = storage.problem(source.lstrip("-").lower(), data_dir)
+    if problem:
+        raise app.UsageError(problem)
+    found = inputs.formats_in(data_dir)
+    if len(found) != 1:
+        held = f"holds {' and '.join(found)} files" if found else (
+            "holds no train-*.tfrecord, train-*.csv or MNIST IDX (train-images-idx3-ubyte[.gz]) files")
+        raise app.UsageError(f"{source}={data_dir} {held}: name the format to read with "
+                             f"--dataset=tfrecord, csv or idx.")
+    return found[0]

@@ -105,6 +105,12 @@ flags.DEFINE_integer("num_classes", 2, "csv and tabular tfrecord: labels are 0..
 flags.DEFINE_boolean("skip_bad_records", False,
                      "Skip unreadable or invalid records, logging and counting each, instead of "
                      "stopping at the first with an error naming its file and record.")
-flags.DEFINE_string("data_dir", None, "Directory of the data, for file-based datasets.")
+flags.DEFINE_string("data_dir", None, "Directory of the data, for file-based datasets. With the default "
+                    "--dataset, its format is found from its files (train-*.tfrecord, train-*.csv, MNIST's "
+                    "IDX files). Default on SageMaker: the training channel (SM_CHANNEL_TRAINING).")
+flags.DEFINE_string("cache", None, "What a worker keeps of the examples it reads: 'none' (streamed: memory holds "
+                    "the shuffle buffer, not the data), 'memory' (its whole shard, decoded, in RAM after the "
+                    "first epoch) or a directory (the shard written there in the first epoch, about its size on "
+                    "disk, and reread after). Default: memory for the generated datasets, none for files.")
 flags.DEFINE_integer("synthetic_examples", 60000, "Training examples in the synthetic dataset.",
                      lower_bound=1)

@@ -4,15 +4,25 @@ A source is a module with
   check(cfg) -> a problem to report, or None;
   spec(cfg) -> DataSpec: the raw features of one example (what a served model takes) and the
                number of classes;
-  records(cfg, split, shard) -> unbatched (features dict, int64 label) of that shard only.
+  records(cfg, split, shard) -> unbatched (features dict, int64 label) of that shard only;
+  shard_description(cfg, split, shard) -> which records that shard is, in words;
+  KIND: "generated" (made from the seed: cached in memory by default) or "files" (streamed), and
+  for files found_in(data_dir) -> whether the directory holds this format's training files.
 Adding one is one new file and one line in DATASETS.
+
+File sources stream: a worker holds the shuffle buffer, the blocks being read and the prefetched
+batches, never its shard. --cache=memory keeps every example a worker has read (its whole shard,
+decoded, after the first epoch); --cache=<directory> writes it there instead (about the size of
+the data, per worker) and rereads it from the second epoch on.
 """
+
+import os
 
 import tensorflow as tf
 
 from input import clicks, csv_files, idx, synthetic, tfrecord, tuning
-from input.specs import DataConfig, DataSpec, Shard  # noqa: F401
 from input.records import bad_record_message  # noqa: F401  (the trainer reports input errors)
+from input.specs import DataConfig, DataSpec, Shard  # noqa: F401
 
 DATASETS = {
     "synthetic": synthetic,
@@ -22,16 +32,38 @@ DATASETS = {
     "idx": idx,
 }
 SHUFFLE_BUFFER = 10000
+NO_CACHE, MEMORY = "none", "memory"
+GENERATED = "generated"
 
 
 def spec(cfg: DataConfig) -> DataSpec:
     return DATASETS[cfg.name].spec(cfg)
 
 
+def is_generated(name: str) -> bool:
+    return DATASETS[name].KIND == GENERATED
+
+
+def formats_in(data_dir: str) -> list[str]:
+    """The file formats whose training files the directory holds."""
+    return [name for name, source in DATASETS.items() if not is_generated(name) and source.found_in(data_dir)]
+
+
+def cache_mode(cfg: DataConfig) -> str:
+    return cfg.cache or (MEMORY if is_generated(cfg.name) else NO_CACHE)
+
+
+def describe(cfg: DataConfig, shard: Shard, split: str = "train") -> str:
+    """What a worker reads, for its startup line."""
+    where = "" if is_generated(cfg.name) else f" from {cfg.split_dir(split)}"
+    return (f"dataset {cfg.name}{where}, {split} split: {DATASETS[cfg.name].shard_description(cfg, split, shard)}"
+            f" (worker shard {shard.index} of {shard.count}); cache: {cache_mode(cfg)}")
+
+
 def batches(cfg: DataConfig, shard: Shard, batch_size: int, split: str = "train",
             repeat: bool = True) -> tf.data.Dataset:
     """(features, int64 labels) batches of this shard, shuffled with a per-shard seed."""
-    dataset = DATASETS[cfg.name].records(cfg, split, shard).cache()
+    dataset = _cached(DATASETS[cfg.name].records(cfg, split, shard), cache_mode(cfg), split, shard)
     if split == "train":
         dataset = dataset.shuffle(SHUFFLE_BUFFER, seed=cfg.seed + shard.index,
                                   reshuffle_each_iteration=True)
@@ -39,3 +71,17 @@ def batches(cfg: DataConfig, shard: Shard, batch_size: int, split: str = "train"
         dataset = dataset.repeat()
     dataset = dataset.batch(batch_size, drop_remainder=repeat)
     return tuning.without_autotune(dataset.prefetch(tuning.PREFETCH_BATCHES))
+
+
+def _cached(dataset: tf.data.Dataset, mode: str, split: str, shard: Shard) -> tf.data.Dataset:
+    if mode == NO_CACHE:
+        return dataset
+    if mode == MEMORY:
+        return dataset.cache()
+    prefix = os.path.join(mode, f"{split}-shard-{shard.index}-of-{shard.count}")
+    tf.io.gfile.makedirs(mode)
+    # A cache written by a process that died keeps its lock file, and TensorFlow then refuses the
+    # prefix. A shard has one reader, this process: the lock is its own predecessor's.
+    for stale in tf.io.gfile.glob(prefix + "*.lockfile"):
+        tf.io.gfile.remove(stale)
+    return dataset.cache(prefix)

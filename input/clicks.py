@@ -18,6 +18,9 @@ NUMERIC = ("hour", "price")
 CATEGORICAL = ("user", "item", "category")
 
 
+KIND = "generated"
+
+
 def check(cfg):
     return None
 
@@ -59,3 +62,9 @@ def records(cfg, split: str, shard) -> tf.data.Dataset:
 
     indices = tf.data.Dataset.range(first, first + count).shard(shard.count, shard.index)
     return indices.map(make, num_parallel_calls=tuning.PARALLEL_CALLS, deterministic=True)
+
+
+def shard_description(cfg, split: str, shard) -> str:
+    count = cfg.synthetic_examples if split == "train" else EVAL_EXAMPLES
+    every = f"examples {shard.index}, {shard.index + shard.count}, ... of" if shard.count > 1 else "all"
+    return f"{every} {count} generated from seed {cfg.seed}"

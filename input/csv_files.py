@@ -17,6 +17,8 @@ from input import records as record_files
 from input import tuning
 from input.specs import tabular_spec
 
+KIND = "files"
+
 PARALLEL_FILES = 4
 
 
@@ -27,6 +29,10 @@ def pattern(data_dir: str, split: str) -> str:
 def header(path: str) -> list[str]:
     with tf.io.gfile.GFile(path) as f:
         return next(csv.reader(io.StringIO(f.readline())), [])
+
+
+def found_in(data_dir: str) -> bool:
+    return bool(tf.io.gfile.glob(pattern(data_dir, "train")))
 
 
 def check(cfg):
@@ -64,24 +70,26 @@ def records(cfg, split: str, shard) -> tf.data.Dataset:
 
     def read_file(path):
         rows = tf.data.experimental.CsvDataset(path, [wanted[n] for n in names], header=True, select_cols=selected)
-        return rows.enumerate().map(lambda index, row: (path, index + 1, row))  # row 1: the first after the header
+        blocks = rows.batch(record_files.BLOCK).enumerate()
+        return blocks.map(lambda block_number, columns: (path, block_number, columns))
+
+    def check_labels(path, block_number, columns):
+        indices = record_files.block_indices(block_number, tf.size(columns[0]), first=1)  # row 1: after the header
+        if not by_file:  # every shard.count-th row of each file
+            mine = tf.equal((indices - 1) % shard.count, shard.index)
+            indices, columns = tf.boolean_mask(indices, mine), [tf.boolean_mask(c, mine) for c in columns]
+        row = dict(zip(names, columns))
+        label = row.pop(cfg.label_column)
+        bad, problems = record_files.describe(path, indices, [
+            record_files.label_failure(label, cfg.label_column, data_spec.num_classes)])
+        return record_files.resolve(bad, problems, (row, label), cfg.skip_bad_records)
 
     by_file = len(files) >= shard.count
-    mine = files[shard.index::shard.count] if by_file else files
-    cycle = max(1, min(PARALLEL_FILES, len(mine)))
-    dataset = tf.data.Dataset.from_tensor_slices(mine).interleave(
-        read_file, cycle_length=cycle, num_parallel_calls=cycle, deterministic=True)
-    if not by_file:
-        dataset = dataset.shard(shard.count, shard.index)
+    blocks = record_files.interleave(files[shard.index::shard.count] if by_file else files, PARALLEL_FILES, read_file)
+    blocks = blocks.map(check_labels, num_parallel_calls=tuning.PARALLEL_CALLS, deterministic=True)
+    return record_files.settle(blocks, cfg.skip_bad_records)
 
-    @tf.autograph.experimental.do_not_convert
-    def check_label(path, index, values):
-        row = {name: values[i] for i, name in enumerate(names)}
-        label = row.pop(cfg.label_column)
-        problem = tf.where(tf.logical_or(label < 0, label >= data_spec.num_classes),
-                           tf.strings.join([f"'{cfg.label_column}' is ", tf.strings.as_string(label),
-                                            f", outside 0..{data_spec.num_classes - 1}"]), "")
-        return path, index, problem, row, label
 
-    dataset = dataset.map(check_label, num_parallel_calls=tuning.PARALLEL_CALLS, deterministic=True)
-    return record_files.check_or_skip(dataset, cfg.skip_bad_records)
+def shard_description(cfg, split: str, shard) -> str:
+    files = sorted(tf.io.gfile.glob(pattern(cfg.split_dir(split), split)))
+    return record_files.file_shard_description(files, shard).replace("records", "rows")

@@ -13,6 +13,7 @@ import struct
 
 import tensorflow as tf
 
+from input import records as record_files
 from input import synthetic, tuning
 
 IMAGE_MAGIC, LABEL_MAGIC = 0x00000803, 0x00000801
@@ -23,6 +24,9 @@ NUM_CLASSES = synthetic.NUM_CLASSES
 
 class IdxError(ValueError):
     pass
+
+
+KIND = "files"
 
 
 def paths(cfg, split: str) -> tuple[str, str]:
@@ -79,6 +83,11 @@ def check_split(cfg, split: str) -> int:
     return count
 
 
+def found_in(data_dir: str) -> bool:
+    name = os.path.join(data_dir, f"{PREFIX['train']}-images-idx3-ubyte")
+    return tf.io.gfile.exists(name) or tf.io.gfile.exists(name + ".gz")
+
+
 def check(cfg):
     if not cfg.data_dir:
         return "--dataset=idx needs --data_dir: a directory of MNIST IDX files (train-images-idx3-ubyte, ...)."
@@ -99,19 +108,34 @@ def records(cfg, split: str, shard) -> tf.data.Dataset:
     images_path, labels_path = paths(cfg, split)
 
     def fixed(path, size, header):
-        return tf.data.FixedLengthRecordDataset(path, size, header_bytes=header,
+        return tf.data.FixedLengthRecordDataset(path, size, header_bytes=header, buffer_size=1 << 20,
                                                 compression_type="GZIP" if path.endswith(".gz") else None)
 
-    images = fixed(images_path, 28 * 28, IMAGE_HEADER_BYTES)
-    labels = fixed(labels_path, 1, LABEL_HEADER_BYTES)
+    pairs = tf.data.Dataset.zip((fixed(images_path, 28 * 28, IMAGE_HEADER_BYTES),
+                                 fixed(labels_path, 1, LABEL_HEADER_BYTES)))
+    if shard.count > 1:
+        pairs = pairs.shard(shard.count, shard.index)
 
-    def decode(image, label):
-        image = tf.reshape(tf.io.decode_raw(image, tf.uint8), synthetic.IMAGE_SHAPE)
-        label = tf.cast(tf.io.decode_raw(label, tf.uint8)[0], tf.int64)
-        return {"image": image}, label
+    def decode(block_number, block):
+        images, labels = block
+        labels = tf.cast(tf.io.decode_raw(labels, tf.uint8)[:, 0], tf.int64)
+        indices = record_files.block_indices(block_number, tf.size(labels), shard.index, shard.count)
+        bad, problems = record_files.describe(labels_path, indices,
+                                              [record_files.label_failure(labels, "label", NUM_CLASSES)])
+        images = tf.reshape(tf.io.decode_raw(images, tf.uint8), [-1, *synthetic.IMAGE_SHAPE])
+        return record_files.resolve(bad, problems, ({"image": images}, labels), cfg.skip_bad_records)
 
-    dataset = tf.data.Dataset.zip((images, labels)).shard(shard.count, shard.index)
-    return dataset.map(decode, num_parallel_calls=tuning.PARALLEL_CALLS, deterministic=True)
+    blocks = pairs.batch(record_files.BLOCK).enumerate().map(
+        decode, num_parallel_calls=tuning.PARALLEL_CALLS, deterministic=True)
+    return record_files.settle(blocks, cfg.skip_bad_records)
+
+
+def shard_description(cfg, split: str, shard) -> str:
+    images_path, labels_path = paths(cfg, split)
+    if shard.count == 1:
+        return f"every record of {os.path.basename(images_path)} and {os.path.basename(labels_path)}"
+    return (f"records {shard.index}, {shard.index + shard.count}, ... (every {shard.count}th) of "
+            f"{os.path.basename(images_path)} and {os.path.basename(labels_path)}")
 
 
 def write(images, labels, data_dir: str, split: str, compress: bool = False) -> tuple[str, str]:

@@ -1,109 +1,165 @@
-"""Reading TFRecord files so that every bad record is named: its file and its index in that file.
+"""Reading files in blocks, so that every bad record is named by its file and index at tf.data speed.
 
-Each file is read as (path, index, serialized, problem) elements. A file that cannot be read to its
-end (truncated, a failed CRC, an I/O error) ends early; a last element per file compares the bytes
-read with the file's size and carries the problem if they differ, naming the first record lost. A
-source then checks each parsed record (features present, sizes, ranges) into the same `problem`.
+A file source reads each file as blocks of up to BLOCK records and checks, parses and decodes a
+whole block at once (batched ops, no per-record function), several blocks in parallel. resolve()
+then, in the same step, fails the input pipeline on the block's first bad record with a message
+that bad_record_message() finds in the error TensorFlow raises, or (skip) drops the bad records,
+keeping one description each ('<file> record <n>: <problem>'); settle() logs those with a running
+count for this worker and unbatches the good values for the shuffle buffer. Nothing but the
+shuffle buffer, the blocks in flight and the prefetched batches is held in memory.
 
-check_or_skip() then either fails the input pipeline on the first problem, with a message that
-bad_record_message() finds in the error TensorFlow raises, or drops each bad record, logging it
-with a running count.
+TFRecord files end early without an error when they are cut inside a record's header, and a
+corrupt record ends its file under ignore_errors(): every file's blocks count the bytes they read,
+and a last, empty block compares that count with the file's size, naming the first record lost.
 """
 
+import os
 import re
 import sys
+from collections.abc import Callable
 
 import tensorflow as tf
 
+from input import tuning
+
 MARKER = "BadRecord: "
-END_OF_FILE = -1
+BLOCK = 1024
 # Every record costs its data plus a length (8 bytes) and two CRCs (4 bytes each).
 RECORD_OVERHEAD_BYTES = 16
 _MESSAGE = re.compile(re.escape(MARKER) + r"(.*?)\]?$", re.MULTILINE)
+# TensorFlow's own parse errors name the record by the example_names given to parse_example.
+_PARSE_ERROR = re.compile(r"Name: (.*? record \d+), Key: (.*?), Index: \d+\.\s+(.*?)(?: \[Op:.*)?$", re.MULTILINE)
 
 
-def read_files(paths: list[str], parallel_files: int) -> tf.data.Dataset:
-    """(path, index, serialized, problem) for every record of the files, parallel_files at a time."""
-    sizes = [tf.io.gfile.stat(path).length for path in paths]
-    files = tf.data.Dataset.from_tensor_slices((paths, tf.constant(sizes, tf.int64)))
+def describe(path, indices, failures: list[tuple[tf.Tensor, Callable | str]]) -> tuple[tf.Tensor, tf.Tensor]:
+    """(bad [n] bool, descriptions [k] of the bad records) from (failed [n] bool, message) pairs, a
+    message being a string or a function giving [n] strings; a record's first failure is its problem.
+    The strings are built only for a block that has a bad record."""
+    bad = tf.reduce_any(tf.stack([failed for failed, _ in failures]), axis=0)
+
+    def build():
+        found = tf.fill(tf.shape(bad), "")
+        for failed, message in reversed(failures):
+            found = tf.where(failed, message() if callable(message) else message, found)
+        where = tf.boolean_mask(indices, bad)
+        return tf.strings.join([path, " record ", tf.strings.as_string(where), ": ", tf.boolean_mask(found, bad)])
+
+    return bad, tf.cond(tf.reduce_any(bad), build, lambda: tf.constant([], tf.string))
+
+
+def label_failure(labels, label_name: str, num_classes: int) -> tuple[tf.Tensor, Callable]:
+    """(failed [n], message) for labels outside 0..num_classes-1, for describe()."""
+    return (tf.logical_or(labels < 0, labels >= num_classes), lambda: tf.strings.join(
+        [f"'{label_name}' is ", tf.strings.as_string(labels), f", outside 0..{num_classes - 1}"]))
+
+
+def interleave(paths: list[str], parallel_files: int, read_file: Callable, *per_file) -> tf.data.Dataset:
+    """read_file(path, *per_file values) over the files, parallel_files at a time, in parallel."""
+    files = tf.data.Dataset.from_tensor_slices((paths, *per_file))
     cycle = max(1, min(parallel_files, len(paths)))
-    dataset = files.interleave(_read_file, cycle_length=cycle, block_length=1, num_parallel_calls=cycle,
-                               deterministic=True)
-    # Readable files end in a problem-free marker element: drop those.
-    return dataset.filter(lambda path, index, serialized, problem: index != END_OF_FILE)
+    return files.interleave(read_file, cycle_length=cycle, num_parallel_calls=cycle, deterministic=True)
 
 
-def _read_file(path, size):
-    records = tf.data.TFRecordDataset(path).ignore_errors()  # the size check below reports an early end
-    numbered = records.map(lambda record: (path, tf.constant(0, tf.int64), record, ""))
-    end = tf.data.Dataset.from_tensors((path, tf.constant(END_OF_FILE, tf.int64), tf.constant(""),
-                                        tf.constant("")))
-
-    def number(state, element):
-        count, consumed = state
-        path_, index, record, _ = element
-        at_end = tf.equal(index, END_OF_FILE)
-        problem = tf.where(
-            tf.logical_and(at_end, tf.not_equal(consumed, size)),
-            tf.strings.join(["cannot be read past byte ", tf.strings.as_string(consumed), " of ",
-                             tf.strings.as_string(size), " (truncated or corrupt): this record and "
-                             "any after it are lost"]),
-            "")
-        # The end marker keeps END_OF_FILE as its index unless it reports a problem, when it
-        # takes the index of the first record lost.
-        out_index = tf.where(at_end, tf.where(tf.equal(problem, ""), index, count), count)
-        record_bytes = tf.cast(tf.strings.length(record), tf.int64) + RECORD_OVERHEAD_BYTES
-        return (count + 1, consumed + record_bytes), (path_, out_index, record, problem)
-
-    return numbered.concatenate(end).scan((tf.constant(0, tf.int64), tf.constant(0, tf.int64)), number)
+def block_indices(block_number, n, first: int = 0, stride: int = 1) -> tf.Tensor:
+    """The record indices of the block_number-th block (n records) of a file read from record
+    `first` in steps of `stride`, for blocks made by Dataset.batch(BLOCK).enumerate()."""
+    return first + (block_number * BLOCK + tf.range(tf.cast(n, tf.int64))) * stride
 
 
-def check_or_skip(dataset: tf.data.Dataset, skip: bool) -> tf.data.Dataset:
-    """(path, index, problem, *values) -> values, failing on the first problem or dropping each."""
+def resolve(bad, problems, values, skip: bool):
+    """A decoded block -> its values (failing on a problem), or with skip (problems, good values)."""
     if not skip:
-        def fail_on_problem(path, index, problem, *values):
-            check = tf.debugging.Assert(tf.equal(problem, ""), [_describe(path, index, problem)])
-            with tf.control_dependencies([check]):
-                return tf.nest.map_structure(tf.identity, values)
-        return dataset.map(fail_on_problem)
+        first = tf.concat([problems, [""]], 0)[0]
+        check = tf.debugging.Assert(tf.equal(tf.size(problems), 0), [tf.strings.join([MARKER, first])])
+        with tf.control_dependencies([check]):
+            return tf.nest.map_structure(tf.identity, values)
+    good = tf.logical_not(bad)
+    return problems, tf.nest.map_structure(lambda value: tf.boolean_mask(value, good), values)
 
-    def count_and_log(skipped, element):
-        path, index, problem = element[:3]
-        bad = tf.not_equal(problem, "")
-        skipped = skipped + tf.cast(bad, tf.int64)
+
+def tfrecord_blocks(paths: list[str], parallel_files: int, decode: Callable, skip: bool,
+                    keep: Callable | None = None):
+    """Resolved blocks (see resolve()) of the files' records.
+
+    decode(path, indices [n], serialized [n]) -> (bad [n], problems [k], values [n, ...]), run on
+    PARALLEL_CALLS blocks at once; keep(indices) -> [n] bool selects this worker's records of a file
+    (None: all of them).
+    """
+    sizes = tf.constant([tf.io.gfile.stat(path).length for path in paths], tf.int64)
+
+    def read_file(path, size):
+        blocks = tf.data.TFRecordDataset(path).ignore_errors().batch(BLOCK)
+        end = tf.data.Dataset.from_tensors(tf.constant([], tf.string))  # no real block is empty
+
+        def number(state, block):
+            count, consumed = state
+            n = tf.size(block, out_type=tf.int64)
+            consumed += tf.reduce_sum(tf.cast(tf.strings.length(block), tf.int64)) + RECORD_OVERHEAD_BYTES * n
+            lost = tf.logical_and(tf.equal(n, 0), tf.not_equal(consumed, size))
+            problem = tf.cond(lost, lambda: tf.strings.join(
+                [path, " record ", tf.strings.as_string(count), ": cannot be read past byte ",
+                 tf.strings.as_string(consumed), " of ", tf.strings.as_string(size),
+                 " (truncated or corrupt): this record and any after it are lost"])[None],
+                lambda: tf.constant([], tf.string))
+            return (count + n, consumed), (path, count + tf.range(n), block, problem)
+
+        start = (tf.constant(0, tf.int64), tf.constant(0, tf.int64))
+        return blocks.concatenate(end).scan(start, number)
+
+    def checked(path, indices, block, lost):
+        if keep:
+            mine = keep(indices)
+            indices, block = tf.boolean_mask(indices, mine), tf.boolean_mask(block, mine)
+        bad, problems, values = decode(path, indices, block)
+        return resolve(bad, tf.concat([problems, lost], 0), values, skip)
+
+    blocks = interleave(paths, parallel_files, read_file, sizes)
+    return blocks.map(checked, num_parallel_calls=tuning.PARALLEL_CALLS, deterministic=True)
+
+
+def settle(blocks: tf.data.Dataset, skip: bool) -> tf.data.Dataset:
+    """Resolved blocks -> the good values, one record per element; with skip, each bad record is
+    logged with a running count for this worker."""
+    if not skip:
+        return blocks.unbatch()
+
+    def count_and_log(skipped, block):
+        problems, values = block
+        k = tf.size(problems, out_type=tf.int64)
 
         def log():
+            counts = tf.strings.as_string(skipped + 1 + tf.range(k))
+            lines = tf.strings.join(["skipped bad record ", counts, " (so far, this worker): ", MARKER, problems])
             # One scalar string: tf.print writes it as is (it quotes strings among other values).
-            line = tf.strings.join(["skipped bad record ", tf.strings.as_string(skipped),
-                                    " (so far, this worker): ", _describe(path, index, problem)])
-            printed = tf.print(line, output_stream=sys.stderr)
+            printed = tf.print(tf.strings.reduce_join(lines, separator="\n"), output_stream=sys.stderr)
             with tf.control_dependencies([printed]):
-                return tf.constant(True)
+                return tf.identity(k)
 
-        logged = tf.cond(bad, log, lambda: tf.constant(False))
-        return skipped, (tf.logical_not(logged), *element[3:])
+        logged = tf.cond(k > 0, log, lambda: tf.constant(0, tf.int64))
+        return skipped + logged, values
 
-    dataset = dataset.scan(tf.constant(0, tf.int64), count_and_log)
-    return dataset.filter(_is_good).map(_values)
-
-
-def _is_good(good, *values):
-    return good
+    return blocks.scan(tf.constant(0, tf.int64), count_and_log).unbatch()
 
 
-def _values(good, *values):
-    return values
-
-
-def _describe(path, index, problem):
-    return tf.strings.join([MARKER, path, " record ", tf.strings.as_string(index), ": ", problem])
+def file_shard_description(files: list[str], shard) -> str:
+    """Which records of the files a worker reads, in the words of the startup line."""
+    if shard.count == 1:
+        return f"all {len(files)} file(s)"
+    if len(files) >= shard.count:
+        mine = files[shard.index::shard.count]
+        names = ", ".join(os.path.basename(f) for f in mine[:3]) + (", ..." if len(mine) > 3 else "")
+        return f"{len(mine)} of {len(files)} files ({names})"
+    return f"records {shard.index}, {shard.index + shard.count}, ... (every {shard.count}th) of each of {len(files)} file(s)"
 
 
 def bad_record_message(error_message: str) -> str | None:
-    """'<file> record <n>: <problem>' from the error of a failed check_or_skip pipeline, else None."""
+    """'<file> record <n>: <problem>' from the error of a failed settle() or parse, else None."""
     match = _MESSAGE.search(error_message)
-    if not match:
-        return None
-    # The assertion prints its data C-escaped.
-    message = match.group(1).replace("\\'", "'").replace('\\"', '"')
-    return f"bad input record: {message}"
+    if match:
+        # The assertion prints its data C-escaped.
+        message = match.group(1).replace("\\'", "'").replace('\\"', '"')
+        return f"bad input record: {message}"
+    match = _PARSE_ERROR.search(error_message)
+    if match:
+        return f"bad input record: {match.group(1)}: feature '{match.group(2)}': {match.group(3)}"
+    return None

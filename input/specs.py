@@ -14,6 +14,7 @@ class DataConfig:
     synthetic_examples: int = 60000
     seed: int = 42
     skip_bad_records: bool = False
+    cache: str | None = None  # "none", "memory" or a directory; None: the source's default
     # Tabular data (csv, and tfrecord written from it): the columns to read.
     label_column: str = "label"
     numeric_columns: tuple[str, ...] = ()

@@ -12,6 +12,8 @@ import tensorflow as tf
 from input import tuning
 from input.specs import DataSpec
 
+KIND = "generated"
+
 IMAGE_SHAPE = (28, 28, 1)
 NUM_CLASSES = 10
 EVAL_EXAMPLES = 2000
@@ -61,3 +63,9 @@ def records(cfg, split: str, shard) -> tf.data.Dataset:
 
     indices = tf.data.Dataset.range(first, first + count).shard(shard.count, shard.index)
     return indices.map(make, num_parallel_calls=tuning.PARALLEL_CALLS, deterministic=True)
+
+
+def shard_description(cfg, split: str, shard) -> str:
+    count = cfg.synthetic_examples if split == "train" else EVAL_EXAMPLES
+    every = f"examples {shard.index}, {shard.index + shard.count}, ... of" if shard.count > 1 else "all"
+    return f"{every} {count} generated from seed {cfg.seed}"

@@ -17,14 +17,20 @@ import numpy as np
 import tensorflow as tf
 
 from input import records as record_files
-from input import synthetic, tuning
+from input import synthetic
 from input.specs import tabular_spec
+
+KIND = "files"
 
 PARALLEL_FILES = 4
 
 
 def pattern(data_dir: str, split: str) -> str:
     return os.path.join(data_dir, f"{split}-*.tfrecord")
+
+
+def found_in(data_dir: str) -> bool:
+    return bool(tf.io.gfile.glob(pattern(data_dir, "train")))
 
 
 def check(cfg):
@@ -61,47 +67,69 @@ def example_proto(features: dict, label: int, data_spec, label_name: str = "labe
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
-def parser(data_spec, label_name: str):
-    """(path, index, serialized, problem) -> (path, index, problem, features, label); problem names
-    the first thing wrong with the record (the record's own problem first), or is ""."""
+def _first_values(sparse: tf.SparseTensor, n, default) -> tuple[tf.Tensor, tf.Tensor]:
+    """(how many values each of n records has, each record's first value or default)."""
+    rows = tf.cast(sparse.indices[:, 0], tf.int32)
+    counts = tf.math.bincount(rows, minlength=n, maxlength=n, dtype=tf.int64)
+
+    def gather_firsts():
+        starts = tf.cumsum(counts, exclusive=True)
+        padded = tf.concat([sparse.values, [default]], 0)
+        return tf.gather(padded, tf.where(counts > 0, starts, tf.size(sparse.values, out_type=tf.int64)))
+
+    # The usual block, one value per record, needs no copy.
+    return counts, tf.cond(tf.reduce_all(tf.equal(counts, 1)), lambda: sparse.values, gather_firsts)
+
+
+def _count_failure(what: str, counts):
+    """(failed [n], message) for records without exactly one value of a feature, for describe()."""
+    return tf.not_equal(counts, 1), lambda: tf.strings.join([f"needs one {what} feature, has ",
+                                                             tf.strings.as_string(counts)])
+
+
+def _image(name: str, value_spec, first):
+    """(uint8 images [n, *shape], (failed [n], message) for a record whose bytes are not one image)."""
+    size = value_spec.shape.num_elements()
+    length = tf.strings.length(first)
+    fits = tf.equal(length, size)
+    shape = "x".join(map(str, value_spec.shape))
+    failure = (tf.logical_not(fits), lambda: tf.strings.join(
+        [f"'{name}' has ", tf.strings.as_string(length), f" bytes, expected {size} ({shape} uint8)"]))
+    # decode_raw needs equal lengths: zeros stand in for a bad record's image (never used).
+    raw = tf.cond(tf.reduce_all(fits), lambda: first, lambda: tf.where(fits, first, b"\0" * size))
+    return tf.reshape(tf.io.decode_raw(raw, tf.uint8), [-1, *value_spec.shape]), failure
+
+
+def decoder(data_spec, label_name: str):
+    """decode(path, indices [n], serialized [n]) -> (bad [n], problems [k], (features, labels)), for
+    records.tfrecord_blocks. A problem names the first thing wrong with a record."""
     parse_spec = {name: tf.io.VarLenFeature(tf.string if s.dtype == tf.uint8 else s.dtype)
                   for name, s in data_spec.features.items()}
     parse_spec[label_name] = tf.io.VarLenFeature(tf.int64)
+    defaults = {tf.uint8: b"", tf.string: b"", tf.float32: 0.0}
 
-    def parse(path, index, serialized, problem):
+    def decode(path, indices, serialized):
         # Variable-length, so that a missing or repeated feature is reported as this record's
-        # problem rather than failing the parse with no record named.
-        parsed = tf.io.parse_single_example(serialized, parse_spec)
-        checks = [(tf.not_equal(problem, ""), problem)]
-        features = {}
+        # problem; a record that is no Example, or holds the wrong kind of list, fails the parse
+        # with TensorFlow's own message, which names the record by its example name.
+        names = tf.strings.join([path, " record ", tf.strings.as_string(indices)])
+        parsed = tf.io.parse_example(serialized, parse_spec, example_names=names)
+        n = tf.size(serialized)
+        failures, features = [], {}
         for name, value_spec in data_spec.features.items():
-            values = parsed[name].values
-            kind = _kind(value_spec.dtype)
-            checks.append((tf.not_equal(tf.size(values), 1), tf.strings.join(
-                [f"needs one '{name}' {kind} feature, has ", tf.strings.as_string(tf.size(values))])))
-            first = tf.concat([values, tf.zeros([1], values.dtype)], 0)[0]
+            counts, first = _first_values(parsed[name], n, defaults[value_spec.dtype])
+            failures.append(_count_failure(f"'{name}' {_kind(value_spec.dtype)}", counts))
             if value_spec.dtype == tf.uint8:
-                size = value_spec.shape.num_elements()
-                length = tf.strings.length(first)
-                checks.append((tf.not_equal(length, size), tf.strings.join(
-                    [f"'{name}' has ", tf.strings.as_string(length), f" bytes, expected {size} "
-                     f"({'x'.join(map(str, value_spec.shape))} uint8)"])))
-                first = tf.where(tf.equal(length, size), first, tf.constant(b"\0" * size))
-                first = tf.reshape(tf.io.decode_raw(first, tf.uint8), value_spec.shape)
+                first, failure = _image(name, value_spec, first)
+                failures.append(failure)
             features[name] = first
-        labels = parsed[label_name].values
-        label = tf.concat([labels, [0]], 0)[0]
-        checks.append((tf.not_equal(tf.size(labels), 1), tf.strings.join(
-            [f"needs one int64 '{label_name}' feature, has ", tf.strings.as_string(tf.size(labels))])))
-        checks.append((tf.logical_or(label < 0, label >= data_spec.num_classes), tf.strings.join(
-            [f"'{label_name}' is ", tf.strings.as_string(label), f", outside 0..{data_spec.num_classes - 1}"])))
-        found = tf.constant("")
-        for failed, message in reversed(checks):  # the first that applies is reported
-            found = tf.where(failed, message, found)
-        label = tf.where(tf.equal(found, ""), label, tf.constant(0, tf.int64))
-        return path, index, found, features, label
+        counts, labels = _first_values(parsed[label_name], n, tf.constant(0, tf.int64))
+        failures.append(_count_failure(f"int64 '{label_name}'", counts))
+        failures.append(record_files.label_failure(labels, label_name, data_spec.num_classes))
+        bad, problems = record_files.describe(path, indices, failures)
+        return bad, problems, (features, labels)
 
-    return parse
+    return decode
 
 
 def records(cfg, split: str, shard) -> tf.data.Dataset:
@@ -109,13 +137,18 @@ def records(cfg, split: str, shard) -> tf.data.Dataset:
     files = sorted(tf.io.gfile.glob(pattern(data_dir, split)))
     if not files:
         raise FileNotFoundError(f"no {split} files match {pattern(data_dir, split)}")
-    by_file = len(files) >= shard.count
-    dataset = record_files.read_files(files[shard.index::shard.count] if by_file else files, PARALLEL_FILES)
-    if not by_file:
-        dataset = dataset.shard(shard.count, shard.index)
-    dataset = dataset.map(parser(spec(cfg), cfg.label_column), num_parallel_calls=tuning.PARALLEL_CALLS,
-                          deterministic=True)
-    return record_files.check_or_skip(dataset, cfg.skip_bad_records)
+    decode, skip = decoder(spec(cfg), cfg.label_column), cfg.skip_bad_records
+    if len(files) >= shard.count:  # whole files per worker
+        blocks = record_files.tfrecord_blocks(files[shard.index::shard.count], PARALLEL_FILES, decode, skip)
+    else:  # every shard.count-th record of each file
+        blocks = record_files.tfrecord_blocks(files, PARALLEL_FILES, decode, skip,
+                                              keep=lambda indices: tf.equal(indices % shard.count, shard.index))
+    return record_files.settle(blocks, skip)
+
+
+def shard_description(cfg, split: str, shard) -> str:
+    files = sorted(tf.io.gfile.glob(pattern(cfg.split_dir(split), split)))
+    return record_files.file_shard_description(files, shard)
 
 
 def write(examples, data_spec, data_dir: str, split: str, num_files: int, label_name: str = "label") -> list[str]:

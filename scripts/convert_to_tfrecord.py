@@ -28,7 +28,7 @@ def main(argv):
         raise app.UsageError(f"unexpected argument(s) {' '.join(argv[1:])}")
     if FLAGS.dataset not in ("csv", "idx"):
         raise app.UsageError(f"--dataset={FLAGS.dataset}: this converts csv or idx data")
-    cfg = flag_config.read_data(FLAGS, spec.ClusterConfig())
+    cfg = flag_config.read_data(FLAGS, spec.ClusterConfig(), {})
     data_spec = inputs.spec(cfg)
     for split in ("train", "eval"):
         try:

@@ -178,8 +178,17 @@ def test_sagemaker_hyperparameters_join_boolean_values():
     argv = ["trainer.py", "--sync_replicas", "True", "--train_steps", "500", "--model_dir", "s3://b/m"]
     joined = flag_config.join_separate_bool_values(argv, FLAGS)
     assert joined == ["trainer.py", "--sync_replicas=True", "--train_steps", "500", "--model_dir", "s3://b/m"]
-    cfg = read_flags(*joined[1:])
-    assert cfg.train.sync_replicas and cfg.train.train_steps == 500 and cfg.train.model_dir == "s3://b/m"
+    FLAGS.unparse_flags()
+    env = {"SM_HOSTS": '["algo-1"]', "SM_CURRENT_HOST": "algo-1", "SM_MODEL_DIR": "/opt/ml/model",
+           "SM_CHANNEL_TRAINING": "/opt/ml/input/data/training"}
+    with pytest.raises(app.UsageError, match="SM_CHANNEL_TRAINING=/opt/ml/input/data/training holds no"):
+        flag_config.read(FLAGS, FLAGS(joined), env)
+    env.pop("SM_CHANNEL_TRAINING")
+    cfg = flag_config.read(FLAGS, FLAGS(joined), env)
+    assert cfg.train.sync_replicas and cfg.train.train_steps == 500
+    # TensorFlow 2.21 cannot write s3://: on SageMaker the checkpoints go where SageMaker syncs them.
+    assert cfg.train.model_dir == "/opt/ml/checkpoints" and cfg.train.export_copy_dir == "/opt/ml/model"
+    assert "cannot open s3:// paths" in usage_error("--model_dir=s3://b/m")
 
 
 @pytest.mark.parametrize("hosts", ["--ps_hosts=8.8.8.8:2222", "--ps_hosts=[2001:4860::8888]:2222"])
@@ -208,3 +217,53 @@ def test_names_are_checked_by_what_they_resolve_to():
         return table[host]
 
     assert guard.public_addresses(cluster, lookup) == ["gateway.example:2222"]
+
+
+def write_formats(directory, *formats):
+    import numpy as np
+
+    from input import idx
+    directory.mkdir(parents=True, exist_ok=True)
+    if "idx" in formats:
+        idx.write(np.zeros((3, 28, 28), np.uint8), np.zeros(3, np.uint8), str(directory), "train")
+    if "tfrecord" in formats:
+        (directory / "train-00000-of-00001.tfrecord").write_bytes(b"")
+    if "csv" in formats:
+        (directory / "train-0.csv").write_text("label,x\n1,2.0\n")
+    return str(directory)
+
+
+def test_a_data_dir_with_the_default_dataset_is_read_in_the_format_it_holds(tmp_path):
+    for fmt in ("idx", "tfrecord"):
+        data_dir = write_formats(tmp_path / fmt, fmt)
+        assert read_flags("--model_dir=/tmp/unused", f"--data_dir={data_dir}").data.name == fmt
+    both = write_formats(tmp_path / "both", "idx", "tfrecord")
+    assert usage_error("--model_dir=/tmp/unused", f"--data_dir={both}") == (
+        f"--data_dir={both} holds tfrecord and idx files: name the format to read with "
+        "--dataset=tfrecord, csv or idx.")
+    assert "holds no train-*.tfrecord, train-*.csv or MNIST IDX" in usage_error(
+        "--model_dir=/tmp/unused", f"--data_dir={tmp_path / 'empty'}")
+
+
+def test_a_data_dir_is_never_silently_ignored_by_generated_data(tmp_path):
+    data_dir = write_formats(tmp_path / "idx", "idx")
+    assert usage_error("--model_dir=/tmp/unused", "--dataset=synthetic", f"--data_dir={data_dir}") == (
+        f"--data_dir={data_dir} is not read by --dataset=synthetic (generated data): drop it, or name its "
+        "format with --dataset=tfrecord, csv or idx.")
+
+
+@pytest.mark.parametrize("scheme", ["s3", "hdfs"])
+def test_storage_tensorflow_cannot_open_is_refused_at_startup(scheme):
+    for args in ([f"--data_dir={scheme}://b/d", "--dataset=tfrecord"], [f"--model_dir={scheme}://b/m"]):
+        message = usage_error(*(["--model_dir=/tmp/unused"] if "--dataset=tfrecord" in args else []), *args)
+        assert f"cannot open {scheme}:// paths" in message and "mount" in message
+        assert "\n" not in message
+
+
+def test_cache_takes_none_memory_or_a_directory(tmp_path):
+    data_dir = write_formats(tmp_path / "idx", "idx")
+    assert read_flags("--model_dir=/tmp/unused", f"--data_dir={data_dir}").data.cache is None
+    assert read_flags("--model_dir=/tmp/unused", "--cache=none").data.cache == "none"
+    (tmp_path / "file").write_text("x")
+    assert usage_error("--model_dir=/tmp/unused", f"--cache={tmp_path / 'file'}") == (
+        f"--cache={tmp_path / 'file'} is a file: give 'none', 'memory' or a directory.")

@@ -1,5 +1,6 @@
 """Inputs: the embedded dataset is deterministic and learnable, and shards never overlap."""
 
+import os
 import pathlib
 
 import numpy as np
@@ -161,13 +162,26 @@ def truncated_and_corrupt(tmp_path):
 def test_a_truncated_or_corrupt_file_is_named_with_the_first_record_lost(tmp_path):
     truncated, corrupt, size = truncated_and_corrupt(tmp_path)
     record = size // 5
-    # Interleaved reading meets the corrupt file's record 2 before the truncated file's record 3.
+    # Whole blocks are read before a file's end is checked: the truncated file, first in the
+    # interleave, is reported first; without it, the corrupt one.
+    assert bad_record_error(tmp_path) == (
+        f"bad input record: {truncated} record 3: cannot be read past byte {3 * record} of {3 * record + 20} "
+        "(truncated or corrupt): this record and any after it are lost")
+    truncated.unlink()
     assert bad_record_error(tmp_path) == (
         f"bad input record: {corrupt} record 2: cannot be read past byte {2 * record} of {size} "
         "(truncated or corrupt): this record and any after it are lost")
-    corrupt.unlink()
-    assert bad_record_error(tmp_path).startswith(
-        f"bad input record: {truncated} record 3: cannot be read past byte {3 * record} of {3 * record + 20} ")
+
+
+def test_a_record_that_is_no_example_is_named_by_tensorflows_parse_error(tmp_path):
+    path = tmp_path / "train-00000-of-00001.tfrecord"
+    wrong_kind = tf.train.Example(features=tf.train.Features(feature={
+        "image": tf.train.Feature(float_list=tf.train.FloatList(value=[1.0])),
+        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[1]))}))
+    write_examples(path, [example(), wrong_kind, example()])
+    message = bad_record_error(tmp_path)
+    assert message.startswith(f"bad input record: {path} record 1: feature 'image': ")
+    assert "Data types don't match" in message
 
 
 def test_skip_bad_records_keeps_what_a_damaged_file_still_holds(tmp_path, capfd):
@@ -261,3 +275,75 @@ def test_clicks_are_learnable_from_the_ids():
                                                                                               inputs.Shard(0, 1))]
     rate = np.mean([label for _, label in rows])
     assert 0.2 < rate < 0.8 and all(user.startswith(b"u") for user, _ in rows)
+
+
+def test_idx_labels_out_of_range_are_named_or_skipped(tmp_path, capfd):
+    from input import idx
+    images, labels = np.zeros((6, 28, 28), np.uint8), np.array([1, 2, 11, 3, 255, 4], np.uint8)
+    _, labels_path = idx.write(images, labels, str(tmp_path), "train")
+    cfg = inputs.DataConfig(name="idx", data_dir=str(tmp_path))
+    with pytest.raises(tf.errors.InvalidArgumentError) as error:
+        epoch(cfg, inputs.Shard(0, 1))
+    assert inputs.bad_record_message(error.value.message) == (
+        f"bad input record: {labels_path} record 2: 'label' is 11, outside 0..9")
+    skipping = inputs.DataConfig(name="idx", data_dir=str(tmp_path), skip_bad_records=True)
+    assert [label for _, label in epoch(skipping, inputs.Shard(0, 1))] == [1, 2, 3, 4]
+    assert f"skipped bad record 2 (so far, this worker): BadRecord: {labels_path} record 4: 'label' is 255" in (
+        capfd.readouterr().err)
+    # Sharded, a record keeps its index in the file.
+    assert [label for _, label in epoch(skipping, inputs.Shard(1, 2))] == [2, 3, 4]
+    assert [label for _, label in epoch(skipping, inputs.Shard(0, 2))] == [1]
+    assert f"{labels_path} record 4: 'label' is 255" in capfd.readouterr().err
+
+
+# ---------------------------------------------------------------- memory
+
+def rss_bytes() -> int:
+    return int(pathlib.Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def rss_growth(cfg, records: int) -> int:
+    """How much this process's RSS grows over the last three quarters of one epoch of batches,
+    once the shuffle buffer is full."""
+    seen, start, peak = 0, None, 0
+    for _, labels in inputs.batches(cfg, inputs.Shard(0, 1), 256, repeat=False):
+        seen += int(labels.shape[0])
+        if seen >= records // 4:
+            start = start or rss_bytes()
+            peak = max(peak, rss_bytes())
+    assert seen == records
+    return peak - start
+
+
+def test_files_are_streamed_in_bounded_memory_and_memory_cache_holds_the_shard(tmp_path):
+    # 64 MB of images, over six times the shuffle buffer.
+    records = 6 * inputs.SHUFFLE_BUFFER + 20000
+    rng = np.random.RandomState(0)
+    images = ({"image": rng.randint(0, 256, (28, 28, 1), np.uint8)} for _ in range(records))
+    tfrecord.write(((image, i % 10) for i, image in enumerate(images)), synthetic.spec(CFG), str(tmp_path),
+                   "train", num_files=4)
+    streamed = inputs.DataConfig(name="tfrecord", data_dir=str(tmp_path))
+    assert inputs.cache_mode(streamed) == "none"
+    assert rss_growth(streamed, records) < 16 * 2**20
+    # The same measurement sees the memory cache hold three quarters of the shard (48 MB decoded).
+    cached = inputs.DataConfig(name="tfrecord", data_dir=str(tmp_path), cache="memory")
+    assert rss_growth(cached, records) > 32 * 2**20
+
+
+def test_a_cache_directory_is_written_once_and_reread(tmp_path, tfrecord_dir):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    # The lock file of a writer that died does not stop the next one (TensorFlow alone refuses).
+    (cache / "train-shard-0-of-1_0.lockfile").write_text("")
+    cfg = inputs.DataConfig(name="tfrecord", data_dir=str(tfrecord_dir), cache=str(cache))
+    first = sorted(epoch_of_batches(cfg))
+    assert list(cache.glob("train-shard-0-of-1*.index"))
+    # New files, all labels 0: the next pass still reads the cache.
+    tfrecord.write([({"image": np.zeros((28, 28, 1), np.uint8)}, 0)] * 120, synthetic.spec(CFG),
+                   str(tfrecord_dir), "train", num_files=3)
+    assert sorted(epoch_of_batches(cfg)) == first and len(first) == 120 and set(first) != {0}
+
+
+def epoch_of_batches(cfg):
+    return [int(label) for _, labels in inputs.batches(cfg, inputs.Shard(0, 1), 16, repeat=False)
+            for label in labels]

@@ -210,3 +210,39 @@ def test_the_hooks_build_their_ops_once_so_a_second_session_works_in_a_finalized
         for hook in hooks:  # never run: no session here. Say so, or TF logs it at exit.
             if isinstance(hook, training_hooks.SyncReplicasHook):
                 hook._optimizer.ready_for_local_init_op.mark_used()  # pylint: disable=protected-access
+
+
+class CancelOnce(v1.train.SessionRunHook):
+    """Fails one step with CancelledError, as a step does when a ps task restarts under it."""
+
+    def __init__(self, at_run):
+        self.runs, self.at_run, self.raised = 0, at_run, False
+
+    def after_run(self, run_context, run_values):
+        self.runs += 1
+        if self.runs == self.at_run and not self.raised:
+            self.raised = True
+            raise tf.errors.CancelledError(None, None, "RecvFromRemoteAsync is cancelled.")
+
+
+def test_a_cancelled_step_starts_a_new_session_and_training_reaches_its_end(tmp_path, monkeypatch):
+    # An async worker of an in-process cluster (1 ps, 1 worker) through the trainer's own loop.
+    servers, _ = tf.test.create_local_cluster(num_workers=1, num_ps=1)
+    jobs = servers[0].server_def.cluster.job
+    hosts = {job.name: tuple(job.tasks[i] for i in sorted(job.tasks)) for job in jobs}
+    cancel = CancelOnce(at_run=20)
+    build = train_graph.build_graph
+
+    def build_with_cancel(cfg, stop=None):
+        graph = build(cfg, stop)
+        return graph._replace(hooks=[*graph.hooks, cancel])
+
+    monkeypatch.setattr(train_graph, "build_graph", build_with_cancel)
+    cfg = RunConfig(
+        cluster=spec.ClusterConfig(hosts["ps"], hosts["worker"], "worker", 0),
+        train=TrainConfig(train_steps=60, model_dir=str(tmp_path), log_every_n_steps=10, not_learning="off",
+                          save_checkpoint_secs=None, save_checkpoint_steps=1000),
+        model=model.ModelConfig(), data=inputs.DataConfig(synthetic_examples=2000))
+    with tf.Graph().as_default():
+        progress = worker.train(cfg, servers[0])
+    assert cancel.raised and progress.global_step >= 60

@@ -26,6 +26,7 @@ class TrainConfig:
     stall_warning_secs: int = 60
     stall_timeout_secs: int = 900
     export_saved_model: bool = True
+    export_copy_dir: str | None = None  # the chief also writes the export here (SageMaker's SM_MODEL_DIR)
     wire_dtype: str = "float32"
     steps_per_run: int = 1
     profile_steps: tuple[int, int] | None = None  # [first, last] local steps to trace

@@ -3,7 +3,8 @@
 The chief writes <model_dir>/export/<global step> once training is over, from a graph rebuilt
 without any device placement (so it loads anywhere, with no cluster), holding only the model:
 features in, probabilities and classes out. It is written under a temporary name and renamed
-when complete, so a reader never finds half an export.
+when complete, so a reader never finds half an export. On SageMaker the chief also copies it into
+SM_MODEL_DIR/<global step>, the layout SageMaker's TensorFlow Serving container deploys.
 """
 
 import os
@@ -62,4 +63,22 @@ def export(cfg, checkpoint: str) -> str:
     tf.io.gfile.rename(partial, export_dir)
     logging.info("exported the model at step %d to %s (signature %r: %s -> probabilities, classes)", step,
                  export_dir, SIGNATURE, ", ".join(sorted(features)))
+    if cfg.train.export_copy_dir:
+        copy = _copy_tree(export_dir, os.path.join(cfg.train.export_copy_dir, str(step)))
+        logging.info("copied the export to %s (SM_MODEL_DIR: SageMaker packages it as the job's model)", copy)
     return export_dir
+
+
+def _copy_tree(source: str, target: str) -> str:
+    """Copies a directory under a temporary name, renamed when complete; returns target."""
+    partial = target + ".incomplete"
+    for path in (partial, target):
+        if tf.io.gfile.exists(path):
+            tf.io.gfile.rmtree(path)
+    for directory, _, files in tf.io.gfile.walk(source):
+        relative = os.path.relpath(directory, source)
+        tf.io.gfile.makedirs(os.path.join(partial, relative))
+        for name in files:
+            tf.io.gfile.copy(os.path.join(directory, name), os.path.join(partial, relative, name))
+    tf.io.gfile.rename(partial, target)
+    return target

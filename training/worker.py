@@ -95,6 +95,8 @@ def train(cfg, server=None, stop=None) -> training_hooks.ProgressHook:
                            for dev, size in placement.bytes_per_ps(v1.get_default_graph()).items())
         logging.info("%s: variables placed: %s", cluster.task_name, report)
     log_optimizer(cluster, train_cfg)
+    logging.info("%s: reading %s", cluster.task_name,
+                 inputs.describe(cfg.data, inputs.Shard(cluster.replica_index, cluster.num_workers)))
     task_dir = cluster.task_name.replace(":", "_")
     progress = training_hooks.ProgressHook(
         cluster.task_name, graph.loss, graph.accuracy, train_cfg.train_steps, train_cfg.batch_size,
@@ -219,6 +221,14 @@ def _train_in_session(cfg, target, config, graph, scaffold, hooks, progress) -> 
         if cluster.is_chief or SESSION_NOT_READY not in err.message:
             raise
         return False
+    except tf.errors.CancelledError:
+        # MonitoredSession recreates its session on Aborted and Unavailable only. When a ps task
+        # restarts mid-step, the step can end Cancelled instead (a receive cancelled because the ps
+        # aborted a request it saw twice, seen in the chaos soak): the same recoverable failure.
+        if not cluster.is_distributed:
+            raise
+        logging.warning("%s: a step was cancelled (a ps task or the network failed mid-step); starting a new "
+                        "session", cluster.task_name)
     return True
 
 
