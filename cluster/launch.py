@@ -55,11 +55,20 @@ def progress_lines(text: str) -> list[str]:
     return [m.group(1) for m in map(PROGRESS.search, text.splitlines()) if m]
 
 
-def log_time(line: str) -> datetime.datetime:
-    """Wall-clock time of an absl log line (the same clock in every local process)."""
+def log_time(line: str, now: datetime.datetime | None = None) -> datetime.datetime:
+    """Wall-clock time of an absl log line (the same clock in every local process). The line has no
+    year: it is the latest that does not put the line in the future, so that a run across New Year
+    reads December's lines as last year's."""
     month_day, clock = LOG_TIME.match(line).groups()
-    year = datetime.date.today().year
-    return datetime.datetime.strptime(f"{year}{month_day} {clock}", "%Y%m%d %H:%M:%S.%f")
+    now = now or datetime.datetime.now()
+    for year in (now.year, now.year - 1):
+        try:
+            when = datetime.datetime.strptime(f"{year}{month_day} {clock}", "%Y%m%d %H:%M:%S.%f")
+        except ValueError:  # February 29th of another year
+            continue
+        if when <= now + datetime.timedelta(days=1):
+            return when
+    raise ValueError(f"no year puts this log line in the past: {line[:30]}")
 
 
 def finished_values(log: str) -> dict[str, str]:

@@ -134,7 +134,7 @@ def shard_description(cfg, split: str, shard) -> str:
     images_path, labels_path = paths(cfg, split)
     if shard.count == 1:
         return f"every record of {os.path.basename(images_path)} and {os.path.basename(labels_path)}"
-    return (f"records {shard.index}, {shard.index + shard.count}, ... (every {shard.count}th) of "
+    return (f"records {shard.index}, {shard.index + shard.count}, ... (one in {shard.count}) of "
             f"{os.path.basename(images_path)} and {os.path.basename(labels_path)}")
 
 

@@ -347,3 +347,15 @@ def test_a_cache_directory_is_written_once_and_reread(tmp_path, tfrecord_dir):
 def epoch_of_batches(cfg):
     return [int(label) for _, labels in inputs.batches(cfg, inputs.Shard(0, 1), 16, repeat=False)
             for label in labels]
+
+
+def test_the_startup_line_says_what_each_worker_reads(tfrecord_dir):
+    cfg = inputs.DataConfig(name="tfrecord", data_dir=str(tfrecord_dir))
+    assert inputs.describe(cfg, inputs.Shard(1, 2)) == (
+        f"dataset tfrecord from {tfrecord_dir}, train split: 1 of 3 files (train-00001-of-00003.tfrecord) "
+        "(worker shard 1 of 2); cache: none")
+    assert inputs.describe(cfg, inputs.Shard(1, 4)) == (
+        f"dataset tfrecord from {tfrecord_dir}, train split: records 1, 5, ... (one in 4) of each of 3 file(s) "
+        "(worker shard 1 of 4); cache: none")
+    assert inputs.describe(CFG, inputs.Shard(0, 1)) == (
+        "dataset synthetic, train split: all 120 generated from seed 7 (worker shard 0 of 1); cache: memory")
