@@ -70,3 +70,18 @@ def test_batch_auc_counts_correctly_ranked_pairs():
     assert float(model.batch_auc(labels, tf.constant([0.9, 0.1, 0.8, 0.2]))) == 1.0
     assert float(model.batch_auc(labels, tf.constant([0.1, 0.9, 0.2, 0.8]))) == 0.0
     assert float(model.batch_auc(labels, tf.constant([0.5, 0.5, 0.9, 0.1]))) == 0.875  # one tie: 3.5 of 4
+
+
+def test_the_export_copy_for_sagemaker_is_whole_and_replaces_an_older_one(tmp_path):
+    from training import export
+    source = tmp_path / "export" / "300"
+    (source / "variables").mkdir(parents=True)
+    (source / "saved_model.pb").write_bytes(b"graph")
+    (source / "variables" / "variables.index").write_bytes(b"index")
+    target = tmp_path / "sm_model" / "300"
+    (target / "stale").mkdir(parents=True)
+    assert export._copy_tree(str(source), str(target)) == str(target)
+    assert sorted(str(p.relative_to(target)) for p in target.rglob("*")) == [
+        "saved_model.pb", "variables", "variables/variables.index"]
+    assert (target / "variables" / "variables.index").read_bytes() == b"index"
+    assert not list(target.parent.glob("*.incomplete"))
