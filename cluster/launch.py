@@ -71,6 +71,22 @@ def log_time(line: str, now: datetime.datetime | None = None) -> datetime.dateti
     raise ValueError(f"no year puts this log line in the past: {line[:30]}")
 
 
+def examples_per_sec(log: str, examples_per_global_step: int, warmup_steps: int) -> float | None:
+    """Examples/sec between the first progress line at or past warmup_steps and the last one."""
+    points = []
+    for line in log.splitlines():
+        progress = PROGRESS.search(line)
+        if progress and " step " in progress.group(1) and "/" in progress.group(1):
+            step = int(progress.group(1).split(" step ")[1].split("/")[0])
+            points.append((log_time(line), step))
+    after = [(t, s) for t, s in points if s >= warmup_steps]
+    if len(after) < 2:
+        return None
+    (t0, s0), (t1, s1) = after[0], after[-1]
+    seconds = (t1 - t0).total_seconds()
+    return (s1 - s0) * examples_per_global_step / seconds if seconds > 0 else None
+
+
 def finished_values(log: str) -> dict[str, str]:
     """The key=value pairs of a worker's 'finished:' line, or {} if it never finished."""
     lines = [line for line in progress_lines(log) if " finished: " in line]

@@ -244,13 +244,16 @@ def read_model(f, cluster: spec.ClusterConfig) -> model.ModelConfig:
 def read_data(f, cluster: spec.ClusterConfig, env) -> inputs.DataConfig:
     data_dir = f.data_dir or env.get("SM_CHANNEL_TRAINING")
     eval_data_dir = f.eval_data_dir or env.get("SM_CHANNEL_EVAL")
-    name = f.dataset
+    name, cache = f.dataset, f.cache
     if cluster.job_name != spec.PS:  # a ps never reads data, and its host may not have it
+        for flag, path in (("data_dir", data_dir), ("eval_data_dir", eval_data_dir), ("cache", cache)):
+            problem = storage.problem(flag, path)
+            if problem:
+                raise app.UsageError(problem)
+        if cache not in (None, inputs.NO_CACHE, inputs.MEMORY) and tf.io.gfile.exists(cache) \
+                and not tf.io.gfile.isdir(cache):
+            raise app.UsageError(f"--cache={cache} is a file: give 'none', 'memory' or a directory.")
         name = read_dataset_name(f, data_dir, "--data_dir" if f.data_dir else "SM_CHANNEL_TRAINING")
-    cache = f.cache
-    if cache and cache not in (inputs.NO_CACHE, inputs.MEMORY) and tf.io.gfile.exists(cache) \
-            and not tf.io.gfile.isdir(cache):
-        raise app.UsageError(f"--cache={cache} is a file: give 'none', 'memory' or a directory.")
     data = inputs.DataConfig(name=name, data_dir=data_dir, eval_data_dir=eval_data_dir,
                              synthetic_examples=f.synthetic_examples, seed=f.seed, cache=cache,
                              skip_bad_records=f.skip_bad_records, label_column=f.label_column,
@@ -258,10 +261,6 @@ def read_data(f, cluster: spec.ClusterConfig, env) -> inputs.DataConfig:
                              categorical_columns=tuple(f.categorical_columns), num_classes=f.num_classes)
     if cluster.job_name == spec.PS:
         return data
-    for flag, path in (("data_dir", data_dir), ("eval_data_dir", eval_data_dir), ("cache", cache)):
-        problem = storage.problem(flag, path)
-        if problem:
-            raise app.UsageError(problem)
     problem = inputs.DATASETS[name].check(data)
     if problem:
         raise app.UsageError(problem)
@@ -275,9 +274,6 @@ def read_dataset_name(f, data_dir: str | None, source: str) -> str:
     if f["dataset"].present:
         raise app.UsageError(f"{source}={data_dir} is not read by --dataset={f.dataset} (generated data): "
                              f"drop it, or name its format with --dataset=tfrecord, csv or idx.")
-    problem = storage.problem(source.lstrip("-").lower(), data_dir)
-    if problem:
-        raise app.UsageError(problem)
     found = inputs.formats_in(data_dir)
     if len(found) != 1:
         held = f"holds {' and '.join(found)} files" if found else (

@@ -74,14 +74,16 @@ def batches(cfg: DataConfig, shard: Shard, batch_size: int, split: str = "train"
 
 
 def _cached(dataset: tf.data.Dataset, mode: str, split: str, shard: Shard) -> tf.data.Dataset:
-    if mode == NO_CACHE:
-        return dataset
     if mode == MEMORY:
         return dataset.cache()
+    # A directory caches the training split only: the held-out split is read by the chief's final
+    # evaluation and by an evaluator process at once, and often only in part.
+    if mode == NO_CACHE or split != "train":
+        return dataset
     prefix = os.path.join(mode, f"{split}-shard-{shard.index}-of-{shard.count}")
     tf.io.gfile.makedirs(mode)
     # A cache written by a process that died keeps its lock file, and TensorFlow then refuses the
-    # prefix. A shard has one reader, this process: the lock is its own predecessor's.
+    # prefix. A training shard has one reader, this worker: the lock is its own predecessor's.
     for stale in tf.io.gfile.glob(prefix + "*.lockfile"):
         tf.io.gfile.remove(stale)
     return dataset.cache(prefix)

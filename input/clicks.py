@@ -10,7 +10,7 @@ sum, so the model has something to learn from the ids themselves. Example i is a
 import tensorflow as tf
 
 from input import tuning
-from input.specs import DataSpec
+from input.specs import DataSpec, generated_shard_description
 
 USERS, ITEMS, CATEGORIES = 5000, 2000, 50
 EVAL_EXAMPLES = 5000
@@ -65,6 +65,4 @@ def records(cfg, split: str, shard) -> tf.data.Dataset:
 
 
 def shard_description(cfg, split: str, shard) -> str:
-    count = cfg.synthetic_examples if split == "train" else EVAL_EXAMPLES
-    every = f"examples {shard.index}, {shard.index + shard.count}, ... of" if shard.count > 1 else "all"
-    return f"{every} {count} generated from seed {cfg.seed}"
+    return generated_shard_description(cfg, split, shard, EVAL_EXAMPLES)

@@ -80,7 +80,7 @@ def records(cfg, split: str, shard) -> tf.data.Dataset:
             indices, columns = tf.boolean_mask(indices, mine), [tf.boolean_mask(c, mine) for c in columns]
         row = dict(zip(names, columns))
         label = row.pop(cfg.label_column)
-        bad, problems = record_files.describe(path, indices, [
+        bad, problems = record_files.name_bad_records(path, indices, [
             record_files.label_failure(label, cfg.label_column, data_spec.num_classes)])
         return record_files.resolve(bad, problems, (row, label), cfg.skip_bad_records)
 
@@ -92,4 +92,4 @@ def records(cfg, split: str, shard) -> tf.data.Dataset:
 
 def shard_description(cfg, split: str, shard) -> str:
     files = sorted(tf.io.gfile.glob(pattern(cfg.split_dir(split), split)))
-    return record_files.file_shard_description(files, shard).replace("records", "rows")
+    return record_files.file_shard_description(files, shard, unit="rows")

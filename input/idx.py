@@ -120,7 +120,7 @@ def records(cfg, split: str, shard) -> tf.data.Dataset:
         images, labels = block
         labels = tf.cast(tf.io.decode_raw(labels, tf.uint8)[:, 0], tf.int64)
         indices = record_files.block_indices(block_number, tf.size(labels), shard.index, shard.count)
-        bad, problems = record_files.describe(labels_path, indices,
+        bad, problems = record_files.name_bad_records(labels_path, indices,
                                               [record_files.label_failure(labels, "label", NUM_CLASSES)])
         images = tf.reshape(tf.io.decode_raw(images, tf.uint8), [-1, *synthetic.IMAGE_SHAPE])
         return record_files.resolve(bad, problems, ({"image": images}, labels), cfg.skip_bad_records)

@@ -31,7 +31,7 @@ _MESSAGE = re.compile(re.escape(MARKER) + r"(.*?)\]?$", re.MULTILINE)
 _PARSE_ERROR = re.compile(r"Name: (.*? record \d+), Key: (.*?), Index: \d+\.\s+(.*?)(?: \[Op:.*)?$", re.MULTILINE)
 
 
-def describe(path, indices, failures: list[tuple[tf.Tensor, Callable | str]]) -> tuple[tf.Tensor, tf.Tensor]:
+def name_bad_records(path, indices, failures: list[tuple[tf.Tensor, Callable | str]]) -> tuple[tf.Tensor, tf.Tensor]:
     """(bad [n] bool, descriptions [k] of the bad records) from (failed [n] bool, message) pairs, a
     message being a string or a function giving [n] strings; a record's first failure is its problem.
     The strings are built only for a block that has a bad record."""
@@ -48,7 +48,7 @@ def describe(path, indices, failures: list[tuple[tf.Tensor, Callable | str]]) ->
 
 
 def label_failure(labels, label_name: str, num_classes: int) -> tuple[tf.Tensor, Callable]:
-    """(failed [n], message) for labels outside 0..num_classes-1, for describe()."""
+    """(failed [n], message) for labels outside 0..num_classes-1, for name_bad_records()."""
     return (tf.logical_or(labels < 0, labels >= num_classes), lambda: tf.strings.join(
         [f"'{label_name}' is ", tf.strings.as_string(labels), f", outside 0..{num_classes - 1}"]))
 
@@ -141,15 +141,15 @@ def settle(blocks: tf.data.Dataset, skip: bool) -> tf.data.Dataset:
     return blocks.scan(tf.constant(0, tf.int64), count_and_log).unbatch()
 
 
-def file_shard_description(files: list[str], shard) -> str:
-    """Which records of the files a worker reads, in the words of the startup line."""
+def file_shard_description(files: list[str], shard, unit: str = "records") -> str:
+    """Which records (or rows) of the files a worker reads, in the words of the startup line."""
     if shard.count == 1:
         return f"all {len(files)} file(s)"
     if len(files) >= shard.count:
         mine = files[shard.index::shard.count]
         names = ", ".join(os.path.basename(f) for f in mine[:3]) + (", ..." if len(mine) > 3 else "")
         return f"{len(mine)} of {len(files)} files ({names})"
-    return f"records {shard.index}, {shard.index + shard.count}, ... (one in {shard.count}) of each of {len(files)} file(s)"
+    return f"{unit} {shard.index}, {shard.index + shard.count}, ... (one in {shard.count}) of each of {len(files)} file(s)"
 
 
 def bad_record_message(error_message: str) -> str | None:

@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from input import tuning
-from input.specs import DataSpec
+from input.specs import DataSpec, generated_shard_description
 
 KIND = "generated"
 
@@ -66,6 +66,4 @@ def records(cfg, split: str, shard) -> tf.data.Dataset:
 
 
 def shard_description(cfg, split: str, shard) -> str:
-    count = cfg.synthetic_examples if split == "train" else EVAL_EXAMPLES
-    every = f"examples {shard.index}, {shard.index + shard.count}, ... of" if shard.count > 1 else "all"
-    return f"{every} {count} generated from seed {cfg.seed}"
+    return generated_shard_description(cfg, split, shard, EVAL_EXAMPLES)

@@ -82,7 +82,7 @@ def _first_values(sparse: tf.SparseTensor, n, default) -> tuple[tf.Tensor, tf.Te
 
 
 def _count_failure(what: str, counts):
-    """(failed [n], message) for records without exactly one value of a feature, for describe()."""
+    """(failed [n], message) for records without exactly one value of a feature, for name_bad_records()."""
     return tf.not_equal(counts, 1), lambda: tf.strings.join([f"needs one {what} feature, has ",
                                                              tf.strings.as_string(counts)])
 
@@ -126,7 +126,7 @@ def decoder(data_spec, label_name: str):
         counts, labels = _first_values(parsed[label_name], n, tf.constant(0, tf.int64))
         failures.append(_count_failure(f"int64 '{label_name}'", counts))
         failures.append(record_files.label_failure(labels, label_name, data_spec.num_classes))
-        bad, problems = record_files.describe(path, indices, failures)
+        bad, problems = record_files.name_bad_records(path, indices, failures)
         return bad, problems, (features, labels)
 
     return decode

@@ -97,22 +97,6 @@ class Result:
     ok: bool
 
 
-def chief_rate(log: str, batch: int, examples_per_global_step: int, warmup: int) -> float | None:
-    """Examples/sec between the first progress line past the warm-up and the last one."""
-    points = []
-    for line in log.splitlines():
-        progress = launch.PROGRESS.search(line)
-        if progress and " step " in progress.group(1) and "/" in progress.group(1):
-            step = int(progress.group(1).split(" step ")[1].split("/")[0])
-            points.append((launch.log_time(line), step))
-    after = [(t, s) for t, s in points if s >= warmup]
-    if len(after) < 2:
-        return None
-    (t0, s0), (t1, s1) = after[0], after[-1]
-    seconds = (t1 - t0).total_seconds()
-    return (s1 - s0) * examples_per_global_step / seconds if seconds > 0 else None
-
-
 def run_once(model: str, layout: Layout, repetition: int, extra_args, run_dir: pathlib.Path) -> Result:
     steps = int(FLAGS.warmup_steps + FLAGS.measure_steps * STEP_SCALE[model])
     warmup = FLAGS.warmup_steps
@@ -136,7 +120,7 @@ def run_once(model: str, layout: Layout, repetition: int, extra_args, run_dir: p
                                   stdout=log, stderr=subprocess.STDOUT, timeout=1800)
         end = time.time()
         text = log_path.read_text(errors="replace")
-        return Result(model, layout.name, repetition, chief_rate(text, batch, per_step, warmup),
+        return Result(model, layout.name, repetition, launch.examples_per_sec(text, per_step, warmup),
                       *_first_steps([text], start), _exit_secs([text], end), proc.returncode == 0)
     cluster = LocalCluster(directory, layout.num_ps, layout.num_workers, [f"--model_dir={directory / 'model'}", *args])
     with cluster:
@@ -145,7 +129,7 @@ def run_once(model: str, layout: Layout, repetition: int, extra_args, run_dir: p
         codes = cluster.wait(timeout=1800)
         end = time.time()
     logs = [cluster.log("worker", i) for i in range(layout.num_workers)]
-    return Result(model, layout.name, repetition, chief_rate(logs[0], batch, per_step, warmup),
+    return Result(model, layout.name, repetition, launch.examples_per_sec(logs[0], per_step, warmup),
                   *_first_steps(logs, start), _exit_secs(logs, end), set(codes.values()) == {0})
 
 

@@ -189,13 +189,10 @@ def training_rate(data_args: list[str], model_dir: pathlib.Path) -> float:
             "--save_checkpoint_secs=100000", "--save_summaries_steps=100000", "--export_saved_model=false",
             "--not_learning=off", *data_args]
     log = subprocess.run(args, capture_output=True, text=True, timeout=1800, check=True).stderr
-    points = []
-    for line in log.splitlines():
-        progress = launch.PROGRESS.search(line)
-        if progress and " step " in progress.group(1) and "/" in progress.group(1):
-            points.append((launch.log_time(line), int(progress.group(1).split(" step ")[1].split("/")[0])))
-    (t0, s0), (t1, s1) = next(p for p in points if p[1] >= WARMUP_STEPS), points[-1]
-    return (s1 - s0) * batch / (t1 - t0).total_seconds()
+    rate = launch.examples_per_sec(log, batch, WARMUP_STEPS)
+    if rate is None:
+        raise RuntimeError(f"no progress past step {WARMUP_STEPS} in the log of {' '.join(args)}")
+    return rate
 
 
 def main(argv):
