@@ -1,6 +1,7 @@
 """The cluster as plain values, and the TensorFlow objects built from it."""
 
 import dataclasses
+import os
 
 import tensorflow as tf
 
@@ -104,7 +105,26 @@ def session_config(cluster: ClusterConfig) -> tf.compat.v1.ConfigProto:
     return config
 
 
-def start_server(cluster: ClusterConfig) -> tf.distribute.Server:
+# gRPC keepalive for the channels a task opens to the others. A call that waits on a connection
+# whose other end is gone (a ps that dropped it while a link was down, its reset lost) would wait
+# forever: TCP sends nothing on a quiet connection and gRPC's client pings are off by default. With
+# a ping after 10 s of quiet, such a call fails (UNAVAILABLE) within about 20 s and the session is
+# re-created. gRPC's default of 2 pings per quiet spell stays: a TF server (no way to configure it)
+# takes pings more often than every 5 minutes without data for abuse and closes after 2 strikes.
+GRPC_OPTIONS_ENV = "TF_GRPC_DEFAULT_OPTIONS"
+KEEPALIVE = {"grpc.keepalive_time_ms": "10000", "grpc.keepalive_timeout_ms": "10000"}
+
+
+def grpc_options(current: str | None) -> str:
+    """TF_GRPC_DEFAULT_OPTIONS ('name=value,...') with KEEPALIVE added where the user set nothing."""
+    options = [option for option in (current or "").split(",") if option]
+    named = {option.split("=", 1)[0].strip() for option in options}
+    return ",".join(options + [f"{name}={value}" for name, value in KEEPALIVE.items() if name not in named])
+
+
+def start_server(cluster: ClusterConfig, environ=os.environ) -> tf.distribute.Server:
+    # TensorFlow reads this once, when it makes its first channel: before the server starts.
+    environ[GRPC_OPTIONS_ENV] = grpc_options(environ.get(GRPC_OPTIONS_ENV))
     return tf.compat.v1.train.Server(
         cluster.cluster_spec(),
         job_name=cluster.job_name,

@@ -144,40 +144,95 @@ def max_step(log_path: pathlib.Path) -> int:
     return max((int(step) for step in re.findall(r" step (\d+)/\d+ loss", text)), default=0)
 
 
+def stop_all(tasks):
+    for task in tasks:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(task.pid, signal.SIGCONT)  # a paused task takes its SIGKILL too, but say so plainly
+        stop(task)
+
+
+def start_tasks(tmp_path, three, args):
+    """ps on host 0, workers 0 (chief) and 1 on hosts 1 and 2, by the per-host scripts."""
+    addresses = [f"{SUBNET}.{i + 1}:2222" for i in range(3)]
+    env = {**os.environ, "PYTHON": sys.executable, "LOG_DIR": str(tmp_path / "logs"),
+           "PS_HOSTS": addresses[0], "WORKER_HOSTS": ",".join(addresses[1:]),
+           "MODEL_DIR": str(tmp_path / "model"), "TF_CPP_MIN_LOG_LEVEL": "1"}
+    tasks = [start_in(three.names[0], [str(ROOT / "scripts" / "run_ps.sh"), "--task_index=0", *args], env)]
+    tasks += [start_in(three.names[i + 1], [str(ROOT / "scripts" / "run_worker.sh"), f"--task_index={i}", *args],
+                       env) for i in range(2)]
+    logs = {name: tmp_path / "logs" / f"{name}.log" for name in ("ps-0", "worker-0", "worker-1")}
+    return tasks, logs
+
+
+def wait_for_step(tasks, log_path, step, secs=240):
+    deadline = time.monotonic() + secs  # startup plus `step` steps take about 15 s alone
+    while max_step(log_path) < step:
+        assert time.monotonic() < deadline and all(t.poll() is None for t in tasks), f"no step {step}"
+        time.sleep(0.5)
+
+
+def finish(tasks, logs, secs=200):
+    """Every task's exit code (each stopped, whatever happens) and every log's text."""
+    try:
+        codes = [task.wait(timeout=secs) for task in tasks]
+    finally:
+        stop_all(tasks)
+    text = {name: path.read_text() for name, path in logs.items()}
+    assert codes == [0, 0, 0], "\n".join(f"--- {k}\n{v[-2000:]}" for k, v in text.items())
+    return text
+
+
 @pytest.mark.parametrize("host, sync", [(2, False), (0, True)], ids=["worker-link-async", "ps-link-sync"])
 def test_a_host_cut_off_for_20_s_heals_without_a_restart(tmp_path, hosts, host, sync):
     """Host 0 runs the ps, hosts 1 and 2 the workers (worker 1 on host 2). Its link goes down for 20 s
     mid-training and comes back: every task carries on and exits 0, none restarted."""
     three = hosts(3)
-    addresses = [f"{SUBNET}.{i + 1}:2222" for i in range(3)]
-    env = {**os.environ, "PYTHON": sys.executable, "LOG_DIR": str(tmp_path / "logs"),
-           "PS_HOSTS": addresses[0], "WORKER_HOSTS": ",".join(addresses[1:]),
-           "MODEL_DIR": str(tmp_path / "model"), "TF_CPP_MIN_LOG_LEVEL": "1"}
-    args = ["--train_steps=3000" if sync else "--train_steps=6000", "--log_every_n_steps=50",
-            "--synthetic_examples=4000", "--stall_warning_secs=5", "--export_saved_model=false",
-            *(["--sync_replicas"] if sync else [])]
-    tasks = [start_in(three.names[0], [str(ROOT / "scripts" / "run_ps.sh"), "--task_index=0", *args], env)]
-    tasks += [start_in(three.names[i + 1], [str(ROOT / "scripts" / "run_worker.sh"), f"--task_index={i}", *args],
-                       env) for i in range(2)]
-    logs = {name: tmp_path / "logs" / f"{name}.log" for name in ("ps-0", "worker-0", "worker-1")}
+    steps = 3000 if sync else 6000
+    tasks, logs = start_tasks(tmp_path, three, [
+        f"--train_steps={steps}", "--log_every_n_steps=50", "--synthetic_examples=4000",
+        "--stall_warning_secs=5", "--export_saved_model=false", *(["--sync_replicas"] if sync else [])])
     try:
-        deadline = time.monotonic() + 240
-        while max_step(logs["worker-0"]) < 500:
-            assert time.monotonic() < deadline and all(t.poll() is None for t in tasks), "no step 500"
-            time.sleep(0.5)
+        wait_for_step(tasks, logs["worker-0"], 500)
         ip("-n", three.names[host], "link", "set", "eth0", "down")
         cut_at = max_step(logs["worker-0"])
         time.sleep(20)
         ip("-n", three.names[host], "link", "set", "eth0", "up")
-        codes = [task.wait(timeout=300) for task in tasks]
-    finally:
-        for task in tasks:
-            stop(task)
-    text = {name: path.read_text() for name, path in logs.items()}
-    assert codes == [0, 0, 0], "\n".join(f"--- {k}\n{v[-2000:]}" for k, v in text.items())
+    except BaseException:
+        stop_all(tasks)
+        raise
+    text = finish(tasks, logs)
     for worker in ("worker-0", "worker-1"):
-        assert int(finished(text[worker])["global_step"]) >= (3000 if sync else 6000)
+        assert int(finished(text[worker])["global_step"]) >= steps
         assert text[worker].count("first step done") == 1  # one process, one start: nothing restarted
-    assert cut_at < (3000 if sync else 6000) - 100, "the cut came too late to matter"
+    assert cut_at < steps - 100, "the cut came too late to matter"
     if sync:  # the workers waited for the ps, said so, and resumed
         assert "no training step completed for" in text["worker-0"]
+
+
+def test_a_reset_lost_on_the_wire_does_not_stall_a_waiting_worker(tmp_path, hosts):
+    """A half-open connection: worker 1 waits (sync) for the chief, which is paused; the ps drops its
+    connections to worker 1 while its own link is down, so the resets never arrive. TCP sends
+    nothing on the quiet connection: without gRPC keepalive (cluster/spec.py) worker 1 would wait
+    for an answer forever. With it, its call fails, its session is re-created, and the job ends."""
+    three = hosts(3)
+    tasks, logs = start_tasks(tmp_path, three, [
+        "--train_steps=1500", "--log_every_n_steps=50", "--synthetic_examples=4000",
+        "--export_saved_model=false", "--sync_replicas"])
+    try:
+        wait_for_step(tasks, logs["worker-0"], 300)
+        os.killpg(tasks[1].pid, signal.SIGSTOP)  # the chief: worker 1 now waits for its round
+        time.sleep(3)
+        ip("-n", three.names[0], "link", "set", "eth0", "down")
+        killed = subprocess.run(["ip", "netns", "exec", three.names[0], "ss", "-K", "dst", f"{SUBNET}.3"],
+                                capture_output=True, text=True, timeout=30)
+        ip("-n", three.names[0], "link", "set", "eth0", "up")
+        os.killpg(tasks[1].pid, signal.SIGCONT)
+    except BaseException:
+        stop_all(tasks)
+        raise
+    text = finish(tasks, logs)
+    assert "ESTAB" in killed.stdout, f"no connection to worker 1 was dropped: {killed.stdout} {killed.stderr}"
+    for worker in ("worker-0", "worker-1"):
+        assert int(finished(text[worker])["global_step"]) >= 1500
+        assert text[worker].count("first step done") == 1
+    assert "An error was raised" in text["worker-1"]  # its waiting call failed, and a new session began
