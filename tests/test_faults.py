@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+import tensorflow as tf
 
 from cluster import faults, peers, shutdown
 from tests.conftest import describe, finished, run_launcher
@@ -244,3 +245,25 @@ def test_files_of_unfinished_saves_are_removed_and_registered_ones_kept(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "checkpoint", "events.out.tfevents.1", *sorted(f"model.ckpt-{s}{x}" for s in (10, 20)
                                                        for x in (".data-00000-of-00001", ".index", ".meta"))]
+
+
+def test_the_chief_restores_only_lost_state_and_then_clears_what_a_restore_makes_wrong(tmp_path):
+    v1 = tf.compat.v1
+    with tf.Graph().as_default():
+        step = v1.train.get_or_create_global_step()
+        weights = v1.get_variable("w", initializer=[1.0, 2.0])
+        marks = v1.Variable([-1, -1], collections=[], name="marks")  # as SyncReplicasHook's pushed rounds
+        v1.add_to_collection(checkpoints.RESET_AFTER_RESTORE, marks.initializer)
+        saver = checkpoints.LiveStateSaver()
+        with v1.Session() as sess:
+            sess.run([v1.global_variables_initializer(), marks.initializer, step.assign(7)])
+            path = saver.save(sess, str(tmp_path / "model.ckpt"), global_step=step)
+            sess.run([step.assign(9), marks.assign([9, 9])])
+            saver.restore(sess, path)  # every variable is there: the live state stays
+            assert sess.run(step) == 9 and sess.run(marks).tolist() == [9, 9]
+        with v1.Session() as sess:  # as after a ps restart: the variables are gone
+            sess.run(marks.initializer)
+            sess.run(marks.assign([7, 7]))
+            saver.restore(sess, path)
+            assert sess.run(step) == 7 and sess.run(weights).tolist() == [1.0, 2.0]
+            assert sess.run(marks).tolist() == [-1, -1]

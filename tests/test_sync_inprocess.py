@@ -31,6 +31,7 @@ class Replica:
 
     def __init__(self, cluster_cfg, server, train_cfg):
         self.cluster = cluster_cfg
+        self.train_cfg = train_cfg
         self.session_target = server.target
         self.graph = tf.Graph()
         with self.graph.as_default(), v1.device(placement.device_setter(cluster_cfg)):
@@ -52,6 +53,14 @@ class Replica:
                 chief_only_hooks=chief_hooks, config=config,
                 stop_grace_period_secs=worker.SYNC_STOP_GRACE_SECS)
 
+    def restarted(self):
+        """The same worker in a new process: a new graph and session, to the same server."""
+        return Replica(self.cluster, self, self.train_cfg)
+
+    @property
+    def target(self):
+        return self.session_target
+
     def close(self):
         if not self.session._is_closed():  # pylint: disable=protected-access
             self.session.close()
@@ -70,6 +79,8 @@ class Replica:
                 outcome["result"] = "stepped"
             except tf.errors.OutOfRangeError:
                 outcome["result"] = "released"
+            except tf.errors.CancelledError:
+                outcome["result"] = "cancelled"  # its session was closed under it
 
         thread = threading.Thread(target=step, daemon=True)
         thread.start()
@@ -149,6 +160,26 @@ def test_a_spare_token_does_not_let_the_chief_fill_a_round_alone(sync_cluster):
     expected = np.array(INITIAL) - 2 * LEARNING_RATE * np.mean(GRADIENTS[:2], axis=0)
     assert step == 2
     np.testing.assert_allclose(value, expected, rtol=1e-6)
+
+
+def test_a_worker_restarted_after_pushing_its_gradient_counts_once_in_that_round(sync_cluster):
+    chief, other = sync_cluster(workers=2, replicas_to_aggregate=2)
+    waiting, outcome = other.step_in_thread()  # pushes its round-0 gradient, then waits for a token
+    time.sleep(2)
+    other.close()  # its process dies while it waits; a new one starts at global step 0, round 0 again
+    join_all([waiting])
+    assert outcome["result"] == "cancelled"
+    restarted = other.restarted()
+    try:
+        again, _ = restarted.step_in_thread()
+        time.sleep(3)  # a second round-0 gradient from it would complete round 0 without the chief's
+        assert again.is_alive() and chief.read()[0] == 0
+        join_all([chief.step_in_thread()[0], again])
+    finally:
+        restarted.close()
+    step, value = chief.read()
+    assert step == 1
+    np.testing.assert_allclose(value, np.array(INITIAL) - LEARNING_RATE * np.mean(GRADIENTS[:2], axis=0), rtol=1e-6)
 
 
 def test_a_backup_workers_stale_gradient_is_dropped(sync_cluster):

@@ -16,6 +16,9 @@ from absl import logging
 
 CHECKPOINT_FILE = re.compile(r"^(model\.ckpt-\d+)(?:_temp.*|\.index|\.data-.*|\.meta)$")
 STATE_TEMP_FILE = re.compile(r"^checkpoint\.tmp[0-9a-f]*$")
+# A graph collection: ops the chief runs after it restores a checkpoint (state that is no checkpoint's
+# and that a restore makes wrong, such as the sync round each worker last pushed a gradient for).
+RESET_AFTER_RESTORE = "ps_trainer_reset_after_restore"
 
 
 def registered_prefixes(model_dir: str) -> set[str]:
@@ -73,7 +76,10 @@ class LiveStateSaver(tf.compat.v1.train.Saver):
 
     def restore(self, sess, save_path):
         if save_path is None or len(sess.run(self._uninitialized)):
-            return super().restore(sess, save_path)
+            restored = super().restore(sess, save_path)
+            for reset in tf.compat.v1.get_collection(RESET_AFTER_RESTORE):
+                sess.run(reset)
+            return restored
         logging.info("the ps tasks hold every variable already, at global step %d: training goes on from "
                      "there (not restoring %s, which is no newer)", sess.run(self._global_step), save_path)
         return None

@@ -121,7 +121,8 @@ def make_train_op(loss, optimizer, global_step, cluster, train, stop_requested=N
         # applied; and the hook keeps every worker to one gradient per round, so the chief cannot
         # fill a round with its own gradients when a peer is down.
         hooks.append(training_hooks.SyncReplicasHook(optimizer, cluster.is_chief, num_tokens=0, train_op=train_op,
-                                                     num_workers=cluster.num_workers, stop_requested=stop_requested))
+                                                     num_workers=cluster.num_workers, replica_index=cluster.replica_index,
+                                                     stop_requested=stop_requested))
         chief_only_hooks.append(training_hooks.CloseQueueAtEndHook(
             optimizer._sync_token_queue, train.train_steps))  # pylint: disable=protected-access
     hooks.append(v1.train.StopAtStepHook(last_step=train.train_steps))

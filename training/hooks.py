@@ -7,6 +7,8 @@ import time
 import tensorflow as tf
 from absl import logging
 
+from training import checkpoints
+
 v1 = tf.compat.v1
 # How often a worker that gave back a second token of a sync round checks whether the round is done.
 ROUND_POLL_SECS = 0.05
@@ -209,12 +211,28 @@ class SyncReplicasHook(v1.train.SessionRunHook):
     of the same round it gives it back to the queue, waits until that round is applied, and takes
     a token of a newer round. A stalled round then stays stalled (the watchdog says why) until the
     missing worker is back, or until `stop_requested()`.
+
+    One gradient per round across sessions: a worker whose session is re-created (or whose process
+    restarts) while it waits for a token has pushed its gradient already, and a new session starts
+    at the global step, the same round: its next push would count twice. So every push also
+    records, on the ps that holds the global step, the round it joined (`sync_round_pushed`, one
+    entry per replica, written once the accumulators have the gradient). A new session that finds
+    its entry at the current round sends its next gradient one round stale: the accumulators drop
+    it, and the worker goes on to wait for its token as before. The record is no checkpoint's: a ps
+    restarted comes back without it (it is set up again), and a restore clears it (the rounds are
+    numbered anew).
     """
 
-    def __init__(self, sync_optimizer, is_chief, num_tokens, train_op, num_workers, stop_requested=None):
+    def __init__(self, sync_optimizer, is_chief, num_tokens, train_op, num_workers, replica_index=0,
+                 stop_requested=None):
         self._optimizer = sync_optimizer
         self._is_chief = is_chief
         self._num_workers = num_workers
+        self._replica = replica_index
+        with v1.device(v1.train.get_global_step().device):
+            self._pushed = v1.Variable(tf.fill([num_workers], tf.constant(-1, tf.int64)), trainable=False,
+                                       collections=[], name="sync_round_pushed")
+        v1.add_to_collection(checkpoints.RESET_AFTER_RESTORE, self._pushed.initializer)
         self._num_tokens = num_tokens
         self._token = train_op  # SyncReplicasOptimizer's train op assigns the token taken: its value
         self._stop_requested = stop_requested or (lambda: False)
@@ -245,6 +263,17 @@ class SyncReplicasHook(v1.train.SessionRunHook):
             self._wake_workers = queue.enqueue_many(tf.fill([self._num_workers], self._wake_at))
         self._take_token = v1.assign(local_step, token)  # on this worker, with its local step
         self._read_local_step = local_step.read_value()
+        self._local_step_value = v1.placeholder(tf.int64, [], name="sync_local_step_value")
+        self._set_local_step = v1.assign(local_step, self._local_step_value)
+        # The token's dequeue waits for this worker's pushes to the accumulators; so does the record.
+        pushes = self._token.op.inputs[1].op.control_inputs
+        with v1.device(self._pushed.device):
+            self._pushed_set_up = self._pushed.is_initialized()
+            self._read_pushed = self._pushed.read_value()[self._replica]
+            self._round_of_push = v1.placeholder(tf.int64, [], name="sync_round_of_push")
+            with tf.control_dependencies(pushes):
+                self._record_push = self._pushed.scatter_update(
+                    tf.IndexedSlices(tf.reshape(self._round_of_push, [1]), tf.constant([self._replica]))).op
 
     def after_create_session(self, session, coord):
         not_ready = session.run(self._ready_op)
@@ -252,6 +281,12 @@ class SyncReplicasHook(v1.train.SessionRunHook):
             raise RuntimeError(f"variables not initialized before the sync replicas init: {not_ready}")
         session.run(self._local_init_op)
         self._last_token = int(session.run(self._read_local_step))
+        if not session.run(self._pushed_set_up):
+            session.run(self._pushed.initializer)
+        if int(session.run(self._read_pushed)) == self._last_token:
+            session.run(self._set_local_step, {self._local_step_value: self._last_token - 1})
+            logging.info("this worker pushed its gradient for sync round %d already (before this session): its next "
+                         "one goes as stale and is dropped, so that the round counts it once", self._last_token)
         self._session_started_ms = _now_ms()
         if self._init_tokens_op is not None:
             session.run(self._init_tokens_op)
@@ -280,10 +315,10 @@ class SyncReplicasHook(v1.train.SessionRunHook):
                 pass  # the queue's own ps is down: every wait on it fails by itself
 
     def before_run(self, run_context):
-        return v1.train.SessionRunArgs(self._token)
+        return v1.train.SessionRunArgs([self._token, self._record_push], {self._round_of_push: self._last_token})
 
     def after_run(self, run_context, run_values):
-        token = self._awake(run_context.session, int(run_values.results))
+        token = self._awake(run_context.session, int(run_values.results[0]))
         if token == self._last_token:
             token = self._give_back_and_wait(run_context, token)
         self._last_token = token
