@@ -8,16 +8,49 @@ Without cluster flags the cluster comes from the environment (TF_CONFIG, SageMak
 Batch); with none of those either, it trains in this one process.
 """
 
+import contextlib
 import os
+import re
+import sys
+import tempfile
 
-import tensorflow as tf
-from absl import app, logging
-from absl.flags import FLAGS
+# TensorFlow's C++ start-up notices (oneDNN, CPU features, absl's "before InitializeLog" warning),
+# printed by every process as TensorFlow loads, are INFO that TF_CPP_MIN_LOG_LEVEL cannot hold back.
+# The imports run with stderr in a file; every other line written meanwhile is passed on.
+STARTUP_NOTICES = re.compile(r"\] oneDNN custom operations are on|cpu_feature_guard\.cc|^To enable the following "
+                             r"instructions|^WARNING: All log messages before absl::InitializeLog")
 
-from cluster import spec
-from flags import config as flag_config
-from flags import definitions  # noqa: F401  (defines every flag)
-from training import evaluator, ps, worker
+
+@contextlib.contextmanager
+def startup_notices_dropped(show_all: bool):
+    if show_all:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            for line in captured.read().decode(errors="replace").splitlines(keepends=True):
+                if not STARTUP_NOTICES.search(line):
+                    sys.stderr.write(line)
+
+
+with startup_notices_dropped(show_all=os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0"):
+    import tensorflow as tf
+    from absl import app, logging
+    from absl.flags import FLAGS
+
+    from cluster import spec
+    from flags import config as flag_config
+    from flags import definitions  # noqa: F401  (defines every flag)
+    from training import evaluator, ps, worker
 
 
 def main(argv):
