@@ -58,7 +58,7 @@ def device_setter(cluster: spec.ClusterConfig):
     strategy = ByteBalancedStrategy(cluster.num_ps)
     return tf.compat.v1.train.replica_device_setter(
         ps_tasks=cluster.num_ps,
-        worker_device=cluster.worker_device(),
+        worker_device=cluster.compute_device(),
         cluster=cluster.cluster_spec(),
         ps_strategy=strategy,
     )

@@ -33,20 +33,107 @@ class ResolveOptions:
     rendezvous: Callable[[str, int, int], list[str]] | None = None
 
 
+# mnist_replica's cluster, for a task started with --job_name and nothing else naming a cluster: three
+# terminals on one machine make a cluster.
+DEFAULT_PS_HOSTS, DEFAULT_WORKER_HOSTS = ("localhost:2222",), ("localhost:2223", "localhost:2224")
+ENV_VARS = ("JOB_NAME", "TASK_INDEX", "PS_HOSTS", "WORKER_HOSTS")
+
+
 def resolve(explicit: spec.ClusterConfig | None, env: Mapping[str, str],
-            options: ResolveOptions = ResolveOptions()) -> Resolved:
+            options: ResolveOptions = ResolveOptions(), role: tuple[str, int] | None = None) -> Resolved:
+    """The cluster from flags (explicit), else the environment, else (with a role: --job_name and
+    --task_index only) mnist_replica's default cluster. Flags that say something else than a cluster
+    environment in view are refused, naming both."""
     if explicit is not None:
+        _check_agrees(explicit, "the cluster flags", env)
         return Resolved(explicit, "flags")
+    if role is not None and ("PS_HOSTS" in env or "WORKER_HOSTS" in env):
+        # run_*.sh style: the hosts in the environment, the task in the flags.
+        env = {"JOB_NAME": role[0], "TASK_INDEX": str(role[1]), **env}
+    found = _from_environment(env, options)
+    if role is None:
+        return found or Resolved(spec.ClusterConfig(), "none (training in this one process)")
+    job, index = role
+    if found is None:
+        return Resolved(spec.ClusterConfig(DEFAULT_PS_HOSTS, DEFAULT_WORKER_HOSTS, job, index),
+                        "defaults (mnist_replica's; set --ps_hosts and --worker_hosts for another)")
+    task = found.cluster
+    if (_job(task.job_name), task.task_index) != (_job(job), index):
+        raise ClusterError(
+            f"--job_name={job} --task_index={index} say this is {job}:{index}, but {found.source} says "
+            f"{task.job_name}:{task.task_index}: drop the two flags (the environment names the task) or "
+            f"give the whole cluster with --ps_hosts and --worker_hosts")
+    return found
+
+
+def _from_environment(env: Mapping[str, str], options: ResolveOptions) -> Resolved | None:
     if env.get("TF_CONFIG"):
         source = "TF_CONFIG (SageMaker)" if "SM_HOSTS" in env else "TF_CONFIG"
         return Resolved(from_tf_config(env["TF_CONFIG"]), source)
+    if any(name in env for name in ENV_VARS):
+        return Resolved(from_env_vars(env), "JOB_NAME, TASK_INDEX, PS_HOSTS and WORKER_HOSTS")
     if "SM_HOSTS" in env and "SM_CURRENT_HOST" in env:
         return Resolved(from_sagemaker(env), "SageMaker (SM_HOSTS)")
     if int(env.get("SLURM_STEP_NUM_TASKS", env.get("SLURM_NTASKS", "1")) or 1) > 1:
         return Resolved(from_slurm(env, options), "Slurm")
     if int(env.get("AWS_BATCH_JOB_NUM_NODES", "1") or 1) > 1:
         return Resolved(from_aws_batch(env, options), "AWS Batch multi-node")
-    return Resolved(spec.ClusterConfig(), "none (training in this one process)")
+    if "AWS_BATCH_JOB_ARRAY_INDEX" in env:
+        raise ClusterError(
+            f"AWS Batch array job (AWS_BATCH_JOB_ARRAY_INDEX={env['AWS_BATCH_JOB_ARRAY_INDEX']}): its children are "
+            "separate jobs that never form a cluster, so each would train alone; run a multi-node parallel job "
+            "(or give --ps_hosts, --worker_hosts, --job_name and --task_index)")
+    return None
+
+
+def _job(name: str | None) -> str | None:
+    return spec.CHIEF if name == spec.MASTER else name
+
+
+def _check_agrees(explicit: spec.ClusterConfig, what: str, env: Mapping[str, str]) -> None:
+    """A cluster environment in view (TF_CONFIG, JOB_NAME/...) must describe the same task and hosts."""
+    try:
+        found = _from_environment({k: v for k, v in env.items() if k == "TF_CONFIG" or k in ENV_VARS},
+                                  ResolveOptions())
+    except ClusterError:
+        found = None  # unreadable: the flags name the cluster; nothing to compare
+    if found is None:
+        return
+    theirs = found.cluster
+
+    def key(cluster):
+        return (cluster.ps_hosts, cluster.worker_hosts, cluster.chief_hosts, _job(cluster.job_name),
+                cluster.task_index)
+
+    if key(theirs) != key(explicit):
+        raise ClusterError(
+            f"{what} say this is {explicit.task_name} of ps={','.join(explicit.ps_hosts)} "
+            f"worker={','.join(explicit.worker_hosts)}, but {found.source} says {theirs.task_name} of "
+            f"ps={','.join(theirs.ps_hosts)} worker={','.join(theirs.worker_hosts)}: use one (unset "
+            f"{'TF_CONFIG' if 'TF_CONFIG' in found.source else 'those variables'}, or drop the flags)")
+
+
+# ---------------------------------------------------------------- JOB_NAME, TASK_INDEX, PS_HOSTS, WORKER_HOSTS
+
+def from_env_vars(env: Mapping[str, str]) -> spec.ClusterConfig:
+    """The four variables some platforms (and scripts/run_*.sh) pass: all four, or a one-line error."""
+    missing = [name for name in ENV_VARS if not env.get(name)]
+    if missing:
+        raise ClusterError(f"{', '.join(missing)} not set: a task needs all of {', '.join(ENV_VARS)} "
+                           f"(set {', '.join(name for name in ENV_VARS if name in env)} are not enough)")
+    job = _job(env["JOB_NAME"])
+    if job not in (spec.PS, spec.WORKER, spec.CHIEF):
+        raise ClusterError(f"JOB_NAME={env['JOB_NAME']!r} is not ps, worker or chief")
+    if not env["TASK_INDEX"].isdigit():
+        raise ClusterError(f"TASK_INDEX={env['TASK_INDEX']!r} is not a non-negative integer")
+    ps = tuple(h.strip() for h in env["PS_HOSTS"].split(",") if h.strip())
+    workers = tuple(h.strip() for h in env["WORKER_HOSTS"].split(",") if h.strip())
+    index = int(env["TASK_INDEX"])
+    hosts = ps if job == spec.PS else workers
+    if job == spec.CHIEF or index >= len(hosts):
+        raise ClusterError(f"JOB_NAME={env['JOB_NAME']} TASK_INDEX={index} is not a task of "
+                           f"{'PS_HOSTS' if job == spec.PS else 'WORKER_HOSTS'} ({len(hosts)} listed)")
+    return spec.ClusterConfig(ps, workers, job, index)
 
 
 # ---------------------------------------------------------------- TF_CONFIG

@@ -25,6 +25,9 @@ class ClusterConfig:
     task_index: int = 0
     chief_hosts: tuple[str, ...] = ()
     chief_job: str = CHIEF  # the name the cluster's own TF_CONFIG gives it: 'chief' or 'master'
+    # --num_gpus: None leaves placement to TensorFlow; 0 keeps a worker on its CPU; N puts its compute
+    # on GPU task_index % N of its host (one task per GPU). A ps never uses a GPU.
+    num_gpus: int | None = None
 
     @property
     def is_distributed(self) -> bool:
@@ -67,6 +70,17 @@ class ClusterConfig:
 
     def worker_device(self) -> str:
         return f"/job:{self.job_name}/task:{self.task_index}"
+
+    def compute_device(self) -> str:
+        """Where this worker's ops (all but the variables) go."""
+        if not self.num_gpus:
+            return self.worker_device() + ("/device:CPU:0" if self.num_gpus == 0 else "")
+        return f"{self.worker_device()}/device:GPU:{self.task_index % self.num_gpus}"
+
+    @property
+    def hides_gpus(self) -> bool:
+        """A ps never takes GPU memory; nor does a worker told --num_gpus=0."""
+        return self.job_name == PS or self.num_gpus == 0
 
     def own_address(self) -> str:
         hosts = {PS: self.ps_hosts, WORKER: self.worker_hosts, self.chief_job: self.chief_hosts}
@@ -123,8 +137,10 @@ def grpc_options(current: str | None) -> str:
 
 
 def start_server(cluster: ClusterConfig, environ=os.environ) -> tf.distribute.Server:
-    # TensorFlow reads this once, when it makes its first channel: before the server starts.
+    # TensorFlow reads these once, when it makes its first channel or device: before the server starts.
     environ[GRPC_OPTIONS_ENV] = grpc_options(environ.get(GRPC_OPTIONS_ENV))
+    if cluster.hides_gpus:
+        environ["CUDA_VISIBLE_DEVICES"] = ""
     return tf.compat.v1.train.Server(
         cluster.cluster_spec(),
         job_name=cluster.job_name,

@@ -55,11 +55,21 @@ def read_resolved_cluster(f, env) -> resolve.Resolved:
             env.get("AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"))
         rendezvous_fn = rendezvous.DirectoryRendezvous(f.rendezvous_dir, address, f.rendezvous_timeout_secs)
     options = resolve.ResolveOptions(num_ps=f.num_ps, port=f.port, rendezvous=rendezvous_fn)
+    explicit = read_cluster(f)
+    role = None
+    if explicit is None and f.job_name not in (None, spec.EVALUATOR):
+        role = (spec.CHIEF if f.job_name == spec.MASTER else f.job_name, f.task_index)
     try:
-        resolved = resolve.resolve(read_cluster(f), env, options)
+        resolved = resolve.resolve(explicit, env, options, role)
         check_addresses(resolved.cluster)
     except resolve.ClusterError as err:
         raise app.UsageError(str(err)) from None
+    if f.existing_servers:
+        raise app.UsageError(
+            "--existing_servers=true (mnist_replica's client mode) is not supported: every task of ps-trainer "
+            "starts its own server; run one trainer.py per task with --job_name and --task_index, and drop the flag.")
+    if f.num_gpus is not None:
+        resolved = resolved._replace(cluster=dataclasses.replace(resolved.cluster, num_gpus=f.num_gpus))
     if not f.allow_public_addresses:
         public = guard.public_addresses(resolved.cluster)
         if public:
@@ -124,13 +134,20 @@ def read_cluster(f) -> spec.ClusterConfig | None:
             raise app.UsageError(
                 "--job_name is not set: with --ps_hosts/--worker_hosts, pass --job_name=ps, worker, "
                 "chief or evaluator (or drop the host lists to train in one process).")
-        if f.task_index != 0:
-            raise app.UsageError("--task_index needs a cluster: set --job_name, --ps_hosts and --worker_hosts.")
+        if f.task_index is not None:
+            raise app.UsageError("--task_index needs --job_name (and a cluster: --ps_hosts and --worker_hosts, "
+                                 "or a cluster environment).")
         return None
     if job == spec.EVALUATOR:
-        return spec.ClusterConfig(ps_hosts, worker_hosts, job, f.task_index, chief_hosts)
+        return spec.ClusterConfig(ps_hosts, worker_hosts, job, f.task_index or 0, chief_hosts)
+    if f.task_index is None:
+        raise app.UsageError(
+            f"--task_index is required with --job_name={f.job_name}: each task of a job needs its own "
+            "(0, 1, ...); a task that took a default would be a second task 0 (worker 0 is the chief).")
     if len(chief_hosts) > 1:
         raise app.UsageError(f"--chief_hosts lists {len(chief_hosts)} hosts: a cluster has one chief.")
+    if not (ps_hosts or worker_hosts or chief_hosts):
+        return None  # the environment's cluster, or mnist_replica's default (resolve.resolve)
     if not ps_hosts or not (worker_hosts or chief_hosts):
         missing = "--ps_hosts" if not ps_hosts else "--worker_hosts"
         raise app.UsageError(

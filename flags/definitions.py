@@ -13,8 +13,16 @@ flags.DEFINE_list("worker_hosts", [], "Comma-separated host:port of every worker
 flags.DEFINE_list("chief_hosts", [], "host:port of a separate chief task; without one, worker 0 is the chief.")
 flags.DEFINE_enum("job_name", None, ["ps", "worker", "chief", "master", "evaluator"],
                   "Role of this process ('master' is an alias of 'chief'). Leave unset, with no "
-                  "hosts and no cluster environment, to train in one process.")
-flags.DEFINE_integer("task_index", 0, "Index of this task within its job.", lower_bound=0)
+                  "hosts and no cluster environment, to train in one process. Set with no host lists and "
+                  "no cluster environment, the cluster is mnist_replica's: ps localhost:2222, workers "
+                  "localhost:2223,localhost:2224.")
+flags.DEFINE_integer("task_index", None, "Index of this task within its job; required with --job_name (a task "
+                     "that took a default would be a second task 0, a second chief).", lower_bound=0)
+flags.DEFINE_integer("num_gpus", None, "GPUs per host: a worker puts its compute on GPU task_index % N (start one "
+                     "worker per GPU); 0 keeps workers on the CPU. A ps never uses a GPU. Default: TensorFlow's "
+                     "own placement.", lower_bound=0)
+flags.DEFINE_boolean("existing_servers", False, "mnist_replica's flag, accepted as false only: every task of "
+                     "ps-trainer starts its own server (run one trainer.py per task).")
 flags.DEFINE_integer("num_ps", 1, "Slurm and AWS Batch: how many of the tasks are ps tasks.", lower_bound=1)
 flags.DEFINE_integer("port", 2222, "Slurm and AWS Batch: port of the tasks (Slurm adds the local task id).",
                      lower_bound=1, upper_bound=65535)

@@ -10,7 +10,7 @@ from flags import config as flag_config
 from tests.conftest import read_flags
 
 CLUSTER = ["--ps_hosts=127.0.0.1:2222", "--worker_hosts=127.0.0.1:2223,127.0.0.1:2224"]
-WORKER = [*CLUSTER, "--job_name=worker", "--model_dir=/tmp/unused"]
+WORKER = [*CLUSTER, "--job_name=worker", "--task_index=0", "--model_dir=/tmp/unused"]
 
 
 def usage_error(*args) -> str:
@@ -35,7 +35,7 @@ def test_no_cluster_means_one_process_training():
 
 
 def test_ps_needs_no_model_dir_and_no_data():
-    cfg = read_flags(*CLUSTER, "--job_name=ps", "--dataset=tfrecord")
+    cfg = read_flags(*CLUSTER, "--job_name=ps", "--task_index=0", "--dataset=tfrecord")
     assert cfg.cluster.job_name == "ps"
 
 
@@ -47,17 +47,17 @@ def test_ps_needs_no_model_dir_and_no_data():
     ("--ps_hosts=h:0", "port 0, outside 1..65535"),
 ])
 def test_malformed_or_out_of_range_hosts_are_refused(hosts, expected):
-    message = usage_error(hosts, "--worker_hosts=h:2223", "--job_name=ps")
+    message = usage_error(hosts, "--worker_hosts=h:2223", "--job_name=ps", "--task_index=0")
     assert expected in message
 
 
 def test_ipv6_hosts_are_accepted():
-    cfg = read_flags("--ps_hosts=[::1]:2222", "--worker_hosts=[::1]:2223", "--job_name=ps")
+    cfg = read_flags("--ps_hosts=[::1]:2222", "--worker_hosts=[::1]:2223", "--job_name=ps", "--task_index=0")
     assert cfg.cluster.ps_hosts == ("[::1]:2222",)
 
 
 def test_the_same_host_port_twice_is_refused():
-    message = usage_error("--ps_hosts=h:2222", "--worker_hosts=h:2223,h:2222", "--job_name=ps")
+    message = usage_error("--ps_hosts=h:2222", "--worker_hosts=h:2223,h:2222", "--job_name=ps", "--task_index=0")
     assert "h:2222 appears twice (in --ps_hosts and --worker_hosts)" in message
 
 
@@ -103,12 +103,12 @@ def test_stray_positional_argument_the_bool_false_trap():
 
 
 def test_job_name_without_hosts_and_hosts_without_job_name():
-    assert "--worker_hosts is empty" in usage_error("--ps_hosts=h:1", "--job_name=worker", "--model_dir=/x")
+    assert "--worker_hosts is empty" in usage_error("--ps_hosts=h:1", "--job_name=worker", "--task_index=0", "--model_dir=/x")
     assert "--job_name is not set" in usage_error(*CLUSTER)
 
 
 def test_model_dir_is_required_for_training():
-    assert "--model_dir is required" in usage_error(*CLUSTER, "--job_name=worker")
+    assert "--model_dir is required" in usage_error(*CLUSTER, "--job_name=worker", "--task_index=0")
 
 
 def test_both_checkpoint_intervals_is_refused():
@@ -141,12 +141,12 @@ def test_flagfile_holds_a_whole_command_line(tmp_path):
 
 def test_a_separate_chief_task_and_the_master_alias():
     hosts = ["--ps_hosts=p:1", "--chief_hosts=c:1", "--worker_hosts=w0:1,w1:1", "--model_dir=/tmp/unused"]
-    chief = read_flags(*hosts, "--job_name=master").cluster
+    chief = read_flags(*hosts, "--job_name=master", "--task_index=0").cluster
     assert (chief.job_name, chief.is_chief, chief.num_workers, chief.worker_device()) == ("chief", True, 3, "/job:chief/task:0")
     worker = read_flags(*hosts, "--job_name=worker", "--task_index=0").cluster
     assert not worker.is_chief and worker.replica_index == 1
     assert "--chief_hosts lists 2 hosts" in usage_error("--ps_hosts=p:1", "--chief_hosts=c:1,d:1",
-                                                        "--job_name=chief", "--model_dir=/x")
+                                                        "--job_name=chief", "--task_index=0", "--model_dir=/x")
 
 
 def test_evaluator_needs_only_a_model_dir():
@@ -155,16 +155,35 @@ def test_evaluator_needs_only_a_model_dir():
     assert "--model_dir is required" in usage_error("--job_name=evaluator")
 
 
-def test_cluster_flags_win_over_tf_config():
+def test_tf_config_names_the_cluster_and_flags_that_disagree_are_refused():
     env = {"TF_CONFIG": '{"cluster": {"ps": ["x:1"], "worker": ["y:1"]}, "task": {"type": "ps", "index": 0}}'}
     FLAGS.unparse_flags()
     argv = FLAGS(["trainer.py", *WORKER])
-    cfg = flag_config.read(FLAGS, argv, env)
-    assert cfg.cluster_source == "flags" and cfg.cluster.job_name == "worker"
+    with pytest.raises(app.UsageError, match="but TF_CONFIG says ps:0"):
+        flag_config.read(FLAGS, argv, env)
     FLAGS.unparse_flags()
     argv = FLAGS(["trainer.py", "--model_dir=/tmp/unused"])
     cfg = flag_config.read(FLAGS, argv, env)
     assert cfg.cluster_source == "TF_CONFIG" and cfg.cluster.job_name == "ps"
+
+
+def test_mnist_replicas_own_flags_are_understood():
+    cfg = read_flags("--job_name=worker", "--task_index=1", "--num_gpus=0", "--existing_servers=False",
+                     "--hidden_units=100", "--sync_replicas=True", "--replicas_to_aggregate=2", "--model_dir=/tmp/x")
+    assert cfg.cluster.num_gpus == 0 and cfg.cluster.compute_device() == "/job:worker/task:1/device:CPU:0"
+    assert cfg.train.sync_replicas and cfg.model.hidden_units == (100,)
+    assert "--existing_servers=true" in usage_error("--job_name=ps", "--task_index=0", "--existing_servers")
+
+
+def test_mnist_replicas_usage_lines_run_as_written():
+    ps = read_flags("--job_name=ps", "--task_index=0").cluster
+    assert (ps.ps_hosts, ps.worker_hosts, ps.task_name) == (
+        ("localhost:2222",), ("localhost:2223", "localhost:2224"), "ps:0")
+    worker = read_flags("--job_name=worker", "--task_index=1", "--model_dir=/tmp/unused")
+    assert worker.cluster.task_name == "worker:1" and "mnist_replica" in worker.cluster_source
+    assert "--task_index is required with --job_name=worker" in usage_error("--job_name=worker",
+                                                                             "--model_dir=/tmp/unused")
+    assert "--task_index needs --job_name" in usage_error("--task_index=1", "--model_dir=/tmp/unused")
 
 
 def test_a_bad_environment_is_a_usage_error_naming_the_variable():
@@ -193,7 +212,7 @@ def test_sagemaker_hyperparameters_join_boolean_values():
 
 @pytest.mark.parametrize("hosts", ["--ps_hosts=8.8.8.8:2222", "--ps_hosts=[2001:4860::8888]:2222"])
 def test_a_public_address_is_refused_unless_the_user_says_there_is_a_firewall(hosts):
-    args = [hosts, "--worker_hosts=10.0.0.2:2222", "--job_name=ps"]
+    args = [hosts, "--worker_hosts=10.0.0.2:2222", "--job_name=ps", "--task_index=0"]
     message = usage_error(*args)
     assert "publicly routable" in message and "no authentication" in message
     assert "--allow_public_addresses" in message
@@ -202,7 +221,7 @@ def test_a_public_address_is_refused_unless_the_user_says_there_is_a_firewall(ho
 
 def test_private_loopback_and_cgnat_addresses_are_accepted():
     cfg = read_flags("--ps_hosts=10.0.0.1:1,192.168.1.2:1,172.16.0.3:1", "--worker_hosts=127.0.0.1:1,100.64.0.9:1",
-                     "--job_name=ps")
+                     "--job_name=ps", "--task_index=0")
     assert cfg.cluster.num_ps == 3
 
 

@@ -1,5 +1,6 @@
 """Placement, tested on the real training graph with no server: variables on the ps, ops on the worker."""
 
+import pytest
 import tensorflow as tf
 
 import input as inputs
@@ -13,12 +14,13 @@ from training.config import TrainConfig
 v1 = tf.compat.v1
 
 
-def cluster(num_ps, task=1):
-    return spec.ClusterConfig(tuple(f"ps{i}:1" for i in range(num_ps)), ("w0:1", "w1:1"), "worker", task)
+def cluster(num_ps, task=1, num_gpus=None):
+    workers = tuple(f"w{i}:1" for i in range(max(2, task + 1)))
+    return spec.ClusterConfig(tuple(f"ps{i}:1" for i in range(num_ps)), workers, "worker", task, num_gpus=num_gpus)
 
 
-def training_graph(num_ps, model_cfg=model.ModelConfig(), sync=False, wire_dtype="float32"):
-    cfg = RunConfig(cluster(num_ps), TrainConfig(sync_replicas=sync, replicas_to_aggregate=2, wire_dtype=wire_dtype),
+def training_graph(num_ps, model_cfg=model.ModelConfig(), sync=False, wire_dtype="float32", task=1, num_gpus=None):
+    cfg = RunConfig(cluster(num_ps, task, num_gpus), TrainConfig(sync_replicas=sync, replicas_to_aggregate=2, wire_dtype=wire_dtype),
                     model_cfg, inputs.DataConfig(synthetic_examples=100))
     graph = tf.Graph()
     with graph.as_default():
@@ -47,6 +49,17 @@ def test_every_variable_is_on_a_ps_and_every_other_op_on_this_worker():
     assert loss.device == "/job:worker/task:1"
     iterator_ops = [op for op in graph.get_operations() if op.type == "OneShotIterator"]
     assert iterator_ops and all(op.device == "/job:worker/task:1" for op in iterator_ops)
+
+
+@pytest.mark.parametrize("num_gpus, task, device", [
+    (2, 3, "/job:worker/task:3/device:GPU:1"), (4, 1, "/job:worker/task:1/device:GPU:1"),
+    (0, 1, "/job:worker/task:1/device:CPU:0")])
+def test_num_gpus_puts_a_workers_compute_on_gpu_task_index_mod_n_and_variables_stay_on_the_ps(num_gpus, task, device):
+    graph = training_graph(num_ps=1, task=task, num_gpus=num_gpus)
+    assert graph.get_tensor_by_name("cross_entropy:0").device == device
+    assert all(var.device == "/job:ps/task:0" for var in graph.get_collection(v1.GraphKeys.GLOBAL_VARIABLES))
+    ps = spec.ClusterConfig(("ps0:1",), ("w0:1",), "ps", 0, num_gpus=num_gpus)
+    assert ps.hides_gpus and cluster(1, task, num_gpus).hides_gpus == (num_gpus == 0)
 
 
 def test_two_ps_are_balanced_by_bytes_greedily():

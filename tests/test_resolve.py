@@ -6,7 +6,8 @@ import threading
 import pytest
 
 from cluster import rendezvous, spec
-from cluster.resolve import ClusterError, ResolveOptions, expand_nodelist, expand_tasks_per_node, resolve
+from cluster.resolve import (ClusterError, ResolveOptions, expand_nodelist, expand_tasks_per_node, from_tf_config,
+                             resolve)
 
 # Kubeflow training operator v1.9: <job>-<type>-<i>.<namespace>.svc:<port>, evaluator in 'cluster'.
 TFJOB_CLUSTER = {
@@ -191,9 +192,38 @@ def test_aws_batch_without_a_rendezvous_dir_says_so():
         resolve(None, batch_env(1, "172.31.0.10"))
 
 
-def test_flags_win_over_the_environment():
+def test_flags_that_say_another_cluster_than_tf_config_are_refused_naming_both():
     explicit = spec.ClusterConfig(("p:1",), ("w:1",), "worker", 0)
-    assert resolve(explicit, tfjob_env("ps", 0)).cluster is explicit
+    with pytest.raises(ClusterError, match=r"the cluster flags say this is worker:0 .* but TF_CONFIG says ps:0"):
+        resolve(explicit, tfjob_env("ps", 0))
+    same = from_tf_config(tfjob_env("worker", 1)["TF_CONFIG"])
+    assert resolve(same, tfjob_env("worker", 1)).source == "flags"
+
+
+def test_a_role_alone_takes_the_environments_cluster_or_mnist_replicas():
+    assert resolve(None, tfjob_env("worker", 1), role=("worker", 1)).source == "TF_CONFIG"
+    with pytest.raises(ClusterError, match=r"--job_name=ps --task_index=1 say this is ps:1, but TF_CONFIG says "
+                                           r"worker:1"):
+        resolve(None, tfjob_env("worker", 1), role=("ps", 1))
+    default = resolve(None, {}, role=("worker", 1))
+    assert default.cluster == spec.ClusterConfig(("localhost:2222",), ("localhost:2223", "localhost:2224"), "worker", 1)
+    assert "mnist_replica" in default.source
+
+
+def test_job_name_task_index_ps_hosts_worker_hosts_in_the_environment():
+    env = {"JOB_NAME": "worker", "TASK_INDEX": "1", "PS_HOSTS": "p:1", "WORKER_HOSTS": "w0:1,w1:1"}
+    assert resolve(None, env).cluster == spec.ClusterConfig(("p:1",), ("w0:1", "w1:1"), "worker", 1)
+    with pytest.raises(ClusterError, match="JOB_NAME, TASK_INDEX not set"):
+        resolve(None, {"PS_HOSTS": "p:1", "WORKER_HOSTS": "w0:1"})  # never one process training alone
+    # run_*.sh style: hosts in the environment, the task in the flags
+    assert resolve(None, {"PS_HOSTS": "p:1", "WORKER_HOSTS": "w0:1"}, role=("ps", 0)).cluster.job_name == "ps"
+    with pytest.raises(ClusterError, match="TASK_INDEX=5 is not a task of WORKER_HOSTS"):
+        resolve(None, {**env, "TASK_INDEX": "5"})
+
+
+def test_an_aws_batch_array_job_is_refused_rather_than_training_alone_on_every_child():
+    with pytest.raises(ClusterError, match="AWS_BATCH_JOB_ARRAY_INDEX=3.*multi-node parallel job"):
+        resolve(None, {"AWS_BATCH_JOB_ARRAY_INDEX": "3", "AWS_BATCH_JOB_ID": "j:3"})
 
 
 @pytest.mark.parametrize("tf_config, message", [
