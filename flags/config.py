@@ -5,6 +5,10 @@ message that names the flag and the fix, before any server starts.
 """
 
 import dataclasses
+import hashlib
+import os
+import tempfile
+import time
 
 import tensorflow as tf
 from absl import app, logging
@@ -162,6 +166,47 @@ def read_cluster(f) -> spec.ClusterConfig | None:
     return spec.ClusterConfig(ps_hosts, worker_hosts, job, f.task_index, chief_hosts)
 
 
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
+def default_model_dir(cluster: spec.ClusterConfig) -> str:
+    """Where a task without --model_dir keeps the run: a new directory for one process; for a cluster
+    on this one host, a directory named from its addresses, the same for every task (a rerun of the
+    same cluster resumes from it). Across hosts no default can be shared: UsageError."""
+    if cluster.job_name == spec.EVALUATOR:
+        raise app.UsageError("--model_dir is required for the evaluator: the chief's --model_dir, where it finds "
+                             "the checkpoints to evaluate.")
+    if not cluster.is_distributed:
+        model_dir = os.path.join(tempfile.gettempdir(), f"ps-trainer-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+        logging.info("--model_dir not set: checkpoints go to %s, new for this run", model_dir)
+        return model_dir
+    hosts = (*cluster.ps_hosts, *cluster.chief_hosts, *cluster.worker_hosts)
+    remote = sorted({host for host, _ in map(spec.split_host_port, hosts)
+                     if host not in LOCAL_HOSTS and not host.startswith("127.")})
+    if remote:
+        raise app.UsageError(
+            "--model_dir is required for a cluster across hosts (" + ", ".join(remote) + "): the "
+            "chief writes checkpoints there, every ps writes its shard, and a restarted worker resumes from it; "
+            "give a directory every host shares (e.g. --model_dir=/shared/run1).")
+    digest = hashlib.sha256(",".join(hosts).encode()).hexdigest()[:12]
+    model_dir = os.path.join(tempfile.gettempdir(), f"ps-trainer-{digest}")
+    logging.info("--model_dir not set: checkpoints go to %s, the same for every task of this one-host cluster "
+                 "(a rerun of the same cluster resumes from it)", model_dir)
+    return model_dir
+
+
+def unwritable_directory(path: str) -> str | None:
+    """Why a local directory cannot be made or written (looked at, not made), or None."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f"{existing} is a file"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable by this user"
+    return None
+
+
 def parse_hosts(flag_name: str, values) -> tuple[str, ...]:
     hosts = tuple(v.strip() for v in values)
     for address in hosts:
@@ -187,11 +232,9 @@ def read_train(f, cluster: spec.ClusterConfig, env) -> TrainConfig:
     if f["save_checkpoint_steps"].present and f["save_checkpoint_secs"].present:
         raise app.UsageError(
             "--save_checkpoint_steps and --save_checkpoint_secs are both set: choose one.")
-    if cluster.job_name != spec.PS and not f.model_dir:
-        raise app.UsageError(
-            "--model_dir is required for training: the chief writes checkpoints and summaries "
-            "there, and a restarted worker resumes from it.")
     model_dir = f.model_dir
+    if cluster.job_name != spec.PS and not model_dir:
+        model_dir = default_model_dir(cluster)
     if model_dir and model_dir.startswith("s3://") and "SM_HOSTS" in env:
         # SageMaker's estimator passes an s3:// --model_dir by default, which TensorFlow 2.21
         # cannot write; SageMaker uploads SM_MODEL_DIR (the export) and, with checkpoint_s3_uri,
@@ -203,6 +246,10 @@ def read_train(f, cluster: spec.ClusterConfig, env) -> TrainConfig:
     problem = storage.problem("model_dir", model_dir) if cluster.job_name != spec.PS else None
     if problem:
         raise app.UsageError(problem)
+    if model_dir and "://" not in model_dir:
+        unwritable = unwritable_directory(model_dir)
+        if unwritable:
+            raise app.UsageError(f"--model_dir={model_dir} cannot be created or written: {unwritable}")
     steps = f.save_checkpoint_steps
     try:
         profile = tuple(int(step) for step in f.profile_steps) or None

@@ -107,8 +107,16 @@ def test_job_name_without_hosts_and_hosts_without_job_name():
     assert "--job_name is not set" in usage_error(*CLUSTER)
 
 
-def test_model_dir_is_required_for_training():
-    assert "--model_dir is required" in usage_error(*CLUSTER, "--job_name=worker", "--task_index=0")
+def test_model_dir_defaults_only_where_every_task_can_share_it(tmp_path):
+    chief = read_flags(*CLUSTER, "--job_name=worker", "--task_index=0").train.model_dir
+    other = read_flags(*CLUSTER, "--job_name=worker", "--task_index=1").train.model_dir
+    assert chief == other and "ps-trainer-" in chief
+    assert read_flags().train.model_dir != read_flags("--model_dir=/tmp/x").train.model_dir
+    message = usage_error("--ps_hosts=10.0.0.1:2222", "--worker_hosts=10.0.0.2:2222", "--job_name=worker",
+                          "--task_index=0")
+    assert "--model_dir is required for a cluster across hosts (10.0.0.1, 10.0.0.2)" in message
+    (tmp_path / "file").write_text("")
+    assert "is a file" in usage_error("--model_dir=" + str(tmp_path / "file" / "run"))
 
 
 def test_both_checkpoint_intervals_is_refused():
