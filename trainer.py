@@ -47,7 +47,7 @@ with startup_notices_dropped(show_all=os.environ.get("TF_CPP_MIN_LOG_LEVEL") == 
     from absl import app, logging
     from absl.flags import FLAGS
 
-    from cluster import spec
+    from cluster import own_address, spec
     from flags import config as flag_config
     from flags import definitions  # noqa: F401  (defines every flag)
     from training import evaluator, ps, worker
@@ -69,6 +69,10 @@ def main(argv):
         return 0
     if not cluster.is_distributed:
         return run_worker(cfg, server=None)
+    if not FLAGS.skip_own_address_check:
+        problem = own_address.problem(cluster)
+        if problem:
+            raise app.UsageError(problem)
     server = spec.start_server(cluster)
     if cluster.job_name == spec.PS:
         return ps.run(cfg, server)

@@ -35,6 +35,9 @@ flags.DEFINE_integer("rendezvous_timeout_secs", 600, "AWS Batch: how long to wai
 flags.DEFINE_boolean("allow_public_addresses", False,
                      "Allow publicly routable cluster addresses: only behind a firewall that admits "
                      "just the cluster's hosts (the gRPC port has no authentication).")
+flags.DEFINE_boolean("skip_own_address_check", False,
+                     "Start even when this task's address in the cluster is not one of this host's (behind NAT "
+                     "or a proxy); by default that is refused, as the mark of one --task_index on every host.")
 flags.DEFINE_integer("startup_timeout_secs", 600,
                      "How long a task waits for its peers (ps, chief) before giving up.", lower_bound=1)
 flags.DEFINE_integer("stall_warning_secs", 60,

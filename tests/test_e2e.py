@@ -5,6 +5,7 @@ import os
 import pathlib
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -146,6 +147,23 @@ def test_a_bad_flag_exits_non_zero_with_its_message():
     # TensorFlow's C++ start-up notices are held back: the usage and the error are what a user reads.
     assert "oneDNN" not in result.stderr and "InitializeLog" not in result.stderr, result.stderr[:500]
     assert result.stderr.startswith("ps-trainer: one script for every host")
+
+
+def test_a_port_in_use_and_another_hosts_address_are_named_before_any_server_starts():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_trainer(f"--ps_hosts=127.0.0.1:{port}", "--worker_hosts=127.0.0.1:1", "--job_name=ps",
+                             "--task_index=0")
+    assert result.returncode != 0
+    assert f"port {port} of this task's address 127.0.0.1:{port} (ps:0) is in use on this host" in result.stderr
+    # Every host started with the same --task_index: this host would serve another host's address.
+    result = run_trainer("--ps_hosts=127.0.0.1:1", "--worker_hosts=127.0.0.1:2,192.0.2.7:2222", "--job_name=worker",
+                         "--task_index=1", "--allow_public_addresses", "--model_dir=/tmp/unused")
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "this task is worker:1, whose address in the cluster is 192.0.2.7:2222, but 192.0.2.7 is not an " \
+           "address of this host" in result.stderr
 
 
 def test_a_nan_loss_stops_training_naming_the_step(tmp_path):
