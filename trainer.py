@@ -50,10 +50,13 @@ with startup_notices_dropped(show_all=os.environ.get("TF_CPP_MIN_LOG_LEVEL") == 
     from cluster import own_address, spec
     from flags import config as flag_config
     from flags import definitions  # noqa: F401  (defines every flag)
+    from input import download
     from training import evaluator, ps, worker
 
 
 def main(argv):
+    if FLAGS.download_only:
+        return download_only(FLAGS.data_dir)
     cfg = flag_config.read(FLAGS, argv, os.environ)
     tf.compat.v1.disable_eager_execution()
     # TensorFlow's logger has a handler of its own besides absl's: every line would print twice.
@@ -77,6 +80,18 @@ def main(argv):
     if cluster.job_name == spec.PS:
         return ps.run(cfg, server)
     return run_worker(cfg, server)
+
+
+def download_only(data_dir) -> int:
+    if not data_dir:
+        raise app.UsageError("--download_only needs --data_dir: the directory to put MNIST's files in")
+    try:
+        fetched = download.download(data_dir)
+    except download.DownloadError as err:
+        logging.error("%s", err)
+        return 1
+    logging.info("MNIST is in %s (%d file(s) downloaded); train with --data_dir=%s", data_dir, len(fetched), data_dir)
+    return 0
 
 
 def describe(cluster) -> str:

@@ -119,6 +119,9 @@ flags.DEFINE_boolean("skip_bad_records", False,
 flags.DEFINE_string("data_dir", None, "Directory of the data, for file-based datasets. With the default "
                     "--dataset, its format is found from its files (train-*.tfrecord, train-*.csv, MNIST's "
                     "IDX files). Default on SageMaker: the training channel (SM_CHANNEL_TRAINING).")
+flags.DEFINE_boolean("download_only", False, "Download MNIST's four IDX files into --data_dir (mirrors tried in "
+                     "turn, checksums verified, partial downloads resumed) and exit; then train with "
+                     "--data_dir, as mnist_replica.")
 flags.DEFINE_string("cache", None, "What a worker keeps of the examples it reads: 'none' (streamed: memory holds "
                     "the shuffle buffer, not the data), 'memory' (its whole shard, decoded, in RAM after the "
                     "first epoch) or a directory (the shard written there in the first epoch, about its size on "

@@ -49,7 +49,7 @@ def test_csv_trains_wide_deep(make_cluster, tmp_path):
     assert float(result["heldout_loss"]) < 0.6 and float(result["heldout_accuracy"]) > 0.75, result
 
 
-def test_mnist_idx_files_train_the_mlp(make_cluster, tmp_path):
+def test_mnist_replicas_own_command_line_trains_on_idx_files(make_cluster, tmp_path):
     # Learnable IDX data: the embedded dataset written out as MNIST ships it (gzipped).
     import input as inputs
     cfg = inputs.DataConfig(synthetic_examples=2000)
@@ -58,8 +58,12 @@ def test_mnist_idx_files_train_the_mlp(make_cluster, tmp_path):
                  for f, label in inputs.synthetic.records(cfg, split, inputs.Shard(0, 1))]
         idx.write(np.stack([p[0] for p in pairs]), np.array([p[1] for p in pairs]), str(tmp_path / "mnist"),
                   split, compress=True)
-    cluster = run_cluster(make_cluster, "--dataset=idx", f"--data_dir={tmp_path / 'mnist'}")
-    assert float(finished(cluster.log("worker", 0))["heldout_accuracy"]) > 0.3  # chance: 0.1
+    # mnist_replica's flags as its own test script passes them; the format is found from the files.
+    cluster = run_cluster(make_cluster, "--num_gpus=0", "--existing_servers=False", "--hidden_units=100",
+                          "--sync_replicas=True", "--replicas_to_aggregate=2", f"--data_dir={tmp_path / 'mnist'}")
+    chief = cluster.log("worker", 0)
+    assert "reading dataset idx" in chief and "sync" in chief
+    assert float(finished(chief)["heldout_accuracy"]) > 0.3  # chance: 0.1
 
 
 def test_csv_converted_to_tfrecord_reads_back_the_same_rows(tmp_path):

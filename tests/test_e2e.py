@@ -149,6 +149,11 @@ def test_a_bad_flag_exits_non_zero_with_its_message():
     assert result.stderr.startswith("ps-trainer: one script for every host")
 
 
+def test_download_only_needs_a_directory():
+    result = run_trainer("--download_only")
+    assert result.returncode != 0 and "--download_only needs --data_dir" in result.stderr
+
+
 def test_a_port_in_use_and_another_hosts_address_are_named_before_any_server_starts():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
