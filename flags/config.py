@@ -262,7 +262,12 @@ def read_train(f, cluster: spec.ClusterConfig, env) -> TrainConfig:
     if momentum is None:
         correction = staleness.default_correction(cluster.num_workers, f.sync_replicas)
         momentum, learning_rate = correction.momentum, learning_rate * correction.learning_rate_scale
+    if f.scale_learning_rate_by_replicas and f.sync_replicas:
+        learning_rate *= replicas
+    schedule = read_schedule(f)
     return TrainConfig(
+        **schedule,
+        clip_gradient_norm=f.clip_gradient_norm or None,
         train_steps=f.train_steps,
         batch_size=f.batch_size,
         learning_rate=learning_rate,
@@ -290,6 +295,30 @@ def read_train(f, cluster: spec.ClusterConfig, env) -> TrainConfig:
         steps_per_run=f.steps_per_run,
         profile_steps=profile,
     )
+
+
+def read_schedule(f) -> dict:
+    """The learning-rate schedule's settings, checked."""
+    if f.scale_learning_rate_by_replicas and not f.sync_replicas:
+        raise app.UsageError("--scale_learning_rate_by_replicas applies with --sync_replicas (a step averages "
+                             "several workers' gradients); asynchronous workers each apply their own.")
+    boundaries, factors = (), ()
+    if f.learning_rate_schedule == "piecewise":
+        try:
+            boundaries = tuple(int(b) for b in f.lr_boundaries)
+            factors = tuple(float(v) for v in f.lr_factors)
+        except ValueError:
+            boundaries, factors = (), ()
+        if (not boundaries or len(factors) != len(boundaries) + 1 or list(boundaries) != sorted(set(boundaries))):
+            raise app.UsageError(
+                f"--learning_rate_schedule=piecewise needs --lr_boundaries (increasing steps) and --lr_factors, one "
+                f"more than the boundaries: got {','.join(f.lr_boundaries) or 'none'} and "
+                f"{','.join(f.lr_factors) or 'none'} (e.g. --lr_boundaries=1000,2000 --lr_factors=1,0.1,0.01)")
+    elif f.lr_boundaries or f.lr_factors:
+        raise app.UsageError("--lr_boundaries and --lr_factors apply to --learning_rate_schedule=piecewise only.")
+    return dict(lr_schedule=f.learning_rate_schedule, decay_steps=f.decay_steps, decay_rate=f.decay_rate,
+                staircase=f.staircase, end_learning_rate=f.end_learning_rate, lr_boundaries=boundaries,
+                lr_factors=factors, warmup_steps=f.warmup_steps)
 
 
 def read_model(f, cluster: spec.ClusterConfig) -> model.ModelConfig:

@@ -4,7 +4,7 @@ from absl import flags
 
 import input as inputs
 import model
-from training import optimizers
+from training import optimizers, schedules
 
 # ---------------------------------------------------------------- cluster
 # Unset, the cluster comes from the environment: TF_CONFIG, SageMaker, Slurm or AWS Batch.
@@ -50,7 +50,27 @@ flags.DEFINE_integer("stall_timeout_secs", 900,
 # ---------------------------------------------------------------- optimization
 flags.DEFINE_integer("train_steps", 2000, "Global step at which training stops.", lower_bound=1)
 flags.DEFINE_integer("batch_size", 64, "Examples per step on each worker.", lower_bound=1)
-flags.DEFINE_float("learning_rate", 0.05, "Constant learning rate.", lower_bound=0.0)
+flags.DEFINE_float("learning_rate", 0.05, "Learning rate (the schedule's starting value).", lower_bound=0.0)
+
+# ---------------------------------------------------------------- learning rate schedule
+flags.DEFINE_enum("learning_rate_schedule", "constant", sorted(schedules.SCHEDULES),
+                  "How the learning rate follows the global step.")
+flags.DEFINE_integer("decay_steps", None, "exponential, polynomial, cosine: steps of one decay period (exponential) "
+                     "or of the whole decay. Default: --train_steps.", lower_bound=1)
+flags.DEFINE_float("decay_rate", 0.94, "exponential: factor per --decay_steps.", lower_bound=0.0)
+flags.DEFINE_boolean("staircase", False, "exponential: decay in whole periods.")
+flags.DEFINE_float("end_learning_rate", 0.0, "polynomial and cosine: the rate at the end of the decay.",
+                   lower_bound=0.0)
+flags.DEFINE_list("lr_boundaries", [], "piecewise: global steps where the rate changes, increasing.")
+flags.DEFINE_list("lr_factors", [], "piecewise: --learning_rate times each, one more than --lr_boundaries "
+                  "(e.g. 1,0.1,0.01).")
+flags.DEFINE_integer("warmup_steps", 0, "A linear warm-up from 0 over this many global steps, before the schedule.",
+                     lower_bound=0)
+flags.DEFINE_boolean("scale_learning_rate_by_replicas", False,
+                     "Multiply --learning_rate by the gradients averaged per step (--replicas_to_aggregate in "
+                     "sync mode): the linear scaling rule for a larger global batch.")
+flags.DEFINE_float("clip_gradient_norm", None, "Clip the gradients by their global norm to this value.",
+                   lower_bound=0.0)
 flags.DEFINE_enum("optimizer", "momentum", sorted(optimizers.OPTIMIZERS), "Optimizer by name.")
 flags.DEFINE_float("momentum", None, "Momentum for --optimizer=momentum and rmsprop. Default: 0.9 in one "
                    "process or in sync mode; with N asynchronous workers 1 - 0.1 * N, floored at 0 (and past "

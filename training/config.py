@@ -8,6 +8,15 @@ class TrainConfig:
     train_steps: int = 2000
     batch_size: int = 64
     learning_rate: float = 0.05
+    lr_schedule: str = "constant"  # training/schedules.py
+    decay_steps: int | None = None  # default: train_steps
+    decay_rate: float = 0.94
+    staircase: bool = False
+    end_learning_rate: float = 0.0
+    lr_boundaries: tuple[int, ...] = ()
+    lr_factors: tuple[float, ...] = ()  # piecewise: learning_rate times each, one more than the boundaries
+    warmup_steps: int = 0
+    clip_gradient_norm: float | None = None
     optimizer: str = "momentum"
     momentum: float = 0.9
     momentum_is_default: bool = True  # chosen for the worker count (training/staleness.py)

@@ -11,7 +11,7 @@ import tensorflow as tf
 import input as inputs
 import model
 from cluster import placement
-from training import checkpoints, optimizers, staleness, wire
+from training import checkpoints, optimizers, schedules, staleness, wire
 from training import hooks as training_hooks
 
 v1 = tf.compat.v1
@@ -53,7 +53,7 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
                 return model.build(features, labels, cfg.model, inputs.spec(cfg.data), summaries), labels
 
         output, labels = forward(summaries=not looped)
-        learning_rate = tf.constant(train.learning_rate, name="learning_rate_value")
+        learning_rate = schedules.learning_rate(global_step, train)
         v1.summary.scalar("learning_rate", learning_rate)
         optimizer = optimizers.make_optimizer(learning_rate, train)
         train_op, hooks, chief_only_hooks = make_train_op(output.loss, optimizer, global_step, cluster, train,
@@ -89,7 +89,8 @@ def repeat_steps(forward, optimizer, global_step, train, with_auc):
 
     def step(done, step_reached, labels, *_):
         output, labels = forward(summaries=False)
-        with tf.control_dependencies([apply_update(output.loss, optimizer, global_step)]):
+        with tf.control_dependencies([apply_update(output.loss, optimizer, global_step, train.clip_gradient_norm,
+                                                   summaries=False)]):
             metrics = [output.loss, output.accuracy] + ([output.auc] if with_auc else [])
             return [done + 1, global_step.read_value(), tf.identity(labels)] + [tf.identity(m) for m in metrics]
 
@@ -115,7 +116,7 @@ def make_train_op(loss, optimizer, global_step, cluster, train, stop_requested=N
         optimizer = v1.train.SyncReplicasOptimizer(
             optimizer, replicas_to_aggregate=train.replicas_to_aggregate,
             total_num_replicas=cluster.num_workers)
-    train_op = apply_update(loss, optimizer, global_step)
+    train_op = apply_update(loss, optimizer, global_step, train.clip_gradient_norm)
     if train.sync_replicas:
         # num_tokens=0: no worker, the chief included, starts step k+1 before step k's update is
         # applied; and the hook keeps every worker to one gradient per round, so the chief cannot
@@ -129,11 +130,18 @@ def make_train_op(loss, optimizer, global_step, cluster, train, stop_requested=N
     return train_op, hooks, chief_only_hooks
 
 
-def apply_update(loss, optimizer, global_step):
-    """Gradients of the loss applied to the variables, global step + 1."""
+def apply_update(loss, optimizer, global_step, clip_norm=None, summaries=True):
+    """Gradients of the loss (clipped to clip_norm by their global norm) applied to the variables,
+    global step + 1; the gradients' global norm, before clipping, as a summary."""
     # Colocated: the gradient of an op on the ps (a wire cast, an embedding gather) is computed there.
     grads_and_vars = guard_finite(loss, optimizer.compute_gradients(loss, colocate_gradients_with_ops=True))
-    return optimizer.apply_gradients(grads_and_vars, global_step=global_step)
+    grads, variables = zip(*grads_and_vars)
+    norm = tf.linalg.global_norm(grads, name="gradient_global_norm")
+    if summaries:
+        v1.summary.scalar("gradient_global_norm", norm)
+    if clip_norm:
+        grads, _ = tf.clip_by_global_norm(grads, clip_norm, use_norm=norm)
+    return optimizer.apply_gradients(list(zip(grads, variables)), global_step=global_step)
 
 
 def guard_finite(loss, grads_and_vars):

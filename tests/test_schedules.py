@@ -1,0 +1,61 @@
+"""Each learning-rate schedule's value at a few global steps, and gradient clipping, exactly."""
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.conftest import read_flags
+from training import graph as train_graph
+from training import schedules
+from training.config import TrainConfig
+
+v1 = tf.compat.v1
+
+
+def rates(cfg, steps):
+    with tf.Graph().as_default():
+        step = v1.placeholder(tf.int64, [])
+        rate = schedules.learning_rate(step, cfg)
+        with v1.Session() as sess:
+            return [float(sess.run(rate, {step: s})) for s in steps]
+
+
+@pytest.mark.parametrize("settings, steps, expected", [
+    (dict(), [0, 500, 999], [0.1, 0.1, 0.1]),
+    (dict(lr_schedule="exponential", decay_steps=100, decay_rate=0.5), [0, 100, 250], [0.1, 0.05, 0.1 * 0.5 ** 2.5]),
+    (dict(lr_schedule="exponential", decay_steps=100, decay_rate=0.5, staircase=True), [99, 250], [0.1, 0.025]),
+    (dict(lr_schedule="polynomial", end_learning_rate=0.01), [0, 500, 1000, 2000], [0.1, 0.055, 0.01, 0.01]),
+    (dict(lr_schedule="cosine"), [0, 500, 1000], [0.1, 0.05, 0.0]),
+    (dict(lr_schedule="piecewise", lr_boundaries=(100, 200), lr_factors=(1, 0.1, 0.01)), [100, 101, 201],
+     [0.1, 0.01, 0.001]),
+    (dict(warmup_steps=10), [0, 4, 9, 500], [0.01, 0.05, 0.1, 0.1]),
+    (dict(lr_schedule="cosine", warmup_steps=100), [49, 500], [0.5 * 0.05 * (1 + math.cos(math.pi * 0.049)), 0.05]),
+])
+def test_each_schedule_at_a_few_steps(settings, steps, expected):
+    cfg = TrainConfig(learning_rate=0.1, train_steps=1000, **settings)
+    np.testing.assert_allclose(rates(cfg, steps), expected, rtol=1e-5, atol=1e-7)
+
+
+def test_schedule_flags_read_and_checked():
+    cfg = read_flags("--learning_rate_schedule=piecewise", "--lr_boundaries=10,20", "--lr_factors=1,0.5,0.25").train
+    assert (cfg.lr_boundaries, cfg.lr_factors) == ((10, 20), (1.0, 0.5, 0.25))
+    with pytest.raises(Exception, match="one more than the boundaries"):
+        read_flags("--learning_rate_schedule=piecewise", "--lr_boundaries=10,20", "--lr_factors=1,0.5")
+    scaled = read_flags("--ps_hosts=127.0.0.1:1", "--worker_hosts=127.0.0.1:2,127.0.0.1:3", "--job_name=worker",
+                        "--task_index=0", "--sync_replicas", "--learning_rate=0.1", "--scale_learning_rate_by_replicas")
+    assert math.isclose(scaled.train.learning_rate, 0.2)
+
+
+def test_gradients_are_clipped_by_their_global_norm():
+    with tf.Graph().as_default():
+        step = v1.train.get_or_create_global_step()
+        weights = v1.get_variable("w", initializer=[0.0, 0.0])
+        loss = tf.reduce_sum(weights * tf.constant([30.0, 40.0]))  # gradient (30, 40), global norm 50
+        update = train_graph.apply_update(loss, v1.train.GradientDescentOptimizer(1.0), step, clip_norm=5.0)
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            sess.run(update)
+            np.testing.assert_allclose(sess.run(weights), [-3.0, -4.0], rtol=1e-6)
+            assert sess.run(v1.get_default_graph().get_tensor_by_name("gradient_global_norm/global_norm:0")) == 50.0
