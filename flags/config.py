@@ -271,7 +271,8 @@ def read_train(f, cluster: spec.ClusterConfig, env) -> TrainConfig:
         train_steps=f.train_steps,
         batch_size=f.batch_size,
         learning_rate=learning_rate,
-        optimizer=f.optimizer,
+        # wide_deep converges with its canonical optimizers; any other model, or a named one, as asked.
+        optimizer=("ftrl_adagrad" if f.model == "wide_deep" and not f["optimizer"].present else f.optimizer),
         momentum=momentum,
         momentum_is_default=f.momentum is None,
         not_learning=f.not_learning,

@@ -71,7 +71,8 @@ flags.DEFINE_boolean("scale_learning_rate_by_replicas", False,
                      "sync mode): the linear scaling rule for a larger global batch.")
 flags.DEFINE_float("clip_gradient_norm", None, "Clip the gradients by their global norm to this value.",
                    lower_bound=0.0)
-flags.DEFINE_enum("optimizer", "momentum", sorted(optimizers.OPTIMIZERS), "Optimizer by name.")
+flags.DEFINE_enum("optimizer", "momentum", sorted(optimizers.OPTIMIZERS), "Optimizer by name; with --model=wide_deep "
+                  "the default is ftrl_adagrad (FTRL for the wide part, Adagrad for the deep part).")
 flags.DEFINE_float("momentum", None, "Momentum for --optimizer=momentum and rmsprop. Default: 0.9 in one "
                    "process or in sync mode; with N asynchronous workers 1 - 0.1 * N, floored at 0 (and past "
                    "the floor the learning rate is divided by 0.1 * N), because stale updates add momentum "

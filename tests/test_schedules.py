@@ -59,3 +59,22 @@ def test_gradients_are_clipped_by_their_global_norm():
             sess.run(update)
             np.testing.assert_allclose(sess.run(weights), [-3.0, -4.0], rtol=1e-6)
             assert sess.run(v1.get_default_graph().get_tensor_by_name("gradient_global_norm/global_norm:0")) == 50.0
+
+
+def test_wide_and_deep_optimizer_gives_the_wide_part_ftrl_and_the_deep_part_adagrad():
+    from training import optimizers
+    with tf.Graph().as_default():
+        step = v1.train.get_or_create_global_step()
+        with v1.variable_scope("wide_deep"):
+            wide = v1.get_variable("user/wide", initializer=[0.0, 0.0])
+            deep = v1.get_variable("hidden0/kernel", initializer=[1.0, 1.0])
+        loss = tf.reduce_sum(wide * 2.0) + tf.reduce_sum(deep * deep)
+        assert read_flags("--model=wide_deep", "--dataset=clicks").train.optimizer == "ftrl_adagrad"
+        optimizer = optimizers.make_optimizer(0.05, TrainConfig(optimizer="ftrl_adagrad"))
+        update = optimizer.apply_gradients(optimizer.compute_gradients(loss), global_step=step)
+        assert optimizer.get_slot(wide, "linear") is not None and optimizer.get_slot(deep, "accumulator") is not None
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            sess.run(update)
+            assert sess.run(step) == 1
+            assert np.all(sess.run(wide) < 0) and np.all(sess.run(deep) < 1)

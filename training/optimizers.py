@@ -1,8 +1,49 @@
 """Optimizers by name. Adding one is one table line."""
 
+import math
+import re
+
 import tensorflow as tf
 
 _v1 = tf.compat.v1.train
+# wide_deep's wide part: the per-id weights of each categorical feature and the numeric features' weights.
+WIDE_VARIABLE = re.compile(r"(^|/)(wide|wide_numeric)(/|$)")
+
+
+class WideAndDeepOptimizer(_v1.Optimizer):
+    """The optimizers of the canonical wide-and-deep model (DNNLinearCombinedClassifier): FTRL for the
+    wide part, at min(0.2, 1/sqrt(its weight tables)), and Adagrad for the deep part at the learning
+    rate. The wide part's weights are sparse and per id: FTRL's per-coordinate rates suit them."""
+
+    def __init__(self, learning_rate):
+        super().__init__(use_locking=False, name="WideAndDeep")
+        self._deep = _v1.AdagradOptimizer(learning_rate)
+        self._wide = None
+
+    def compute_gradients(self, *args, **kwargs):
+        return self._deep.compute_gradients(*args, **kwargs)
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        grads_and_vars = list(grads_and_vars)
+        wide = [(g, v) for g, v in grads_and_vars if WIDE_VARIABLE.search(v.op.name)]
+        deep = [(g, v) for g, v in grads_and_vars if not WIDE_VARIABLE.search(v.op.name)]
+        tables = {re.sub(r"/part_\d+$", "", v.op.name) for _, v in wide}
+        if self._wide is None:
+            self._wide = _v1.FtrlOptimizer(min(0.2, 1 / math.sqrt(max(1, len(tables)))))
+        updates = ([self._wide.apply_gradients(wide)] if wide else []) + (
+            [self._deep.apply_gradients(deep)] if deep else [])
+        with tf.control_dependencies(updates):
+            if global_step is None:
+                return tf.group(*updates, name=name)
+            with tf.compat.v1.colocate_with(global_step):
+                return tf.compat.v1.assign_add(global_step, 1, name=name).op
+
+    def get_slot(self, var, name):
+        return (self._wide if WIDE_VARIABLE.search(var.op.name) else self._deep).get_slot(var, name)
+
+    def get_slot_names(self):
+        return sorted(set(self._deep.get_slot_names()) | set(self._wide.get_slot_names() if self._wide else ()))
+
 
 OPTIMIZERS = {
     "sgd": lambda lr, cfg: _v1.GradientDescentOptimizer(lr),
@@ -10,6 +51,7 @@ OPTIMIZERS = {
     "adam": lambda lr, cfg: _v1.AdamOptimizer(lr),
     "adagrad": lambda lr, cfg: _v1.AdagradOptimizer(lr),
     "rmsprop": lambda lr, cfg: _v1.RMSPropOptimizer(lr, momentum=cfg.momentum),
+    "ftrl_adagrad": lambda lr, cfg: WideAndDeepOptimizer(lr),
 }
 
 
