@@ -45,7 +45,7 @@ def resolve(explicit: spec.ClusterConfig | None, env: Mapping[str, str],
     --task_index only) mnist_replica's default cluster. Flags that say something else than a cluster
     environment in view are refused, naming both."""
     if explicit is not None:
-        _check_agrees(explicit, "the cluster flags", env)
+        _check_agrees(explicit, "the cluster flags", _in_view(env))
         return Resolved(explicit, "flags")
     if role is not None and ("PS_HOSTS" in env or "WORKER_HOSTS" in env):
         # run_*.sh style: the hosts in the environment, the task in the flags.
@@ -69,7 +69,11 @@ def resolve(explicit: spec.ClusterConfig | None, env: Mapping[str, str],
 def _from_environment(env: Mapping[str, str], options: ResolveOptions) -> Resolved | None:
     if env.get("TF_CONFIG"):
         source = "TF_CONFIG (SageMaker)" if "SM_HOSTS" in env else "TF_CONFIG"
-        return Resolved(from_tf_config(env["TF_CONFIG"]), source)
+        found = from_tf_config(env["TF_CONFIG"])
+        if all(env.get(name) for name in ENV_VARS):
+            _check_agrees(from_env_vars(env), "JOB_NAME, TASK_INDEX, PS_HOSTS and WORKER_HOSTS",
+                          Resolved(found, source))
+        return Resolved(found, source)
     if any(name in env for name in ENV_VARS):
         return Resolved(from_env_vars(env), "JOB_NAME, TASK_INDEX, PS_HOSTS and WORKER_HOSTS")
     if "SM_HOSTS" in env and "SM_CURRENT_HOST" in env:
@@ -90,13 +94,17 @@ def _job(name: str | None) -> str | None:
     return spec.CHIEF if name == spec.MASTER else name
 
 
-def _check_agrees(explicit: spec.ClusterConfig, what: str, env: Mapping[str, str]) -> None:
-    """A cluster environment in view (TF_CONFIG, JOB_NAME/...) must describe the same task and hosts."""
+def _in_view(env: Mapping[str, str]) -> Resolved | None:
+    """The cluster TF_CONFIG or JOB_NAME/... describe, if they are readable; else None."""
     try:
-        found = _from_environment({k: v for k, v in env.items() if k == "TF_CONFIG" or k in ENV_VARS},
-                                  ResolveOptions())
+        return _from_environment({k: v for k, v in env.items() if k == "TF_CONFIG" or k in ENV_VARS},
+                                 ResolveOptions())
     except ClusterError:
-        found = None  # unreadable: the flags name the cluster; nothing to compare
+        return None  # unreadable: the flags name the cluster; nothing to compare
+
+
+def _check_agrees(mine: spec.ClusterConfig, what: str, found: Resolved | None) -> None:
+    """Another source in view must describe the same task and hosts."""
     if found is None:
         return
     theirs = found.cluster
@@ -105,12 +113,12 @@ def _check_agrees(explicit: spec.ClusterConfig, what: str, env: Mapping[str, str
         return (cluster.ps_hosts, cluster.worker_hosts, cluster.chief_hosts, _job(cluster.job_name),
                 cluster.task_index)
 
-    if key(theirs) != key(explicit):
+    if key(theirs) != key(mine):
         raise ClusterError(
-            f"{what} say this is {explicit.task_name} of ps={','.join(explicit.ps_hosts)} "
-            f"worker={','.join(explicit.worker_hosts)}, but {found.source} says {theirs.task_name} of "
+            f"{what} say this is {mine.task_name} of ps={','.join(mine.ps_hosts)} "
+            f"worker={','.join(mine.worker_hosts)}, but {found.source} says {theirs.task_name} of "
             f"ps={','.join(theirs.ps_hosts)} worker={','.join(theirs.worker_hosts)}: use one (unset "
-            f"{'TF_CONFIG' if 'TF_CONFIG' in found.source else 'those variables'}, or drop the flags)")
+            f"{'TF_CONFIG' if 'TF_CONFIG' in found.source else 'those variables'}, or drop {what})")
 
 
 # ---------------------------------------------------------------- JOB_NAME, TASK_INDEX, PS_HOSTS, WORKER_HOSTS

@@ -221,6 +221,13 @@ def test_job_name_task_index_ps_hosts_worker_hosts_in_the_environment():
         resolve(None, {**env, "TASK_INDEX": "5"})
 
 
+def test_tf_config_and_job_name_variables_that_disagree_are_refused_naming_both():
+    env = {**tfjob_env("worker", 1), "JOB_NAME": "ps", "TASK_INDEX": "0", "PS_HOSTS": "p:1", "WORKER_HOSTS": "w:1"}
+    with pytest.raises(ClusterError, match="JOB_NAME, TASK_INDEX, PS_HOSTS and WORKER_HOSTS say this is ps:0 .* but "
+                                           "TF_CONFIG says worker:1"):
+        resolve(None, env)
+
+
 def test_an_aws_batch_array_job_is_refused_rather_than_training_alone_on_every_child():
     with pytest.raises(ClusterError, match="AWS_BATCH_JOB_ARRAY_INDEX=3.*multi-node parallel job"):
         resolve(None, {"AWS_BATCH_JOB_ARRAY_INDEX": "3", "AWS_BATCH_JOB_ID": "j:3"})
