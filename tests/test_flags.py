@@ -103,7 +103,8 @@ def test_stray_positional_argument_the_bool_false_trap():
 
 
 def test_job_name_without_hosts_and_hosts_without_job_name():
-    assert "--worker_hosts is empty" in usage_error("--ps_hosts=h:1", "--job_name=worker", "--task_index=0", "--model_dir=/x")
+    assert "--worker_hosts is empty" in usage_error("--ps_hosts=h:1", "--job_name=worker", "--task_index=0",
+                                                    "--model_dir=/x")
     assert "--job_name is not set" in usage_error(*CLUSTER)
 
 
@@ -150,7 +151,8 @@ def test_flagfile_holds_a_whole_command_line(tmp_path):
 def test_a_separate_chief_task_and_the_master_alias():
     hosts = ["--ps_hosts=p:1", "--chief_hosts=c:1", "--worker_hosts=w0:1,w1:1", "--model_dir=/tmp/unused"]
     chief = read_flags(*hosts, "--job_name=master", "--task_index=0").cluster
-    assert (chief.job_name, chief.is_chief, chief.num_workers, chief.worker_device()) == ("chief", True, 3, "/job:chief/task:0")
+    assert (chief.job_name, chief.is_chief, chief.num_workers, chief.worker_device()) == (
+        "chief", True, 3, "/job:chief/task:0")
     worker = read_flags(*hosts, "--job_name=worker", "--task_index=0").cluster
     assert not worker.is_chief and worker.replica_index == 1
     assert "--chief_hosts lists 2 hosts" in usage_error("--ps_hosts=p:1", "--chief_hosts=c:1,d:1",

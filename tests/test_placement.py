@@ -20,7 +20,8 @@ def cluster(num_ps, task=1, num_gpus=None):
 
 
 def training_graph(num_ps, model_cfg=model.ModelConfig(), sync=False, wire_dtype="float32", task=1, num_gpus=None):
-    cfg = RunConfig(cluster(num_ps, task, num_gpus), TrainConfig(sync_replicas=sync, replicas_to_aggregate=2, wire_dtype=wire_dtype),
+    cfg = RunConfig(cluster(num_ps, task, num_gpus),
+                    TrainConfig(sync_replicas=sync, replicas_to_aggregate=2, wire_dtype=wire_dtype),
                     model_cfg, inputs.DataConfig(synthetic_examples=100))
     graph = tf.Graph()
     with graph.as_default():

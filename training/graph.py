@@ -121,9 +121,9 @@ def make_train_op(loss, optimizer, global_step, cluster, train, stop_requested=N
         # num_tokens=0: no worker, the chief included, starts step k+1 before step k's update is
         # applied; and the hook keeps every worker to one gradient per round, so the chief cannot
         # fill a round with its own gradients when a peer is down.
-        hooks.append(training_hooks.SyncReplicasHook(optimizer, cluster.is_chief, num_tokens=0, train_op=train_op,
-                                                     num_workers=cluster.num_workers, replica_index=cluster.replica_index,
-                                                     stop_requested=stop_requested))
+        hooks.append(training_hooks.SyncReplicasHook(
+            optimizer, cluster.is_chief, num_tokens=0, train_op=train_op, num_workers=cluster.num_workers,
+            replica_index=cluster.replica_index, stop_requested=stop_requested))
         chief_only_hooks.append(training_hooks.CloseQueueAtEndHook(
             optimizer._sync_token_queue, train.train_steps))  # pylint: disable=protected-access
     hooks.append(v1.train.StopAtStepHook(last_step=train.train_steps))
