@@ -74,7 +74,8 @@ def _from_environment(env: Mapping[str, str], options: ResolveOptions) -> Resolv
             _check_agrees(from_env_vars(env), "JOB_NAME, TASK_INDEX, PS_HOSTS and WORKER_HOSTS",
                           Resolved(found, source))
         return Resolved(found, source)
-    if any(name in env for name in ENV_VARS):
+    # The host lists say a cluster is meant; JOB_NAME alone says nothing (Jenkins sets it for every build).
+    if "PS_HOSTS" in env or "WORKER_HOSTS" in env:
         return Resolved(from_env_vars(env), "JOB_NAME, TASK_INDEX, PS_HOSTS and WORKER_HOSTS")
     if "SM_HOSTS" in env and "SM_CURRENT_HOST" in env:
         return Resolved(from_sagemaker(env), "SageMaker (SM_HOSTS)")

@@ -219,6 +219,7 @@ def test_job_name_task_index_ps_hosts_worker_hosts_in_the_environment():
     assert resolve(None, {"PS_HOSTS": "p:1", "WORKER_HOSTS": "w0:1"}, role=("ps", 0)).cluster.job_name == "ps"
     with pytest.raises(ClusterError, match="TASK_INDEX=5 is not a task of WORKER_HOSTS"):
         resolve(None, {**env, "TASK_INDEX": "5"})
+    assert resolve(None, {"JOB_NAME": "nightly-build"}).cluster.job_name is None  # a CI's job name is no cluster
 
 
 def test_tf_config_and_job_name_variables_that_disagree_are_refused_naming_both():
