@@ -79,9 +79,10 @@ def _from_environment(env: Mapping[str, str], options: ResolveOptions) -> Resolv
         return Resolved(from_env_vars(env), "JOB_NAME, TASK_INDEX, PS_HOSTS and WORKER_HOSTS")
     if "SM_HOSTS" in env and "SM_CURRENT_HOST" in env:
         return Resolved(from_sagemaker(env), "SageMaker (SM_HOSTS)")
-    if int(env.get("SLURM_STEP_NUM_TASKS", env.get("SLURM_NTASKS", "1")) or 1) > 1:
+    slurm_tasks = "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in env else "SLURM_NTASKS"
+    if _count(env, slurm_tasks) > 1:
         return Resolved(from_slurm(env, options), "Slurm")
-    if int(env.get("AWS_BATCH_JOB_NUM_NODES", "1") or 1) > 1:
+    if _count(env, "AWS_BATCH_JOB_NUM_NODES") > 1:
         return Resolved(from_aws_batch(env, options), "AWS Batch multi-node")
     if "AWS_BATCH_JOB_ARRAY_INDEX" in env:
         raise ClusterError(
@@ -89,6 +90,16 @@ def _from_environment(env: Mapping[str, str], options: ResolveOptions) -> Resolv
             "separate jobs that never form a cluster, so each would train alone; run a multi-node parallel job "
             "(or give --ps_hosts, --worker_hosts, --job_name and --task_index)")
     return None
+
+
+def _count(env: Mapping[str, str], name: str) -> int:
+    """A count the platform sets (1 when unset or empty), or ClusterError naming the variable."""
+    value = env.get(name, "").strip()
+    if not value:
+        return 1
+    if not value.isdigit():
+        raise ClusterError(f"{name}={value!r} is not a number")
+    return int(value)
 
 
 def _job(name: str | None) -> str | None:
@@ -265,7 +276,7 @@ def from_slurm(env: Mapping[str, str], options: ResolveOptions) -> spec.ClusterC
     if len(counts) != len(nodes):
         raise ClusterError(f"Slurm: {len(nodes)} nodes but tasks per node for {len(counts)}")
     tasks = [(node, local) for node, count in zip(nodes, counts) for local in range(count)]
-    rank = int(need("SLURM_PROCID"))
+    rank = _count({"SLURM_PROCID": need("SLURM_PROCID")}, "SLURM_PROCID")
     if not 0 <= rank < len(tasks):
         raise ClusterError(f"Slurm: SLURM_PROCID={rank} is outside the {len(tasks)} tasks of the step")
     node, local = tasks[rank]
@@ -274,7 +285,7 @@ def from_slurm(env: Mapping[str, str], options: ResolveOptions) -> spec.ClusterC
         raise ClusterError(
             f"Slurm: rank {rank} should run on {node} under block distribution but runs on {actual}; "
             "start the step with srun --distribution=block")
-    if "SLURM_LOCALID" in env and int(env["SLURM_LOCALID"]) != local:
+    if env.get("SLURM_LOCALID") and _count(env, "SLURM_LOCALID") != local:
         raise ClusterError(f"Slurm: rank {rank} has SLURM_LOCALID={env['SLURM_LOCALID']}, "
                            f"expected {local} under block distribution")
     addresses = tuple(f"{n}:{options.port + i}" for n, i in tasks)

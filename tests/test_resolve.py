@@ -229,6 +229,15 @@ def test_tf_config_and_job_name_variables_that_disagree_are_refused_naming_both(
         resolve(None, env)
 
 
+@pytest.mark.parametrize("env, message", [
+    ({"SLURM_NTASKS": "four"}, "SLURM_NTASKS='four' is not a number"),
+    ({"AWS_BATCH_JOB_NUM_NODES": "2x"}, "AWS_BATCH_JOB_NUM_NODES='2x' is not a number"),
+])
+def test_a_platform_count_that_is_no_number_is_named(env, message):
+    with pytest.raises(ClusterError, match=message):
+        resolve(None, env)
+
+
 def test_an_aws_batch_array_job_is_refused_rather_than_training_alone_on_every_child():
     with pytest.raises(ClusterError, match="AWS_BATCH_JOB_ARRAY_INDEX=3.*multi-node parallel job"):
         resolve(None, {"AWS_BATCH_JOB_ARRAY_INDEX": "3", "AWS_BATCH_JOB_ID": "j:3"})
