@@ -276,7 +276,8 @@ def from_slurm(env: Mapping[str, str], options: ResolveOptions) -> spec.ClusterC
     if len(counts) != len(nodes):
         raise ClusterError(f"Slurm: {len(nodes)} nodes but tasks per node for {len(counts)}")
     tasks = [(node, local) for node, count in zip(nodes, counts) for local in range(count)]
-    rank = _count({"SLURM_PROCID": need("SLURM_PROCID")}, "SLURM_PROCID")
+    need("SLURM_PROCID")
+    rank = _count(env, "SLURM_PROCID")
     if not 0 <= rank < len(tasks):
         raise ClusterError(f"Slurm: SLURM_PROCID={rank} is outside the {len(tasks)} tasks of the step")
     node, local = tasks[rank]

@@ -169,10 +169,11 @@ def read_cluster(f) -> spec.ClusterConfig | None:
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 
-def default_model_dir(cluster: spec.ClusterConfig) -> str:
+def default_model_dir(cluster: spec.ClusterConfig) -> str | None:
     """Where a task without --model_dir keeps the run: a new directory for one process; for a cluster
-    on this one host, a directory named from its addresses, the same for every task (a rerun of the
-    same cluster resumes from it). Across hosts no default can be shared: UsageError."""
+    on this one host, a directory named from its addresses, the same for every task, ps tasks included
+    (they read the workers' done marks there; a rerun of the same cluster resumes from it). Across
+    hosts no default can be shared: UsageError for a training task, None for a ps (as before)."""
     if cluster.job_name == spec.EVALUATOR:
         raise app.UsageError("--model_dir is required for the evaluator: the chief's --model_dir, where it finds "
                              "the checkpoints to evaluate.")
@@ -183,6 +184,8 @@ def default_model_dir(cluster: spec.ClusterConfig) -> str:
     hosts = (*cluster.ps_hosts, *cluster.chief_hosts, *cluster.worker_hosts)
     remote = sorted({host for host, _ in map(spec.split_host_port, hosts)
                      if host not in LOCAL_HOSTS and not host.startswith("127.")})
+    if remote and cluster.job_name == spec.PS:
+        return None
     if remote:
         raise app.UsageError(
             "--model_dir is required for a cluster across hosts (" + ", ".join(remote) + "): the "
@@ -232,9 +235,7 @@ def read_train(f, cluster: spec.ClusterConfig, env) -> TrainConfig:
     if f["save_checkpoint_steps"].present and f["save_checkpoint_secs"].present:
         raise app.UsageError(
             "--save_checkpoint_steps and --save_checkpoint_secs are both set: choose one.")
-    model_dir = f.model_dir
-    if cluster.job_name != spec.PS and not model_dir:
-        model_dir = default_model_dir(cluster)
+    model_dir = f.model_dir or default_model_dir(cluster)
     if model_dir and model_dir.startswith("s3://") and "SM_HOSTS" in env:
         # SageMaker's estimator passes an s3:// --model_dir by default, which TensorFlow 2.21
         # cannot write; SageMaker uploads SM_MODEL_DIR (the export) and, with checkpoint_s3_uri,

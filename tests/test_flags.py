@@ -112,6 +112,9 @@ def test_model_dir_defaults_only_where_every_task_can_share_it(tmp_path):
     chief = read_flags(*CLUSTER, "--job_name=worker", "--task_index=0").train.model_dir
     other = read_flags(*CLUSTER, "--job_name=worker", "--task_index=1").train.model_dir
     assert chief == other and "ps-trainer-" in chief
+    assert read_flags(*CLUSTER, "--job_name=ps", "--task_index=0").train.model_dir == chief  # done marks are there
+    assert read_flags("--ps_hosts=10.0.0.1:2222", "--worker_hosts=10.0.0.2:2222", "--job_name=ps",
+                      "--task_index=0").train.model_dir is None
     assert read_flags().train.model_dir != read_flags("--model_dir=/tmp/x").train.model_dir
     message = usage_error("--ps_hosts=10.0.0.1:2222", "--worker_hosts=10.0.0.2:2222", "--job_name=worker",
                           "--task_index=0")

@@ -223,7 +223,7 @@ class SyncReplicasHook(v1.train.SessionRunHook):
     numbered anew).
     """
 
-    def __init__(self, sync_optimizer, is_chief, num_tokens, train_op, num_workers, replica_index=0,
+    def __init__(self, sync_optimizer, is_chief, num_tokens, train_op, num_workers, replica_index,
                  stop_requested=None):
         self._optimizer = sync_optimizer
         self._is_chief = is_chief
