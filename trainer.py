@@ -51,7 +51,7 @@ with startup_notices_dropped(show_all=os.environ.get("TF_CPP_MIN_LOG_LEVEL") == 
     from flags import config as flag_config
     from flags import definitions  # noqa: F401  (defines every flag)
     from input import download
-    from training import evaluator, ps, worker
+    from training import evaluator, exit_codes, ps, worker
 
 
 def main(argv):
@@ -68,8 +68,8 @@ def main(argv):
             evaluator.run(cfg)
         except evaluator.EvaluationTimeout as err:
             logging.error("%s", err)
-            return 1
-        return 0
+            return exit_codes.FAILED
+        return exit_codes.OK
     if not cluster.is_distributed:
         return run_worker(cfg, server=None)
     if not FLAGS.skip_own_address_check:
@@ -89,9 +89,9 @@ def download_only(data_dir) -> int:
         fetched = download.download(data_dir)
     except download.DownloadError as err:
         logging.error("%s", err)
-        return 1
+        return exit_codes.FAILED
     logging.info("MNIST is in %s (%d file(s) downloaded); train with --data_dir=%s", data_dir, len(fetched), data_dir)
-    return 0
+    return exit_codes.OK
 
 
 def describe(cluster) -> str:
@@ -115,7 +115,7 @@ def run_worker(cfg, server):
         return worker.run(cfg, server)
     except worker.TrainingError as err:
         logging.error("%s", err)
-        return 1
+        return exit_codes.FAILED
 
 
 if __name__ == "__main__":

@@ -18,18 +18,9 @@ import model
 from cluster import guard, rendezvous, resolve, spec
 from input import storage
 from training import staleness
-from training.config import TrainConfig
+from training.config import RunConfig, TrainConfig
 
 SAGEMAKER_CHECKPOINTS = "/opt/ml/checkpoints"
-
-
-@dataclasses.dataclass(frozen=True)
-class RunConfig:
-    cluster: spec.ClusterConfig
-    train: TrainConfig
-    model: model.ModelConfig
-    data: inputs.DataConfig
-    cluster_source: str = "flags"
 
 
 def read(flag_values, argv, env=None) -> RunConfig:

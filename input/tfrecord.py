@@ -1,7 +1,7 @@
 """TFRecord files of tf.train.Example.
 
---data_dir holds train-*.tfrecord and eval-*.tfrecord (scripts/write_tfrecords.py and
-scripts/convert_to_tfrecord.py write them). An example holds either an 'image' (raw uint8 bytes,
+--data_dir holds train-*.tfrecord and eval-*.tfrecord (scripts/convert_to_tfrecord.py writes them from
+any dataset the trainer reads). An example holds either an 'image' (raw uint8 bytes,
 28x28x1) and a 'label' (int64), or, with --numeric_columns/--categorical_columns, those columns
 (float and bytes) and the --label_column.
 

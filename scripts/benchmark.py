@@ -28,8 +28,9 @@ import time
 
 from absl import app, flags
 
-from cluster import launch
-from cluster.local import TRAINER, LocalCluster
+from launch import terminal
+from launch.processes import TRAINER, LocalCluster
+from training import log_lines
 
 flags.DEFINE_list("models", ["mlp", "mlp10m", "cnn"], "Models to run.")
 flags.DEFINE_list("layouts", [], "Layouts to run, by name as printed (default: all); the single process always "
@@ -120,7 +121,7 @@ def run_once(model: str, layout: Layout, repetition: int, extra_args, run_dir: p
                                   stdout=log, stderr=subprocess.STDOUT, timeout=1800)
         end = time.time()
         text = log_path.read_text(errors="replace")
-        return Result(model, layout.name, repetition, launch.examples_per_sec(text, per_step, warmup),
+        return Result(model, layout.name, repetition, log_lines.examples_per_sec(text, per_step, warmup),
                       *_first_steps([text], start), _exit_secs([text], end), proc.returncode == 0)
     cluster = LocalCluster(directory, layout.num_ps, layout.num_workers, [f"--model_dir={directory / 'model'}", *args])
     with cluster:
@@ -129,7 +130,7 @@ def run_once(model: str, layout: Layout, repetition: int, extra_args, run_dir: p
         codes = cluster.wait(timeout=1800)
         end = time.time()
     logs = [cluster.log("worker", i) for i in range(layout.num_workers)]
-    return Result(model, layout.name, repetition, launch.examples_per_sec(logs[0], per_step, warmup),
+    return Result(model, layout.name, repetition, log_lines.examples_per_sec(logs[0], per_step, warmup),
                   *_first_steps(logs, start), _exit_secs(logs, end), set(codes.values()) == {0})
 
 
@@ -156,20 +157,20 @@ def _first_steps(logs, start):
     """(launch to every worker's first step, the chief's first step to every worker's); chief first."""
     times = []
     for log in logs:
-        lines = [l for l in log.splitlines() if " first step done at global step " in l]
-        if not lines:
+        first = log_lines.first_steps(log)
+        if not first:
             return None, None
-        times.append(launch.log_time(lines[0]).timestamp() - start)  # log lines carry wall-clock times
+        times.append(first[0].time.timestamp() - start)  # log lines carry wall-clock times
     return max(times), max(times) - times[0]
 
 
 def _exit_secs(logs, end):
     last = []
     for log in logs:
-        lines = [l for l in log.splitlines() if launch.PROGRESS.search(l)]
+        lines = log_lines.task_lines(log)
         if not lines:
             return None
-        last.append(launch.log_time(lines[-1]).timestamp())
+        last.append(lines[-1].time.timestamp())
     return end - max(last)
 
 
@@ -254,7 +255,7 @@ def main(argv):
     if FLAGS.summarize:
         resummarize(pathlib.Path(FLAGS.summarize))
         return
-    launch.interrupt_on_signals()
+    terminal.interrupt_on_signals()
     out = pathlib.Path(FLAGS.output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     layouts = [l for l in LAYOUTS if not FLAGS.layouts or l.name in FLAGS.layouts or l.single]

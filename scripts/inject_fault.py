@@ -19,8 +19,8 @@ import random
 
 from absl import app, flags
 
-from cluster import chaos, faults, launch
-from cluster.local import LocalCluster
+from launch import chaos, faults, terminal
+from launch.processes import LocalCluster
 
 flags.DEFINE_string("kill", "worker:1", "Task to kill: job:index (worker:1, ps:0), 'chief', or 'random'.")
 flags.DEFINE_string("at_step", "random", "Global step at which to kill it, or 'random' (10%..60% of "
@@ -38,7 +38,7 @@ flags.DEFINE_list("chaos_interval_secs", ["6", "20"], "Chaos mode: MIN,MAX secon
 flags.DEFINE_list("chaos_restart_delay_secs", ["0.5", "3"], "Chaos mode: MIN,MAX seconds before a restart.")
 flags.DEFINE_integer("save_checkpoint_steps", 100, "Checkpoint interval of the run.", lower_bound=1)
 flags.DEFINE_string("report_json", None, "Also write the report to this file as JSON.")
-launch.define_flags("runs/fault-<timestamp>", timeout_secs=900, ps_exit_secs=30)
+terminal.define_flags("runs/fault-<timestamp>", timeout_secs=900, ps_exit_secs=30)
 FLAGS = flags.FLAGS
 KEEP_CHECKPOINT_MAX = 3
 
@@ -67,8 +67,8 @@ def seconds_range(flag: str) -> tuple[float, float]:
 
 
 def main(argv):
-    launch.interrupt_on_signals()
-    run_dir = launch.run_dir("fault-")
+    terminal.interrupt_on_signals()
+    run_dir = terminal.run_dir("fault-")
     try:
         return run(argv[1:], run_dir)
     except faults.FaultError as err:

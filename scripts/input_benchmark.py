@@ -182,14 +182,14 @@ def peak_rss_mib(fmt: str, data_dir: pathlib.Path, cache: str | None = None) -> 
 # ---------------------------------------------------------------- training
 
 def training_rate(data_args: list[str], model_dir: pathlib.Path) -> float:
-    from cluster import launch
+    from training import log_lines
     batch = 128
     args = [sys.executable, str(ROOT / "trainer.py"), f"--model_dir={model_dir}", "--model=mlp",
             f"--batch_size={batch}", f"--train_steps={FLAGS.train_steps}", "--log_every_n_steps=50",
             "--save_checkpoint_secs=100000", "--save_summaries_steps=100000", "--export_saved_model=false",
             "--not_learning=off", *data_args]
     log = subprocess.run(args, capture_output=True, text=True, timeout=1800, check=True).stderr
-    rate = launch.examples_per_sec(log, batch, WARMUP_STEPS)
+    rate = log_lines.examples_per_sec(log, batch, WARMUP_STEPS)
     if rate is None:
         raise RuntimeError(f"no progress past step {WARMUP_STEPS} in the log of {' '.join(args)}")
     return rate

@@ -12,22 +12,22 @@ failed. On Ctrl-C, SIGTERM or any failure it stops every process it started, by 
 
 from absl import app, flags
 
-from cluster import launch
-from cluster.local import LocalCluster
+from launch import terminal
+from launch.processes import LocalCluster
 
 flags.DEFINE_integer("num_ps", 1, "Number of ps tasks.", lower_bound=1)
 flags.DEFINE_integer("num_workers", 2, "Number of worker tasks.", lower_bound=1)
-launch.define_flags("runs/<timestamp> (model_dir goes there too)", timeout_secs=1800, ps_exit_secs=30)
+terminal.define_flags("runs/<timestamp> (model_dir goes there too)", timeout_secs=1800, ps_exit_secs=30)
 FLAGS = flags.FLAGS
 
 
 def main(argv):
     trainer_args = argv[1:]
-    run_dir = launch.run_dir()
+    run_dir = terminal.run_dir()
     if not any(a.startswith("--model_dir") for a in trainer_args):
         trainer_args.append(f"--model_dir={run_dir / 'model'}")
     cluster = LocalCluster(run_dir, FLAGS.num_ps, FLAGS.num_workers, trainer_args)
-    code = launch.launch(cluster, FLAGS.timeout_secs, FLAGS.ps_exit_secs)
+    code = terminal.launch(cluster, FLAGS.timeout_secs, FLAGS.ps_exit_secs)
     if code == 0:
         print(f"checkpoints and summaries in {run_dir / 'model'}")
     return code

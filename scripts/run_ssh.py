@@ -21,14 +21,15 @@ import shlex
 
 from absl import app, flags
 
-from cluster import launch, spec
-from cluster.local import ProcessCluster, read_hosts_file
+from cluster import spec
+from launch import terminal
+from launch.ssh import SshCluster, read_hosts_file
 
 flags.DEFINE_string("hosts_file", None, "The cluster: lines of 'ps|worker host:port'.", required=True)
 flags.DEFINE_string("remote_dir", None, "Directory of ps-trainer on every host.", required=True)
 flags.DEFINE_string("python", ".venv/bin/python", "Python on the hosts, relative to --remote_dir or absolute.")
 flags.DEFINE_string("ssh", "ssh -o BatchMode=yes -o ConnectTimeout=10", "The ssh command.")
-launch.define_flags("runs/ssh-<timestamp>", timeout_secs=86400, ps_exit_secs=60)
+terminal.define_flags("runs/ssh-<timestamp>", timeout_secs=86400, ps_exit_secs=60)
 FLAGS = flags.FLAGS
 
 
@@ -40,9 +41,9 @@ def main(argv):
         jobs = read_hosts_file(path.read_text(), str(path))
     except ValueError as err:
         raise app.UsageError(str(err)) from None
-    cluster = ProcessCluster(launch.run_dir("ssh-"), jobs[spec.PS], jobs[spec.WORKER], argv[1:], ssh=shlex.split(FLAGS.ssh),
-                             remote_dir=FLAGS.remote_dir, python=FLAGS.python)
-    return launch.launch(cluster, FLAGS.timeout_secs, FLAGS.ps_exit_secs)
+    cluster = SshCluster(terminal.run_dir("ssh-"), jobs[spec.PS], jobs[spec.WORKER], argv[1:],
+                         ssh=shlex.split(FLAGS.ssh), remote_dir=FLAGS.remote_dir, python=FLAGS.python)
+    return terminal.launch(cluster, FLAGS.timeout_secs, FLAGS.ps_exit_secs)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,9 @@ import time
 
 from absl import app, flags
 
-from cluster import launch
-from cluster.local import TRAINER, LocalCluster
+from launch import terminal
+from launch.processes import TRAINER, LocalCluster
+from training import log_lines
 
 flags.DEFINE_list("models", ["mlp", "cnn"], "Models to run.")
 flags.DEFINE_list("workers", ["1", "2", "4", "8"], "Worker counts.")
@@ -54,7 +55,7 @@ def run_one(run_dir: pathlib.Path, model: str, workers: int | None, sync: bool, 
             codes = cluster.wait("worker", timeout=FLAGS.timeout_secs)
             codes.update(cluster.wait("ps", timeout=60))
             chief_log = cluster.log("worker", 0)
-    result = launch.finished_values(chief_log)
+    result = log_lines.finished_values(chief_log)
     return {"model": model, "workers": workers or 0, "mode": "sync" if sync else "async", "global_steps": steps,
             "seconds": round(time.monotonic() - start, 1), "all_exit_0": all(c == 0 for c in codes.values()),
             "heldout_accuracy": float(result.get("heldout_accuracy", "nan")),
@@ -62,8 +63,8 @@ def run_one(run_dir: pathlib.Path, model: str, workers: int | None, sync: bool, 
 
 
 def main(argv):
-    launch.interrupt_on_signals()
-    output = pathlib.Path(FLAGS.output_dir or launch.run_dir("scaling-")).resolve()
+    terminal.interrupt_on_signals()
+    output = pathlib.Path(FLAGS.output_dir or terminal.run_dir("scaling-")).resolve()
     extra_args = argv[1:]
     layouts = [(model, None, False) for model in FLAGS.models]
     layouts += [(model, int(n), mode == "sync") for model in FLAGS.models for mode in FLAGS.modes

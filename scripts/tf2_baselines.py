@@ -20,8 +20,8 @@ import tensorflow as tf
 from absl import app, flags
 
 import input as inputs
-from cluster import launch
-from cluster.local import LOOPBACK, free_ports
+from launch import terminal
+from launch.processes import LOOPBACK, free_ports
 
 flags.DEFINE_enum("strategy", "ps", ["ps", "mwms"], "ParameterServerStrategy or MultiWorkerMirroredStrategy.")
 flags.DEFINE_integer("num_workers", 2, "Workers.", lower_bound=1)
@@ -161,7 +161,7 @@ def main(argv):
         rate = run_mwms()
         print(f"examples/sec {rate:.0f}", flush=True)
         return 0
-    launch.interrupt_on_signals()
+    terminal.interrupt_on_signals()
     ports = free_ports(FLAGS.num_workers + 2)
     addresses = [f"{LOOPBACK}:{p}" for p in ports]
     procs = []

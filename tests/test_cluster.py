@@ -1,8 +1,10 @@
-"""Cluster spec, device filters and free ports: pure, no server."""
+"""Cluster spec and device filters: pure, no server."""
 
 import pytest
 
-from cluster import local, spec
+from cluster import spec
+
+pytestmark = pytest.mark.pure
 
 CLUSTER = spec.ClusterConfig(("h0:1", "h1:1"), ("w0:1", "w1:1", "w2:1"), "worker", 2)
 
@@ -31,19 +33,3 @@ def test_chief_is_worker_zero():
                                              ("ps-0.ns.svc:2222", ("ps-0.ns.svc", 2222))])
 def test_split_host_port(address, parsed):
     assert spec.split_host_port(address) == parsed
-
-
-def test_free_ports_are_distinct():
-    ports = local.free_ports(8)
-    assert len(set(ports)) == 8 and all(1024 <= p <= 65535 for p in ports)
-
-
-def test_log_times_across_new_year_keep_their_order():
-    import datetime
-
-    from cluster import launch
-    now = datetime.datetime(2027, 1, 1, 0, 0, 30)
-    before = launch.log_time("I1231 23:59:50.000000 1 hooks.py:125] worker:0 step 10/20", now)
-    after = launch.log_time("I0101 00:00:10.500000 1 hooks.py:125] worker:0 step 20/20", now)
-    assert before.year == 2026 and after.year == 2027
-    assert (after - before).total_seconds() == 20.5

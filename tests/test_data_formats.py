@@ -2,31 +2,14 @@
 TFRecord in test_e2e.py; CSV converted to TFRecord reads back the same rows. Shards are checked
 disjoint in test_input.py."""
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
 from input import idx
-from tests.conftest import describe, finished
+from tests.support import describe, finished, run_script, write_click_csvs
 
 pytestmark = pytest.mark.e2e
 COLUMNS = ["--label_column=clicked", "--numeric_columns=price,hour", "--categorical_columns=user,city"]
-
-
-def write_click_csvs(data_dir, rows=3000, files=2):
-    rng = np.random.RandomState(0)
-    data_dir.mkdir(parents=True)
-    for split, count in (("train", rows), ("eval", rows // 5)):
-        for f in range(files):
-            lines = ["user,city,price,hour,clicked,comment"]
-            for _ in range(count // files):
-                user, city = rng.randint(300), rng.randint(20)
-                price, hour = rng.uniform(1, 100), rng.randint(24)
-                clicked = int(rng.rand() < (0.9 if city < 10 else 0.1))  # learnable from the city
-                lines.append(f"u{user},c{city},{price:.2f},{hour},{clicked},free text")
-            (data_dir / f"{split}-{f}.csv").write_text("\n".join(lines) + "\n")
 
 
 def run_cluster(make_cluster, *args):
@@ -69,10 +52,8 @@ def test_mnist_replicas_own_command_line_trains_on_idx_files(make_cluster, tmp_p
 def test_csv_converted_to_tfrecord_reads_back_the_same_rows(tmp_path):
     import input as inputs
     write_click_csvs(tmp_path / "csv", rows=200)
-    result = subprocess.run(
-        [sys.executable, "scripts/convert_to_tfrecord.py", "--dataset=csv", f"--data_dir={tmp_path / 'csv'}",
-         f"--output_dir={tmp_path / 'tfr'}", "--num_files=2", *COLUMNS],
-        capture_output=True, text=True, timeout=120)
+    result = run_script("convert_to_tfrecord.py", "--dataset=csv", f"--data_dir={tmp_path / 'csv'}",
+                        f"--output_dir={tmp_path / 'tfr'}", "--num_files=2", *COLUMNS, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "train: wrote 2 files" in result.stdout and "eval: wrote 2 files" in result.stdout
     columns = dict(label_column="clicked", numeric_columns=("price", "hour"), categorical_columns=("user", "city"))

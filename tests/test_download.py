@@ -9,6 +9,8 @@ import pytest
 
 from input import download
 
+pytestmark = pytest.mark.pure
+
 FILES = {"train-images-idx3-ubyte.gz": bytes(range(256)) * 40, "train-labels-idx1-ubyte.gz": b"labels" * 100,
          "t10k-images-idx3-ubyte.gz": b"images" * 50, "t10k-labels-idx1-ubyte.gz": b"t10k"}
 MD5 = {name: hashlib.md5(data).hexdigest() for name, data in FILES.items()}

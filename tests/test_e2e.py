@@ -2,7 +2,6 @@
 
 import contextlib
 import os
-import pathlib
 import re
 import signal
 import socket
@@ -13,11 +12,21 @@ import time
 import pytest
 import tensorflow as tf
 
-from tests.conftest import describe, finished, log_lines, log_time, read_flags, run_launcher, wait_recording_exits
-from training import evaluator
+from launch.processes import free_ports
+from tests.support import (
+    SCRIPTS,
+    describe,
+    finished,
+    lines_with,
+    read_flags,
+    run_launcher,
+    run_trainer,
+    wait_recording_exits,
+    write_embedded_as_tfrecord,
+)
+from training import evaluator, log_lines
 
 pytestmark = pytest.mark.e2e
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 TIMEOUT = 240  # seconds for a whole small cluster run on 2 busy cores
 LN10 = 2.3026  # cross-entropy of a uniform guess over 10 classes
 
@@ -31,7 +40,7 @@ def held_out(cluster, checkpoint_name):
 
 
 def first_step_time(log):
-    return log_time(log_lines(log, " first step done at global step ")[0])
+    return log_lines.first_steps(log)[0].time
 
 
 def test_async_cluster_trains_to_the_end_and_everything_exits(make_cluster):
@@ -71,7 +80,7 @@ def test_sync_cluster_shares_steps_fairly_and_exits_promptly(make_cluster):
     contributed = [int(r["local_steps"]) for r in results]
     for steps in contributed:
         assert 0.4 <= steps / sum(contributed) <= 0.6, contributed
-    last_step = max(log_time(log_lines(log, " step 200/200 ")[-1]) for log in logs)
+    last_step = max([s.time for s in log_lines.steps(log) if s.step == 200][-1] for log in logs)
     latest_exit = max(when for _, when in exits.values())
     assert (latest_exit - last_step).total_seconds() < 30
     assert tf.train.load_checkpoint(str(cluster.model_dir)).get_tensor("global_step") == 200
@@ -83,7 +92,7 @@ def test_two_ps_split_the_variables_and_both_exit(make_cluster):
     cluster.start_all()
     exits = wait_recording_exits(cluster, TIMEOUT)
     assert all(code == 0 for code, _ in exits.values()), describe(cluster)
-    placed = log_lines(cluster.log("worker", 0), "variables placed:")[0]
+    placed = lines_with(cluster.log("worker", 0), "variables placed:")[0]
     sizes = dict(re.findall(r"(/job:ps/task:\d) ([\d.]+) MiB", placed))
     assert set(sizes) == {"/job:ps/task:0", "/job:ps/task:1"}
     assert all(float(size) > 0.1 for size in sizes.values()), placed
@@ -102,7 +111,7 @@ def test_a_rerun_with_more_steps_resumes_from_the_checkpoint(make_cluster):
                           trainer_args=[f"--model_dir={first.model_dir}", "--train_steps=300"])
     second.start_all()
     assert all(code == 0 for code, _ in wait_recording_exits(second, TIMEOUT).values()), describe(second)
-    resumed_at = int(re.search(r"first step done at global step (\d+)", second.log("worker", 0)).group(1))
+    resumed_at = log_lines.first_steps(second.log("worker", 0))[0].step
     assert resumed_at == 201  # the first step after the restored step 200, never back to 0
     assert int(finished(second.log("worker", 0))["local_steps"]) == 100
     assert tf.train.load_checkpoint(str(first.model_dir)).get_tensor("global_step") == 300
@@ -132,11 +141,6 @@ def test_a_ps_stopped_by_sigterm_exits_cleanly(make_cluster):
     cluster.kill("ps", 0, signal.SIGTERM)
     assert cluster.wait("ps", timeout=20) == {("ps", 0): 143}
     assert "SIGTERM received" in cluster.log("ps", 0) and "Traceback" not in cluster.log("ps", 0)
-
-
-def run_trainer(*args, timeout=120):
-    return subprocess.run([sys.executable, str(ROOT / "trainer.py"), *args], capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
 def test_a_bad_flag_exits_non_zero_with_its_message():
@@ -182,19 +186,8 @@ def test_a_nan_loss_stops_training_naming_the_step(tmp_path):
     assert tf.reduce_all(tf.math.is_finite(reader.get_tensor("mlp/hidden0/kernel")))
 
 
-def write_data_with_a_bad_label(data_dir):
-    """The embedded dataset as TFRecord, one file, with record 7 given label 12."""
-    import input as inputs
-    from input import synthetic, tfrecord
-    cfg = inputs.DataConfig(synthetic_examples=400)
-    records = [({"image": f["image"].numpy()}, label.numpy())
-               for f, label in synthetic.records(cfg, "train", inputs.Shard(0, 1))]
-    records[7] = (records[7][0], 12)
-    return tfrecord.write(records, synthetic.spec(cfg), str(data_dir), "train", num_files=1)[0]
-
-
 def test_a_bad_record_stops_training_naming_its_file_and_index(tmp_path):
-    path = write_data_with_a_bad_label(tmp_path / "data")
+    path = write_embedded_as_tfrecord(tmp_path / "data", bad_label_at=7)[0]
     result = run_trainer(f"--model_dir={tmp_path / 'model'}", "--dataset=tfrecord",
                          f"--data_dir={tmp_path / 'data'}", "--train_steps=20")
     assert result.returncode == 1
@@ -205,7 +198,7 @@ def test_a_bad_record_stops_training_naming_its_file_and_index(tmp_path):
 
 
 def test_skip_bad_records_trains_on_the_rest_and_logs_the_skip(make_cluster, tmp_path):
-    path = write_data_with_a_bad_label(tmp_path / "data")
+    path = write_embedded_as_tfrecord(tmp_path / "data", bad_label_at=7)[0]
     cluster = make_cluster(num_ps=1, num_workers=2, trainer_args=[
         "--dataset=tfrecord", f"--data_dir={tmp_path / 'data'}", "--skip_bad_records", "--train_steps=60"])
     cluster.start_all()
@@ -217,14 +210,12 @@ def test_skip_bad_records_trains_on_the_rest_and_logs_the_skip(make_cluster, tmp
 
 
 def test_per_host_scripts_run_a_cluster(tmp_path):
-    from cluster.local import free_ports
-
     ps_port, worker_port = free_ports(2)
     env = {**os.environ, "PYTHON": sys.executable, "LOG_DIR": str(tmp_path / "logs"),
            "PS_HOSTS": f"127.0.0.1:{ps_port}", "WORKER_HOSTS": f"127.0.0.1:{worker_port}",
            "MODEL_DIR": str(tmp_path / "model")}
     fast = ["--train_steps=100", "--synthetic_examples=2000"]
-    procs = [subprocess.Popen([str(ROOT / "scripts" / script), "--task_index=0", *fast], env=env,
+    procs = [subprocess.Popen([str(SCRIPTS / script), "--task_index=0", *fast], env=env,
                               stdout=subprocess.PIPE, text=True, start_new_session=True)
              for script in ("run_ps.sh", "run_worker.sh")]
     try:
@@ -243,7 +234,7 @@ def test_per_host_scripts_run_a_cluster(tmp_path):
 
 def test_the_local_launcher_runs_and_summarizes(tmp_path):
     result = run_launcher(
-        [sys.executable, str(ROOT / "scripts" / "run_local.py"), f"--run_dir={tmp_path}", "--",
+        [sys.executable, str(SCRIPTS / "run_local.py"), f"--run_dir={tmp_path}", "--",
          "--train_steps=150", "--log_every_n_steps=50", "--synthetic_examples=2000"], timeout=TIMEOUT)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     # The figure a newcomer reads first is the held-out one, labelled as such.
@@ -256,7 +247,7 @@ def test_the_local_launcher_runs_and_summarizes(tmp_path):
 
 def test_the_local_launcher_stops_everything_on_ctrl_c(tmp_path):
     launcher = subprocess.Popen(
-        [sys.executable, str(ROOT / "scripts" / "run_local.py"), f"--run_dir={tmp_path}", "--",
+        [sys.executable, str(SCRIPTS / "run_local.py"), f"--run_dir={tmp_path}", "--",
          "--train_steps=100000", "--synthetic_examples=2000"],
         stdout=subprocess.PIPE, text=True, start_new_session=True,
         # As from a shell's background job: SIGINT arrives ignored, and Ctrl-C must still work.
@@ -328,6 +319,6 @@ def test_sigterm_to_the_chief_saves_a_checkpoint_and_a_restart_resumes_from_it(m
 
     cluster.start("worker", 0, ["--train_steps=" + str(step + 50)])
     assert cluster.wait("worker", timeout=TIMEOUT) == {("worker", 0): 0}, describe(cluster)
-    resumed_at = re.findall(r"first step done at global step (\d+)", cluster.log("worker", 0))[-1]
+    resumed_at = log_lines.first_steps(cluster.log("worker", 0))[-1].step
     assert int(resumed_at) == step + 1
     assert cluster.wait("ps", timeout=60) == {("ps", 0): 0}

@@ -1,19 +1,18 @@
 """What the project ships for each engine: the SSH launcher (end to end, with a local stand-in for
 ssh), its hosts file, and the Slurm batch script."""
 
-import pathlib
 import re
 import subprocess
 import sys
 
 import pytest
 
-from cluster.local import free_ports, read_hosts_file
-from tests.conftest import run_launcher
+from launch.processes import free_ports
+from launch.ssh import read_hosts_file
+from tests.support import ROOT, SCRIPTS, run_launcher
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 
-
+@pytest.mark.pure
 def test_hosts_file_lists_tasks_in_order():
     jobs = read_hosts_file("# cluster\nps 10.0.0.1:2222\nworker 10.0.0.2:2222  # chief\n"
                                    "worker 10.0.0.3:2222\n")
@@ -25,6 +24,7 @@ def test_hosts_file_lists_tasks_in_order():
     ("ps 10.0.0.1\nworker 10.0.0.2:2222\n", "cluster.txt:1: '10.0.0.1' is not host:port"),
     ("ps 10.0.0.1:2222\n", "needs at least one ps line and one worker line"),
 ])
+@pytest.mark.pure
 def test_bad_hosts_file_names_the_line(text, message):
     with pytest.raises(ValueError, match=message):
         read_hosts_file(text, "cluster.txt")
@@ -36,7 +36,7 @@ def test_ssh_launcher_runs_the_cluster_and_collects_logs_here(tmp_path):
     hosts = tmp_path / "cluster.txt"
     hosts.write_text(f"ps 127.0.0.1:{ps}\nworker 127.0.0.1:{w0}\nworker 127.0.0.1:{w1}\n")
     result = run_launcher(
-        [sys.executable, str(ROOT / "scripts" / "run_ssh.py"), f"--hosts_file={hosts}",
+        [sys.executable, str(SCRIPTS / "run_ssh.py"), f"--hosts_file={hosts}",
          f"--remote_dir={ROOT}", f"--python={sys.executable}", f"--ssh={ROOT / 'tests' / 'fake_ssh.sh'}",
          f"--run_dir={tmp_path / 'logs'}", "--", f"--model_dir={tmp_path / 'model'}", "--train_steps=100",
          "--synthetic_examples=2000"], timeout=240)
@@ -47,8 +47,9 @@ def test_ssh_launcher_runs_the_cluster_and_collects_logs_here(tmp_path):
     assert "every training replica finished" in (tmp_path / "logs" / "ps-0.log").read_text()
 
 
+@pytest.mark.e2e
 def test_slurm_script_starts_every_task_in_one_block_distributed_step():
-    script = (ROOT / "scripts" / "slurm" / "train.sbatch").read_text()
+    script = (SCRIPTS / "slurm" / "train.sbatch").read_text()
     srun = [line for line in script.splitlines() if line.startswith("srun")]
     assert srun and "--distribution=block" in srun[0] and "--kill-on-bad-exit=1" in srun[0]
-    assert subprocess.run(["bash", "-n", str(ROOT / "scripts" / "slurm" / "train.sbatch")]).returncode == 0
+    assert subprocess.run(["bash", "-n", str(SCRIPTS / "slurm" / "train.sbatch")]).returncode == 0

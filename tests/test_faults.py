@@ -3,7 +3,6 @@ checkpoint saves, peers that are not up yet. Each run goes through scripts/injec
 user would run it, and checks its report."""
 
 import json
-import pathlib
 import re
 import signal
 import sys
@@ -12,12 +11,11 @@ import time
 import pytest
 import tensorflow as tf
 
-from cluster import faults, peers, shutdown
-from tests.conftest import describe, finished, run_launcher
-from training import checkpoints, watchdog
+from cluster import peers, shutdown
+from launch import faults
+from tests.support import SCRIPTS, describe, finished, run_launcher
+from training import checkpoints, exit_codes, watchdog
 
-pytestmark = pytest.mark.e2e
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 TRAIN_STEPS = 300
 LN10 = 2.3026
 
@@ -28,7 +26,7 @@ def inject(tmp_path, *args, trainer_args=(), timeout_secs=240):
     report_path = tmp_path / "report.json"
     chaos_secs = sum(float(arg.split("=", 1)[1]) for arg in args if arg.startswith("--chaos_secs="))
     result = run_launcher(
-        [sys.executable, str(ROOT / "scripts" / "inject_fault.py"), f"--run_dir={tmp_path / 'run'}",
+        [sys.executable, str(SCRIPTS / "inject_fault.py"), f"--run_dir={tmp_path / 'run'}",
          f"--report_json={report_path}", f"--train_steps={TRAIN_STEPS}", f"--timeout_secs={timeout_secs}", *args,
          "--", "--synthetic_examples=8000", *trainer_args],
         timeout=chaos_secs + timeout_secs + 40)
@@ -47,6 +45,7 @@ def check_recovered(report, workers=2):
     assert report["loss_after"] < 0.8 * LN10
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
 def test_a_killed_worker_restarts_and_rejoins(tmp_path, sync):
     report = inject(tmp_path, "--kill=worker:1", "--at_step=100",
@@ -58,6 +57,7 @@ def test_a_killed_worker_restarts_and_rejoins(tmp_path, sync):
                          "from all 2 workers", chief_log)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
 def test_a_killed_chief_restarts_and_carries_on_from_the_live_state_on_the_ps(tmp_path, sync):
     # No checkpoint but step 0's before the kill: the ps is far past it (sync: accumulators and tokens too).
@@ -74,6 +74,7 @@ def test_a_killed_chief_restarts_and_carries_on_from_the_live_state_on_the_ps(tm
     assert "Traceback" not in other_log  # it carried on (async) or waited (sync); it never failed
 
 
+@pytest.mark.e2e
 def test_a_killed_ps_restarts_and_the_chief_restores_onto_it(tmp_path):
     report = inject(tmp_path, "--kill=ps:0", "--at_step=100")
     check_recovered(report)
@@ -86,6 +87,7 @@ def test_a_killed_ps_restarts_and_the_chief_restores_onto_it(tmp_path):
     assert report["checkpoint_at_kill"] <= report["checkpoint_at_restart"]
 
 
+@pytest.mark.e2e
 def test_killing_the_chief_during_saves_never_leaves_a_checkpoint_that_fails_to_restore(tmp_path):
     report = inject(tmp_path, "--during_saves=2", "--seed=1", "--train_steps=40")
     assert report["clean"], report
@@ -95,6 +97,7 @@ def test_killing_the_chief_during_saves_never_leaves_a_checkpoint_that_fails_to_
     assert report["checkpoints_kept"] <= report["keep_checkpoint_max"] and report["leftovers_at_end"] == 0
 
 
+@pytest.mark.e2e
 def test_a_sync_worker_that_stays_dead_makes_the_others_exit_with_a_clear_message(make_cluster):
     cluster = make_cluster(num_ps=1, num_workers=2, trainer_args=[
         "--sync_replicas", "--train_steps=100000", "--stall_warning_secs=2", "--stall_timeout_secs=8"])
@@ -103,14 +106,15 @@ def test_a_sync_worker_that_stays_dead_makes_the_others_exit_with_a_clear_messag
     while "step 50/" not in cluster.log("worker", 0) and time.monotonic() < deadline:
         time.sleep(0.2)
     cluster.kill("worker", 1)
-    assert cluster.wait("worker", timeout=60) == {("worker", 0): watchdog.EXIT_STALLED,
+    assert cluster.wait("worker", timeout=60) == {("worker", 0): exit_codes.STALLED,
                                                   ("worker", 1): -9}, describe(cluster)
     log = cluster.log("worker", 0)
     assert re.search(r"no training step completed for [2-7] s; in sync mode every step needs gradients from all 2",
                      log)
-    assert f"Giving up (--stall_timeout_secs=8): exit {watchdog.EXIT_STALLED}" in log
+    assert f"Giving up (--stall_timeout_secs=8): exit {exit_codes.STALLED}" in log
 
 
+@pytest.mark.e2e
 def test_a_worker_started_before_its_ps_waits_for_it_then_trains(make_cluster):
     cluster = make_cluster(num_ps=1, num_workers=1, trainer_args=["--train_steps=50"])
     cluster.start("worker", 0)
@@ -123,6 +127,7 @@ def test_a_worker_started_before_its_ps_waits_for_it_then_trains(make_cluster):
     assert f"waiting for ps 0 at {cluster.ps_hosts[0]} (retrying for up to" in cluster.log("worker", 0)
 
 
+@pytest.mark.e2e
 def test_a_ps_that_never_comes_up_is_named_after_the_timeout(make_cluster):
     cluster = make_cluster(num_ps=1, num_workers=1, trainer_args=["--startup_timeout_secs=3"])
     cluster.start("worker", 0)
@@ -131,6 +136,7 @@ def test_a_ps_that_never_comes_up_is_named_after_the_timeout(make_cluster):
             "is that task running") in cluster.log("worker", 0)
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize("mode", ["async", "sync"])
 def test_random_kills_of_any_task_for_40_s_end_trained_to_the_last_step(tmp_path, mode):
@@ -147,6 +153,7 @@ def test_random_kills_of_any_task_for_40_s_end_trained_to_the_last_step(tmp_path
     assert not report["checkpoints_went_back"] and report["restored_step"] >= steps
 
 
+@pytest.mark.e2e
 def test_two_ps_killed_in_a_row_in_sync_mode_still_train_to_the_last_step(make_cluster):
     # Once seen: the token queue closed while a ps was down, every worker "finished" at once, 10,600
     # steps short, and the ps tasks exited 0 after them.
@@ -167,6 +174,7 @@ def test_two_ps_killed_in_a_row_in_sync_mode_still_train_to_the_last_step(make_c
         assert int(finished(cluster.log("worker", index))["global_step"]) >= 400, describe(cluster)
 
 
+@pytest.mark.e2e
 def test_a_ps_restarted_after_the_workers_finished_exits_on_their_marks(make_cluster):
     cluster = make_cluster(num_ps=1, num_workers=2, trainer_args=["--train_steps=60", "--export_saved_model=false"])
     cluster.start_all()
@@ -196,6 +204,7 @@ class FakeClock:
         self.now += secs
 
 
+@pytest.mark.pure
 def test_wait_for_peers_backs_off_and_gives_up_naming_the_missing():
     clock, probes = FakeClock(), []
     up = {"ps 0": True, "ps 1": False}
@@ -211,6 +220,7 @@ def test_wait_for_peers_backs_off_and_gives_up_naming_the_missing():
     assert [address for _, address in probes].count("a:1") == 1  # a peer that is up is not probed again
 
 
+@pytest.mark.pure
 def test_the_stall_watchdog_warns_resets_on_progress_and_exits_at_the_timeout():
     clock, exits = FakeClock(), []
     dog = watchdog.StallWatchdog("worker:0", "a peer is down", 10, 30, clock=clock, exit_process=exits.append)
@@ -225,9 +235,10 @@ def test_the_stall_watchdog_warns_resets_on_progress_and_exits_at_the_timeout():
     for _ in range(30):
         clock.sleep(1)
         warned = dog.check(warned)
-    assert exits == [watchdog.EXIT_STALLED]
+    assert exits == [exit_codes.STALLED]
 
 
+@pytest.mark.pure
 def test_files_of_unfinished_saves_are_removed_and_registered_ones_kept(tmp_path):
     for step in (10, 20, 30):
         for suffix in (".index", ".data-00000-of-00001", ".meta"):
@@ -247,6 +258,7 @@ def test_files_of_unfinished_saves_are_removed_and_registered_ones_kept(tmp_path
                                                        for x in (".data-00000-of-00001", ".index", ".meta"))]
 
 
+@pytest.mark.inprocess
 def test_the_chief_restores_only_lost_state_and_then_clears_what_a_restore_makes_wrong(tmp_path):
     v1 = tf.compat.v1
     with tf.Graph().as_default():

@@ -3,11 +3,12 @@
 import pytest
 from absl import app
 from absl import flags as absl_flags
-
 from absl.flags import FLAGS
 
 from flags import config as flag_config
-from tests.conftest import read_flags
+from tests.support import read_flags
+
+pytestmark = pytest.mark.pure
 
 CLUSTER = ["--ps_hosts=127.0.0.1:2222", "--worker_hosts=127.0.0.1:2223,127.0.0.1:2224"]
 WORKER = [*CLUSTER, "--job_name=worker", "--task_index=0", "--model_dir=/tmp/unused"]

@@ -9,6 +9,9 @@ import tensorflow as tf
 
 import input as inputs
 from input import synthetic, tfrecord
+from tests.support import write_records
+
+pytestmark = pytest.mark.pure
 
 CFG = inputs.DataConfig(synthetic_examples=120, seed=7)
 
@@ -90,12 +93,6 @@ def test_batches_are_raw_features_and_full():
 
 # ---------------------------------------------------------------- bad records
 
-def write_examples(path, examples):
-    with tf.io.TFRecordWriter(str(path)) as writer:
-        for example in examples:
-            writer.write(example if isinstance(example, bytes) else example.SerializeToString())
-
-
 def example(image=b"\x07" * 784, label=3):
     feature = {}
     if image is not None:
@@ -130,13 +127,13 @@ BAD_RECORDS = {
 def test_a_bad_record_is_named_by_file_and_index(tmp_path, case):
     bad, expected = BAD_RECORDS[case]
     path = tmp_path / "train-00000-of-00001.tfrecord"
-    write_examples(path, [example(), example(), bad, example()])
+    write_records(path, [example(), example(), bad, example()])
     assert bad_record_error(tmp_path) == f"bad input record: {path} {expected}"
 
 
 def test_skip_bad_records_drops_and_counts_each_one(tmp_path, capfd):
     path = tmp_path / "train-00000-of-00001.tfrecord"
-    write_examples(path, [example(label=1), example(label=12), example(label=2), example(image=None),
+    write_records(path, [example(label=1), example(label=12), example(label=2), example(image=None),
                           example(label=4)])
     assert read_all(tmp_path, skip=True) == [1, 2, 4]
     logged = capfd.readouterr().err
@@ -147,7 +144,7 @@ def test_skip_bad_records_drops_and_counts_each_one(tmp_path, capfd):
 def truncated_and_corrupt(tmp_path):
     """A file cut inside its 4th record, and one with a flipped byte inside its 3rd (of 5 each)."""
     whole = tmp_path / "whole.tfrecord"
-    write_examples(whole, [example(label=i) for i in range(5)])
+    write_records(whole, [example(label=i) for i in range(5)])
     data = whole.read_bytes()
     whole.unlink()
     record = len(data) // 5
@@ -178,7 +175,7 @@ def test_a_record_that_is_no_example_is_named_by_tensorflows_parse_error(tmp_pat
     wrong_kind = tf.train.Example(features=tf.train.Features(feature={
         "image": tf.train.Feature(float_list=tf.train.FloatList(value=[1.0])),
         "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[1]))}))
-    write_examples(path, [example(), wrong_kind, example()])
+    write_records(path, [example(), wrong_kind, example()])
     message = bad_record_error(tmp_path)
     assert message.startswith(f"bad input record: {path} record 1: feature 'image': ")
     assert "Data types don't match" in message

@@ -1,17 +1,14 @@
-"""The generated TFJob passes the Kubeflow CRD schema and the operator's own rules."""
-
-import pathlib
-import subprocess
-import sys
+"""The generated TFJob passes the Kubeflow CRD schema (tests/data, copied from the training operator
+v1.9.0) and the operator's own rules."""
 
 import jsonschema
 import pytest
 import yaml
 
-from cluster import kubeflow
+from launch import kubeflow
+from tests.support import DATA, run_script
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-CRD = ROOT.parent / "shared" / "schemas" / "tfjob-crd-v1.9.0.yaml"
+CRD = DATA / "tfjob-crd-v1.9.0.yaml"
 JOB = kubeflow.TFJobSpec(name="mnist", image="registry.example/ps-trainer:1", model_dir="/mnt/model/mnist",
                          namespace="team", num_ps=2, num_workers=3, trainer_args=("--train_steps=5000",),
                          volume_claim="training-data")
@@ -19,16 +16,16 @@ JOB = kubeflow.TFJobSpec(name="mnist", image="registry.example/ps-trainer:1", mo
 
 @pytest.fixture(scope="module")
 def tfjob_schema():
-    if not CRD.exists():
-        pytest.skip(f"the TFJob CRD is not at {CRD} (it comes with the shared/ folder beside the repo)")
     crd = yaml.safe_load(CRD.read_text())
     return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
+@pytest.mark.pure
 def test_generated_tfjob_passes_the_crd_schema(tfjob_schema):
     jsonschema.Draft7Validator(tfjob_schema).validate(kubeflow.tfjob(JOB))
 
 
+@pytest.mark.pure
 def test_the_schema_would_catch_a_broken_manifest(tfjob_schema):
     broken = kubeflow.tfjob(JOB)
     broken["spec"]["tfReplicaSpecs"]["PS"]["replicas"] = "two"
@@ -36,6 +33,7 @@ def test_the_schema_would_catch_a_broken_manifest(tfjob_schema):
         jsonschema.Draft7Validator(tfjob_schema).validate(broken)
 
 
+@pytest.mark.pure
 def test_operator_rules_the_schema_does_not_check():
     replicas = kubeflow.tfjob(JOB)["spec"]["tfReplicaSpecs"]
     assert set(replicas) == {"PS", "Chief", "Worker", "Evaluator"}
@@ -49,10 +47,12 @@ def test_operator_rules_the_schema_does_not_check():
         assert spec["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == "training-data"
 
 
+@pytest.mark.pure
 def test_ps_pods_do_not_outlive_the_job():
     assert kubeflow.tfjob(JOB)["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"
 
 
+@pytest.mark.pure
 def test_network_policy_admits_only_the_jobs_own_pods_on_the_grpc_port():
     policy = kubeflow.network_policy(JOB)
     own = {"matchLabels": {"training.kubeflow.org/job-name": "mnist"}}
@@ -61,11 +61,11 @@ def test_network_policy_admits_only_the_jobs_own_pods_on_the_grpc_port():
     assert policy["spec"]["ingress"] == [{"from": [{"podSelector": own}], "ports": [{"protocol": "TCP", "port": 2222}]}]
 
 
+@pytest.mark.e2e
 def test_the_script_writes_both_documents(tfjob_schema):
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "make_tfjob.py"), "--name=mnist", "--image=img:1",
-         "--model_dir=gs://bucket/mnist", "--evaluator=false", "--", "--sync_replicas"],
-        capture_output=True, text=True, timeout=60, check=True)
+    result = run_script("make_tfjob.py", "--name=mnist", "--image=img:1", "--model_dir=gs://bucket/mnist",
+                        "--evaluator=false", "--", "--sync_replicas", timeout=60)
+    assert result.returncode == 0, result.stderr
     job, policy = yaml.safe_load_all(result.stdout)
     jsonschema.Draft7Validator(tfjob_schema).validate(job)
     assert set(job["spec"]["tfReplicaSpecs"]) == {"PS", "Chief", "Worker"}

@@ -5,8 +5,10 @@ import math
 
 import pytest
 
-from tests.conftest import read_flags
+from tests.support import read_flags
 from training import learning, staleness
+
+pytestmark = pytest.mark.pure
 
 WORKERS = ",".join(f"127.0.0.1:{2223 + i}" for i in range(4))
 FOUR_WORKERS = ["--ps_hosts=127.0.0.1:2222", f"--worker_hosts={WORKERS}", "--job_name=worker",

@@ -9,10 +9,12 @@ import tensorflow as tf
 import input as inputs
 import model
 from cluster import spec
-from flags.config import RunConfig
+from tests.support import in_process_cluster
 from training import graph as train_graph
 from training import hooks as training_hooks
-from training.config import TrainConfig
+from training.config import RunConfig, TrainConfig
+
+pytestmark = pytest.mark.inprocess
 
 v1 = tf.compat.v1
 
@@ -67,9 +69,7 @@ def test_several_steps_per_run_stop_exactly_at_train_steps(tmp_path, name, data)
 
 @pytest.mark.parametrize("wire_dtype", ["bfloat16", "float16"])
 def test_training_converges_with_16_bit_variables_and_gradients_on_the_wire(tmp_path, wire_dtype):
-    servers, _ = tf.test.create_local_cluster(num_workers=1, num_ps=1)
-    jobs = {job.name: job.tasks[0] for job in servers[0].server_def.cluster.job}
-    cluster = spec.ClusterConfig((jobs["ps"],), (jobs["worker"],), "worker", 0)
+    servers, _, (cluster,) = in_process_cluster(num_workers=1, num_ps=1)
     data = inputs.DataConfig(synthetic_examples=2000)
     _, progress, saved, _ = train(tmp_path, data, model.ModelConfig(), 1, 300, wire_dtype, (cluster, servers[0].target))
     assert progress.loss < 0.5 * math.log(10), progress.loss

@@ -19,6 +19,7 @@ def batch(data_cfg, size=5):
     return {k: tf.constant(v.numpy()) for k, v in features.items()}, tf.constant(labels.numpy())
 
 
+@pytest.mark.inprocess
 @pytest.mark.parametrize("name,data", [("mlp", IMAGES), ("cnn", IMAGES), ("wide_deep", CLICKS)])
 def test_model_gives_logits_a_scalar_loss_and_accuracy(name, data):
     data_spec = inputs.spec(data)
@@ -38,6 +39,7 @@ def test_model_gives_logits_a_scalar_loss_and_accuracy(name, data):
         assert 0.0 < loss < 10 and 0.0 <= accuracy <= 1.0
 
 
+@pytest.mark.pure
 def test_mlp_layers_follow_hidden_units():
     with tf.Graph().as_default():
         model.build({"image": tf.zeros([2, 28, 28, 1], tf.uint8)}, tf.zeros([2], tf.int64),
@@ -50,6 +52,7 @@ def test_mlp_layers_follow_hidden_units():
     }
 
 
+@pytest.mark.pure
 def test_wide_deep_tables_are_partitioned_and_lookups_are_sparse():
     cfg = model.ModelConfig(name="wide_deep", hidden_units=(8,), hash_buckets=1000, embedding_dim=4,
                             embedding_partitions=2)
@@ -65,6 +68,7 @@ def test_wide_deep_tables_are_partitioned_and_lookups_are_sparse():
     assert isinstance(gradient, tf.IndexedSlices)  # only the rows looked up get (and send) a gradient
 
 
+@pytest.mark.pure
 def test_batch_auc_counts_correctly_ranked_pairs():
     labels = tf.constant([1, 0, 1, 0], tf.int64)
     assert float(model.batch_auc(labels, tf.constant([0.9, 0.1, 0.8, 0.2]))) == 1.0
@@ -72,6 +76,7 @@ def test_batch_auc_counts_correctly_ranked_pairs():
     assert float(model.batch_auc(labels, tf.constant([0.5, 0.5, 0.9, 0.1]))) == 0.875  # one tie: 3.5 of 4
 
 
+@pytest.mark.pure
 def test_the_export_copy_for_sagemaker_is_whole_and_replaces_an_older_one(tmp_path):
     from training import export
     source = tmp_path / "export" / "300"

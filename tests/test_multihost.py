@@ -18,10 +18,9 @@ import time
 
 import pytest
 
-from tests.conftest import finished
+from tests.support import ROOT, SCRIPTS, finished
 
 pytestmark = pytest.mark.e2e
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 SUBNET = "10.123.0"
 ROUTER = f"{SUBNET}.254"
 
@@ -98,8 +97,8 @@ def run_cluster(tmp_path, hosts, addresses, extra=()):
            "PS_HOSTS": addresses[0], "WORKER_HOSTS": ",".join(addresses[1:]),
            "MODEL_DIR": str(tmp_path / "model"), "TF_CPP_MIN_LOG_LEVEL": "1"}
     fast = ["--train_steps=100", "--synthetic_examples=2000", "--log_every_n_steps=50", *extra]
-    tasks = [start_in(hosts.names[0], [str(ROOT / "scripts" / "run_ps.sh"), "--task_index=0", *fast], env)]
-    tasks += [start_in(hosts.names[i + 1], [str(ROOT / "scripts" / "run_worker.sh"), f"--task_index={i}", *fast], env)
+    tasks = [start_in(hosts.names[0], [str(SCRIPTS / "run_ps.sh"), "--task_index=0", *fast], env)]
+    tasks += [start_in(hosts.names[i + 1], [str(SCRIPTS / "run_worker.sh"), f"--task_index={i}", *fast], env)
               for i in range(2)]
     try:
         codes = [task.wait(timeout=300) for task in tasks]
@@ -158,8 +157,8 @@ def start_tasks(tmp_path, three, args):
     env = {**os.environ, "PYTHON": sys.executable, "LOG_DIR": str(tmp_path / "logs"),
            "PS_HOSTS": addresses[0], "WORKER_HOSTS": ",".join(addresses[1:]),
            "MODEL_DIR": str(tmp_path / "model"), "TF_CPP_MIN_LOG_LEVEL": "1"}
-    tasks = [start_in(three.names[0], [str(ROOT / "scripts" / "run_ps.sh"), "--task_index=0", *args], env)]
-    tasks += [start_in(three.names[i + 1], [str(ROOT / "scripts" / "run_worker.sh"), f"--task_index={i}", *args],
+    tasks = [start_in(three.names[0], [str(SCRIPTS / "run_ps.sh"), "--task_index=0", *args], env)]
+    tasks += [start_in(three.names[i + 1], [str(SCRIPTS / "run_worker.sh"), f"--task_index={i}", *args],
                        env) for i in range(2)]
     logs = {name: tmp_path / "logs" / f"{name}.log" for name in ("ps-0", "worker-0", "worker-1")}
     return tasks, logs

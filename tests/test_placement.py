@@ -6,10 +6,11 @@ import tensorflow as tf
 import input as inputs
 import model
 from cluster import placement, spec
-from flags.config import RunConfig
 from training import graph as train_graph
 from training import hooks as training_hooks
-from training.config import TrainConfig
+from training.config import RunConfig, TrainConfig
+
+pytestmark = pytest.mark.pure
 
 v1 = tf.compat.v1
 

@@ -6,8 +6,16 @@ import threading
 import pytest
 
 from cluster import rendezvous, spec
-from cluster.resolve import (ClusterError, ResolveOptions, expand_nodelist, expand_tasks_per_node, from_tf_config,
-                             resolve)
+from cluster.resolve import (
+    ClusterError,
+    ResolveOptions,
+    expand_nodelist,
+    expand_tasks_per_node,
+    from_tf_config,
+    resolve,
+)
+
+pytestmark = pytest.mark.pure
 
 # Kubeflow training operator v1.9: <job>-<type>-<i>.<namespace>.svc:<port>, evaluator in 'cluster'.
 TFJOB_CLUSTER = {

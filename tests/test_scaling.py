@@ -1,16 +1,13 @@
 """End to end: learning holds as workers are added, and a run that is not learning says so and stops."""
 
 import pathlib
-import subprocess
-import sys
 
 import pytest
 import tensorflow as tf
 
-from tests.conftest import describe, finished, log_lines, wait_recording_exits
+from tests.support import describe, finished, lines_with, run_trainer, wait_recording_exits
 
 pytestmark = pytest.mark.e2e
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 TIMEOUT = 300
 
 
@@ -29,38 +26,36 @@ def test_four_async_workers_at_the_default_flags_learn(make_cluster):
     assert all(code == 0 for code, _ in exits.values()), describe(cluster)
 
     chief_log = cluster.log("worker", 0)
-    assert log_lines(chief_log, "momentum 0.6, learning rate 0.05 (the defaults for 4 async worker(s)")
+    assert lines_with(chief_log, "momentum 0.6, learning rate 0.05 (the defaults for 4 async worker(s)")
     # Judged on held-out data: the chief evaluates the final checkpoint on the held-out split.
     result = finished(chief_log)
     assert int(result["global_step"]) >= 3000
     assert float(result["heldout_accuracy"]) >= 0.8, describe(cluster)
     for index in range(4):
         log = cluster.log("worker", index)
-        assert not log_lines(log, "not learning"), log[-2000:]
+        assert not lines_with(log, "not learning"), log[-2000:]
         # Staleness is measured: in the progress lines and in each worker's summaries.
-        assert log_lines(log, " staleness mean ")
+        assert lines_with(log, " staleness mean ")
         assert {"staleness/mean", "staleness/max"} <= summary_tags(cluster.model_dir / "workers" / f"worker_{index}")
 
 
-def run_trainer(tmp_path, *args):
-    return subprocess.run(
-        [sys.executable, str(ROOT / "trainer.py"), f"--model_dir={tmp_path / 'model'}", "--train_steps=600",
-         "--log_every_n_steps=50", "--synthetic_examples=4000", "--export_saved_model=false", *args],
-        capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+def run_small(tmp_path, *args):
+    return run_trainer(f"--model_dir={tmp_path / 'model'}", "--train_steps=600", "--log_every_n_steps=50",
+                       "--synthetic_examples=4000", "--export_saved_model=false", *args, timeout=TIMEOUT)
 
 
 def test_a_diverging_run_stops_with_the_reason_and_a_healthy_one_does_not(tmp_path):
     # A learning rate 400 times the default: the loss climbs far above chance and stays there.
-    diverging = run_trainer(tmp_path / "diverging", "--learning_rate=20")
+    diverging = run_small(tmp_path / "diverging", "--learning_rate=20")
     assert diverging.returncode == 1, diverging.stderr[-3000:]
     reason = [line for line in diverging.stderr.splitlines() if "not learning" in line]
     assert reason and "--learning_rate=20" in reason[-1]
     assert " finished: " not in diverging.stderr
 
-    warned = run_trainer(tmp_path / "warned", "--learning_rate=20", "--not_learning=warn")
+    warned = run_small(tmp_path / "warned", "--learning_rate=20", "--not_learning=warn")
     assert warned.returncode == 0, warned.stderr[-3000:]
     assert "not learning" in warned.stderr and " finished: global_step=600 " in warned.stderr
 
-    healthy = run_trainer(tmp_path / "healthy")
+    healthy = run_small(tmp_path / "healthy")
     assert healthy.returncode == 0, healthy.stderr[-3000:]
     assert "not learning" not in healthy.stderr

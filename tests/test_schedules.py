@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.conftest import read_flags
+from tests.support import read_flags
 from training import graph as train_graph
 from training import schedules
 from training.config import TrainConfig
@@ -33,11 +33,13 @@ def rates(cfg, steps):
     (dict(warmup_steps=10), [0, 4, 9, 500], [0.01, 0.05, 0.1, 0.1]),
     (dict(lr_schedule="cosine", warmup_steps=100), [49, 500], [0.5 * 0.05 * (1 + math.cos(math.pi * 0.049)), 0.05]),
 ])
+@pytest.mark.inprocess
 def test_each_schedule_at_a_few_steps(settings, steps, expected):
     cfg = TrainConfig(learning_rate=0.1, train_steps=1000, **settings)
     np.testing.assert_allclose(rates(cfg, steps), expected, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.pure
 def test_schedule_flags_read_and_checked():
     cfg = read_flags("--learning_rate_schedule=piecewise", "--lr_boundaries=10,20", "--lr_factors=1,0.5,0.25").train
     assert (cfg.lr_boundaries, cfg.lr_factors) == ((10, 20), (1.0, 0.5, 0.25))
@@ -48,6 +50,7 @@ def test_schedule_flags_read_and_checked():
     assert math.isclose(scaled.train.learning_rate, 0.2)
 
 
+@pytest.mark.inprocess
 def test_gradients_are_clipped_by_their_global_norm():
     with tf.Graph().as_default():
         step = v1.train.get_or_create_global_step()
@@ -61,6 +64,7 @@ def test_gradients_are_clipped_by_their_global_norm():
             assert sess.run(v1.get_default_graph().get_tensor_by_name("gradient_global_norm/global_norm:0")) == 50.0
 
 
+@pytest.mark.inprocess
 def test_wide_and_deep_optimizer_gives_the_wide_part_ftrl_and_the_deep_part_adagrad():
     from training import optimizers
     with tf.Graph().as_default():

@@ -14,11 +14,13 @@ import tensorflow as tf
 import input as inputs
 import model
 from cluster import placement, spec
-from flags.config import RunConfig
+from tests.support import in_process_cluster
 from training import graph as train_graph
 from training import hooks as training_hooks
 from training import learning, worker
-from training.config import TrainConfig
+from training.config import RunConfig, TrainConfig
+
+pytestmark = pytest.mark.inprocess
 
 v1 = tf.compat.v1
 LEARNING_RATE = 0.5
@@ -103,14 +105,11 @@ def sync_cluster():
     made = []
 
     def make(workers, replicas_to_aggregate, train_steps=100):
-        servers, _ = tf.test.create_local_cluster(num_workers=workers, num_ps=1)
-        jobs = servers[0].server_def.cluster.job
-        hosts = {job.name: tuple(job.tasks[i] for i in sorted(job.tasks)) for job in jobs}
+        servers, _, configs = in_process_cluster(num_workers=workers, num_ps=1)
         train_cfg = TrainConfig(train_steps=train_steps, sync_replicas=True,
                                 replicas_to_aggregate=replicas_to_aggregate)
         replicas = []
-        for index, server in enumerate(servers):
-            cfg = spec.ClusterConfig(hosts["ps"], hosts["worker"], "worker", index)
+        for cfg, server in zip(configs, servers):
             replica = Replica(cfg, server, train_cfg)
             replicas.append(replica)
             made.append(replica)
@@ -258,9 +257,7 @@ class CancelOnce(v1.train.SessionRunHook):
 
 def test_a_cancelled_step_starts_a_new_session_and_training_reaches_its_end(tmp_path, monkeypatch):
     # An async worker of an in-process cluster (1 ps, 1 worker) through the trainer's own loop.
-    servers, _ = tf.test.create_local_cluster(num_workers=1, num_ps=1)
-    jobs = servers[0].server_def.cluster.job
-    hosts = {job.name: tuple(job.tasks[i] for i in sorted(job.tasks)) for job in jobs}
+    servers, _, (cluster_cfg,) = in_process_cluster(num_workers=1, num_ps=1)
     cancel = CancelOnce(at_run=20)
     build = train_graph.build_graph
 
@@ -270,7 +267,7 @@ def test_a_cancelled_step_starts_a_new_session_and_training_reaches_its_end(tmp_
 
     monkeypatch.setattr(train_graph, "build_graph", build_with_cancel)
     cfg = RunConfig(
-        cluster=spec.ClusterConfig(hosts["ps"], hosts["worker"], "worker", 0),
+        cluster=cluster_cfg,
         train=TrainConfig(train_steps=60, model_dir=str(tmp_path), log_every_n_steps=10, not_learning="off",
                           save_checkpoint_secs=None, save_checkpoint_steps=1000),
         model=model.ModelConfig(), data=inputs.DataConfig(synthetic_examples=2000))

@@ -14,14 +14,12 @@ import tensorflow as tf
 import input as inputs
 import model
 from cluster import spec
-from flags.config import RunConfig
-from tests.conftest import describe, finished, read_flags
+from tests.support import SCRIPTS, describe, finished, in_process_cluster, read_flags
 from training import export
 from training import graph as train_graph
-from training.config import TrainConfig
+from training.config import RunConfig, TrainConfig
 
 v1 = tf.compat.v1
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def traffic(ports) -> int:
@@ -45,11 +43,8 @@ CLICKS = inputs.DataConfig(name="clicks", synthetic_examples=4000)
 def bytes_per_step(model_cfg, data_cfg=CLICKS, steps=30):
     """(bytes between worker and ps per training step, bytes of the model's variables) on an in-process
     cluster of 1 worker and 2 ps."""
-    workers, ps_servers = tf.test.create_local_cluster(1, 2)
+    workers, ps_servers, (hosts,) = in_process_cluster(num_workers=1, num_ps=2)
     ports = [int(s.target.rpartition(":")[2]) for s in [*workers, *ps_servers]]
-    hosts = spec.ClusterConfig(
-        ps_hosts=tuple(s.target.replace("grpc://", "") for s in ps_servers),
-        worker_hosts=(workers[0].target.replace("grpc://", ""),), job_name="worker", task_index=0)
     cfg = RunConfig(hosts, TrainConfig(batch_size=64), model_cfg, data_cfg)
     with tf.Graph().as_default():
         graph = train_graph.build_graph(cfg)
@@ -64,6 +59,7 @@ def bytes_per_step(model_cfg, data_cfg=CLICKS, steps=30):
             return (traffic(ports) - before) / steps, variable_bytes
 
 
+@pytest.mark.inprocess
 @pytest.mark.skipif(shutil.which("ss") is None, reason="needs iproute2's ss")
 def test_a_step_moves_the_rows_it_touches_not_the_table():
     small, small_vars = bytes_per_step(wide_deep(1000))
@@ -79,6 +75,7 @@ def test_a_step_moves_the_rows_it_touches_not_the_table():
     assert large < large_vars / 20  # and is far below the variables' size
 
 
+@pytest.mark.e2e
 def test_wide_deep_on_two_ps_and_two_workers_exports_a_model_that_serves(make_cluster, tmp_path):
     cluster = make_cluster(num_ps=2, num_workers=2, trainer_args=[
         "--model=wide_deep", "--dataset=clicks", "--hash_buckets=50000", "--embedding_dim=8",
@@ -121,7 +118,7 @@ def test_wide_deep_on_two_ps_and_two_workers_exports_a_model_that_serves(make_cl
     assert traces and traces[0].stat().st_size > 1000
 
     png = tmp_path / "run.png"
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "plot_run.py"),
+    result = subprocess.run([sys.executable, str(SCRIPTS / "plot_run.py"),
                              f"--model_dir={cluster.model_dir}", f"--output={png}"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -137,6 +134,7 @@ SERVE = """
 import json, sys
 import numpy as np
 import tensorflow as tf
+
 features = {k: np.array(v, dtype=object if isinstance(v[0], str) else np.float32)
             for k, v in json.loads(sys.stdin.read()).items()}
 served = tf.saved_model.load(sys.argv[1]).signatures["serving_default"](

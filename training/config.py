@@ -1,6 +1,11 @@
-"""Training settings as plain values."""
+"""A run's settings as plain values: what flags/config.py reads from the flags and the environment,
+and everything in training/ takes. The defaults here are the flags' defaults (flags/definitions.py)."""
 
 import dataclasses
+
+import input as inputs
+import model
+from cluster import spec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,3 +44,12 @@ class TrainConfig:
     wire_dtype: str = "float32"
     steps_per_run: int = 1
     profile_steps: tuple[int, int] | None = None  # [first, last] local steps to trace
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    cluster: spec.ClusterConfig
+    train: TrainConfig
+    model: model.ModelConfig
+    data: inputs.DataConfig
+    cluster_source: str = "flags"  # flags, defaults, or the environment that described the cluster

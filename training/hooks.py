@@ -1,13 +1,12 @@
 """Session hooks of the training loop."""
 
-import datetime
 import threading
 import time
 
 import tensorflow as tf
 from absl import logging
 
-from training import checkpoints
+from training import checkpoints, log_lines
 
 v1 = tf.compat.v1
 # How often a worker that gave back a second token of a sync round checks whether the round is done.
@@ -83,8 +82,7 @@ class ProgressHook(v1.train.SessionRunHook):
         if "loss" in results:
             self.loss, self.accuracy = float(results["loss"]), float(results["accuracy"])
         if first_run:
-            logging.info("%s first step done at global step %d, loss %.4f", self._task_name,
-                         self.global_step, self.loss)
+            log_lines.log_first_step(self._task_name, self.global_step, self.loss)
         elif "loss" in results:
             self._log()
 
@@ -124,11 +122,8 @@ class ProgressHook(v1.train.SessionRunHook):
         examples_per_sec, global_rate = self._rates()
         left = (self._train_steps - self.global_step) / global_rate if global_rate > 0 else 0
         staleness = self._take_staleness()
-        logging.info(
-            "%s step %d/%d loss %.4f accuracy %.3f %.0f examples/sec %s left%s",
-            self._task_name, self.global_step, self._train_steps, self.loss, self.accuracy,
-            examples_per_sec, datetime.timedelta(seconds=round(max(left, 0))),
-            f" staleness mean {staleness['mean']:.1f} max {staleness['max']:.0f}" if staleness else "")
+        log_lines.log_progress(self._task_name, self.global_step, self._train_steps, self.loss, self.accuracy,
+                               examples_per_sec, left, staleness)
         self._write_rates(examples_per_sec, global_rate, staleness)
 
 

@@ -1,6 +1,6 @@
 """Preemption: SIGTERM (what Kubernetes, SageMaker spot and Slurm send) or SIGINT stops a worker
 after its current step. The chief then writes a checkpoint at that step as its session closes, and
-the process exits with EXIT_PREEMPTED; restarting it resumes from that step.
+the process exits with exit_codes.PREEMPTED; restarting it resumes from that step.
 
 Python runs signal handlers only between bytecodes, and a worker spends its time inside
 session.run (blocked for a whole round in sync mode), so the signal is also written to a wakeup
@@ -16,9 +16,9 @@ import time
 import tensorflow as tf
 from absl import logging
 
-# 128 + SIGTERM: what orchestrators read as "stopped by SIGTERM", retryable under Kubeflow's
-# ExitCode restart policy; distinct from 0 (training finished) and 1 (an error).
-EXIT_PREEMPTED = 143
+from training import exit_codes
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 DEADLINE_SECS = 60
 
 
@@ -32,20 +32,24 @@ class Preemption:
         read_fd, write_fd = os.pipe()
         os.set_blocking(write_fd, False)
         signal.set_wakeup_fd(write_fd)
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in STOP_SIGNALS:
             signal.signal(signum, lambda *_: None)  # the watcher acts; a handler must exist for the fd
         threading.Thread(target=self._watch, args=(read_fd,), name="preemption", daemon=True).start()
         return self
 
     def _watch(self, read_fd):
-        signum = os.read(read_fd, 1)[0]
+        # The fd carries the number of every signal Python handles (a handler set later for another
+        # signal writes here too): only a stop signal stops.
+        signum = 0
+        while signum not in STOP_SIGNALS:
+            signum = os.read(read_fd, 1)[0]
         logging.warning("%s: %s received: stopping after the current step (the chief saves a checkpoint)",
                         self.task_name, signal.Signals(signum).name)
         self.requested.set()
         time.sleep(self.deadline_secs)
         logging.error("%s: still running %d s after %s; exiting now", self.task_name, self.deadline_secs,
                       signal.Signals(signum).name)
-        os._exit(EXIT_PREEMPTED)  # pylint: disable=protected-access
+        os._exit(exit_codes.PREEMPTED)  # pylint: disable=protected-access
 
 
 class PreemptionHook(tf.compat.v1.train.SessionRunHook):

@@ -6,12 +6,11 @@ import threading
 from absl import logging
 
 from cluster import shutdown
-
-EXIT_STOPPED_BY_SIGNAL = 143
+from training import exit_codes
 
 
 def run(cfg, server) -> int:
-    """Returns the process exit code: 0 once all workers are done, 143 if a signal stopped it first."""
+    """Returns the process exit code: OK once all workers are done, PREEMPTED if a signal stopped it first."""
     cluster = cfg.cluster
     stop = threading.Event()
 
@@ -28,6 +27,6 @@ def run(cfg, server) -> int:
             server, cluster, stop, already_done=lambda: shutdown.marked_done(model_dir, cluster.num_workers,
                                                                              train_steps)):
         logging.info("ps %d: every training replica finished; exiting", cluster.task_index)
-        return 0
+        return exit_codes.OK
     logging.info("ps %d: stopped before every training replica finished", cluster.task_index)
-    return EXIT_STOPPED_BY_SIGNAL
+    return exit_codes.PREEMPTED

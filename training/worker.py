@@ -10,7 +10,7 @@ from absl import logging
 
 import input as inputs
 from cluster import peers, placement, shutdown, spec
-from training import checkpoints, evaluator, export, learning, preemption, staleness, watchdog
+from training import checkpoints, evaluator, exit_codes, export, learning, log_lines, preemption, staleness, watchdog
 from training import graph as train_graph
 from training import hooks as training_hooks
 
@@ -256,7 +256,7 @@ def run(cfg, server=None) -> int:
         saved = " (the chief saved a checkpoint there)" if cfg.cluster.is_chief else ""
         logging.warning("%s preempted at global step %s%s; restart it to resume", cfg.cluster.task_name,
                         progress.global_step, saved)
-        return preemption.EXIT_PREEMPTED
+        return exit_codes.PREEMPTED
     if progress.global_step < cfg.train.train_steps:  # train() returns only at the end; never exit 0 short of it
         raise TrainingError(f"{cfg.cluster.task_name}: training ended at global step {progress.global_step}, "
                             f"short of --train_steps={cfg.train.train_steps}")
@@ -265,37 +265,36 @@ def run(cfg, server=None) -> int:
         shutdown.mark_done(cfg.train.model_dir, cfg.cluster.replica_index, progress.global_step,
                            cfg.train.train_steps)
         signalled = _signal_done_bounded(server, cfg.cluster)
-    held_out = ""
+    held_out = {}
     if cfg.cluster.is_chief:
         final_checkpoint = tf.train.latest_checkpoint(cfg.train.model_dir)
         if cfg.train.export_saved_model:
             export.export(cfg, final_checkpoint)
         held_out = _final_evaluation(cfg, final_checkpoint)
-    # key=value, so the local launcher and the tests read the same line a person does.
-    logging.info("%s finished: global_step=%s local_steps=%d loss=%s accuracy=%s%s seconds=%.1f",
-                 cfg.cluster.task_name, progress.global_step, progress.local_steps,
-                 _fmt(progress.loss, 4), _fmt(progress.accuracy, 3), held_out, time.monotonic() - start)
+    log_lines.log_finished(cfg.cluster.task_name, {
+        "global_step": progress.global_step, "local_steps": progress.local_steps, "loss": _fmt(progress.loss, 4),
+        "accuracy": _fmt(progress.accuracy, 3), **held_out, "seconds": f"{time.monotonic() - start:.1f}"})
     if not signalled:
         # A thread still inside a TensorFlow call when the interpreter shuts down aborts the
         # process; training is over and logged, so leave without running the shutdown.
         logging.flush()
         os._exit(0)  # pylint: disable=protected-access
-    return 0
+    return exit_codes.OK
 
 
-def _final_evaluation(cfg, checkpoint) -> str:
+def _final_evaluation(cfg, checkpoint) -> dict[str, str]:
     """Evaluates the final checkpoint on (a bounded part of) the held-out split and logs it: the
     figure that says what the job trained, where the last batch's loss says little. Returns the
-    key=value fields for the 'finished:' line."""
+    fields for the 'finished:' line."""
     try:
         step, metrics = evaluator.evaluate(cfg, checkpoint, max_examples=evaluator.FINAL_EVAL_EXAMPLES)
     except (FileNotFoundError, tf.errors.NotFoundError) as err:  # no held-out split beside the data
         logging.warning("%s: no held-out evaluation of the final checkpoint: %s (--eval_data_dir names one)",
                         cfg.cluster.task_name, err)
-        return ""
+        return {}
     logging.info("%s: final checkpoint (global step %d): %s", cfg.cluster.task_name, step,
                  evaluator.describe(metrics))
-    return "".join(f" heldout_{name}={value:.4f}" for name, value in metrics.items())
+    return {f"heldout_{name}": f"{value:.4f}" for name, value in metrics.items()}
 
 
 def _fmt(value, digits):

@@ -7,16 +7,12 @@ soon as any task fails, it stops every task it started.
 
 import datetime
 import pathlib
-import re
 import signal
 import time
 
 from absl import flags
 
-PROGRESS = re.compile(r"\] ((?:worker|chief|master|ps|local):\d+ .*)$")
-LOG_TIME = re.compile(r"^[IWEF](\d{4}) (\d\d:\d\d:\d\d\.\d+)")
-KEY_VALUE = re.compile(r"(\w+)=(\S+)")
-EXIT_INTERRUPTED = 130
+from training import exit_codes, log_lines
 
 
 class Interrupted(Exception):
@@ -51,48 +47,6 @@ def run_dir(prefix: str = "") -> pathlib.Path:
     return pathlib.Path(flags.FLAGS.run_dir or default).resolve()
 
 
-def progress_lines(text: str) -> list[str]:
-    return [m.group(1) for m in map(PROGRESS.search, text.splitlines()) if m]
-
-
-def log_time(line: str, now: datetime.datetime | None = None) -> datetime.datetime:
-    """Wall-clock time of an absl log line (the same clock in every local process). The line has no
-    year: it is the latest that does not put the line in the future, so that a run across New Year
-    reads December's lines as last year's."""
-    month_day, clock = LOG_TIME.match(line).groups()
-    now = now or datetime.datetime.now()
-    for year in (now.year, now.year - 1):
-        try:
-            when = datetime.datetime.strptime(f"{year}{month_day} {clock}", "%Y%m%d %H:%M:%S.%f")
-        except ValueError:  # February 29th of another year
-            continue
-        if when <= now + datetime.timedelta(days=1):
-            return when
-    raise ValueError(f"no year puts this log line in the past: {line[:30]}")
-
-
-def examples_per_sec(log: str, examples_per_global_step: int, warmup_steps: int) -> float | None:
-    """Examples/sec between the first progress line at or past warmup_steps and the last one."""
-    points = []
-    for line in log.splitlines():
-        progress = PROGRESS.search(line)
-        if progress and " step " in progress.group(1) and "/" in progress.group(1):
-            step = int(progress.group(1).split(" step ")[1].split("/")[0])
-            points.append((log_time(line), step))
-    after = [(t, s) for t, s in points if s >= warmup_steps]
-    if len(after) < 2:
-        return None
-    (t0, s0), (t1, s1) = after[0], after[-1]
-    seconds = (t1 - t0).total_seconds()
-    return (s1 - s0) * examples_per_global_step / seconds if seconds > 0 else None
-
-
-def finished_values(log: str) -> dict[str, str]:
-    """The key=value pairs of a worker's 'finished:' line, or {} if it never finished."""
-    lines = [line for line in progress_lines(log) if " finished: " in line]
-    return dict(KEY_VALUE.findall(lines[-1])) if lines else {}
-
-
 def launch(cluster, timeout_secs: float, ps_exit_secs: float) -> int:
     # Our own handlers, whatever was inherited: a shell's background job starts with SIGINT ignored.
     signal.signal(signal.SIGINT, _interrupt)
@@ -110,9 +64,9 @@ def launch(cluster, timeout_secs: float, ps_exit_secs: float) -> int:
     wall = time.monotonic() - start
     if interrupted:
         print(f"\n{interrupted}: stopped every task ({len(codes)}) after {wall:.1f} s")
-        return EXIT_INTERRUPTED
+        return exit_codes.INTERRUPTED
     chief_job, chief_index = _trainers(cluster)[0]
-    chief = finished_values(cluster.log(chief_job, chief_index))
+    chief = log_lines.finished_values(cluster.log(chief_job, chief_index))
     held_out = (f"held-out loss {chief['heldout_loss']}, held-out accuracy {chief['heldout_accuracy']} "
                 "(final checkpoint); " if "heldout_accuracy" in chief else "")
     print(f"\nsummary: final step {chief.get('global_step', '?')}, {held_out}last batch loss {chief.get('loss', '?')}, "
@@ -123,8 +77,8 @@ def launch(cluster, timeout_secs: float, ps_exit_secs: float) -> int:
     failed = [key for key, code in codes.items() if code != 0]
     if failed:
         print(f"FAILED: {', '.join(f'{j} {i}' for j, i in sorted(failed))}; see the logs above.")
-        return 1
-    return 0
+        return exit_codes.FAILED
+    return exit_codes.OK
 
 
 def _trainers(cluster):
@@ -151,7 +105,7 @@ def _run(cluster, deadline):
 
 def _stream_progress(cluster, seen: dict) -> None:
     for key in _trainers(cluster):
-        lines = progress_lines(cluster.log(*key))
+        lines = log_lines.task_lines(cluster.log(*key))
         for line in lines[seen.get(key, 0):]:
-            print(line, flush=True)
+            print(str(line), flush=True)
         seen[key] = len(lines)

@@ -11,7 +11,8 @@ import random
 import signal
 import time
 
-from cluster import faults, launch
+from launch import faults
+from training import log_lines
 
 POLL_SECS = 0.1
 PS_EXIT_SECS = 60  # after the workers: a ps that has not exited by then is left running (a violation)
@@ -91,7 +92,7 @@ def run(cluster, model_dir, train_steps: int, chaos_secs: float, interval_secs=(
     deadline = start + chaos_secs + timeout_secs
     cluster.start_all()
     chief = faults.chief_key(cluster)
-    faults.wait_until(cluster, lambda: faults.FIRST_STEP in cluster.log(*chief), deadline, "the chief's first step")
+    faults.wait_until(cluster, lambda: log_lines.first_steps(cluster.log(*chief)), deadline, "the chief's first step")
     chaos_end = time.monotonic() + chaos_secs
     next_kill = time.monotonic() + rng.uniform(*interval_secs)
     restarts = {}  # key -> when
@@ -125,7 +126,7 @@ def run(cluster, model_dir, train_steps: int, chaos_secs: float, interval_secs=(
     codes = cluster.wait(timeout=min(PS_EXIT_SECS, max(0.0, deadline - time.monotonic())))
     left = [_name(key) for key, code in codes.items() if code is None]
     cluster.stop_all(grace_secs=5)
-    finished = {_name(key): int(v["global_step"]) if (v := launch.finished_values(cluster.log(*key))) else None
+    finished = {_name(key): int(v["global_step"]) if (v := log_lines.finished_values(cluster.log(*key))) else None
                 for key, _ in cluster.tasks() if key[0] != "ps"}
     return ChaosReport(
         train_steps=train_steps, kills=kills, unexpected_exits=unexpected, finished_steps=finished,

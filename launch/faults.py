@@ -16,50 +16,26 @@ import time
 
 import tensorflow as tf
 
-from cluster import launch
-from training import checkpoints
-
-STEP = re.compile(r"\] ((?:worker|chief|master):\d+) (?:step (\d+)/\d+ loss (\S+)|"
-                  r"first step done at global step (\d+), loss (\S+))")
-FIRST_STEP = "first step done at global step"
-REGISTERED = re.compile(r'^model_checkpoint_path: "(?:.*/)?model\.ckpt-(\d+)"', re.MULTILINE)
+from training import checkpoints, log_lines
 
 
 class FaultError(Exception):
     pass
 
 
-@dataclasses.dataclass(frozen=True)
-class Step:
-    time: datetime.datetime
-    task: str
-    step: int
-    loss: float
-
-
-def progress(cluster) -> list[Step]:
-    """Every progress line of every training task, in time order."""
-    steps = []
-    for (job, index), _ in cluster.tasks():
-        if job in ("ps", "evaluator"):
-            continue
-        for line in cluster.log(job, index).splitlines():
-            match = STEP.search(line)
-            if match:
-                task, step, loss, first_step, first_loss = match.groups()
-                steps.append(Step(launch.log_time(line), task, int(step or first_step), float(loss or first_loss)))
+def progress(cluster) -> list[log_lines.Step]:
+    """Every first-step and progress line of every training task, in time order."""
+    steps = [step for (job, index), _ in cluster.tasks() if job not in ("ps", "evaluator")
+             for step in log_lines.steps(cluster.log(job, index))]
     return sorted(steps, key=lambda s: s.time)
 
 
 def registered_step(model_dir) -> int | None:
     """The step of the latest checkpoint in the state file, or None before the first."""
-    state = os.path.join(model_dir, "checkpoint")
-    try:
-        with open(state) as f:
-            match = REGISTERED.search(f.read())
-    except FileNotFoundError:
+    state = tf.compat.v1.train.get_checkpoint_state(str(model_dir))
+    if state is None or not state.model_checkpoint_path:
         return None
-    return int(match.group(1)) if match else None
+    return int(state.model_checkpoint_path.rpartition("-")[2])
 
 
 def restorable_step(model_dir) -> int | None:
@@ -167,7 +143,7 @@ def kill_and_restart(cluster, model_dir, job: str, index: int, at_step: int, res
     # Recovered once the global step passes the step at the kill and never falls back behind it.
     behind = [s.time for s in after if s.step <= killed_at_step]
     recovered = [s for s in after if s.step > killed_at_step and (not behind or s.time > behind[-1])]
-    chief = launch.finished_values(cluster.log(*chief_key(cluster)))
+    chief = log_lines.finished_values(cluster.log(*chief_key(cluster)))
     return KillReport(
         target=f"{job} {index}",
         killed_at_step=killed_at_step,
@@ -256,7 +232,7 @@ def kill_during_saves(cluster, model_dir, rounds: int, steps_after: int, keep_ch
     cluster.start_all()
     results = []
     for number in range(rounds):
-        wait_until(cluster, lambda n=number: (cluster.log(*chief).count(FIRST_STEP) > n
+        wait_until(cluster, lambda n=number: (len(log_lines.first_steps(cluster.log(*chief))) > n
                                                and registered_step(model_dir) is not None),
                     deadline, f"the chief's first step (round {number + 1})")
         time.sleep(rng.uniform(0, 1))  # then the next save to start, wherever the run has got to
@@ -271,12 +247,12 @@ def kill_during_saves(cluster, model_dir, rounds: int, steps_after: int, keep_ch
         restored = restorable_step(model_dir)
         extra = [f"--train_steps={(registered or 0) + steps_after}"] if number == rounds - 1 else []
         cluster.start(*chief, extra)
-        wait_until(cluster, lambda n=number: cluster.log(*chief).count(FIRST_STEP) > n + 1, deadline,
+        wait_until(cluster, lambda n=number: len(log_lines.first_steps(cluster.log(*chief))) > n + 1, deadline,
                     f"the restarted chief's first step (round {number + 1})")
         results.append(SaveRound(hit_save=leftovers > 0, leftovers=leftovers, registered=registered,
                                  restored=restored))
     codes = _finish(cluster, deadline)
-    final = launch.finished_values(cluster.log(*chief))
+    final = log_lines.finished_values(cluster.log(*chief))
     return SaveReport(
         rounds=results,
         final_step=int(final["global_step"]) if final else None,

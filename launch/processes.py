@@ -1,55 +1,46 @@
-"""A real cluster of trainer.py processes: on 127.0.0.1 for the local launcher and the tests, or on
-remote hosts through ssh for the SSH launcher.
+"""A real cluster of trainer.py processes, each a process of this machine: on 127.0.0.1 for the local
+launcher and the tests (LocalCluster), or the base of the SSH cluster (launch/ssh.py).
 
-Every task is a local process in its own process group (trainer.py itself, or the ssh that runs
-it), logging to <run_dir>/<job>-<index>.log, and is stopped by that group's id: SIGTERM first,
-SIGKILL after a grace period. A remote task also stops when its ssh's standard input closes.
+Every task is a local process in its own process group, logging to <run_dir>/<job>-<index>.log,
+and is stopped by that group's id: SIGTERM first, SIGKILL after a grace period.
 """
 
 import contextlib
 import json
 import os
 import pathlib
-import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
 
-from cluster import spec
+import portpicker
 
 TRAINER = pathlib.Path(__file__).resolve().parent.parent / "trainer.py"
 LOOPBACK = "127.0.0.1"
 
 
 def free_ports(count: int) -> list[int]:
-    """Ports that were free on loopback a moment ago; all held open together so they differ."""
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind((LOOPBACK, 0))
-        return [sock.getsockname()[1] for sock in sockets]
+    """Ports that were free a moment ago, distinct within this process (portpicker remembers them)."""
+    return [portpicker.pick_unused_port() for _ in range(count)]
 
 
 class ProcessCluster:
     """The tasks of a cluster with known hosts, each started as a process of this machine.
 
-    With ssh (a command, e.g. ['ssh', '-o', 'BatchMode=yes']) each task runs on the host of its
-    address, in remote_dir, under a watchdog that sends it SIGTERM when the ssh session's
-    standard input closes: stopping the local ssh stops the remote trainer. With tf_config=True
-    each task gets its cluster and role from TF_CONFIG, as under Kubeflow, instead of flags (an
-    'evaluator' is listed in TF_CONFIG as Kubeflow does, though it serves nothing).
+    With tf_config=True each task gets its cluster and role from TF_CONFIG, as under Kubeflow,
+    instead of flags (an 'evaluator' is listed in TF_CONFIG as Kubeflow does, though it serves nothing).
     """
 
+    stdin = subprocess.DEVNULL  # what a task reads; the SSH cluster gives each a pipe
+
     def __init__(self, run_dir, ps_hosts, worker_hosts, trainer_args=(), env=None, chief_hosts=(),
-                 evaluator_hosts=(), tf_config=False, ssh=None, remote_dir=None, python=None):
+                 evaluator_hosts=(), tf_config=False, python=None):
         self.run_dir = pathlib.Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.ps_hosts, self.worker_hosts = list(ps_hosts), list(worker_hosts)
         self.chief_hosts, self.evaluator_hosts = list(chief_hosts), list(evaluator_hosts)
         self.tf_config = tf_config
-        self.ssh, self.remote_dir = ssh, remote_dir
         self.python = python or sys.executable
         self.trainer_args = list(trainer_args)
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "1", **(env or {})}
@@ -61,8 +52,7 @@ class ProcessCluster:
     def __exit__(self, *exc):
         self.stop_all()
 
-    def command(self, job: str, index: int, extra_args=()) -> list[str]:
-        trainer = "trainer.py" if self.ssh else str(TRAINER)
+    def command(self, job: str, index: int, extra_args=(), trainer: str = str(TRAINER)) -> list[str]:
         if self.tf_config:
             argv = [self.python, trainer, *self.trainer_args, *extra_args]
         else:
@@ -71,16 +61,7 @@ class ProcessCluster:
                 hosts.append(f"--chief_hosts={','.join(self.chief_hosts)}")
             argv = [self.python, trainer, *hosts, f"--job_name={job}", f"--task_index={index}",
                     *self.trainer_args, *extra_args]
-        if not self.ssh:
-            return argv
-        # Remote: the trainer in the background, a watchdog that sends it SIGTERM when the ssh
-        # session's stdin closes (passed on fd 3: bash gives background jobs /dev/null), and the
-        # trainer's exit code as the session's.
-        script = (f"cd {shlex.quote(self.remote_dir or '.')} && exec 3<&0 && {{ {shlex.join(argv)} <&- & "
-                  "child=$!; ( while read -r _ <&3; do :; done; kill -TERM $child 2>/dev/null ) & "
-                  "watchdog=$!; wait $child; code=$?; kill $watchdog 2>/dev/null; exit $code; }")
-        host = self.address(job, index).rpartition(":")[0].strip("[]")
-        return [*self.ssh, host, script]
+        return argv
 
     def address(self, job: str, index: int) -> str:
         hosts = {"ps": self.ps_hosts, "worker": self.worker_hosts, "chief": self.chief_hosts,
@@ -112,7 +93,7 @@ class ProcessCluster:
         with open(self.log_path(job, index), "ab") as log:
             proc = subprocess.Popen(self.command(job, index, extra_args), stdout=log,
                                     stderr=subprocess.STDOUT,
-                                    stdin=subprocess.PIPE if self.ssh else subprocess.DEVNULL,
+                                    stdin=self.stdin,
                                     env=self.task_env(job, index), start_new_session=True)
         self.procs[(job, index)] = proc
         return proc
@@ -161,7 +142,7 @@ class ProcessCluster:
     def _stop_all(self, grace_secs: float) -> None:
         live = [proc for _, proc in self.tasks() if proc.poll() is None]
         for proc in live:
-            if proc.stdin:  # a remote task's watchdog sends it SIGTERM when this closes
+            if proc.stdin:  # a remote task's watchdog sends it SIGTERM when this closes (launch/ssh.py)
                 with contextlib.suppress(OSError):
                     proc.stdin.close()
             with contextlib.suppress(ProcessLookupError):
@@ -186,26 +167,3 @@ class LocalCluster(ProcessCluster):
         super().__init__(run_dir, hosts[:num_ps], hosts[num_ps:num_ps + num_workers], trainer_args, env,
                          chief_hosts=[hosts[-2]] if chief else [], evaluator_hosts=[hosts[-1]],
                          tf_config=tf_config)
-
-
-def read_hosts_file(text: str, path: str = "hosts file") -> dict[str, list[str]]:
-    """'ps|worker host:port' lines, in task order -> {'ps': [...], 'worker': [...]}.
-
-    Raises ValueError naming the file and line at fault.
-    """
-    jobs = {"ps": [], "worker": []}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        fields = line.split()
-        if len(fields) != 2 or fields[0] not in jobs:
-            raise ValueError(f"{path}:{number}: expected 'ps host:port' or 'worker host:port', got {raw!r}")
-        try:
-            spec.split_host_port(fields[1])
-        except ValueError as err:
-            raise ValueError(f"{path}:{number}: {err}") from None
-        jobs[fields[0]].append(fields[1])
-    if not jobs["ps"] or not jobs["worker"]:
-        raise ValueError(f"{path}: needs at least one ps line and one worker line")
-    return jobs

@@ -1,0 +1,152 @@
+"""What the tests share: where the project's programs are, how to run them and read what they wrote,
+in-process clusters, and the data files the tests write. Fixtures are in conftest.py."""
+
+import datetime
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+from absl.flags import FLAGS
+
+import input as inputs
+from cluster import spec
+from flags import config as flag_config
+from flags import definitions  # noqa: F401  (defines the trainer's flags)
+from input import synthetic, tfrecord
+from training import log_lines
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TRAINER = ROOT / "trainer.py"
+SCRIPTS = ROOT / "scripts"
+DATA = ROOT / "tests" / "data"
+
+# Small, fast runs: the defaults of the tests' clusters.
+FAST_ARGS = ["--train_steps=200", "--log_every_n_steps=50", "--synthetic_examples=8000",
+             "--save_checkpoint_steps=100"]
+
+
+# ---------------------------------------------------------------- running the programs
+def read_flags(*args):
+    """Parses trainer.py's command line in-process, as trainer.main does, into a RunConfig."""
+    FLAGS.unparse_flags()
+    argv = FLAGS(["trainer.py", *args])
+    return flag_config.read(FLAGS, argv)
+
+
+def run_trainer(*args, timeout: float = 120, env=None) -> subprocess.CompletedProcess:
+    """trainer.py in a process of its own, run to its end (env: variables added to this one's)."""
+    return subprocess.run([sys.executable, str(TRAINER), *args], capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL, env={**os.environ, **env} if env else None, cwd=ROOT)
+
+
+def run_script(name: str, *args, timeout: float = 300) -> subprocess.CompletedProcess:
+    """A script that starts no cluster (a generator, a converter) run to its end."""
+    return subprocess.run([sys.executable, str(SCRIPTS / name), *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+
+
+def run_launcher(argv, timeout: float) -> subprocess.CompletedProcess:
+    """Runs a script that starts a cluster of its own (a launcher, the fault script) to its end.
+
+    On a timeout, or when the test itself is interrupted (pytest-timeout), the script gets SIGTERM,
+    on which it stops every task it started, before its process group is killed: a SIGKILL alone
+    would leave its tasks, each in a session of its own, running.
+    """
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            text=True, start_new_session=True, cwd=ROOT)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+
+
+# ---------------------------------------------------------------- reading what they wrote
+def lines_with(log: str, needle: str) -> list[str]:
+    return [line for line in log.splitlines() if needle in line]
+
+
+def finished(log: str) -> dict[str, str]:
+    """key=value pairs of a worker's 'finished:' line, read as the launchers read it."""
+    values = log_lines.finished_values(log)
+    assert values, "worker never logged its 'finished:' line"
+    return values
+
+
+def describe(cluster) -> str:
+    """Every task's exit state and log tail, for assertion messages."""
+    parts = []
+    for (job, index), proc in cluster.tasks():
+        tail = "\n".join(cluster.log(job, index).splitlines()[-15:])
+        parts.append(f"--- {job} {index}: returncode {proc.poll()}\n{tail}")
+    return "\n".join(parts)
+
+
+def wait_recording_exits(cluster, timeout: float) -> dict:
+    """Polls every task until all have exited or `timeout` passes: {(job, i): (code, exit time)}."""
+    deadline = time.monotonic() + timeout
+    exits = {}
+    while time.monotonic() < deadline:
+        for key, proc in cluster.tasks():
+            if key not in exits and proc.poll() is not None:
+                exits[key] = (proc.returncode, datetime.datetime.now())
+        if len(exits) == len(cluster.tasks()):
+            break
+        time.sleep(0.1)
+    assert len(exits) == len(cluster.tasks()), f"tasks still running after {timeout} s\n{describe(cluster)}"
+    return exits
+
+
+# ---------------------------------------------------------------- in-process clusters
+def in_process_cluster(num_workers: int = 1, num_ps: int = 1):
+    """tf.test.create_local_cluster's servers: (worker servers, ps servers, a ClusterConfig per worker)."""
+    workers, ps_servers = tf.test.create_local_cluster(num_workers=num_workers, num_ps=num_ps)
+    hosts = {job.name: tuple(job.tasks[i] for i in sorted(job.tasks)) for job in workers[0].server_def.cluster.job}
+    configs = [spec.ClusterConfig(hosts["ps"], hosts["worker"], "worker", i) for i in range(num_workers)]
+    return workers, ps_servers, configs
+
+
+# ---------------------------------------------------------------- data files
+def write_records(path, examples) -> None:
+    """A TFRecord file of tf.train.Examples (or raw bytes, for records that are none)."""
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for example in examples:
+            writer.write(example if isinstance(example, bytes) else example.SerializeToString())
+
+
+def write_embedded_as_tfrecord(data_dir, examples: int = 400, bad_label_at: int | None = None) -> list[str]:
+    """The embedded dataset's training split as one TFRecord file, optionally with one record's label
+    out of range (12 of 10 classes)."""
+    cfg = inputs.DataConfig(synthetic_examples=examples)
+    records = [({"image": f["image"].numpy()}, label.numpy())
+               for f, label in synthetic.records(cfg, "train", inputs.Shard(0, 1))]
+    if bad_label_at is not None:
+        records[bad_label_at] = (records[bad_label_at][0], 12)
+    return tfrecord.write(records, synthetic.spec(cfg), str(data_dir), "train", num_files=1)
+
+
+def write_click_csvs(data_dir, rows: int = 3000, files: int = 2) -> None:
+    """Click logs whose label is learnable from the city, with a column that is read by no one:
+    train-*.csv and eval-*.csv."""
+    rng = np.random.RandomState(0)
+    data_dir.mkdir(parents=True)
+    for split, count in (("train", rows), ("eval", rows // 5)):
+        for f in range(files):
+            lines = ["user,city,price,hour,clicked,comment"]
+            for _ in range(count // files):
+                user, city = rng.randint(300), rng.randint(20)
+                price, hour = rng.uniform(1, 100), rng.randint(24)
+                clicked = int(rng.rand() < (0.9 if city < 10 else 0.1))
+                lines.append(f"u{user},c{city},{price:.2f},{hour},{clicked},free text")
+            (data_dir / f"{split}-{f}.csv").write_text("\n".join(lines) + "\n")

@@ -1,0 +1,71 @@
+"""The log lines other programs read: written by the trainer's own functions through absl, read back
+by the parsers the launchers, drills and benchmark use. Also the exit codes they act on."""
+
+import datetime
+import io
+import logging as std_logging
+import signal
+
+import pytest
+from absl import logging
+
+from training import exit_codes, log_lines
+
+pytestmark = pytest.mark.pure
+
+
+@pytest.fixture
+def written():
+    """What absl writes to a log file (its prefix, then the message), as the trainer's stderr has it."""
+    stream = io.StringIO()
+    handler = std_logging.StreamHandler(stream)
+    handler.setFormatter(logging.PythonFormatter())
+    std_logging.getLogger("absl").addHandler(handler)
+    old_level = logging.get_verbosity()
+    logging.set_verbosity(logging.INFO)
+    yield stream
+    logging.set_verbosity(old_level)
+    std_logging.getLogger("absl").removeHandler(handler)
+
+
+def test_first_step_and_progress_lines_read_back(written):
+    log_lines.log_first_step("worker:1", 57, 2.30258)
+    log_lines.log_progress("worker:1", 400, 2000, 0.53214, 0.8437, 9120.4, 21.2, {"mean": 1.04, "max": 3})
+    log_lines.log_progress("chief:0", 500, 2000, float("nan"), 0.1, 0.0, 0.0)
+    text = written.getvalue()
+    steps = log_lines.steps(text)
+    assert [(s.task, s.step, s.first) for s in steps] == [("worker:1", 57, True), ("worker:1", 400, False),
+                                                           ("chief:0", 500, False)]
+    assert steps[0].loss == pytest.approx(2.3026) and steps[1].loss == pytest.approx(0.5321)
+    assert abs(steps[0].time - datetime.datetime.now()) < datetime.timedelta(minutes=1)
+    assert [s.step for s in log_lines.first_steps(text)] == [57]
+    assert str(log_lines.task_lines(text)[1]).startswith("worker:1 step 400/2000 loss 0.5321 accuracy 0.844 ")
+
+
+def test_the_finished_line_reads_back_its_fields_and_the_last_one_counts(written):
+    log_lines.log_finished("worker:0", {"global_step": 100, "loss": "0.5000"})
+    log_lines.log_finished("worker:0", {"global_step": 2000, "local_steps": 1001, "heldout_accuracy": "0.8510"})
+    assert log_lines.finished_values(written.getvalue()) == {
+        "global_step": "2000", "local_steps": "1001", "heldout_accuracy": "0.8510"}
+    assert log_lines.finished_values("I1123 07:00:00.000000 1 x.py:1] worker:0 step 1/2 loss 1\n") == {}
+
+
+def test_examples_per_sec_counts_from_the_first_line_past_warmup():
+    lines = [f"I0102 00:00:{second:02d}.000000 7 hooks.py:1] worker:0 step {step}/900 loss 1.0000 accuracy 0.500 "
+             f"1 examples/sec 0:00:01 left" for second, step in ((0, 50), (10, 100), (20, 300))]
+    assert log_lines.examples_per_sec("\n".join(lines), 64, warmup_steps=100) == pytest.approx(200 * 64 / 10)
+    assert log_lines.examples_per_sec("\n".join(lines[:2]), 64, warmup_steps=100) is None  # one line past warm-up
+
+
+def test_log_times_across_new_year_keep_their_order():
+    now = datetime.datetime(2027, 1, 1, 0, 0, 30)
+    before = log_lines.log_time("I1231 23:59:50.000000 1 hooks.py:125] worker:0 step 10/20", now)
+    after = log_lines.log_time("I0101 00:00:10.500000 1 hooks.py:125] worker:0 step 20/20", now)
+    assert before.year == 2026 and after.year == 2027
+    assert (after - before).total_seconds() == 20.5
+
+
+def test_exit_codes_are_distinct_and_the_signal_ones_follow_the_shell_convention():
+    codes = [exit_codes.OK, exit_codes.FAILED, exit_codes.STALLED, exit_codes.INTERRUPTED, exit_codes.PREEMPTED]
+    assert len(set(codes)) == len(codes)
+    assert exit_codes.PREEMPTED == 128 + signal.SIGTERM == 143 and exit_codes.INTERRUPTED == 130

@@ -1,0 +1,127 @@
+"""The log lines other programs read: each is written and parsed here, nowhere else.
+
+A worker writes three kinds of line that the launchers, the fault drills, the benchmark and the tests
+read back from its log file (absl's prefix, then the message):
+
+    worker:1 first step done at global step 57, loss 2.3026
+    worker:1 step 400/2000 loss 0.5321 accuracy 0.844 9120 examples/sec 0:00:21 left
+    worker:1 finished: global_step=2000 local_steps=1004 loss=0.3712 accuracy=0.891 seconds=48.0
+
+The 'finished:' line is key=value pairs, so a reader takes whichever fields it knows.
+"""
+
+import dataclasses
+import datetime
+import re
+
+from absl import logging
+
+_PREFIX = r"^[IWEF](\d{4}) (\d\d:\d\d:\d\d\.\d+) +\d+ [^\]]*\] "
+_TASK = r"((?:worker|chief|master|ps|local|evaluator):\d+)"
+_FIRST_STEP = re.compile(_PREFIX + _TASK + r" first step done at global step (?P<step>\d+), loss (?P<loss>\S+)$")
+_PROGRESS = re.compile(_PREFIX + _TASK + r" step (?P<step>\d+)/\d+ loss (?P<loss>\S+) accuracy \S+ \d+ examples/sec ")
+_FINISHED = re.compile(_PREFIX + _TASK + r" finished: (.*)$")
+_ANY_TASK_LINE = re.compile(_PREFIX + _TASK + r" (.*)$")
+_KEY_VALUE = re.compile(r"(\w+)=(\S+)")
+
+
+# ---------------------------------------------------------------- writers (the trainer)
+def log_first_step(task: str, global_step: int, loss: float) -> None:
+    logging.info("%s first step done at global step %d, loss %.4f", task, global_step, loss)
+
+
+def log_progress(task: str, global_step: int, train_steps: int, loss: float, accuracy: float,
+                 examples_per_sec: float, left_secs: float, staleness: dict | None = None) -> None:
+    logging.info("%s step %d/%d loss %.4f accuracy %.3f %.0f examples/sec %s left%s",
+                 task, global_step, train_steps, loss, accuracy, examples_per_sec,
+                 datetime.timedelta(seconds=round(max(left_secs, 0))),
+                 f" staleness mean {staleness['mean']:.1f} max {staleness['max']:.0f}" if staleness else "")
+
+
+def log_finished(task: str, fields: dict[str, object]) -> None:
+    """fields' values are written as given (format them first); none may contain a space."""
+    logging.info("%s finished: %s", task, " ".join(f"{key}={value}" for key, value in fields.items()))
+
+
+# ---------------------------------------------------------------- readers (launchers, drills, tests)
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """A first-step or progress line: the global step a task had reached, and the loss then."""
+    time: datetime.datetime
+    task: str
+    step: int
+    loss: float
+    first: bool
+
+
+def steps(text: str, now: datetime.datetime | None = None) -> list[Step]:
+    """Every first-step and progress line of one log, in order."""
+    found = []
+    for line in text.splitlines():
+        if match := _FIRST_STEP.match(line):
+            first = True
+        elif match := _PROGRESS.match(line):
+            first = False
+        else:
+            continue
+        month_day, clock, task = match.groups()[:3]
+        found.append(Step(_time(month_day, clock, now), task, int(match["step"]), float(match["loss"]), first))
+    return found
+
+
+def first_steps(text: str) -> list[Step]:
+    """The first-step line of every start of the task in this log (a restart appends its own)."""
+    return [step for step in steps(text) if step.first]
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskLine:
+    """A line a task writes about itself ('worker:0 ...'): what a person at the launcher follows."""
+    time: datetime.datetime
+    task: str
+    message: str
+
+    def __str__(self):
+        return f"{self.task} {self.message}"
+
+
+def task_lines(text: str, now: datetime.datetime | None = None) -> list[TaskLine]:
+    return [TaskLine(_time(m.group(1), m.group(2), now), m.group(3), m.group(4))
+            for m in map(_ANY_TASK_LINE.match, text.splitlines()) if m]
+
+
+def finished_values(text: str) -> dict[str, str]:
+    """The key=value pairs of the last 'finished:' line of a worker's log, or {} if it never finished."""
+    lines = [m for m in map(_FINISHED.match, text.splitlines()) if m]
+    return dict(_KEY_VALUE.findall(lines[-1].group(4))) if lines else {}
+
+
+def log_time(line: str, now: datetime.datetime | None = None) -> datetime.datetime:
+    """Wall-clock time of an absl log line (the same clock in every local process)."""
+    match = re.match(_PREFIX, line)
+    if not match:
+        raise ValueError(f"not an absl log line: {line[:40]!r}")
+    return _time(*match.groups(), now)
+
+
+def _time(month_day: str, clock: str, now: datetime.datetime | None) -> datetime.datetime:
+    """absl's prefix has no year: take the latest that does not put the line in the future, so a run
+    across New Year reads December's lines as last year's."""
+    now = now or datetime.datetime.now()
+    for year in (now.year, now.year - 1):
+        try:
+            when = datetime.datetime.strptime(f"{year}{month_day} {clock}", "%Y%m%d %H:%M:%S.%f")
+        except ValueError:  # February 29th of another year
+            continue
+        if when <= now + datetime.timedelta(days=1):
+            return when
+    raise ValueError(f"no year puts this log line in the past: {month_day} {clock}")
+
+
+def examples_per_sec(text: str, examples_per_global_step: int, warmup_steps: int) -> float | None:
+    """Examples/sec between the first progress line at or past warmup_steps and the last one."""
+    after = [step for step in steps(text) if not step.first and step.step >= warmup_steps]
+    if len(after) < 2:
+        return None
+    seconds = (after[-1].time - after[0].time).total_seconds()
+    return (after[-1].step - after[0].step) * examples_per_global_step / seconds if seconds > 0 else None
