@@ -1,10 +1,17 @@
-"""Every flag of trainer.py, grouped by concern. Importing this module defines them."""
+"""Every flag of trainer.py, grouped by concern. Importing this module defines them.
+
+A flag that is a setting of the run takes its default from the config dataclass that holds it
+(TrainConfig, ModelConfig, DataConfig): each default is written once, there.
+"""
 
 from absl import flags
 
 import input as inputs
 import model
 from training import optimizers, schedules
+from training.config import TrainConfig
+
+TRAIN, MODEL, DATA = TrainConfig(), model.ModelConfig(), inputs.DataConfig()
 
 # ---------------------------------------------------------------- cluster
 # Unset, the cluster comes from the environment: TF_CONFIG, SageMaker, Slurm or AWS Batch.
@@ -38,103 +45,111 @@ flags.DEFINE_boolean("allow_public_addresses", False,
 flags.DEFINE_boolean("skip_own_address_check", False,
                      "Start even when this task's address in the cluster is not one of this host's (behind NAT "
                      "or a proxy); by default that is refused, as the mark of one --task_index on every host.")
-flags.DEFINE_integer("startup_timeout_secs", 600,
+flags.DEFINE_integer("startup_timeout_secs", TRAIN.startup_timeout_secs,
                      "How long a task waits for its peers (ps, chief) before giving up.", lower_bound=1)
-flags.DEFINE_integer("stall_warning_secs", 60,
+flags.DEFINE_integer("stall_warning_secs", TRAIN.stall_warning_secs,
                      "Warn when a worker completes no step for this long (a peer may be down).",
                      lower_bound=1)
-flags.DEFINE_integer("stall_timeout_secs", 900,
+flags.DEFINE_integer("stall_timeout_secs", TRAIN.stall_timeout_secs,
                      "Exit (code 75) when a worker completes no step for this long: in sync mode a "
                      "dead worker without a backup stalls every step.", lower_bound=1)
 
 # ---------------------------------------------------------------- optimization
-flags.DEFINE_integer("train_steps", 2000, "Global step at which training stops.", lower_bound=1)
-flags.DEFINE_integer("batch_size", 64, "Examples per step on each worker.", lower_bound=1)
-flags.DEFINE_float("learning_rate", 0.05, "Learning rate (the schedule's starting value).", lower_bound=0.0)
+flags.DEFINE_integer("train_steps", TRAIN.train_steps, "Global step at which training stops.", lower_bound=1)
+flags.DEFINE_integer("batch_size", TRAIN.batch_size, "Examples per step on each worker.", lower_bound=1)
+flags.DEFINE_float("learning_rate", TRAIN.learning_rate,
+                   "Learning rate (the schedule's starting value).", lower_bound=0.0)
 
 # ---------------------------------------------------------------- learning rate schedule
-flags.DEFINE_enum("learning_rate_schedule", "constant", sorted(schedules.SCHEDULES),
+flags.DEFINE_enum("learning_rate_schedule", TRAIN.lr_schedule, sorted(schedules.SCHEDULES),
                   "How the learning rate follows the global step.")
 flags.DEFINE_integer("decay_steps", None, "exponential, polynomial, cosine: steps of one decay period (exponential) "
                      "or of the whole decay. Default: --train_steps.", lower_bound=1)
-flags.DEFINE_float("decay_rate", 0.94, "exponential: factor per --decay_steps.", lower_bound=0.0)
-flags.DEFINE_boolean("staircase", False, "exponential: decay in whole periods.")
-flags.DEFINE_float("end_learning_rate", 0.0, "polynomial and cosine: the rate at the end of the decay.",
+flags.DEFINE_float("decay_rate", TRAIN.decay_rate, "exponential: factor per --decay_steps.", lower_bound=0.0)
+flags.DEFINE_boolean("staircase", TRAIN.staircase, "exponential: decay in whole periods.")
+flags.DEFINE_float("end_learning_rate", TRAIN.end_learning_rate,
+                   "polynomial and cosine: the rate at the end of the decay.",
                    lower_bound=0.0)
 flags.DEFINE_list("lr_boundaries", [], "piecewise: global steps where the rate changes, increasing.")
 flags.DEFINE_list("lr_factors", [], "piecewise: --learning_rate times each, one more than --lr_boundaries "
                   "(e.g. 1,0.1,0.01).")
-flags.DEFINE_integer("warmup_steps", 0, "A linear warm-up from 0 over this many global steps, before the schedule.",
+flags.DEFINE_integer("warmup_steps", TRAIN.warmup_steps,
+                     "A linear warm-up from 0 over this many global steps, before the schedule.",
                      lower_bound=0)
 flags.DEFINE_boolean("scale_learning_rate_by_replicas", False,
                      "Multiply --learning_rate by the gradients averaged per step (--replicas_to_aggregate in "
                      "sync mode): the linear scaling rule for a larger global batch.")
 flags.DEFINE_float("clip_gradient_norm", None, "Clip the gradients by their global norm to this value.",
                    lower_bound=0.0)
-flags.DEFINE_enum("optimizer", "momentum", sorted(optimizers.OPTIMIZERS), "Optimizer by name; with --model=wide_deep "
+flags.DEFINE_enum("optimizer", TRAIN.optimizer, sorted(optimizers.OPTIMIZERS),
+                  "Optimizer by name; with --model=wide_deep "
                   "the default is ftrl_adagrad (FTRL for the wide part, Adagrad for the deep part).")
 flags.DEFINE_float("momentum", None, "Momentum for --optimizer=momentum and rmsprop. Default: 0.9 in one "
                    "process or in sync mode; with N asynchronous workers 1 - 0.1 * N, floored at 0 (and past "
                    "the floor the learning rate is divided by 0.1 * N), because stale updates add momentum "
                    "of their own.", lower_bound=0.0, upper_bound=0.999)
-flags.DEFINE_enum("not_learning", "stop", ["stop", "warn", "off"],
+flags.DEFINE_enum("not_learning", TRAIN.not_learning, ["stop", "warn", "off"],
                   "When a worker's training loss stays at chance level (the entropy of the labels it "
                   "saw) for 3 log intervals after a warm-up (a fifth of --train_steps): 'stop' exits 1 "
                   "with the likely cause, 'warn' logs it and trains on.")
-flags.DEFINE_boolean("sync_replicas", False,
+flags.DEFINE_boolean("sync_replicas", TRAIN.sync_replicas,
                      "Synchronous training: average gradients of all workers each step.")
 flags.DEFINE_integer("replicas_to_aggregate", None,
                      "With --sync_replicas: gradients per step; fewer than the workers "
                      "makes the rest backup workers. Default: every worker.", lower_bound=1)
-flags.DEFINE_enum("wire_dtype", "float32", ["float32", "bfloat16", "float16"],
+flags.DEFINE_enum("wire_dtype", TRAIN.wire_dtype, ["float32", "bfloat16", "float16"],
                   "Precision of variables and gradients on the wire between workers and ps tasks; the ps "
                   "keeps float32 master copies. bfloat16 halves the bytes of dense variables.")
-flags.DEFINE_integer("steps_per_run", 1,
+flags.DEFINE_integer("steps_per_run", TRAIN.steps_per_run,
                      "Training steps in one session.run (a tf.while_loop), which saves the per-run cost of "
                      "the session and its hooks; logging, summaries and checkpoints happen between runs. "
                      "Asynchronous training only.", lower_bound=1)
-flags.DEFINE_integer("seed", 42, "Seed for initializers, data generation and shuffling.")
+flags.DEFINE_integer("seed", TRAIN.seed, "Seed for initializers, data generation and shuffling.")
 
 # ---------------------------------------------------------------- checkpoints and logs
 flags.DEFINE_string("model_dir", None, "Directory for checkpoints and summaries; workers resume from it.")
 flags.DEFINE_integer("save_checkpoint_steps", None,
                      "Save a checkpoint every N global steps (instead of --save_checkpoint_secs).",
                      lower_bound=1)
-flags.DEFINE_integer("save_checkpoint_secs", 600, "Save a checkpoint every N seconds.", lower_bound=1)
-flags.DEFINE_integer("keep_checkpoint_max", 5, "Newest checkpoints to keep; older ones are deleted.",
+flags.DEFINE_integer("save_checkpoint_secs", TRAIN.save_checkpoint_secs,
+                     "Save a checkpoint every N seconds.", lower_bound=1)
+flags.DEFINE_integer("keep_checkpoint_max", TRAIN.keep_checkpoint_max,
+                     "Newest checkpoints to keep; older ones are deleted.",
                      lower_bound=1)
-flags.DEFINE_integer("save_summaries_steps", 100, "Write summaries every N global steps (chief only).",
+flags.DEFINE_integer("save_summaries_steps", TRAIN.save_summaries_steps,
+                     "Write summaries every N global steps (chief only).",
                      lower_bound=1)
-flags.DEFINE_integer("log_every_n_steps", 100, "Log progress every N local steps on each worker.",
+flags.DEFINE_integer("log_every_n_steps", TRAIN.log_every_n_steps, "Log progress every N local steps on each worker.",
                      lower_bound=1)
 
-flags.DEFINE_boolean("export_saved_model", True,
+flags.DEFINE_boolean("export_saved_model", TRAIN.export_saved_model,
                      "At the end of training the chief writes <model_dir>/export/<step>, a SavedModel "
                      "serving raw features.")
 flags.DEFINE_list("profile_steps", [], "FIRST,LAST: trace these local steps on each worker into "
                   "<model_dir>/profile/<task> for TensorBoard's profiler, e.g. 100,110.")
-flags.DEFINE_integer("eval_timeout_secs", 3600,
+flags.DEFINE_integer("eval_timeout_secs", TRAIN.eval_timeout_secs,
                      "Evaluator: give up if no new checkpoint appears for this long.", lower_bound=1)
 
 # ---------------------------------------------------------------- model and data
-flags.DEFINE_enum("model", "mlp", sorted(model.MODELS), "Model by name.")
-flags.DEFINE_list("hidden_units", ["256"], "Hidden layer sizes (mlp, wide_deep), comma-separated.")
-flags.DEFINE_integer("hash_buckets", 10000, "wide_deep: rows of each categorical feature's hashed "
+flags.DEFINE_enum("model", MODEL.name, sorted(model.MODELS), "Model by name.")
+flags.DEFINE_list("hidden_units", [str(units) for units in MODEL.hidden_units],
+                  "Hidden layer sizes (mlp, wide_deep), comma-separated.")
+flags.DEFINE_integer("hash_buckets", MODEL.hash_buckets, "wide_deep: rows of each categorical feature's hashed "
                      "embedding table (1000000 with --embedding_dim=32 is 128 MB per table).", lower_bound=1)
-flags.DEFINE_integer("embedding_dim", 16, "wide_deep: width of the embeddings.", lower_bound=1)
+flags.DEFINE_integer("embedding_dim", MODEL.embedding_dim, "wide_deep: width of the embeddings.", lower_bound=1)
 flags.DEFINE_integer("embedding_partitions", None, "wide_deep: pieces each table is cut into "
                      "(fixed_size_partitioner). Default: one per ps task.", lower_bound=1)
-flags.DEFINE_enum("dataset", "synthetic", sorted(inputs.DATASETS),
+flags.DEFINE_enum("dataset", DATA.name, sorted(inputs.DATASETS),
                   "Data source by name; 'synthetic' (images) and 'clicks' (tabular) are embedded and "
                   "need no files; 'tfrecord', 'csv' and 'idx' read --data_dir.")
 flags.DEFINE_string("eval_data_dir", None, "Held-out data for the evaluator, in the same format. "
                     "Default: the eval split in --data_dir (eval-*.tfrecord, eval-*.csv, t10k-* for idx).")
-flags.DEFINE_string("label_column", "label", "csv and tabular tfrecord: the int64 class column.")
+flags.DEFINE_string("label_column", DATA.label_column, "csv and tabular tfrecord: the int64 class column.")
 flags.DEFINE_list("numeric_columns", [], "csv and tabular tfrecord: float feature columns.")
 flags.DEFINE_list("categorical_columns", [], "csv and tabular tfrecord: string feature columns.")
-flags.DEFINE_integer("num_classes", 2, "csv and tabular tfrecord: labels are 0..num_classes-1.",
+flags.DEFINE_integer("num_classes", DATA.num_classes, "csv and tabular tfrecord: labels are 0..num_classes-1.",
                      lower_bound=2)
-flags.DEFINE_boolean("skip_bad_records", False,
+flags.DEFINE_boolean("skip_bad_records", DATA.skip_bad_records,
                      "Skip unreadable or invalid records, logging and counting each, instead of "
                      "stopping at the first with an error naming its file and record.")
 flags.DEFINE_string("data_dir", None, "Directory of the data, for file-based datasets. With the default "
@@ -147,5 +162,5 @@ flags.DEFINE_string("cache", None, "What a worker keeps of the examples it reads
                     "the shuffle buffer, not the data), 'memory' (its whole shard, decoded, in RAM after the "
                     "first epoch) or a directory (the shard written there in the first epoch, about its size on "
                     "disk, and reread after). Default: memory for the generated datasets, none for files.")
-flags.DEFINE_integer("synthetic_examples", 60000, "Training examples in the synthetic dataset.",
+flags.DEFINE_integer("synthetic_examples", DATA.synthetic_examples, "Training examples in the synthetic dataset.",
                      lower_bound=1)

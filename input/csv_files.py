@@ -41,9 +41,10 @@ def check(cfg):
     if not cfg.numeric_columns and not cfg.categorical_columns:
         return "--dataset=csv needs --numeric_columns and/or --categorical_columns: the feature columns."
     for split in ("train", "eval") if cfg.eval_data_dir else ("train",):
-        files = sorted(tf.io.gfile.glob(pattern(cfg.split_dir(split), split)))
+        wanted = pattern(cfg.split_dir(split), split)
+        files = sorted(tf.io.gfile.glob(wanted))
         if not files:
-            return f"{cfg.split_dir(split)} holds no {split} files (nothing matches {pattern(cfg.split_dir(split), split)})."
+            return f"{cfg.split_dir(split)} holds no {split} files (nothing matches {wanted})."
         columns = header(files[0])
         for name in (cfg.label_column, *cfg.numeric_columns, *cfg.categorical_columns):
             if name not in columns:

@@ -149,7 +149,8 @@ def file_shard_description(files: list[str], shard, unit: str = "records") -> st
         mine = files[shard.index::shard.count]
         names = ", ".join(os.path.basename(f) for f in mine[:3]) + (", ..." if len(mine) > 3 else "")
         return f"{len(mine)} of {len(files)} files ({names})"
-    return f"{unit} {shard.index}, {shard.index + shard.count}, ... (one in {shard.count}) of each of {len(files)} file(s)"
+    return (f"{unit} {shard.index}, {shard.index + shard.count}, ... (one in {shard.count}) of each of "
+            f"{len(files)} file(s)")
 
 
 def bad_record_message(error_message: str) -> str | None:

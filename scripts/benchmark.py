@@ -246,7 +246,7 @@ def resummarize(path: pathlib.Path):
     runs = json.loads(path.read_text())["runs"]
     results = [Result(**{field.name: run.get(field.name) for field in dataclasses.fields(Result)}) for run in runs]
     names = {r.layout for r in results}
-    rows = summarize(results, [l for l in LAYOUTS if l.name in names])
+    rows = summarize(results, [layout for layout in LAYOUTS if layout.name in names])
     print(table(rows))
     chart(rows, path.with_name("results.png"))
 
@@ -258,10 +258,11 @@ def main(argv):
     terminal.interrupt_on_signals()
     out = pathlib.Path(FLAGS.output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    layouts = [l for l in LAYOUTS if not FLAGS.layouts or l.name in FLAGS.layouts or l.single]
-    unknown = set(FLAGS.layouts) - {l.name for l in LAYOUTS}
+    layouts = [layout for layout in LAYOUTS if not FLAGS.layouts or layout.name in FLAGS.layouts or layout.single]
+    known = [layout.name for layout in LAYOUTS]
+    unknown = set(FLAGS.layouts) - set(known)
     if unknown:
-        raise app.UsageError(f"--layouts: unknown {', '.join(sorted(unknown))}; known: {', '.join(l.name for l in LAYOUTS)}")
+        raise app.UsageError(f"--layouts: unknown {', '.join(sorted(unknown))}; known: {', '.join(known)}")
     results = []
     for repetition in range(FLAGS.repetitions):
         for model in FLAGS.models:

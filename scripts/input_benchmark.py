@@ -168,7 +168,8 @@ def read_one_epoch() -> None:
         count += int(labels.shape[0])
     # VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss across exec, so a child started by
     # a large parent reports the parent's peak.
-    peak = next(line for line in pathlib.Path("/proc/self/status").read_text().splitlines() if line.startswith("VmHWM:"))
+    status = pathlib.Path("/proc/self/status").read_text().splitlines()
+    peak = next(line for line in status if line.startswith("VmHWM:"))
     print(f"examples={count} peak_rss_kib={peak.split()[1]}")
 
 

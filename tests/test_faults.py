@@ -162,9 +162,10 @@ def test_two_ps_killed_in_a_row_in_sync_mode_still_train_to_the_last_step(make_c
     cluster.start_all()
     deadline = time.monotonic() + 240
     for ps in (0, 1):
-        reached = max((s.step for s in faults.progress(cluster)), default=0) + 30
-        faults.wait_until(cluster, lambda r=reached: max((s.step for s in faults.progress(cluster)), default=0) >= r, deadline,
-                          f"global step {reached}")
+        def highest_step():
+            return max((s.step for s in faults.progress(cluster)), default=0)
+        reached = highest_step() + 30
+        faults.wait_until(cluster, lambda r=reached: highest_step() >= r, deadline, f"global step {reached}")
         cluster.kill("ps", ps)
         time.sleep(0.5)
         cluster.start("ps", ps)

@@ -43,9 +43,11 @@ def train(tmp_path, data_cfg, model_cfg, steps_per_run, train_steps, wire_dtype=
                     done = 1
                 else:  # train_op is the loop; steps_done, its count
                     done = sess.run(graph.steps_done)
-                runs.append((int(done), int(sess.run_step_fn(lambda step_context: step_context.session.run(global_step)))))
+                reached = sess.run_step_fn(lambda step_context: step_context.session.run(global_step))
+                runs.append((int(done), int(reached)))
         variables = len(v1.global_variables())
-    saved = sorted(int(p.split("-")[-1]) for p in v1.train.get_checkpoint_state(str(tmp_path)).all_model_checkpoint_paths)
+    state = v1.train.get_checkpoint_state(str(tmp_path))
+    saved = sorted(int(path.split("-")[-1]) for path in state.all_model_checkpoint_paths)
     return runs, progress, saved, variables
 
 

@@ -7,7 +7,7 @@ import input as inputs
 import model
 from cluster import placement, spec
 from training import graph as train_graph
-from training import hooks as training_hooks
+from training import sync as sync_training
 from training.config import RunConfig, TrainConfig
 
 pytestmark = pytest.mark.pure
@@ -28,7 +28,7 @@ def training_graph(num_ps, model_cfg=model.ModelConfig(), sync=False, wire_dtype
     with graph.as_default():
         built = train_graph.build_graph(cfg)
     for hook in built.hooks:
-        if isinstance(hook, training_hooks.SyncReplicasHook):
+        if isinstance(hook, sync_training.SyncReplicasHook):
             # Never run: placement tests have no session. Say so, or TF logs it at exit.
             hook._optimizer.ready_for_local_init_op.mark_used()  # pylint: disable=protected-access
     return graph

@@ -16,8 +16,7 @@ import model
 from cluster import placement, spec
 from tests.support import in_process_cluster
 from training import graph as train_graph
-from training import hooks as training_hooks
-from training import learning, worker
+from training import learning, sync, worker
 from training.config import RunConfig, TrainConfig
 
 pytestmark = pytest.mark.inprocess
@@ -43,7 +42,7 @@ class Replica:
             optimizer = v1.train.GradientDescentOptimizer(LEARNING_RATE)
             self.train_op, hooks, chief_hooks = train_graph.make_train_op(
                 loss, optimizer, self.global_step, cluster_cfg, train_cfg)
-            sync_hook, = (hook for hook in hooks if isinstance(hook, training_hooks.SyncReplicasHook))
+            sync_hook, = (hook for hook in hooks if isinstance(hook, sync.SyncReplicasHook))
             token_queue = sync_hook._optimizer._sync_token_queue  # pylint: disable=protected-access
             # A token of round 1 left in the queue, as by a worker that died before taking it.
             self.leave_spare_token = token_queue.enqueue(tf.constant(1, tf.int64))
@@ -53,7 +52,7 @@ class Replica:
             self.session = v1.train.MonitoredTrainingSession(
                 master=server.target, is_chief=cluster_cfg.is_chief, hooks=hooks,
                 chief_only_hooks=chief_hooks, config=config,
-                stop_grace_period_secs=worker.SYNC_STOP_GRACE_SECS)
+                stop_grace_period_secs=sync.STOP_GRACE_SECS)
 
     def restarted(self):
         """The same worker in a new process: a new graph and session, to the same server."""
@@ -238,7 +237,7 @@ def test_the_hooks_build_their_ops_once_so_a_second_session_works_in_a_finalized
         for hook in hooks:
             hook.begin()
         for hook in hooks:  # never run: no session here. Say so, or TF logs it at exit.
-            if isinstance(hook, training_hooks.SyncReplicasHook):
+            if isinstance(hook, sync.SyncReplicasHook):
                 hook._optimizer.ready_for_local_init_op.mark_used()  # pylint: disable=protected-access
 
 

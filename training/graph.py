@@ -11,8 +11,7 @@ import tensorflow as tf
 import input as inputs
 import model
 from cluster import placement
-from training import checkpoints, optimizers, schedules, staleness, wire
-from training import hooks as training_hooks
+from training import checkpoints, optimizers, schedules, staleness, sync, wire
 
 v1 = tf.compat.v1
 
@@ -107,25 +106,15 @@ def repeat_steps(forward, optimizer, global_step, train, with_auc):
 def make_train_op(loss, optimizer, global_step, cluster, train, stop_requested=None):
     """The update op, plus the hooks it needs on every worker and on the chief only.
 
-    With train.sync_replicas, gradients go through SyncReplicasOptimizer: train.replicas_to_aggregate
-    of them are averaged per step, and the rest (backup workers' late ones) are dropped as stale;
+    With train.sync_replicas, gradients go through SyncReplicasOptimizer (training/sync.py);
     `stop_requested()` ends a worker's wait for a round that is missing a peer's gradient.
     """
     hooks, chief_only_hooks = [], []
     if train.sync_replicas:
-        optimizer = v1.train.SyncReplicasOptimizer(
-            optimizer, replicas_to_aggregate=train.replicas_to_aggregate,
-            total_num_replicas=cluster.num_workers)
+        optimizer = sync.wrap_optimizer(optimizer, cluster, train)
     train_op = apply_update(loss, optimizer, global_step, train.clip_gradient_norm)
     if train.sync_replicas:
-        # num_tokens=0: no worker, the chief included, starts step k+1 before step k's update is
-        # applied; and the hook keeps every worker to one gradient per round, so the chief cannot
-        # fill a round with its own gradients when a peer is down.
-        hooks.append(training_hooks.SyncReplicasHook(
-            optimizer, cluster.is_chief, num_tokens=0, train_op=train_op, num_workers=cluster.num_workers,
-            replica_index=cluster.replica_index, stop_requested=stop_requested))
-        chief_only_hooks.append(training_hooks.CloseQueueAtEndHook(
-            optimizer._sync_token_queue, train.train_steps))  # pylint: disable=protected-access
+        hooks, chief_only_hooks = sync.hooks(optimizer, train_op, cluster, train, stop_requested)
     hooks.append(v1.train.StopAtStepHook(last_step=train.train_steps))
     return train_op, hooks, chief_only_hooks
 

@@ -10,7 +10,18 @@ from absl import logging
 
 import input as inputs
 from cluster import peers, placement, shutdown, spec
-from training import checkpoints, evaluator, exit_codes, export, learning, log_lines, preemption, staleness, watchdog
+from training import (
+    checkpoints,
+    evaluator,
+    exit_codes,
+    export,
+    learning,
+    log_lines,
+    preemption,
+    staleness,
+    sync,
+    watchdog,
+)
 from training import graph as train_graph
 from training import hooks as training_hooks
 
@@ -23,10 +34,6 @@ NOT_READY_RETRY_SECS = 1
 SESSION_NOT_READY = "Session was not ready"
 # Sessions in a row that may end short of --train_steps with no step done before the worker gives up.
 MAX_EARLY_ENDS = 10
-# In sync mode the chief's queue-runner thread is blocked waiting for gradients that will never
-# come once training is over; MonitoredSession waits this long for it before closing the session,
-# which cancels the wait. TensorFlow's default is 120 s.
-SYNC_STOP_GRACE_SECS = 0.5
 
 
 class TrainingError(Exception):
@@ -207,7 +214,7 @@ def _train_in_session(cfg, target, config, graph, scaffold, hooks, progress) -> 
                 log_step_count_steps=0,
                 config=config,
                 max_wait_secs=train_cfg.startup_timeout_secs if cluster.is_chief else NOT_READY_RETRY_SECS,
-                stop_grace_period_secs=SYNC_STOP_GRACE_SECS if train_cfg.sync_replicas else 10,
+                stop_grace_period_secs=sync.STOP_GRACE_SECS if train_cfg.sync_replicas else 10,
         ) as sess:
             # StopAtStepHook looks only after a step: a worker (re)started once training is over
             # would push one more update. ProgressHook read the global step when the session began.

@@ -1,0 +1,251 @@
+"""Synchronous training: SyncReplicasOptimizer and the rules that make it safe in a cluster whose
+tasks fail and come back.
+
+- The sync branch of the train op (`wrap_optimizer`, `hooks`): gradients of --replicas_to_aggregate
+  replicas averaged per step, the rest (backup workers' late ones) dropped as stale.
+- The token rule (SyncReplicasHook): num_tokens=0, so no worker, the chief included, starts step k+1
+  before step k's update is applied; and one gradient per worker per round, across sessions and
+  restarts, so a chief whose peer is down cannot fill a round alone.
+- The queue close (CloseQueueAtEndHook): the token queue is closed only at the real end, which
+  wakes workers waiting for a round that will never come.
+- The grace period (STOP_GRACE_SECS): how long a closing session waits for the chief's aggregation
+  thread, blocked on gradients that will never come once training is over.
+"""
+
+import threading
+import time
+
+import tensorflow as tf
+from absl import logging
+
+from training import checkpoints
+
+v1 = tf.compat.v1
+# MonitoredSession waits this long for the chief's queue-runner thread before closing the session,
+# which cancels its wait for gradients. TensorFlow's default is 120 s.
+STOP_GRACE_SECS = 0.5
+# How often a worker that gave back a second token of a sync round checks whether the round is done.
+ROUND_POLL_SECS = 0.05
+# Tokens no round has (negative: minus the wall-clock milliseconds of the failure): put in the token
+# queue, one per worker, when the chief's aggregation fails, to wake the workers (the chief among
+# them) blocked waiting for a token, so that they re-create their sessions. A wake token older than
+# the session that takes it (left by a worker that was down) is dropped, not obeyed: re-creating a
+# session again would leave its pushed gradient and its aggregation behind in the ps.
+
+
+def wrap_optimizer(optimizer, cluster, train):
+    return v1.train.SyncReplicasOptimizer(optimizer, replicas_to_aggregate=train.replicas_to_aggregate,
+                                          total_num_replicas=cluster.num_workers)
+
+
+def hooks(sync_optimizer, train_op, cluster, train, stop_requested=None):
+    """(hooks of every worker, hooks of the chief only) for a train op built with a wrapped optimizer;
+    `stop_requested()` ends a worker's wait for a round that is missing a peer's gradient."""
+    every_worker = [SyncReplicasHook(sync_optimizer, cluster.is_chief, num_tokens=0, train_op=train_op,
+                                     num_workers=cluster.num_workers, replica_index=cluster.replica_index,
+                                     stop_requested=stop_requested)]
+    chief_only = [CloseQueueAtEndHook(sync_optimizer._sync_token_queue,  # pylint: disable=protected-access
+                                      train.train_steps)]
+    return every_worker, chief_only
+
+
+class CloseQueueAtEndHook(v1.train.SessionRunHook):
+    """Closes a queue when the session ends with training over (the global step at last_step).
+
+    Used on the sync chief for SyncReplicasOptimizer's token queue: a non-chief worker that has
+    already sent its gradient for a step that will never be aggregated is blocked on that queue.
+    Closing it turns the wait into OutOfRangeError, which MonitoredSession takes as a clean end.
+    Only then: a closed queue stays closed for as long as its ps runs, so a chief that stops
+    early (preempted, a failed session) must leave it open for the rounds still to come.
+    """
+
+    def __init__(self, queue, last_step):
+        self._close_op = queue.close(cancel_pending_enqueues=True)
+        self._last_step = last_step
+
+    def begin(self):
+        self._global_step = v1.train.get_global_step()
+
+    def end(self, session):
+        if int(session.run(self._global_step)) >= self._last_step:
+            session.run(self._close_op)
+
+
+class SyncReplicasHook(v1.train.SessionRunHook):
+    """SyncReplicasOptimizer's session hook, from its public API, with a chief queue runner that ends
+    quietly, and at most one gradient per worker in a round.
+
+    As TensorFlow's own hook: after each session is created it checks the variables are ready, runs
+    the local init (the chief's also sets up the accumulators), adds num_tokens initial tokens, and
+    on the chief starts the queue runner that aggregates gradients and hands out tokens. Unlike it,
+    the queue runner takes CancelledError as its end: when training is over that thread is blocked
+    waiting for gradients that will never come, the session's close cancels the wait, and TF's
+    runner would report that as an error (a traceback on every clean sync run). And it never closes
+    the token queue: TF's runner closes it when its session stops, which is how TF wakes the chief
+    when aggregation fails (a ps restarting), but a closed queue ends every worker's next wait for a
+    token with OutOfRangeError, which MonitoredSession takes for the end of the input: workers would
+    report "finished" far short of --train_steps (the queue is closed only at the real end, by
+    CloseQueueAtEndHook). Instead, a failed aggregation puts one wake token per worker in the queue;
+    a step that takes one newer than its session raises AbortedError, and MonitoredSession
+    re-creates the session.
+
+    One gradient per round: each completed round puts one token per worker into a single shared
+    queue, and a step pushes a gradient, then takes a token (the round its next gradient joins).
+    A worker that takes a second token of the round its last gradient joined (left by a worker
+    that died, or taken before a slower peer got to it) would push a second gradient into that
+    round, and a chief whose peer is down would then fill every round alone and "train in sync"
+    by itself. This hook sees the token each step took (the train op's value); on a second token
+    of the same round it gives it back to the queue, waits until that round is applied, and takes
+    a token of a newer round. A stalled round then stays stalled (the watchdog says why) until the
+    missing worker is back, or until `stop_requested()`.
+
+    One gradient per round across sessions: a worker whose session is re-created (or whose process
+    restarts) while it waits for a token has pushed its gradient already, and a new session starts
+    at the global step, the same round: its next push would count twice. So every push also
+    records, on the ps that holds the global step, the round it joined (`sync_round_pushed`, one
+    entry per replica, written once the accumulators have the gradient). A new session that finds
+    its entry at the current round sends its next gradient one round stale: the accumulators drop
+    it, and the worker goes on to wait for its token as before. The record is no checkpoint's: a ps
+    restarted comes back without it (it is set up again), and a restore clears it (the rounds are
+    numbered anew).
+    """
+
+    def __init__(self, sync_optimizer, is_chief, num_tokens, train_op, num_workers, replica_index,
+                 stop_requested=None):
+        self._optimizer = sync_optimizer
+        self._is_chief = is_chief
+        self._num_workers = num_workers
+        self._replica = replica_index
+        with v1.device(v1.train.get_global_step().device):
+            self._pushed = v1.Variable(tf.fill([num_workers], tf.constant(-1, tf.int64)), trainable=False,
+                                       collections=[], name="sync_round_pushed")
+        v1.add_to_collection(checkpoints.RESET_AFTER_RESTORE, self._pushed.initializer)
+        self._num_tokens = num_tokens
+        self._token = train_op  # SyncReplicasOptimizer's train op assigns the token taken: its value
+        self._stop_requested = stop_requested or (lambda: False)
+        self._last_token = None
+        self._take_token = None
+
+    def begin(self):
+        # Called for every MonitoredTrainingSession: build the ops once. A session whose creation
+        # failed leaves the graph finalized, and the next session reuses these hooks.
+        if self._take_token is not None:
+            return
+        opt = self._optimizer
+        self._ready_op = opt.ready_for_local_init_op
+        if self._is_chief:
+            self._local_init_op = opt.chief_init_op
+            self._init_tokens_op = opt.get_init_tokens_op(self._num_tokens)
+            self._aggregate_op, = opt.get_chief_queue_runner().enqueue_ops
+        else:
+            self._local_init_op = opt.local_step_init_op
+            self._init_tokens_op = None
+        local_step = opt._local_step  # pylint: disable=protected-access
+        queue = opt._sync_token_queue  # pylint: disable=protected-access
+        self._global_step = v1.train.get_global_step()
+        with v1.device(self._global_step.device):  # where SyncReplicasOptimizer puts its queue ops
+            self._give_back = queue.enqueue(local_step)
+            token = queue.dequeue()
+            self._wake_at = v1.placeholder(tf.int64, [], name="sync_wake_token")
+            self._wake_workers = queue.enqueue_many(tf.fill([self._num_workers], self._wake_at))
+        self._take_token = v1.assign(local_step, token)  # on this worker, with its local step
+        self._read_local_step = local_step.read_value()
+        self._local_step_value = v1.placeholder(tf.int64, [], name="sync_local_step_value")
+        self._set_local_step = v1.assign(local_step, self._local_step_value)
+        # The token's dequeue waits for this worker's pushes to the accumulators; so does the record.
+        pushes = self._token.op.inputs[1].op.control_inputs
+        with v1.device(self._pushed.device):
+            self._pushed_set_up = self._pushed.is_initialized()
+            self._read_pushed = self._pushed.read_value()[self._replica]
+            self._round_of_push = v1.placeholder(tf.int64, [], name="sync_round_of_push")
+            with tf.control_dependencies(pushes):
+                self._record_push = self._pushed.scatter_update(
+                    tf.IndexedSlices(tf.reshape(self._round_of_push, [1]), tf.constant([self._replica]))).op
+
+    def after_create_session(self, session, coord):
+        not_ready = session.run(self._ready_op)
+        if len(not_ready):
+            raise RuntimeError(f"variables not initialized before the sync replicas init: {not_ready}")
+        session.run(self._local_init_op)
+        self._last_token = int(session.run(self._read_local_step))
+        if not session.run(self._pushed_set_up):
+            session.run(self._pushed.initializer)
+        if int(session.run(self._read_pushed)) == self._last_token:
+            session.run(self._set_local_step, {self._local_step_value: self._last_token - 1})
+            logging.info("this worker pushed its gradient for sync round %d already (before this session): its next "
+                         "one goes as stale and is dropped, so that the round counts it once", self._last_token)
+        self._session_started_ms = _now_ms()
+        if self._init_tokens_op is not None:
+            session.run(self._init_tokens_op)
+        if self._is_chief:
+            thread = threading.Thread(target=self._aggregate, args=(session, coord), name="sync_aggregation",
+                                      daemon=True)
+            coord.register_thread(thread)  # joined, then cancelled by the session's close, at the end
+            thread.start()
+
+    def _aggregate(self, session, coord):
+        """The chief's aggregation loop: a round each time enough gradients have arrived."""
+        try:
+            while not coord.should_stop():
+                session.run(self._aggregate_op)
+        except (tf.errors.OutOfRangeError, tf.errors.CancelledError):
+            return  # the session closed, or the queue closed at the end of training
+        except tf.errors.OpError as err:
+            cause = next((line.strip() for line in err.message.splitlines()
+                          if line.strip() and not line.startswith("Graph execution error")), "")
+            logging.warning("sync aggregation failed (%s: %s); waking the workers to re-create their sessions",
+                            type(err).__name__, cause[:200])
+            try:
+                session.run(self._wake_workers, feed_dict={self._wake_at: -_now_ms()},
+                            options=v1.RunOptions(timeout_in_ms=10000))
+            except tf.errors.OpError:
+                pass  # the queue's own ps is down: every wait on it fails by itself
+
+    def before_run(self, run_context):
+        return v1.train.SessionRunArgs([self._token, self._record_push], {self._round_of_push: self._last_token})
+
+    def after_run(self, run_context, run_values):
+        token = self._awake(run_context.session, int(run_values.results[0]))
+        if token == self._last_token:
+            token = self._give_back_and_wait(run_context, token)
+        self._last_token = token
+
+    def _give_back_and_wait(self, run_context, token):
+        """Returns the second token of round `token`, waits until that round is applied, and takes a
+        token of the current round (dropping tokens of rounds already applied)."""
+        session = run_context.session
+        try:
+            session.run(self._give_back)
+        except (tf.errors.OutOfRangeError, tf.errors.CancelledError):
+            run_context.request_stop()  # the chief closed the queue: training is over
+            return token
+        logging.log_every_n_seconds(
+            logging.INFO, "took a second token of sync round %d: gave it back; waiting for the round's "
+            "other gradients before sending another", 60, token)
+        # Round `token` is in progress while the global step equals it. A step below it means the
+        # chief restored an older checkpoint (the rounds are numbered anew): waiting for `token` to
+        # pass would wait on this worker's own gradients.
+        while int(session.run(self._global_step)) == token:
+            if self._stop_requested():
+                run_context.request_stop()
+                return token
+            time.sleep(ROUND_POLL_SECS)
+        while True:
+            token = self._awake(session, int(session.run(self._take_token)))
+            if token >= int(session.run(self._global_step)):
+                return token
+
+
+    def _awake(self, session, token: int) -> int:
+        """The token of a round; on a wake token newer than this session, AbortedError (which
+        re-creates the session); an older one is dropped and a token of a round taken instead."""
+        while token < 0:
+            if -token >= self._session_started_ms:
+                raise tf.errors.AbortedError(None, None, "woken: the chief's sync aggregation failed (a ps "
+                                             "task restarted?); re-creating the session")
+            token = int(session.run(self._take_token))
+        return token
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
