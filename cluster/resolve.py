@@ -93,7 +93,7 @@ def _from_environment(env: Mapping[str, str], options: ResolveOptions) -> Resolv
 
 
 def _count(env: Mapping[str, str], name: str) -> int:
-    """A count the platform sets (1 when unset or empty), or ClusterError naming the variable."""
+    """A number the platform sets (1 when unset or empty), or ClusterError naming the variable."""
     value = env.get(name, "").strip()
     if not value:
         return 1
@@ -310,13 +310,12 @@ def from_aws_batch(env: Mapping[str, str], options: ResolveOptions) -> spec.Clus
     AWS Batch tells a child node only the main node's address, but the ps also pulls from every
     worker, so every node must learn every address: the nodes rendezvous, keyed by the job id.
     """
-    try:
-        count = int(env["AWS_BATCH_JOB_NUM_NODES"])
-        index = int(env["AWS_BATCH_JOB_NODE_INDEX"])
-        # A retried job keeps its id: key by attempt too, or a retry would read stale addresses.
-        job_key = f"{env['AWS_BATCH_JOB_ID'].split('#')[0]}-attempt{env.get('AWS_BATCH_JOB_ATTEMPT', '1')}"
-    except (KeyError, ValueError) as err:
-        raise ClusterError(f"AWS Batch: {err} missing or not a number in the job's environment") from None
+    for name in ("AWS_BATCH_JOB_NUM_NODES", "AWS_BATCH_JOB_NODE_INDEX", "AWS_BATCH_JOB_ID"):
+        if not env.get(name, "").strip():
+            raise ClusterError(f"AWS Batch: {name} is missing from the job's environment")
+    count, index = _count(env, "AWS_BATCH_JOB_NUM_NODES"), _count(env, "AWS_BATCH_JOB_NODE_INDEX")
+    # A retried job keeps its id: key by attempt too, or a retry would read stale addresses.
+    job_key = f"{env['AWS_BATCH_JOB_ID'].split('#')[0]}-attempt{env.get('AWS_BATCH_JOB_ATTEMPT', '1')}"
     if options.rendezvous is None:
         raise ClusterError("AWS Batch: nodes must exchange addresses: pass --rendezvous_dir, a "
                            "directory shared by every node (EFS or FSx)")

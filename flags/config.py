@@ -87,7 +87,7 @@ def check_addresses(cluster: spec.ClusterConfig) -> None:
 def join_separate_bool_values(argv, flag_values):
     """SageMaker passes hyperparameters as '--name value'; absl reads a boolean's value only after
     '='. Joins '--sync_replicas True' into '--sync_replicas=True' for the known boolean flags."""
-    booleans = {name for name, flag in flag_values._flags().items() if flag.boolean}  # pylint: disable=protected-access
+    booleans = {name for name in flag_values if flag_values[name].boolean}
     joined, i = [], 0
     while i < len(argv):
         arg = argv[i]

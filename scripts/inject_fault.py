@@ -26,6 +26,8 @@ flags.DEFINE_string("kill", "worker:1", "Task to kill: job:index (worker:1, ps:0
 flags.DEFINE_string("at_step", "random", "Global step at which to kill it, or 'random' (10%..60% of "
                     "--train_steps).")
 flags.DEFINE_integer("seed", 0, "Seed for --kill=random and --at_step=random.")
+flags.register_validator("at_step", lambda value: value == "random" or value.isdigit(),
+                         message="--at_step must be a global step (a whole number) or 'random'")
 flags.DEFINE_integer("during_saves", 0, "Instead: kill the chief this many times, each during a checkpoint "
                      "save (the chief saves every step), and check that every restart restores.", lower_bound=0)
 flags.DEFINE_integer("train_steps", 1000, "Training steps of the run (with --during_saves: steps after "

@@ -285,7 +285,8 @@ def assert_gone(pids, expected):
 def test_a_tf_config_cluster_with_chief_worker_ps_and_evaluator(make_cluster):
     cluster = make_cluster(num_ps=1, num_workers=1, chief=True, tf_config=True)
     cluster.start_all()
-    cluster.start("evaluator", 0)
+    # Flags of its own that disagree with the run: it follows the run's record in model_dir instead.
+    cluster.start("evaluator", 0, ["--train_steps=50", "--hidden_units=8"])
     exits = wait_recording_exits(cluster, TIMEOUT)
     assert all(code == 0 for code, _ in exits.values()), describe(cluster)
     chief_log = cluster.log("chief", 0)
@@ -294,6 +295,8 @@ def test_a_tf_config_cluster_with_chief_worker_ps_and_evaluator(make_cluster):
     assert int(finished(cluster.log("worker", 0))["local_steps"]) > 0
     evaluator_log = cluster.log("evaluator", 0)
     assert "evaluated the final step's checkpoint" in evaluator_log
+    assert "following the run in " in evaluator_log and "--train_steps=200 --hidden_units=256" in evaluator_log
+    assert re.findall(r"evaluator: step (\d+):", evaluator_log)[-1] == "200"
     accuracies = [float(a) for a in re.findall(r"held-out loss \S+ accuracy (\S+)", evaluator_log)]
     assert accuracies and accuracies[-1] > 0.3
     events = list((cluster.model_dir / "eval").glob("events.out.tfevents.*"))

@@ -5,6 +5,7 @@ user would run it, and checks its report."""
 import json
 import re
 import signal
+import subprocess
 import sys
 import time
 
@@ -13,7 +14,7 @@ import tensorflow as tf
 
 from cluster import peers, shutdown
 from launch import faults
-from tests.support import SCRIPTS, describe, finished, run_launcher
+from tests.support import ROOT, SCRIPTS, describe, finished, run_launcher
 from training import checkpoints, exit_codes, watchdog
 
 TRAIN_STEPS = 300
@@ -280,3 +281,26 @@ def test_the_chief_restores_only_lost_state_and_then_clears_what_a_restore_makes
             saver.restore(sess, path)
             assert sess.run(step) == 7 and sess.run(weights).tolist() == [1.0, 2.0]
             assert sess.run(marks).tolist() == [-1, -1]
+
+
+PREEMPTION_PROBE = """
+import os, signal, sys, time
+from training import preemption
+stop = preemption.Preemption("worker:0", deadline_secs=1).install()
+signal.signal(signal.SIGUSR1, lambda *_: None)  # another handled signal writes to the wakeup fd too
+os.kill(os.getpid(), signal.SIGUSR1)
+time.sleep(0.5)
+print("after SIGUSR1:", stop.requested.is_set(), flush=True)
+os.kill(os.getpid(), signal.SIGTERM)
+stop.requested.wait(5)
+print("after SIGTERM:", stop.requested.is_set(), flush=True)
+time.sleep(30)  # the watcher's deadline ends the process first
+"""
+
+
+@pytest.mark.e2e
+def test_only_a_stop_signal_requests_preemption_and_the_deadline_bounds_the_stop():
+    result = subprocess.run([sys.executable, "-c", PREEMPTION_PROBE], capture_output=True, text=True, timeout=60,
+                            cwd=ROOT)
+    assert result.stdout.splitlines() == ["after SIGUSR1: False", "after SIGTERM: True"], result.stderr[-2000:]
+    assert result.returncode == exit_codes.PREEMPTED and "still running 1 s after SIGTERM" in result.stderr

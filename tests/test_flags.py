@@ -300,3 +300,19 @@ def test_cache_takes_none_memory_or_a_directory(tmp_path):
     (tmp_path / "file").write_text("x")
     assert usage_error("--model_dir=/tmp/unused", f"--cache={tmp_path / 'file'}") == (
         f"--cache={tmp_path / 'file'} is a file: give 'none', 'memory' or a directory.")
+
+
+def test_the_evaluator_follows_the_runs_record_not_its_own_flags(tmp_path):
+    from training import run_record
+    chief = read_flags("--ps_hosts=127.0.0.1:2222", "--worker_hosts=127.0.0.1:2223", "--job_name=worker",
+                       "--task_index=0", f"--model_dir={tmp_path}", "--model=wide_deep", "--dataset=clicks",
+                       "--train_steps=5000", "--hidden_units=64,32", "--embedding_dim=8", "--seed=7")
+    assert run_record.read(str(tmp_path)) is None
+    run_record.write(chief)
+    evaluator = read_flags("--job_name=evaluator", f"--model_dir={tmp_path}", "--eval_data_dir=/elsewhere")
+    followed, changed = run_record.follow(evaluator, run_record.read(str(tmp_path)))
+    assert followed.train.train_steps == 5000 and followed.model == chief.model
+    assert followed.data.name == "clicks" and followed.data.seed == 7
+    assert followed.data.eval_data_dir == "/elsewhere"  # paths stay the evaluator's own
+    assert changed[:3] == ["--train_steps=5000", "--model=wide_deep", "--hidden_units=64,32"]
+    assert not [name for name in tmp_path.iterdir() if name.name != run_record.FILE]  # no temporary file left

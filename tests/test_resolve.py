@@ -240,6 +240,9 @@ def test_tf_config_and_job_name_variables_that_disagree_are_refused_naming_both(
 @pytest.mark.parametrize("env, message", [
     ({"SLURM_NTASKS": "four"}, "SLURM_NTASKS='four' is not a number"),
     ({"AWS_BATCH_JOB_NUM_NODES": "2x"}, "AWS_BATCH_JOB_NUM_NODES='2x' is not a number"),
+    ({"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "first", "AWS_BATCH_JOB_ID": "j"},
+     "AWS_BATCH_JOB_NODE_INDEX='first' is not a number"),
+    ({"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "1"}, "AWS_BATCH_JOB_ID is missing"),
 ])
 def test_a_platform_count_that_is_no_number_is_named(env, message):
     with pytest.raises(ClusterError, match=message):

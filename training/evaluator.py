@@ -1,6 +1,8 @@
 """The evaluator role: outside the cluster, it follows --model_dir and evaluates each new checkpoint
 on the held-out split, writing summaries to <model_dir>/eval so TensorBoard shows them beside the
-training curves. It exits after evaluating the checkpoint of the final step."""
+training curves. It exits after evaluating the checkpoint of the final step. The run's model, data
+settings and last step come from <model_dir>/run.json (training/run_record.py), not from its own
+flags, so it builds the graph the checkpoints hold."""
 
 import os
 
@@ -9,6 +11,7 @@ from absl import logging
 
 import input as inputs
 import model
+from training import run_record
 
 v1 = tf.compat.v1
 EVAL_BATCH = 500
@@ -61,15 +64,17 @@ def run(cfg) -> None:
     train = cfg.train
     writer = v1.summary.FileWriter(os.path.join(train.model_dir, "eval"))
     step = None
+    followed = None
     try:
         for checkpoint in v1.train.checkpoints_iterator(train.model_dir, min_interval_secs=1,
                                                         timeout=train.eval_timeout_secs):
-            step, metrics = evaluate(cfg, checkpoint)
+            run_cfg, followed = _following_the_run(cfg, followed)
+            step, metrics = evaluate(run_cfg, checkpoint)
             summary = v1.Summary(value=[v1.Summary.Value(tag=k, simple_value=v) for k, v in metrics.items()])
             writer.add_summary(summary, step)
             writer.flush()
             logging.info("evaluator: step %d: %s", step, describe(metrics))
-            if step >= train.train_steps:
+            if step >= run_cfg.train.train_steps:
                 logging.info("evaluator: evaluated the final step's checkpoint; exiting")
                 return
     finally:
@@ -77,3 +82,19 @@ def run(cfg) -> None:
     raise EvaluationTimeout(
         f"evaluator: no new checkpoint in {train.model_dir} for {train.eval_timeout_secs} s "
         f"(--eval_timeout_secs); last evaluated step: {step}")
+
+
+def _following_the_run(cfg, logged):
+    """cfg as the run in model_dir has it (re-read at each checkpoint: a rerun may train further), and
+    what was last logged about it, so each change is said once."""
+    record = run_record.read(cfg.train.model_dir)
+    if record is None:
+        if logged != "own":
+            logging.warning("evaluator: %s has no %s (a run of an older trainer?): using this task's own flags",
+                            cfg.train.model_dir, run_record.FILE)
+        return cfg, "own"
+    run_cfg, changed = run_record.follow(cfg, record)
+    if changed != logged:
+        logging.info("evaluator: following the run in %s: %s", cfg.train.model_dir,
+                     " ".join(changed) or "its settings match this task's flags")
+    return run_cfg, changed

@@ -10,18 +10,8 @@ from absl import logging
 
 import input as inputs
 from cluster import peers, placement, shutdown, spec
-from training import (
-    checkpoints,
-    evaluator,
-    exit_codes,
-    export,
-    learning,
-    log_lines,
-    preemption,
-    staleness,
-    sync,
-    watchdog,
-)
+from training import (checkpoints, evaluator, exit_codes, export, learning, log_lines, preemption, run_record,
+                      staleness, sync, watchdog)
 from training import graph as train_graph
 from training import hooks as training_hooks
 
@@ -116,6 +106,7 @@ def train(cfg, server=None, stop=None) -> training_hooks.ProgressHook:
         wait_for_ps(cluster, train_cfg.startup_timeout_secs)
     if cluster.is_chief:
         checkpoints.remove_interrupted_saves(train_cfg.model_dir, cluster.task_name)
+        run_record.write(cfg)
     stall_watchdog = watchdog.StallWatchdog(
         cluster.task_name,
         watchdog.stall_cause(train_cfg.sync_replicas, train_cfg.replicas_to_aggregate, cluster.num_workers),

@@ -1,0 +1,58 @@
+"""<model_dir>/run.json: what a run trains, for the other readers of model_dir.
+
+The chief writes it each time training starts (a rerun with more steps rewrites it): the global step
+the run trains to, the model, and the data settings that shape the model or name the held-out
+examples. The evaluator follows it, so that one started with only --job_name=evaluator and
+--model_dir builds the run's model and stops at the run's last step, whatever its own flags say.
+Paths (--data_dir, --eval_data_dir) and reading choices (--cache, --skip_bad_records) stay each
+reader's own.
+"""
+
+import dataclasses
+import json
+import os
+
+import tensorflow as tf
+
+import model
+
+FILE = "run.json"
+_DATA_OWN = ("data_dir", "eval_data_dir", "cache", "skip_bad_records")
+
+
+def write(cfg) -> None:
+    """Written whole under a temporary name, then renamed: a reader never sees half of it."""
+    data = {k: v for k, v in dataclasses.asdict(cfg.data).items() if k not in _DATA_OWN}
+    record = {"train_steps": cfg.train.train_steps, "model": dataclasses.asdict(cfg.model), "data": data}
+    path = os.path.join(cfg.train.model_dir, FILE)
+    tf.io.gfile.makedirs(cfg.train.model_dir)
+    with tf.io.gfile.GFile(path + ".tmp", "w") as f:
+        f.write(json.dumps(record, indent=1))
+    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+
+
+def read(model_dir: str) -> dict | None:
+    """The record, or None if the run wrote none (yet)."""
+    try:
+        with tf.io.gfile.GFile(os.path.join(model_dir, FILE)) as f:
+            return json.loads(f.read())
+    except tf.errors.NotFoundError:
+        return None
+
+
+def follow(cfg, record: dict):
+    """cfg with the run's train_steps, model and data settings; and 'flag=value' for each the run
+    changed, for the log."""
+    model_cfg = model.ModelConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in record["model"].items()})
+    data_cfg = dataclasses.replace(cfg.data, **{k: tuple(v) if isinstance(v, list) else v
+                                                for k, v in record["data"].items()})
+    train_cfg = dataclasses.replace(cfg.train, train_steps=record["train_steps"])
+    changed = [f"--train_steps={train_cfg.train_steps}"] if train_cfg.train_steps != cfg.train.train_steps else []
+    for own, run, name_flag in ((cfg.model, model_cfg, "model"), (cfg.data, data_cfg, "dataset")):
+        changed += [f"--{name_flag if name == 'name' else name}={_flag_value(value)}"
+                    for name, value in dataclasses.asdict(run).items() if getattr(own, name) != value]
+    return dataclasses.replace(cfg, train=train_cfg, model=model_cfg, data=data_cfg), changed
+
+
+def _flag_value(value) -> str:
+    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
