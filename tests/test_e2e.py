@@ -24,7 +24,7 @@ from tests.support import (
     wait_recording_exits,
     write_embedded_as_tfrecord,
 )
-from training import evaluator, log_lines
+from training import evaluator, exit_codes, log_lines
 
 pytestmark = pytest.mark.e2e
 TIMEOUT = 240  # seconds for a whole small cluster run on 2 busy cores
@@ -139,7 +139,7 @@ def test_a_ps_stopped_by_sigterm_exits_cleanly(make_cluster):
     while "serving on" not in cluster.log("ps", 0) and time.monotonic() < deadline:
         time.sleep(0.2)
     cluster.kill("ps", 0, signal.SIGTERM)
-    assert cluster.wait("ps", timeout=20) == {("ps", 0): 143}
+    assert cluster.wait("ps", timeout=20) == {("ps", 0): exit_codes.PREEMPTED}
     assert "SIGTERM received" in cluster.log("ps", 0) and "Traceback" not in cluster.log("ps", 0)
 
 
@@ -266,7 +266,7 @@ def test_the_local_launcher_stops_everything_on_ctrl_c(tmp_path):
             for pid in map(int, re.findall(r"\(pid (\d+)\)", output)):
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pid, signal.SIGKILL)
-    assert launcher.returncode == 130, output
+    assert launcher.returncode == exit_codes.INTERRUPTED, output
     assert "SIGINT: stopped every task (3)" in output
     assert_gone(re.findall(r"\(pid (\d+)\)", output), expected=3)
 
@@ -313,7 +313,7 @@ def test_sigterm_to_the_chief_saves_a_checkpoint_and_a_restart_resumes_from_it(m
     while "step 100/" not in cluster.log("worker", 0) and time.monotonic() < deadline:
         time.sleep(0.3)
     cluster.kill("worker", 0, signal.SIGTERM)
-    assert cluster.wait("worker", timeout=60) == {("worker", 0): 143}, describe(cluster)
+    assert cluster.wait("worker", timeout=60) == {("worker", 0): exit_codes.PREEMPTED}, describe(cluster)
     log = cluster.log("worker", 0)
     step = int(re.search(r"preempted at global step (\d+) \(the chief saved a checkpoint there\)", log).group(1))
     assert step > 100

@@ -190,7 +190,7 @@ def test_a_ps_restarted_after_the_workers_finished_exits_on_their_marks(make_clu
     time.sleep(2 * shutdown.MARK_CHECK_SECS)
     assert cluster.wait("ps", timeout=0.1) == {("ps", 0): None}, describe(cluster)
     cluster.kill("ps", 0, signal.SIGTERM)
-    assert cluster.wait("ps", timeout=30) == {("ps", 0): 143}
+    assert cluster.wait("ps", timeout=30) == {("ps", 0): exit_codes.PREEMPTED}
 
 
 # ---------------------------------------------------------------- the pieces, without processes
