@@ -296,7 +296,7 @@ def test_a_tf_config_cluster_with_chief_worker_ps_and_evaluator(make_cluster):
     evaluator_log = cluster.log("evaluator", 0)
     assert "evaluated the final step's checkpoint" in evaluator_log
     assert "following the run in " in evaluator_log and "--train_steps=200 --hidden_units=256" in evaluator_log
-    assert re.findall(r"evaluator: step (\d+):", evaluator_log)[-1] == "200"
+    assert int(re.findall(r"evaluator: step (\d+):", evaluator_log)[-1]) >= 200  # async may pass it
     accuracies = [float(a) for a in re.findall(r"held-out loss \S+ accuracy (\S+)", evaluator_log)]
     assert accuracies and accuracies[-1] > 0.3
     events = list((cluster.model_dir / "eval").glob("events.out.tfevents.*"))
