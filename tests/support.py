@@ -1,15 +1,19 @@
 """What the tests share: where the project's programs are, how to run them and read what they wrote,
 in-process clusters, and the data files the tests write. Fixtures are in conftest.py."""
 
+import contextlib
 import datetime
+import json
 import os
 import pathlib
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 
 import numpy as np
+import portpicker
 import tensorflow as tf
 from absl.flags import FLAGS
 
@@ -150,3 +154,40 @@ def write_click_csvs(data_dir, rows: int = 3000, files: int = 2) -> None:
                 clicked = int(rng.rand() < (0.9 if city < 10 else 0.1))
                 lines.append(f"u{user},c{city},{price:.2f},{hour},{clicked},free text")
             (data_dir / f"{split}-{f}.csv").write_text("\n".join(lines) + "\n")
+
+
+# ---------------------------------------------------------------- TensorBoard
+@contextlib.contextmanager
+def tensorboard(logdir, timeout: float = 120):
+    """A real TensorBoard on logdir, bound to 127.0.0.1 on a free port, once it lists runs; yields a
+    function that GETs a path of its HTTP API and returns the JSON. Stopped by its process group."""
+    executable = pathlib.Path(sys.executable).with_name("tensorboard")
+    assert executable.exists(), "tensorboard (in the test extra) is not installed"
+    port = portpicker.pick_unused_port()
+    proc = subprocess.Popen([str(executable), f"--logdir={logdir}", "--host=127.0.0.1", f"--port={port}",
+                             "--load_fast=false", "--reload_interval=1"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def get(path):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+            return json.loads(response.read())
+
+    try:
+        deadline = time.monotonic() + timeout
+        while True:  # TensorBoard imports TensorFlow, then reads the event files, before it answers
+            assert proc.poll() is None, f"tensorboard exited {proc.returncode}: {proc.stderr.read()[-2000:]}"
+            with contextlib.suppress(OSError):
+                if get("/data/runs"):
+                    break
+            assert time.monotonic() < deadline, f"tensorboard listed no run of {logdir} within {timeout} s"
+            time.sleep(0.5)
+        yield get
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=20)
+        proc.stderr.close()

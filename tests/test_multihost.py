@@ -18,7 +18,8 @@ import time
 
 import pytest
 
-from tests.support import ROOT, SCRIPTS, finished
+from tests.support import ROOT, SCRIPTS, finished, run_launcher
+from training import exit_codes
 
 pytestmark = pytest.mark.e2e
 SUBNET = "10.123.0"
@@ -236,3 +237,98 @@ def test_a_reset_lost_on_the_wire_does_not_stall_a_waiting_worker(tmp_path, host
         assert int(finished(text[worker])["global_step"]) >= 1500
         assert text[worker].count("first step done") == 1
     assert "An error was raised" in text["worker-1"]  # its waiting call failed, and a new session began
+
+
+# ---------------------------------------------------------------- a real sshd on every host
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+
+
+def ssh_hosts(tmp_path, hosts, count):
+    """count hosts each running a real sshd on port 22 (root, key-based, keys made here), and one more
+    host, the last, for the launcher. Returns the ssh command (a string for --ssh) and the sshds."""
+    if not os.path.exists(SSHD):
+        pytest.skip("OpenSSH's server (Debian's openssh-server) is not installed")
+    made = hosts(count + 1)
+    keys = tmp_path / "ssh"
+    keys.mkdir()
+    for name in ("client", "host"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / name)], check=True,
+                       timeout=30)
+    (keys / "authorized_keys").write_text((keys / "client.pub").read_text())
+    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege separation directory
+    sshds = []
+    for i in range(count):
+        config = keys / f"sshd-{i}.conf"
+        config.write_text(f"ListenAddress {SUBNET}.{i + 1}\nPort 22\nHostKey {keys / 'host'}\n"
+                          f"AuthorizedKeysFile {keys / 'authorized_keys'}\nPidFile none\nStrictModes no\n"
+                          "UsePAM no\nPermitRootLogin prohibit-password\nPasswordAuthentication no\n"
+                          "KbdInteractiveAuthentication no\n")
+        log = open(tmp_path / f"sshd-{i}.log", "w")
+        sshds.append(start_in(made.names[i], [SSHD, "-D", "-e", "-f", str(config)], dict(os.environ), log=log))
+    ssh = (f"ssh -F /dev/null -i {keys / 'client'} -o IdentitiesOnly=yes -o BatchMode=yes -o ConnectTimeout=5 "
+           "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR")
+    deadline = time.monotonic() + 30  # every sshd answers a login before the launcher starts
+    for i in range(count):
+        while subprocess.run(["ip", "netns", "exec", made.names[-1], *ssh.split(), f"{SUBNET}.{i + 1}", "true"],
+                             capture_output=True, timeout=30).returncode != 0:
+            assert time.monotonic() < deadline and sshds[i].poll() is None, (tmp_path / f"sshd-{i}.log").read_text()
+            time.sleep(0.5)
+    return made, ssh, sshds
+
+
+def trainers_of(model_dir) -> list[int]:
+    """Pids of the trainer processes of this test's run ('python trainer.py ... --model_dir=<it>', as the
+    SSH cluster starts them): remote tasks share this machine's processes, so a task sshd left behind
+    would be seen here."""
+    pids = []
+    for proc in pathlib.Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            argv = (proc / "cmdline").read_bytes().split(b"\0") if proc.name.isdigit() else []
+            if argv[1:2] == [b"trainer.py"] and f"--model_dir={model_dir}".encode() in argv:
+                pids.append(int(proc.name))
+    return pids
+
+
+def test_the_ssh_launcher_over_real_sshd_trains_to_the_end_and_ctrl_c_stops_every_remote_task(tmp_path, hosts):
+    made, ssh, sshds = ssh_hosts(tmp_path, hosts, 3)
+    cluster_file = tmp_path / "cluster.txt"
+    cluster_file.write_text(f"ps {SUBNET}.1:2222\nworker {SUBNET}.2:2222\nworker {SUBNET}.3:2222\n")
+
+    def launcher(run, *trainer_args):
+        return ["ip", "netns", "exec", made.names[-1], sys.executable, str(SCRIPTS / "run_ssh.py"),
+                f"--hosts_file={cluster_file}", f"--remote_dir={ROOT}", f"--python={sys.executable}", f"--ssh={ssh}",
+                f"--run_dir={tmp_path / run}", "--", f"--model_dir={tmp_path / run / 'model'}",
+                "--synthetic_examples=2000", "--log_every_n_steps=20", *trainer_args]
+
+    try:
+        done = run_launcher(launcher("full", "--train_steps=100"), timeout=240)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert re.search(r"summary: final step 10\d", done.stdout)
+        for task in ("ps 0", "worker 0", "worker 1"):
+            assert f"{task}: exit 0" in done.stdout
+        assert "this task: worker:1" in (tmp_path / "full" / "worker-1.log").read_text()  # collected here
+
+        # Ctrl-C mid-run: the launcher stops every remote task through its ssh session.
+        interrupted = subprocess.Popen(launcher("stopped", "--train_steps=1000000"), stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 180
+            while max_step(tmp_path / "stopped" / "worker-0.log") < 40:
+                assert time.monotonic() < deadline and interrupted.poll() is None, "no step 40 over ssh"
+                time.sleep(0.5)
+            assert len(trainers_of(tmp_path / "stopped" / "model")) == 3
+            os.kill(interrupted.pid, signal.SIGINT)
+            output, _ = interrupted.communicate(timeout=60)
+        finally:
+            stop(interrupted, signal.SIGTERM)
+        assert interrupted.returncode == exit_codes.INTERRUPTED, output[-3000:]
+        deadline = time.monotonic() + 30
+        while trainers_of(tmp_path / "stopped" / "model") and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert trainers_of(tmp_path / "stopped" / "model") == [], "a remote trainer outlived its ssh session"
+    finally:
+        for pid in trainers_of(tmp_path / "stopped" / "model"):  # only if the assertion above failed
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for sshd in sshds:
+            stop(sshd, signal.SIGTERM)

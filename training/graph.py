@@ -125,7 +125,7 @@ def apply_update(loss, optimizer, global_step, clip_norm=None, summaries=True):
     # Colocated: the gradient of an op on the ps (a wire cast, an embedding gather) is computed there.
     grads_and_vars = guard_finite(loss, optimizer.compute_gradients(loss, colocate_gradients_with_ops=True))
     grads, variables = zip(*grads_and_vars)
-    norm = tf.linalg.global_norm(grads, name="gradient_global_norm")
+    norm = tf.linalg.global_norm(grads, name="global_norm_of_gradients")  # not the tag: that would be "_1"
     if summaries:
         v1.summary.scalar("gradient_global_norm", norm)
     if clip_norm:
