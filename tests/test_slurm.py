@@ -1,0 +1,200 @@
+"""A real Slurm (Debian's slurm-wlm and munge): the fixture writes a slurm.conf, starts munged,
+slurmctld and slurmd on this host, and stops them by their process groups. The batch script the
+project ships is submitted as a user would, and judged by what Slurm records for the job.
+
+Skipped, saying why, where Slurm is not installed (.ci/run installs it).
+"""
+
+import contextlib
+import os
+import pathlib
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import portpicker
+import pytest
+import tensorflow as tf
+
+from tests.support import ROOT, SCRIPTS
+from training import log_lines
+
+pytestmark = pytest.mark.e2e
+DAEMONS = ("munged", "slurmctld", "slurmd")
+
+
+class Slurm:
+    """One controller and one node (this host, 4 CPUs by configuration) with its own munge."""
+
+    def __init__(self, root: pathlib.Path):
+        self.root = root
+        self.env = {**os.environ, "SLURM_CONF": str(root / "slurm.conf")}
+        self.procs = []
+        (root / "state").mkdir()
+        (root / "spool").mkdir()
+        munge = root / "munge"
+        munge.mkdir(mode=0o711)
+        (munge / "munge.key").write_bytes(os.urandom(1024))
+        (munge / "munge.key").chmod(0o400)
+        self.socket = munge / "munge.socket"
+        node = socket.gethostname().split(".")[0]  # slurmd takes its node name from the host name
+        ctld_port, node_port = portpicker.pick_unused_port(), portpicker.pick_unused_port()
+        (root / "slurm.conf").write_text("\n".join([
+            "ClusterName=pstrainer", f"SlurmctldHost={node}(127.0.0.1)", f"SlurmctldPort={ctld_port}",
+            f"SlurmdPort={node_port}", "SlurmUser=root", "SlurmdUser=root", "AuthType=auth/munge",
+            f"AuthInfo=socket={self.socket}", "CredType=cred/munge", f"StateSaveLocation={root / 'state'}",
+            f"SlurmdSpoolDir={root / 'spool'}", f"SlurmctldPidFile={root / 'slurmctld.pid'}",
+            f"SlurmdPidFile={root / 'slurmd.pid'}", f"SlurmctldLogFile={root / 'slurmctld.log'}",
+            f"SlurmdLogFile={root / 'slurmd.log'}", "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
+            "MpiDefault=none", "ReturnToService=2", "SchedulerType=sched/builtin", "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_CPU", "SlurmdParameters=config_overrides",
+            "JobCompType=jobcomp/filetxt", f"JobCompLoc={root / 'jobcomp.txt'}",
+            "AccountingStorageType=accounting_storage/none", "JobAcctGatherType=jobacct_gather/none",
+            "KillWait=30", "MinJobAge=600",
+            f"NodeName={node} NodeAddr=127.0.0.1 CPUs=4 RealMemory=1000 State=UNKNOWN",
+            "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP", ""]))
+
+    def start(self):
+        self._daemon("munged", ["-F", "--force", f"--socket={self.socket}",
+                                f"--key-file={self.socket.parent / 'munge.key'}",
+                                f"--log-file={self.root / 'munged.log'}",
+                                f"--pid-file={self.root / 'munged.pid'}", f"--seed-file={self.root / 'munged.seed'}"])
+        self._daemon("slurmctld", ["-D", "-i"])
+        self._daemon("slurmd", ["-D"])
+        deadline = time.monotonic() + 60
+        while self.run("sinfo", "-h", "-o", "%t").stdout.strip() != "idle":
+            assert time.monotonic() < deadline, f"the node never came up idle:\n{self.logs()}"
+            assert all(proc.poll() is None for proc in self.procs), f"a daemon exited:\n{self.logs()}"
+            time.sleep(0.5)
+
+    def _daemon(self, name, args):
+        log = open(self.root / f"{name}.out", "w")
+        self.procs.append(subprocess.Popen([shutil.which(name), *args], env=self.env, stdout=log,
+                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                           start_new_session=True))
+
+    def run(self, *argv, timeout=60, **options) -> subprocess.CompletedProcess:
+        return subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=timeout, **options)
+
+    def job_record(self, job_id: str) -> dict:
+        """The job's line in the job completion log (written when it ends), as key=value pairs."""
+        path = self.root / "jobcomp.txt"
+        lines = [line for line in (path.read_text() if path.exists() else "").splitlines()
+                 if line.startswith(f"JobId={job_id} ")]
+        return dict(re.findall(r"(\w+)=(\S*)", lines[-1])) if lines else {}
+
+    def wait_until_gone(self, job_id: str, timeout: float) -> dict:
+        """Its record, once the job has ended and left the queue: a cancelled job is recorded at once,
+        and stays in the queue, completing, until every one of its processes has ended."""
+        deadline = time.monotonic() + timeout
+        while not self.job_record(job_id) or self.run("squeue", "-h", "-j", job_id).stdout.strip():
+            assert time.monotonic() < deadline, f"job {job_id} still there after {timeout} s"
+            time.sleep(0.5)
+        return self.job_record(job_id)
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {path.name}\n{path.read_text()[-1500:]}" for path in sorted(self.root.glob("*.out")))
+
+    def stop(self):
+        """Every job cancelled and gone (its tasks run under slurmstepd, outside the daemons' process
+        groups), then every daemon, by its process group."""
+        with contextlib.suppress(Exception):
+            self.run("scancel", "--user=root", timeout=30)
+            deadline = time.monotonic() + 60
+            while self.run("squeue", "-h", timeout=30).stdout.strip() and time.monotonic() < deadline:
+                time.sleep(0.5)
+        for proc in reversed(self.procs):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    missing = [name for name in (*DAEMONS, "sbatch", "scancel", "sinfo") if shutil.which(name) is None]
+    if missing:
+        pytest.skip(f"Slurm is not installed here (no {', '.join(missing)}): Debian's slurm-wlm and munge")
+    cluster = Slurm(tmp_path_factory.mktemp("slurm"))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def free_port_block(count: int) -> int:
+    """A port p with p..p+count-1 all free: the batch script's tasks listen on PORT + local task id."""
+    for _ in range(200):
+        base = random.randint(20000, 60000)
+        if all(portpicker.is_port_free(base + i) for i in range(count)):
+            return base
+    raise AssertionError("no block of free ports")
+
+
+def submit(slurm, tmp_path, name, *trainer_args, wait=True):
+    """sbatch of scripts/slurm/train.sbatch with 3 tasks (1 ps, 2 workers), from the project's
+    directory: (sbatch's result, the job id, its log directory)."""
+    logs = tmp_path / name
+    env = {"PYTHON": sys.executable, "MODEL_DIR": str(tmp_path / "model"), "LOG_DIR": str(logs),
+           "PORT": str(free_port_block(3)), "TF_CPP_MIN_LOG_LEVEL": "1"}
+    exports = "ALL," + ",".join(f"{key}={value}" for key, value in env.items())
+    result = slurm.run("sbatch", "--parsable", *(["--wait"] if wait else []), "--ntasks=3", f"--job-name={name}",
+                       f"--output={tmp_path / name}-batch.out", f"--export={exports}",
+                       str(SCRIPTS / "slurm" / "train.sbatch"), "--synthetic_examples=2000", "--log_every_n_steps=20",
+                       *trainer_args, timeout=300, cwd=ROOT)
+    job_id = result.stdout.strip().split(";")[0].splitlines()[0] if result.stdout.strip() else ""
+    return result, job_id, logs
+
+
+def rank_log(logs: pathlib.Path, rank: int) -> str:
+    found = list(logs.glob(f"*-rank{rank}.log"))
+    return found[0].read_text() if found else ""
+
+
+def test_a_batch_job_of_three_tasks_trains_to_the_end_and_completes(slurm, tmp_path):
+    result, job_id, logs = submit(slurm, tmp_path, "full", "--train_steps=100")
+    record = slurm.job_record(job_id)
+    assert result.returncode == 0, f"{result.stderr}\n{record}\n{rank_log(logs, 1)[-3000:]}"
+    assert record["JobState"] == "COMPLETED" and record["ExitCode"] == "0:0", record
+    assert "every training replica finished" in rank_log(logs, 0)
+    for rank, role in ((1, "worker:0"), (2, "worker:1")):
+        assert "cluster from Slurm" in rank_log(logs, rank) and f"this task: {role}" in rank_log(logs, rank)
+    assert int(log_lines.finished_values(rank_log(logs, 1))["global_step"]) >= 100
+    checkpoint = tf.train.latest_checkpoint(str(tmp_path / "model"))
+    assert tf.train.load_checkpoint(checkpoint).get_tensor("global_step") >= 100
+
+
+def test_scancel_checkpoints_the_current_step_and_a_resubmission_resumes_there(slurm, tmp_path):
+    _, job_id, logs = submit(slurm, tmp_path, "cancelled", "--train_steps=1000000", "--save_checkpoint_steps=1000000",
+                             wait=False)
+    deadline = time.monotonic() + 180
+    while max((s.step for s in log_lines.steps(rank_log(logs, 1))), default=0) < 40:
+        assert time.monotonic() < deadline and not slurm.job_record(job_id), \
+            f"no step 40: {slurm.job_record(job_id)}\n{rank_log(logs, 1)[-3000:]}"
+        time.sleep(0.5)
+    cancelled_at = time.monotonic()
+    assert slurm.run("scancel", job_id).returncode == 0
+    record = slurm.wait_until_gone(job_id, timeout=60)
+    assert time.monotonic() - cancelled_at < 30 + 15  # within KillWait, the grace period, and a margin
+    assert record["JobState"] == "CANCELLED", record
+    chief = rank_log(logs, 1)
+    for rank in range(3):
+        assert "SIGTERM received" in rank_log(logs, rank), rank_log(logs, rank)[-2000:]
+    step = int(re.search(r"preempted at global step (\d+) \(the chief saved a checkpoint there\)", chief).group(1))
+    checkpoint = tf.train.latest_checkpoint(str(tmp_path / "model"))
+    assert tf.train.load_checkpoint(checkpoint).get_tensor("global_step") == step
+
+    # Polled here rather than by sbatch --wait, whose checks back off to 16 s and more apart.
+    _, job_id, logs = submit(slurm, tmp_path, "resumed", f"--train_steps={step + 30}", wait=False)
+    record = slurm.wait_until_gone(job_id, timeout=240)
+    assert record["JobState"] == "COMPLETED" and record["ExitCode"] == "0:0", rank_log(logs, 1)[-3000:]
+    assert log_lines.first_steps(rank_log(logs, 1))[0].step == step + 1  # from the cancelled job's step
