@@ -76,6 +76,19 @@ def run_launcher(argv, timeout: float) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
 
 
+def stop_process_group(proc: subprocess.Popen, grace_secs: float = 20) -> None:
+    """SIGTERM to the process group a process leads (started with start_new_session), SIGKILL to it
+    after grace_secs; returns once the process is reaped."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_secs)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
 # ---------------------------------------------------------------- reading what they wrote
 def lines_with(log: str, needle: str) -> list[str]:
     return [line for line in log.splitlines() if needle in line]
@@ -183,11 +196,5 @@ def tensorboard(logdir, timeout: float = 120):
             time.sleep(0.5)
         yield get
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=20)
+        stop_process_group(proc)
         proc.stderr.close()

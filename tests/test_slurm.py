@@ -11,7 +11,6 @@ import pathlib
 import random
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import portpicker
 import pytest
 import tensorflow as tf
 
-from tests.support import ROOT, SCRIPTS
+from tests.support import ROOT, SCRIPTS, stop_process_group
 from training import log_lines
 
 pytestmark = pytest.mark.e2e
@@ -110,13 +109,7 @@ class Slurm:
             while self.run("squeue", "-h", timeout=30).stdout.strip() and time.monotonic() < deadline:
                 time.sleep(0.5)
         for proc in reversed(self.procs):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=30)
+            stop_process_group(proc, grace_secs=30)
 
 
 @pytest.fixture(scope="module")
