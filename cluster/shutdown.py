@@ -21,6 +21,7 @@ import tensorflow as tf
 from absl import logging
 
 from cluster import spec
+from input import storage
 
 WAIT_SLICE_SECS = 0.2
 
@@ -43,11 +44,7 @@ def _mark_path(model_dir: str, replica: int) -> str:
 def mark_done(model_dir: str, replica: int, global_step: int, train_steps: int) -> None:
     """Records in model_dir that `replica` finished a run to train_steps at global_step (written
     whole, then renamed)."""
-    path = _mark_path(model_dir, replica)
-    tf.io.gfile.makedirs(os.path.dirname(path))
-    with tf.io.gfile.GFile(path + ".tmp", "w") as out:
-        out.write(f"global_step={global_step} train_steps={train_steps}\n")
-    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+    storage.write_whole(_mark_path(model_dir, replica), f"global_step={global_step} train_steps={train_steps}\n")
 
 
 def finished_step(model_dir: str | None, replica: int, train_steps: int) -> int | None:

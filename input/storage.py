@@ -7,6 +7,8 @@ fails to load in 2.21 (undefined symbols): no plugin exists for them, so a path 
 refused at startup with what to do instead, not met as a traceback mid-run.
 """
 
+import os
+
 import tensorflow as tf
 
 ADVICE = {
@@ -30,3 +32,12 @@ def problem(flag: str, path: str | None) -> str | None:
     except tf.errors.OpError as err:
         return f"--{flag}={path}: cannot be reached: {err.message.splitlines()[0]}"
     return None
+
+
+def write_whole(path: str, text: str) -> None:
+    """Writes text under a temporary name, then renames it into place: a reader of path (another
+    task, maybe on another host) sees the old file or the new one, never half of one."""
+    tf.io.gfile.makedirs(os.path.dirname(path))
+    with tf.io.gfile.GFile(path + ".tmp", "w") as out:
+        out.write(text)
+    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)

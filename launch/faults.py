@@ -91,7 +91,7 @@ class KillReport:
 
     @property
     def finished(self) -> bool:
-        return all(code == 0 for code in self.exit_codes.values()) and self.restored_step is not None
+        return _ended_well(self)
 
     def lines(self) -> list[str]:
         codes = ", ".join(f"{job} {index}: {code}" for (job, index), code in sorted(self.exit_codes.items()))
@@ -107,6 +107,11 @@ class KillReport:
             f"final checkpoint restores at step {self.restored_step}",
             f"exit codes: {codes}; wall time {self.wall_secs:.1f} s",
         ]
+
+
+def _ended_well(report) -> bool:
+    """Every task exited 0 and the final checkpoint reads back whole."""
+    return all(code == 0 for code in report.exit_codes.values()) and report.restored_step is not None
 
 
 def _plain(report, **extra) -> dict:
@@ -190,8 +195,8 @@ class SaveReport:
     @property
     def clean(self) -> bool:
         return (all(r.restored is not None and r.restored == r.registered for r in self.rounds)
-                and all(code == 0 for code in self.exit_codes.values()) and self.restored_step is not None
-                and self.checkpoints_kept <= self.keep_checkpoint_max and self.leftovers_at_end == 0)
+                and _ended_well(self) and self.checkpoints_kept <= self.keep_checkpoint_max
+                and self.leftovers_at_end == 0)
 
     def lines(self) -> list[str]:
         out = [f"round {i + 1}: killed the chief {'during a save' if r.hit_save else 'between saves'} "

@@ -54,14 +54,12 @@ class ProcessCluster:
 
     def command(self, job: str, index: int, extra_args=(), trainer: str = str(TRAINER)) -> list[str]:
         if self.tf_config:
-            argv = [self.python, trainer, *self.trainer_args, *extra_args]
-        else:
-            hosts = [f"--ps_hosts={','.join(self.ps_hosts)}", f"--worker_hosts={','.join(self.worker_hosts)}"]
-            if self.chief_hosts:
-                hosts.append(f"--chief_hosts={','.join(self.chief_hosts)}")
-            argv = [self.python, trainer, *hosts, f"--job_name={job}", f"--task_index={index}",
-                    *self.trainer_args, *extra_args]
-        return argv
+            return [self.python, trainer, *self.trainer_args, *extra_args]
+        hosts = [f"--ps_hosts={','.join(self.ps_hosts)}", f"--worker_hosts={','.join(self.worker_hosts)}"]
+        if self.chief_hosts:
+            hosts.append(f"--chief_hosts={','.join(self.chief_hosts)}")
+        return [self.python, trainer, *hosts, f"--job_name={job}", f"--task_index={index}",
+                *self.trainer_args, *extra_args]
 
     def address(self, job: str, index: int) -> str:
         hosts = {"ps": self.ps_hosts, "worker": self.worker_hosts, "chief": self.chief_hosts,

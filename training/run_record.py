@@ -15,20 +15,16 @@ import os
 import tensorflow as tf
 
 import model
+from input import storage
 
 FILE = "run.json"
 _DATA_OWN = ("data_dir", "eval_data_dir", "cache", "skip_bad_records")
 
 
 def write(cfg) -> None:
-    """Written whole under a temporary name, then renamed: a reader never sees half of it."""
     data = {k: v for k, v in dataclasses.asdict(cfg.data).items() if k not in _DATA_OWN}
     record = {"train_steps": cfg.train.train_steps, "model": dataclasses.asdict(cfg.model), "data": data}
-    path = os.path.join(cfg.train.model_dir, FILE)
-    tf.io.gfile.makedirs(cfg.train.model_dir)
-    with tf.io.gfile.GFile(path + ".tmp", "w") as f:
-        f.write(json.dumps(record, indent=1))
-    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+    storage.write_whole(os.path.join(cfg.train.model_dir, FILE), json.dumps(record, indent=1))
 
 
 def read(model_dir: str) -> dict | None:
