@@ -223,6 +223,8 @@ def read_train(f, cluster: spec.ClusterConfig, env) -> TrainConfig:
         raise app.UsageError(
             f"--steps_per_run={f.steps_per_run} is for asynchronous training: with --sync_replicas every step "
             "waits for the other workers' gradients, so run one step per session.run (drop the flag).")
+    steps_per_run = local_steps_setting(f)
+    check_accumulation(f)
     if f["save_checkpoint_steps"].present and f["save_checkpoint_secs"].present:
         raise app.UsageError(
             "--save_checkpoint_steps and --save_checkpoint_secs are both set: choose one.")
@@ -252,7 +254,8 @@ def read_train(f, cluster: spec.ClusterConfig, env) -> TrainConfig:
                              "1 <= FIRST <= LAST, e.g. 100,110.")
     learning_rate, momentum = f.learning_rate, f.momentum
     if momentum is None:
-        correction = staleness.default_correction(cluster.num_workers, f.sync_replicas)
+        # A round of local steps reads no stale values: it takes one worker's momentum, like a sync round.
+        correction = staleness.default_correction(cluster.num_workers, f.sync_replicas or f.local_steps > 1)
         momentum, learning_rate = correction.momentum, learning_rate * correction.learning_rate_scale
     if f.scale_learning_rate_by_replicas and f.sync_replicas:
         learning_rate *= replicas
@@ -285,9 +288,45 @@ def read_train(f, cluster: spec.ClusterConfig, env) -> TrainConfig:
         stall_timeout_secs=f.stall_timeout_secs,
         export_saved_model=f.export_saved_model,
         wire_dtype=f.wire_dtype,
-        steps_per_run=f.steps_per_run,
+        steps_per_run=steps_per_run,
+        local_steps=f.local_steps,
+        accumulate_batches=f.accumulate_batches,
         profile_steps=profile,
     )
+
+
+def check_accumulation(f):
+    """Checks --accumulate_batches against the flags it cannot go with."""
+    if f.accumulate_batches == 1:
+        return
+    if not f.sync_replicas:
+        raise app.UsageError(f"--accumulate_batches={f.accumulate_batches} is for --sync_replicas; asynchronous "
+                             "workers send one update per several batches with --local_steps.")
+    if f.wire_dtype != "float32":
+        raise app.UsageError(f"--wire_dtype={f.wire_dtype} with --accumulate_batches: choose one of the two.")
+    if f.model == "wide_deep":
+        raise app.UsageError("--accumulate_batches with --model=wide_deep: its embedding tables are partitioned "
+                             "and move only the rows a step touches; accumulation is for dense models.")
+
+
+def local_steps_setting(f) -> int:
+    """Checks --local_steps against the flags it cannot go with; returns the steps per session.run."""
+    if f.local_steps == 1:
+        return f.steps_per_run
+    if f.sync_replicas:
+        raise app.UsageError(
+            f"--local_steps={f.local_steps} is for asynchronous training: a synchronous round already averages "
+            "the workers' gradients; --accumulate_batches sends one gradient per several batches instead.")
+    if f["steps_per_run"].present and f.steps_per_run != f.local_steps:
+        raise app.UsageError(f"--steps_per_run={f.steps_per_run} with --local_steps={f.local_steps}: a session.run "
+                             "is one round of --local_steps steps; drop --steps_per_run.")
+    if f.wire_dtype != "float32":
+        raise app.UsageError(f"--wire_dtype={f.wire_dtype} with --local_steps: a round moves each variable twice "
+                             "per --local_steps steps already; choose one of the two.")
+    if f.model == "wide_deep":
+        raise app.UsageError("--local_steps with --model=wide_deep: its embedding tables are partitioned across "
+                             "the ps tasks and move only the rows a step touches; local copies are for dense models.")
+    return f.local_steps
 
 
 def read_schedule(f) -> dict:

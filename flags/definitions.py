@@ -104,6 +104,15 @@ flags.DEFINE_integer("steps_per_run", TRAIN.steps_per_run,
                      "Training steps in one session.run (a tf.while_loop), which saves the per-run cost of "
                      "the session and its hooks; logging, summaries and checkpoints happen between runs. "
                      "Asynchronous training only.", lower_bound=1)
+flags.DEFINE_integer("accumulate_batches", TRAIN.accumulate_batches,
+                     "Synchronous training: each worker sums the gradients of this many batches, on one read of "
+                     "the variables, and sends their mean to the round: one round trip per N batches. A global "
+                     "step is still one round, now of batch_size x N x replicas examples.", lower_bound=1)
+flags.DEFINE_integer("local_steps", TRAIN.local_steps,
+                     "Asynchronous training: each worker takes this many steps on its own copy of the dense "
+                     "variables, in one session.run, then adds their summed update to the ps and fetches "
+                     "fresh values (Downpour SGD): one round trip per N batches. A global step still counts "
+                     "one batch. 1: a round trip every step.", lower_bound=1)
 flags.DEFINE_integer("seed", TRAIN.seed, "Seed for initializers, data generation and shuffling.")
 
 # ---------------------------------------------------------------- checkpoints and logs

@@ -87,6 +87,18 @@ def test_sync_cluster_shares_steps_fairly_and_exits_promptly(make_cluster):
     assert tf.train.load_checkpoint(str(cluster.model_dir)).get_tensor("global_step") == 200
 
 
+def test_sync_rounds_of_accumulated_batches_stop_at_the_last_round_and_learn(make_cluster):
+    cluster = make_cluster(num_ps=1, num_workers=2, trainer_args=["--sync_replicas", "--accumulate_batches=4",
+                                                                 "--train_steps=60"])
+    cluster.start_all()
+    exits = wait_recording_exits(cluster, TIMEOUT)
+    assert all(code == 0 for code, _ in exits.values()), describe(cluster)
+    chief = finished(cluster.log("worker", 0))
+    assert int(chief["global_step"]) == 60  # a global step is one round, of 4 micro-batches per worker
+    assert tf.train.load_checkpoint(str(cluster.model_dir)).get_tensor("global_step") == 60
+    assert float(chief["heldout_accuracy"]) > 0.3, describe(cluster)
+
+
 def test_two_ps_split_the_variables_and_both_exit(make_cluster):
     # Two hidden layers: without a partitioner a lone 784x256 kernel would outweigh all the rest.
     cluster = make_cluster(num_ps=2, num_workers=2, trainer_args=["--hidden_units=256,256"])

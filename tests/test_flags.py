@@ -316,3 +316,22 @@ def test_the_evaluator_follows_the_runs_record_not_its_own_flags(tmp_path):
     assert followed.data.eval_data_dir == "/elsewhere"  # paths stay the evaluator's own
     assert changed[:3] == ["--train_steps=5000", "--model=wide_deep", "--hidden_units=64,32"]
     assert not [name for name in tmp_path.iterdir() if name.name != run_record.FILE]  # no temporary file left
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--sync_replicas", "--local_steps=10"], "--local_steps=10 is for asynchronous training"),
+    (["--local_steps=10", "--steps_per_run=5"], "--steps_per_run=5 with --local_steps=10"),
+    (["--local_steps=10", "--wire_dtype=bfloat16"], "--wire_dtype=bfloat16 with --local_steps"),
+    (["--local_steps=10", "--model=wide_deep", "--dataset=clicks"], "--local_steps with --model=wide_deep"),
+    (["--accumulate_batches=4"], "--accumulate_batches=4 is for --sync_replicas"),
+    (["--sync_replicas", "--accumulate_batches=4", "--wire_dtype=float16"], "--wire_dtype=float16 with --accumulate"),
+])
+def test_fewer_round_trips_are_refused_where_they_do_not_apply(args, expected):
+    assert expected in usage_error(*WORKER, *args)
+
+
+def test_local_steps_run_a_round_per_session_run_with_one_workers_momentum():
+    cfg = read_flags(*WORKER, "--local_steps=10")
+    # Two async workers get momentum 0.8; a round of local steps reads no stale values.
+    assert cfg.train.local_steps == cfg.train.steps_per_run == 10 and cfg.train.momentum == 0.9
+    assert read_flags(*WORKER).train.momentum == 0.8

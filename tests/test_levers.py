@@ -19,13 +19,15 @@ pytestmark = pytest.mark.inprocess
 v1 = tf.compat.v1
 
 
-def train(tmp_path, data_cfg, model_cfg, steps_per_run, train_steps, wire_dtype="float32", cluster=None):
+def train(tmp_path, data_cfg, model_cfg, steps_per_run, train_steps, wire_dtype="float32", cluster=None,
+          local_steps=1, optimizer="momentum"):
     """Trains to train_steps in a MonitoredTrainingSession, in this process or as the one worker of
     `cluster` (a ClusterConfig, server target); returns the steps each run took, the global step
     after each, the progress hook, the checkpoint steps kept and the number of variables."""
     cluster_cfg, target = cluster or (spec.ClusterConfig(), "")
     cfg = RunConfig(cluster_cfg, TrainConfig(train_steps=train_steps, steps_per_run=steps_per_run, batch_size=32,
-                                             learning_rate=0.1, wire_dtype=wire_dtype),
+                                             learning_rate=0.1, wire_dtype=wire_dtype,
+                                             local_steps=local_steps, optimizer=optimizer),
                     model_cfg, data_cfg)
     runs = []
     with tf.Graph().as_default():

@@ -42,8 +42,16 @@ class TrainConfig:
     export_saved_model: bool = True
     export_copy_dir: str | None = None  # the chief also writes the export here (SageMaker's SM_MODEL_DIR)
     wire_dtype: str = "float32"
-    steps_per_run: int = 1
+    steps_per_run: int = 1  # training steps in one session.run; with local_steps, that many
+    accumulate_batches: int = 1  # synchronous: micro-batches per gradient sent (training/accumulate.py)
+    local_steps: int = 1  # asynchronous: steps on worker-side copies between pushes (training/local_steps.py)
     profile_steps: tuple[int, int] | None = None  # [first, last] local steps to trace
+
+    @property
+    def reads_fresh_values(self) -> bool:
+        """No step reads variables other workers have moved since: a sync round, or a round of local
+        steps (training/staleness.py: such a worker keeps one worker's momentum)."""
+        return self.sync_replicas or self.local_steps > 1
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,7 +11,7 @@ import tensorflow as tf
 import input as inputs
 import model
 from cluster import placement
-from training import checkpoints, optimizers, schedules, staleness, sync, wire
+from training import accumulate, checkpoints, local_steps, optimizers, schedules, staleness, sync, wire
 
 v1 = tf.compat.v1
 
@@ -38,13 +38,22 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
     cluster, train = cfg.cluster, cfg.train
     v1.set_random_seed(train.seed)
     device = placement.device_setter(cluster) if cluster.is_distributed else None
-    looped = train.steps_per_run > 1
+    looped = train.steps_per_run > 1 or train.accumulate_batches > 1  # the model is built again in a loop
     with v1.device(device):
         global_step = v1.train.get_or_create_global_step()
         shard = inputs.Shard(cluster.replica_index, cluster.num_workers)
         batches = v1.data.make_one_shot_iterator(inputs.batches(cfg.data, shard, train.batch_size))
         # One process has no wire: --wire_dtype applies to clusters only.
         read_through = wire.read_through(wire.WIRE_DTYPES[train.wire_dtype]) if cluster.is_distributed else None
+        copies = None
+        if train.local_steps > 1:  # the model trains worker-side copies (training/local_steps.py)
+            copies = local_steps.LocalCopies(cluster.compute_device() if cluster.is_distributed else None,
+                                             cluster.num_workers)
+            read_through = copies.getter
+        snapshot = None
+        if train.accumulate_batches > 1:  # one read of the variables per round (training/accumulate.py)
+            snapshot = accumulate.Snapshot(cluster.compute_device() if cluster.is_distributed else None)
+            read_through = snapshot.getter
 
         def forward(summaries):
             features, labels = batches.get_next()
@@ -55,12 +64,23 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
         learning_rate = schedules.learning_rate(global_step, train)
         v1.summary.scalar("learning_rate", learning_rate)
         optimizer = optimizers.make_optimizer(learning_rate, train)
-        train_op, hooks, chief_only_hooks = make_train_op(output.loss, optimizer, global_step, cluster, train,
-                                                           stop_requested)
         steps_done = None
-        if looped:  # the single step above made the variables and slots, which a loop body cannot
+        if copies:
+            train_op, output, labels, steps_done = local_rounds(forward, output, optimizer, global_step, train, copies)
+            hooks, chief_only_hooks = [v1.train.StopAtStepHook(last_step=train.train_steps)], []
+        else:
+            grads_and_vars = None
+            if snapshot:
+                grads_and_vars, metrics, labels = accumulate.mean_gradients(
+                    forward, snapshot, train.accumulate_batches, output.auc is not None, finite_gradients)
+                output = model.ModelOutput(None, None, *metrics, *([] if output.auc is not None else [None]))
+            train_op, hooks, chief_only_hooks = make_train_op(output.loss, optimizer, global_step, cluster, train,
+                                                               stop_requested, grads_and_vars)
+        if looped and not copies and not snapshot:
+            # --steps_per_run: the single step above made the variables and slots, which a loop body cannot
             train_op, output, labels, steps_done = repeat_steps(forward, optimizer, global_step, train,
                                                                 output.auc is not None)
+        if looped:
             model.summarize(output)
         asynchronous = cluster.is_distributed and not train.sync_replicas
         step_read_and_landed = staleness.steps(global_step, train_op) if asynchronous else None
@@ -72,6 +92,18 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
     uninitialized.mark_used()  # a non-chief's wait for the chief runs it; the chief never does
     return TrainGraph(saver, train_op, output.loss, output.accuracy, hooks, chief_only_hooks, steps_done,
                       step_read_and_landed, labels, uninitialized)
+
+
+def local_rounds(forward, output, optimizer, global_step, train, copies):
+    """--local_steps: the round op of training/local_steps.py. The single step's update built here
+    makes the optimizer's slots of the copies (a loop body cannot), as local variables."""
+    with v1.variable_creator_scope(local_steps.slots_stay_local):
+        apply_update(output.loss, optimizer, None, train.clip_gradient_norm, summaries=False,
+                     var_list=copies.local_variables)
+        train_op, metrics, labels, steps_done = local_steps.round_op(
+            forward, optimizer, global_step, train, copies, apply_update, output.auc is not None)
+    loss, accuracy, *auc = metrics
+    return train_op, model.ModelOutput(None, None, loss, accuracy, auc[0] if auc else None), labels, steps_done
 
 
 def repeat_steps(forward, optimizer, global_step, train, with_auc):
@@ -103,27 +135,31 @@ def repeat_steps(forward, optimizer, global_step, train, with_auc):
     return done.op, output, labels, done
 
 
-def make_train_op(loss, optimizer, global_step, cluster, train, stop_requested=None):
+def make_train_op(loss, optimizer, global_step, cluster, train, stop_requested=None, grads_and_vars=None):
     """The update op, plus the hooks it needs on every worker and on the chief only.
 
     With train.sync_replicas, gradients go through SyncReplicasOptimizer (training/sync.py);
     `stop_requested()` ends a worker's wait for a round that is missing a peer's gradient.
+    `grads_and_vars`: gradients computed already (--accumulate_batches), instead of the loss's.
     """
     hooks, chief_only_hooks = [], []
     if train.sync_replicas:
         optimizer = sync.wrap_optimizer(optimizer, cluster, train)
-    train_op = apply_update(loss, optimizer, global_step, train.clip_gradient_norm)
+    train_op = apply_update(loss, optimizer, global_step, train.clip_gradient_norm, grads_and_vars=grads_and_vars)
     if train.sync_replicas:
         hooks, chief_only_hooks = sync.hooks(optimizer, train_op, cluster, train, stop_requested)
     hooks.append(v1.train.StopAtStepHook(last_step=train.train_steps))
     return train_op, hooks, chief_only_hooks
 
 
-def apply_update(loss, optimizer, global_step, clip_norm=None, summaries=True):
-    """Gradients of the loss (clipped to clip_norm by their global norm) applied to the variables,
-    global step + 1; the gradients' global norm, before clipping, as a summary."""
-    # Colocated: the gradient of an op on the ps (a wire cast, an embedding gather) is computed there.
-    grads_and_vars = guard_finite(loss, optimizer.compute_gradients(loss, colocate_gradients_with_ops=True))
+def apply_update(loss, optimizer, global_step, clip_norm=None, summaries=True, var_list=None, grads_and_vars=None):
+    """Gradients of the loss (or grads_and_vars, if given), clipped to clip_norm by their global norm,
+    applied to the variables (var_list, default the trainable ones), global step + 1 unless it is None;
+    the gradients' global norm, before clipping, as a summary."""
+    if grads_and_vars is None:
+        # Colocated: the gradient of an op on the ps (a wire cast, an embedding gather) is computed there.
+        grads_and_vars = guard_finite(loss, optimizer.compute_gradients(loss, var_list=var_list,
+                                                                        colocate_gradients_with_ops=True))
     grads, variables = zip(*grads_and_vars)
     norm = tf.linalg.global_norm(grads, name="global_norm_of_gradients")  # not the tag: that would be "_1"
     if summaries:
@@ -139,9 +175,18 @@ def guard_finite(loss, grads_and_vars):
     A NaN or Inf loss then fails the step before any update reaches the ps, so the variables and the
     latest checkpoint stay the last good ones.
     """
-    check = tf.debugging.assert_all_finite(loss, f"{NON_FINITE_LOSS}: the loss is NaN or Inf")
-    with tf.control_dependencies([check]):
+    with tf.control_dependencies([_finite_check(loss)]):
         return [(_identity(grad), var) for grad, var in grads_and_vars if grad is not None]
+
+
+def finite_gradients(loss, grads):
+    """guard_finite for a list of dense gradients, in their order."""
+    with tf.control_dependencies([_finite_check(loss)]):
+        return [tf.identity(grad) for grad in grads]
+
+
+def _finite_check(loss):
+    return tf.debugging.assert_all_finite(loss, f"{NON_FINITE_LOSS}: the loss is NaN or Inf")
 
 
 def _identity(grad):

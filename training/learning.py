@@ -43,8 +43,8 @@ def label_entropy(counts) -> float:
 
 def likely_cause(train_cfg, num_workers: int) -> str:
     momentum_matters = train_cfg.optimizer in ("momentum", "rmsprop") and train_cfg.momentum > 0
-    if momentum_matters and staleness.divergence_warning(train_cfg.momentum, num_workers, train_cfg.sync_replicas):
-        default = staleness.default_correction(num_workers, train_cfg.sync_replicas).momentum
+    if momentum_matters and staleness.divergence_warning(train_cfg.momentum, num_workers, train_cfg.reads_fresh_values):
+        default = staleness.default_correction(num_workers, train_cfg.reads_fresh_values).momentum
         return (f"--momentum={train_cfg.momentum:g} with {num_workers} asynchronous workers (stale updates add "
                 f"momentum of their own): drop --momentum (default {default:g} for this many workers) or "
                 "add --sync_replicas")

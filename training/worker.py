@@ -96,7 +96,8 @@ def train(cfg, server=None, stop=None) -> training_hooks.ProgressHook:
                  inputs.describe(cfg.data, inputs.Shard(cluster.replica_index, cluster.num_workers)))
     task_dir = cluster.task_name.replace(":", "_")
     progress = training_hooks.ProgressHook(
-        cluster.task_name, graph.loss, graph.accuracy, train_cfg.train_steps, train_cfg.batch_size,
+        cluster.task_name, graph.loss, graph.accuracy, train_cfg.train_steps,
+        train_cfg.batch_size * train_cfg.accumulate_batches,
         train_cfg.log_every_n_steps, summary_dir=os.path.join(train_cfg.model_dir, "workers", task_dir),
         steps_done=graph.steps_done, steps_per_run=train_cfg.steps_per_run,
         step_read_and_landed=graph.step_read_and_landed)
@@ -164,12 +165,12 @@ def log_optimizer(cluster, train_cfg):
     if train_cfg.optimizer not in ("momentum", "rmsprop"):
         return
     if train_cfg.momentum_is_default:
-        mode = "sync" if train_cfg.sync_replicas else "async"
+        mode = "sync" if train_cfg.sync_replicas else "async" if train_cfg.local_steps == 1 else "local-step"
         logging.info("%s: %s, momentum %g, learning rate %g (the defaults for %d %s worker(s); "
                      "training/staleness.py says why)", cluster.task_name, train_cfg.optimizer,
                      train_cfg.momentum, train_cfg.learning_rate, cluster.num_workers, mode)
         return
-    warning = staleness.divergence_warning(train_cfg.momentum, cluster.num_workers, train_cfg.sync_replicas)
+    warning = staleness.divergence_warning(train_cfg.momentum, cluster.num_workers, train_cfg.reads_fresh_values)
     if warning:
         logging.warning("%s: %s", cluster.task_name, warning)
 
