@@ -20,17 +20,23 @@ into --output_dir. Trainer flags after '--' go to every run (e.g. --wire_dtype=b
 
 import dataclasses
 import json
+import os
 import pathlib
 import statistics
 import subprocess
 import sys
 import time
 
+import tensorflow as tf
 from absl import app, flags
 
-from launch import terminal
-from launch.processes import TRAINER, LocalCluster
-from training import log_lines
+import input as inputs
+import model as mdl
+from cluster import spec
+from launch import measure, terminal
+from launch.processes import TRAINER, LocalCluster, ProcessCluster
+from training import evaluator, exit_codes, log_lines, preemption, run_record
+from training.config import RunConfig, TrainConfig
 
 flags.DEFINE_list("models", ["mlp", "mlp10m", "cnn"], "Models to run.")
 flags.DEFINE_list("layouts", [], "Layouts to run, by name as printed (default: all); the single process always "
@@ -40,6 +46,13 @@ flags.DEFINE_integer("warmup_steps", 300, "Global steps before measuring: past t
                      "makes the cached data.", lower_bound=1)
 flags.DEFINE_integer("measure_steps", 800, "Global steps measured.", lower_bound=1)
 flags.DEFINE_string("output_dir", "runs/benchmark", "Where logs, results.json and results.png go.")
+flags.DEFINE_float("target_accuracy", None, "Time-to-accuracy mode: train each layout for a time budget, with a "
+                   "checkpoint every second, evaluate every checkpoint on the held-out split afterwards, and "
+                   "report the time from the first step to the first checkpoint at this held-out accuracy, its "
+                   "ratio to the single process, and the last checkpoint's accuracy.", lower_bound=0, upper_bound=1)
+flags.DEFINE_float("budget_factor", 3.0, "Time-to-accuracy mode: each layout trains for this many times the "
+                   "single process's time to the target (measured first in each repetition), plus 10 s.",
+                   lower_bound=1)
 flags.DEFINE_string("summarize", None, "Run nothing: print the table of an earlier run's results.json (and "
                     "redraw its results.png beside it).")
 FLAGS = flags.FLAGS
@@ -51,11 +64,16 @@ MODELS = {
 }
 # Fewer measured steps for the slow models, so that a run takes tens of seconds, not minutes.
 STEP_SCALE = {"mlp": 1.0, "mlp10m": 0.25, "cnn": 0.25}
+# Time-to-accuracy mode: how long a reference layout trains (a target it misses in this time is too high).
+REFERENCE_BUDGET_SECS = 40
 
 
-# What README recommends for small dense models in async mode: the per-run cost of the session
-# and its hooks paid once per 10 steps.
+# The levers at the settings README recommends for small dense models: the per-run cost of the
+# session and its hooks paid once per 10 steps; a round trip per 10 local steps (async) or per 4
+# accumulated batches (sync).
 RECOMMENDED_STEPS_PER_RUN = 10
+RECOMMENDED_LOCAL_STEPS = 10
+RECOMMENDED_ACCUMULATE = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,24 +84,43 @@ class Layout:
     sync: bool = False
     tf2_strategy: str | None = None  # a TF2 alternative, by scripts/tf2_baselines.py (mlp models only)
     trainer_args: tuple[str, ...] = ()  # the levers this layout adds
+    pinned: bool = False  # every task on a core of its own (os.sched_setaffinity): what a host of its own keeps
+    reference: str = "single process"  # the layout its ratio is to
 
     @property
     def single(self) -> bool:
         return self.num_ps == 0 and not self.tf2_strategy
 
+    @property
+    def batches_per_step(self) -> int:
+        """Batches one global step covers: every worker's in a sync round, times its accumulated ones."""
+        accumulated = next((int(a.split("=")[1]) for a in self.trainer_args if a.startswith("--accumulate_batches=")),
+                           1)
+        return (self.num_workers if self.sync else 1) * accumulated
 
+
+LOCAL = f"--local_steps={RECOMMENDED_LOCAL_STEPS}"
+ACCUMULATE = f"--accumulate_batches={RECOMMENDED_ACCUMULATE}"
 LAYOUTS = [
     Layout("single process"),
     Layout("1 ps + 1 worker", 1, 1),
     Layout("1 ps + 2 workers", 1, 2),
     Layout("2 ps + 2 workers", 2, 2),
     Layout("1 ps + 2 workers 10/run", 1, 2, trainer_args=(f"--steps_per_run={RECOMMENDED_STEPS_PER_RUN}",)),
+    Layout("1 ps + 2 workers 10 local", 1, 2, trainer_args=(LOCAL,)),
     Layout("1 ps + 1 worker f16 wire", 1, 1, trainer_args=("--wire_dtype=float16",)),
     Layout("1 ps + 2 workers sync", 1, 2, sync=True),
+    Layout("1 ps + 2 workers sync 4 acc", 1, 2, sync=True, trainer_args=(ACCUMULATE,)),
     Layout("2 ps + 2 workers sync", 2, 2, sync=True),
+    Layout("single process 1 core", pinned=True),
+    Layout("1 ps + 1 worker own cores", 1, 1, pinned=True, reference="single process 1 core"),
+    Layout("1 ps + 1 worker own cores 10 local", 1, 1, trainer_args=(LOCAL,), pinned=True,
+           reference="single process 1 core"),
     Layout("TF2 ParameterServerStrategy", 1, 2, tf2_strategy="ps"),
     Layout("TF2 MultiWorkerMirrored", 0, 2, tf2_strategy="mwms"),
 ]
+# The trainer layouts each TF2 alternative is compared with: plain, and with the lever on.
+COMPARED_WITH_TF2 = ("1 ps + 2 workers", "1 ps + 2 workers 10 local")
 
 
 @dataclasses.dataclass
@@ -96,42 +133,112 @@ class Result:
     first_step_lag_secs: float | None  # the chief's first step to every worker's
     exit_secs: float | None  # last step to every process gone
     ok: bool
+    cpu_ms_per_step: dict | None = None  # task: CPU ms per global step, measured past the warm-up
+    loopback_bytes_per_step: float | None = None
+    time_to_target_secs: float | None = None  # time-to-accuracy mode: first step to the target
+    final_accuracy: float | None = None  # time-to-accuracy mode: the last checkpoint's held-out accuracy
+    accuracy_curve: list | None = None  # time-to-accuracy mode: [seconds from the first step, held-out accuracy]
 
 
-def run_once(model: str, layout: Layout, repetition: int, extra_args, run_dir: pathlib.Path) -> Result:
-    steps = int(FLAGS.warmup_steps + FLAGS.measure_steps * STEP_SCALE[model])
-    warmup = FLAGS.warmup_steps
-    batch = int(next(a for a in MODELS[model] if a.startswith("--batch_size")).split("=")[1])
-    args = [*MODELS[model], f"--train_steps={steps}", "--log_every_n_steps=20", "--save_checkpoint_secs=100000",
-            "--save_summaries_steps=100000", "--synthetic_examples=20000", *extra_args]
-    args += layout.trainer_args
-    if layout.sync:
-        args.append("--sync_replicas")
-    per_step = batch * (layout.num_workers if layout.sync else 1)
-    name = f"{model}-{layout.name.replace(' ', '_').replace('+', '')}-{repetition}"
-    directory = run_dir / name
+def trainer_args(model: str, layout: Layout, extra_args, directory: pathlib.Path) -> list[str]:
+    if FLAGS.target_accuracy is None:
+        steps = int(FLAGS.warmup_steps + FLAGS.measure_steps * STEP_SCALE[model])
+        run = [f"--train_steps={steps}", "--save_checkpoint_secs=100000", "--synthetic_examples=20000"]
+    else:  # stopped at its time budget; a checkpoint every second, every one kept for the evaluation; the
+        # default dataset's size (on 20,000 examples held-out accuracy levels off early, at 0.83)
+        run = ["--train_steps=100000000", "--save_checkpoint_secs=1", "--keep_checkpoint_max=100000",
+               "--export_saved_model=false", "--not_learning=off", "--synthetic_examples=60000"]
+    args = [f"--model_dir={directory / 'model'}", *MODELS[model], *run, "--log_every_n_steps=20",
+            "--save_summaries_steps=100000", *extra_args, *layout.trainer_args]
+    return args + (["--sync_replicas"] if layout.sync else [])
+
+
+def run_once(model: str, layout: Layout, repetition: int, extra_args, run_dir: pathlib.Path,
+             budget_secs: float | None = None) -> Result:
+    """One run of a layout; in time-to-accuracy mode, stopped `budget_secs` after its first step."""
     if layout.tf2_strategy:
-        return run_tf2(model, layout, repetition, batch, steps)
-    if layout.num_ps == 0:
-        directory.mkdir(parents=True, exist_ok=True)
-        log_path = directory / "local-0.log"
-        start = time.time()
-        with open(log_path, "wb") as log:
-            proc = subprocess.run([sys.executable, str(TRAINER), f"--model_dir={directory / 'model'}", *args],
-                                  stdout=log, stderr=subprocess.STDOUT, timeout=1800)
-        end = time.time()
-        text = log_path.read_text(errors="replace")
-        return Result(model, layout.name, repetition, log_lines.examples_per_sec(text, per_step, warmup),
-                      *_first_steps([text], start), _exit_secs([text], end), proc.returncode == 0)
-    cluster = LocalCluster(directory, layout.num_ps, layout.num_workers, [f"--model_dir={directory / 'model'}", *args])
+        return run_tf2(model, layout, repetition)
+    directory = run_dir / f"{model}-{layout.name.replace(' ', '_').replace('+', '').replace(',', '')}-{repetition}"
+    args = trainer_args(model, layout, extra_args, directory)
+    if layout.single:
+        cluster = SingleProcess(directory, args)
+    else:
+        cluster = LocalCluster(directory, layout.num_ps, layout.num_workers, args)
     with cluster:
         start = time.time()
-        cluster.start_all()
-        codes = cluster.wait(timeout=1800)
+        pids = start_pinned(cluster, layout)
+        chief_log = cluster.log_path(*CHIEF)
+        with measure.StepSampler(chief_log, pids) as sampler:
+            if budget_secs is None:
+                codes = cluster.wait(timeout=1800)
+            else:
+                alive = lambda: all(proc.poll() is None for _, proc in cluster.tasks())  # noqa: E731
+                if measure.wait_for_first_step(chief_log, 600, alive) is not None:
+                    deadline = time.monotonic() + budget_secs
+                    while alive() and time.monotonic() < deadline:
+                        time.sleep(0.5)
+                cluster.stop_all(grace_secs=preemption.DEADLINE_SECS + 10)  # the trainer bounds its own stop
+                codes = {key: 0 if code in (0, exit_codes.PREEMPTED) else code for key, code in cluster.wait().items()}
         end = time.time()
-    logs = [cluster.log("worker", i) for i in range(layout.num_workers)]
-    return Result(model, layout.name, repetition, log_lines.examples_per_sec(logs[0], per_step, warmup),
-                  *_first_steps(logs, start), _exit_secs(logs, end), set(codes.values()) == {0})
+    logs = [cluster.log(*task) for task in worker_tasks(layout)]
+    warmup = FLAGS.warmup_steps
+    cost = sampler.cost(warmup)
+    result = Result(model, layout.name, repetition,
+                    log_lines.examples_per_sec(logs[0], BATCH[model] * layout.batches_per_step, warmup),
+                    *_first_steps(logs, start), _exit_secs(logs, end), set(codes.values()) == {0},
+                    cost.cpu_ms if cost else None, cost.loopback_bytes if cost else None)
+    if budget_secs is not None:
+        result.accuracy_curve = accuracy_curve(directory / "model", logs[0])
+        result.time_to_target_secs = next((secs for secs, accuracy in result.accuracy_curve
+                                           if accuracy >= FLAGS.target_accuracy), None)
+        result.final_accuracy = result.accuracy_curve[-1][1] if result.accuracy_curve else None
+    return result
+
+
+CHIEF = ("worker", 0)
+BATCH = {model: int(next(a for a in args if a.startswith("--batch_size")).split("=")[1])
+         for model, args in MODELS.items()}
+
+
+def worker_tasks(layout):
+    return [CHIEF] if layout.single else [("worker", i) for i in range(layout.num_workers)]
+
+
+def start_pinned(cluster, layout) -> dict[str, int]:
+    """Starts every task (ps first); with layout.pinned, each on a core of its own, the chief on core 0.
+    Returns task name: pid."""
+    tasks = [("ps", i) for i in range(layout.num_ps)] + worker_tasks(layout)
+    cores = sorted(os.sched_getaffinity(0))
+    pids = {}
+    for position, task in enumerate(sorted(tasks, key=lambda t: t != CHIEF)):  # the chief first, on core 0
+        proc = cluster.start(*task)
+        if layout.pinned:  # before TensorFlow starts its threads, which inherit the mask
+            os.sched_setaffinity(proc.pid, {cores[position % len(cores)]})
+        pids[f"{task[0]} {task[1]}"] = proc.pid
+    return pids
+
+
+class SingleProcess(ProcessCluster):
+    """trainer.py with no cluster flags, run and stopped like a cluster's task (as "worker 0")."""
+
+    def __init__(self, run_dir, trainer_args):
+        super().__init__(run_dir, (), ("",), trainer_args)
+
+    def command(self, job, index, extra_args=(), trainer=str(TRAINER)):
+        return [self.python, trainer, *self.trainer_args, *extra_args]
+
+
+def accuracy_curve(model_dir: pathlib.Path, chief_log: str) -> list[tuple[float, float]]:
+    """[(seconds from the chief's first step to a checkpoint's save, its held-out accuracy)] for every
+    checkpoint of the run, evaluated here, after the run, so that no evaluation competes with training."""
+    state = tf.train.get_checkpoint_state(str(model_dir))
+    first = log_lines.first_steps(chief_log)
+    if state is None or not first:
+        return []
+    cfg, _ = run_record.follow(RunConfig(spec.ClusterConfig(), TrainConfig(model_dir=str(model_dir)),
+                                         mdl.ModelConfig(), inputs.DataConfig()), run_record.read(str(model_dir)))
+    return [(round(os.path.getmtime(path + ".index") - first[0].time.timestamp(), 2),
+             round(evaluator.evaluate(cfg, path)[1]["accuracy"], 4)) for path in state.all_model_checkpoint_paths]
 
 
 # The TF2 alternatives run the default MLP only: on the 10M-parameter one ParameterServerStrategy
@@ -139,14 +246,15 @@ def run_once(model: str, layout: Layout, repetition: int, extra_args, run_dir: p
 TF2_MODELS = {"mlp"}
 
 
-def run_tf2(model, layout, repetition, batch, steps) -> Result:
-    if model not in TF2_MODELS:
+def run_tf2(model, layout, repetition) -> Result:
+    if model not in TF2_MODELS or FLAGS.target_accuracy is not None:
         return Result(model, layout.name, repetition, None, None, None, None, True)
+    steps = int(FLAGS.warmup_steps + FLAGS.measure_steps * STEP_SCALE[model])
     hidden = next(a for a in MODELS[model] if a.startswith("--hidden_units"))
     per_worker = max(1, FLAGS.warmup_steps // layout.num_workers)
     proc = subprocess.run(
         [sys.executable, str(pathlib.Path(__file__).with_name("tf2_baselines.py")), f"--strategy={layout.tf2_strategy}",
-         f"--num_workers={layout.num_workers}", hidden, f"--batch_size={batch}", f"--warmup_steps={per_worker}",
+         f"--num_workers={layout.num_workers}", hidden, f"--batch_size={BATCH[model]}", f"--warmup_steps={per_worker}",
          f"--measure_steps={max(1, (steps - FLAGS.warmup_steps) // layout.num_workers)}"],
         capture_output=True, text=True, timeout=1800)
     rates = [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("examples/sec")]
@@ -179,13 +287,24 @@ def summarize(results: list[Result], layouts) -> list[dict]:
     machine that speeds up or slows down between repetitions (a shared VM does) moves both sides."""
     rows = []
     for model in sorted({r.model for r in results}, key=list(MODELS).index):
+        single_cpu = _median_cpu(results, model, "single process")
         for layout in layouts:
-            rate = _median(results, model, layout.name, "examples_per_sec")
+            cpu = _median_cpu(results, model, layout.name)
             rows.append({
-                "model": model, "layout": layout.name, "examples_per_sec": rate,
-                "vs_single": _median_ratio(results, model, layout.name, "single process"),
-                "trainer_vs_this": (_median_ratio(results, model, "1 ps + 2 workers", layout.name)
-                                    if layout.tf2_strategy else None),
+                "model": model, "layout": layout.name,
+                "examples_per_sec": _median(results, model, layout.name, "examples_per_sec"),
+                "vs_single": _median_ratio(results, model, layout.name, layout.reference, "examples_per_sec"),
+                "trainer_vs_this": ({name: _median_ratio(results, model, name, layout.name, "examples_per_sec")
+                                     for name in COMPARED_WITH_TF2} if layout.tf2_strategy else None),
+                "cpu_ms_per_step": cpu,
+                "cpu_ms_beyond_single": (None if cpu is None or single_cpu is None or layout.single
+                                         else sum(cpu.values()) - sum(single_cpu.values())),
+                "loopback_kb_per_step": _scaled(_median(results, model, layout.name, "loopback_bytes_per_step"), 1e-3),
+                "time_to_target_secs": _median(results, model, layout.name, "time_to_target_secs"),
+                # single's time over this one's: above 1 is faster to the target
+                "time_to_target_vs_single": _median_ratio(results, model, layout.reference, layout.name,
+                                                          "time_to_target_secs"),
+                "final_accuracy": _median(results, model, layout.name, "final_accuracy"),
                 "first_step_secs": _median(results, model, layout.name, "first_step_secs"),
                 "first_step_lag_secs": _median(results, model, layout.name, "first_step_lag_secs"),
                 "exit_secs": _median(results, model, layout.name, "exit_secs"),
@@ -194,13 +313,13 @@ def summarize(results: list[Result], layouts) -> list[dict]:
     return rows
 
 
-def _median_ratio(results, model, layout, reference):
-    """Median over repetitions of layout's examples/sec over reference's in the same repetition."""
-    def rate(name, repetition):
-        return next((r.examples_per_sec for r in results if r.model == model and r.layout == name and r.ok
-                     and r.repetition == repetition and r.examples_per_sec), None)
-    ratios = [rate(layout, rep) / rate(reference, rep) for rep in sorted({r.repetition for r in results})
-              if rate(layout, rep) and rate(reference, rep)]
+def _median_ratio(results, model, layout, reference, field):
+    """Median over repetitions of layout's field over reference's in the same repetition."""
+    def value(name, repetition):
+        return next((getattr(r, field) for r in results if r.model == model and r.layout == name and r.ok
+                     and r.repetition == repetition and getattr(r, field)), None)
+    ratios = [value(layout, rep) / value(reference, rep) for rep in sorted({r.repetition for r in results})
+              if value(layout, rep) and value(reference, rep)]
     return statistics.median(ratios) if ratios else None
 
 
@@ -210,18 +329,42 @@ def _median(results, model, layout, field):
     return statistics.median(values) if values else None
 
 
+def _median_cpu(results, model, layout) -> dict | None:
+    """Per task, the median over repetitions of its CPU ms per global step."""
+    runs = [r.cpu_ms_per_step for r in results if r.model == model and r.layout == layout and r.ok
+            and r.cpu_ms_per_step]
+    return {task: statistics.median(run[task] for run in runs) for task in runs[0]} if runs else None
+
+
+def _scaled(value, factor):
+    return None if value is None else value * factor
+
+
 def _fmt(value, spec):
     return "-" if value is None else format(value, spec)
 
 
 def table(rows) -> str:
-    lines = [f"{'model':8} {'layout':28} {'examples/s':>11} {'x single':>9} {'trainer x':>10} {'1st step s':>11} "
-             f"{'lag s':>6} {'exit s':>7} failed"]
+    accuracy_mode = any(row["time_to_target_secs"] is not None for row in rows)
+    lines = [f"{'model':7} {'layout':37} {'examples/s':>10} {'x ref':>6} {'trainer x':>10} "
+             + (f"{'to target s':>11} {'x ref':>6} {'final acc':>9} " if accuracy_mode else "")
+             + f"{'CPU ms/step':>11} {'+ vs 1 proc':>11} {'lo KB/step':>10} {'1st step s':>10} {'exit s':>6} failed"]
     for row in rows:
-        lines.append(f"{row['model']:8} {row['layout']:28} {_fmt(row['examples_per_sec'], '11.0f')} "
-                     f"{_fmt(row['vs_single'], '9.2f')} {_fmt(row['trainer_vs_this'], '10.2f')} "
-                     f"{_fmt(row['first_step_secs'], '11.1f')} {_fmt(row['first_step_lag_secs'], '6.1f')} "
-                     f"{_fmt(row['exit_secs'], '7.1f')} {row['failed_runs']}")
+        versus = row["trainer_vs_this"]
+        lines.append(
+            f"{row['model']:7} {row['layout']:37} {_fmt(row['examples_per_sec'], '10.0f')} "
+            f"{_fmt(row['vs_single'], '6.2f')} "
+            f"{'/'.join(_fmt(v, '.2f') for v in versus.values()) if versus else '-':>10} "
+            + (f"{_fmt(row['time_to_target_secs'], '11.1f')} {_fmt(row['time_to_target_vs_single'], '6.2f')} "
+               f"{_fmt(row['final_accuracy'], '9.3f')} " if accuracy_mode else "")
+            + f"{_fmt(row['cpu_ms_per_step'] and sum(row['cpu_ms_per_step'].values()), '11.2f')} "
+            f"{_fmt(row['cpu_ms_beyond_single'], '11.2f')} {_fmt(row['loopback_kb_per_step'], '10.1f')} "
+            f"{_fmt(row['first_step_secs'], '10.1f')} {_fmt(row['exit_secs'], '6.1f')} {row['failed_runs']}")
+    lines.append("x ref: examples/s over the reference layout's (single process; the pinned layouts: single "
+                 "process 1 core). trainer x: the trainer's 1 ps + 2 workers (plain/10 local) over this.")
+    lines += [f"  {row['model']} {row['layout']}: CPU ms per global step "
+              + ", ".join(f"{task} {ms:.2f}" for task, ms in row["cpu_ms_per_step"].items())
+              for row in rows if row["cpu_ms_per_step"] and len(row["cpu_ms_per_step"]) > 1]
     return "\n".join(lines)
 
 
@@ -242,6 +385,17 @@ def chart(rows, path):
     plt.close(figure)
 
 
+def budget(layout, done: dict) -> float | None:
+    """Time-to-accuracy mode: a reference trains for REFERENCE_BUDGET_SECS; any other layout for
+    --budget_factor times its reference's time to the target (as just measured), plus 10 s."""
+    if FLAGS.target_accuracy is None:
+        return None
+    reference = done.get(layout.reference)
+    if layout.name == layout.reference or reference is None or reference.time_to_target_secs is None:
+        return REFERENCE_BUDGET_SECS
+    return FLAGS.budget_factor * reference.time_to_target_secs + 10
+
+
 def resummarize(path: pathlib.Path):
     runs = json.loads(path.read_text())["runs"]
     results = [Result(**{field.name: run.get(field.name) for field in dataclasses.fields(Result)}) for run in runs]
@@ -258,20 +412,26 @@ def main(argv):
     terminal.interrupt_on_signals()
     out = pathlib.Path(FLAGS.output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    layouts = [layout for layout in LAYOUTS if not FLAGS.layouts or layout.name in FLAGS.layouts or layout.single]
     known = [layout.name for layout in LAYOUTS]
     unknown = set(FLAGS.layouts) - set(known)
     if unknown:
         raise app.UsageError(f"--layouts: unknown {', '.join(sorted(unknown))}; known: {', '.join(known)}")
+    chosen = [layout for layout in LAYOUTS if not FLAGS.layouts or layout.name in FLAGS.layouts]
+    needed = {layout.name for layout in chosen} | {layout.reference for layout in chosen} | {"single process"}
+    layouts = [layout for layout in LAYOUTS if layout.name in needed]  # references first, as listed
     results = []
     for repetition in range(FLAGS.repetitions):
         for model in FLAGS.models:
+            done = {}
             for layout in layouts:
-                result = run_once(model, layout, repetition, argv[1:], out / "logs")
+                result = run_once(model, layout, repetition, argv[1:], out / "logs", budget(layout, done))
                 results.append(result)
-                print(f"rep {repetition} {model:7} {layout.name:24} {_fmt(result.examples_per_sec, '8.0f')} ex/s "
+                done[layout.name] = result
+                print(f"rep {repetition} {model:7} {layout.name:37} {_fmt(result.examples_per_sec, '8.0f')} ex/s "
                       f"first step {_fmt(result.first_step_secs, '.1f')} s, exit {_fmt(result.exit_secs, '.1f')} s"
-                      f"{'' if result.ok else '  FAILED'}", flush=True)
+                      + (f", target in {_fmt(result.time_to_target_secs, '.1f')} s, final accuracy "
+                         f"{_fmt(result.final_accuracy, '.3f')}" if FLAGS.target_accuracy is not None else "")
+                      + f"{'' if result.ok else '  FAILED'}", flush=True)
     rows = summarize(results, layouts)
     print("\n" + table(rows))
     (out / "results.json").write_text(json.dumps({"args": argv[1:], "rows": rows,

@@ -306,3 +306,27 @@ def test_only_a_stop_signal_requests_preemption_and_the_deadline_bounds_the_stop
                             cwd=ROOT)
     assert result.stdout.splitlines() == ["after SIGUSR1: False", "after SIGTERM: True"], result.stderr[-2000:]
     assert result.returncode == exit_codes.PREEMPTED and "still running 1 s after SIGTERM" in result.stderr
+
+
+PS_GONE_PROBE = """
+import os, signal, socket, time
+from training import preemption
+ps = socket.create_server(("127.0.0.1", 0))
+stop = preemption.Preemption("worker:1", deadline_secs=60, ps_hosts=[f"127.0.0.1:{ps.getsockname()[1]}"]).install()
+os.kill(os.getpid(), signal.SIGTERM)
+stop.requested.wait(5)
+time.sleep(2)
+print("stopping with the ps listening: still running", flush=True)
+ps.close()
+time.sleep(60)  # the watcher sees the ps gone and ends the process first
+"""
+
+
+@pytest.mark.e2e
+def test_a_worker_told_to_stop_exits_at_once_when_its_ps_stops_listening():
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-c", PS_GONE_PROBE], capture_output=True, text=True, timeout=90,
+                            cwd=ROOT)
+    assert result.stdout.splitlines() == ["stopping with the ps listening: still running"], result.stderr[-2000:]
+    assert result.returncode == exit_codes.PREEMPTED and "no longer listens (the job is ending)" in result.stderr
+    assert time.monotonic() - started < 30  # long before the 60 s deadline

@@ -18,47 +18,11 @@ import time
 
 import pytest
 
+from launch.netns import ROUTER, SUBNET, Hosts, ip, start_in
 from tests.support import ROOT, SCRIPTS, finished, run_launcher
 from training import exit_codes
 
 pytestmark = pytest.mark.e2e
-SUBNET = "10.123.0"
-ROUTER = f"{SUBNET}.254"
-
-
-def ip(*args):
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
-
-
-class Hosts:
-    """Namespaces '<prefix>sw' (a bridge) and '<prefix>h<i>' (10.123.0.<i+1>), removed at close."""
-
-    def __init__(self, count, router=False):
-        self.prefix = f"pst{os.getpid() % 100000}"
-        self.switch = f"{self.prefix}sw"
-        self.names = []
-        ip("netns", "add", self.switch)
-        self.created = [self.switch]
-        ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
-        ip("-n", self.switch, "link", "set", "br0", "up")
-        for i in range(count + int(router)):
-            name = f"{self.prefix}h{i}"
-            address = ROUTER if router and i == count else f"{SUBNET}.{i + 1}"
-            ip("netns", "add", name)
-            self.created.append(name)
-            ip("-n", name, "link", "add", "eth0", "type", "veth", "peer", "name", f"p{i}", "netns", self.switch)
-            ip("-n", self.switch, "link", "set", f"p{i}", "master", "br0", "up")
-            ip("-n", name, "addr", "add", f"{address}/24", "dev", "eth0")
-            ip("-n", name, "link", "set", "eth0", "up")
-            ip("-n", name, "link", "set", "lo", "up")
-            self.names.append(name)
-        self.router = self.names.pop() if router else None
-
-    def close(self):
-        for name in reversed(self.created):
-            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
-
-
 @pytest.fixture
 def hosts():
     if shutil.which("ip") is None:
@@ -77,12 +41,6 @@ def hosts():
     yield make
     for made_hosts in made:
         made_hosts.close()
-
-
-def start_in(namespace, argv, env, log=None):
-    return subprocess.Popen(["ip", "netns", "exec", namespace, *argv], env=env, start_new_session=True,
-                            stdin=subprocess.DEVNULL, stdout=log or subprocess.DEVNULL,
-                            stderr=subprocess.STDOUT, text=True)
 
 
 def stop(proc, sig=signal.SIGKILL):

@@ -5,7 +5,10 @@ the process exits with exit_codes.PREEMPTED; restarting it resumes from that ste
 Python runs signal handlers only between bytecodes, and a worker spends its time inside
 session.run (blocked for a whole round in sync mode), so the signal is also written to a wakeup
 fd that a watcher thread reads at once. If the worker has not stopped DEADLINE_SECS later, the
-watcher ends the process with the same exit code: stopping is always bounded.
+watcher ends the process with the same exit code: stopping is always bounded. Sooner if a ps task
+stops listening meanwhile: when a whole job is cancelled (Slurm's scancel, a deleted TFJob) every
+task gets the signal at once, a ps can exit before a worker's step ends, and that worker's session
+would otherwise try to reconnect to it until the deadline, past the orchestrator's 30 s grace.
 """
 
 import os
@@ -16,16 +19,19 @@ import time
 import tensorflow as tf
 from absl import logging
 
+from cluster import peers
 from training import exit_codes
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 DEADLINE_SECS = 60
+PS_PROBE_SECS = 0.5  # after a stop request: how often a worker checks that its ps tasks still listen
 
 
 class Preemption:
-    def __init__(self, task_name: str, deadline_secs: float = DEADLINE_SECS):
+    def __init__(self, task_name: str, deadline_secs: float = DEADLINE_SECS, ps_hosts=(), probe=peers.is_listening):
         self.task_name = task_name
         self.deadline_secs = deadline_secs
+        self.ps_hosts, self.probe = tuple(ps_hosts), probe
         self.requested = threading.Event()
 
     def install(self) -> "Preemption":
@@ -46,7 +52,15 @@ class Preemption:
         logging.warning("%s: %s received: stopping after the current step (the chief saves a checkpoint)",
                         self.task_name, signal.Signals(signum).name)
         self.requested.set()
-        time.sleep(self.deadline_secs)
+        deadline = time.monotonic() + self.deadline_secs
+        while time.monotonic() < deadline:
+            time.sleep(PS_PROBE_SECS)
+            gone = [address for address in self.ps_hosts if not self.probe(address, timeout_secs=PS_PROBE_SECS)]
+            if gone:
+                logging.warning("%s: stopping, and ps %s no longer listens (the job is ending); exiting now",
+                                self.task_name, ", ".join(gone))
+                logging.flush()
+                os._exit(exit_codes.PREEMPTED)  # pylint: disable=protected-access
         logging.error("%s: still running %d s after %s; exiting now", self.task_name, self.deadline_secs,
                       signal.Signals(signum).name)
         os._exit(exit_codes.PREEMPTED)  # pylint: disable=protected-access

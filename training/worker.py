@@ -248,7 +248,7 @@ def _training_error(err, cluster, train_cfg, progress):
 def run(cfg, server=None) -> int:
     """Trains, tells the ps tasks this worker is done, logs the outcome, returns the exit code."""
     start = time.monotonic()
-    stop = preemption.Preemption(cfg.cluster.task_name).install()
+    stop = preemption.Preemption(cfg.cluster.task_name, ps_hosts=cfg.cluster.ps_hosts).install()
     progress = train(cfg, server, stop)
     if stop.requested.is_set():
         # Not done: the ps tasks keep serving for this worker's restart.
