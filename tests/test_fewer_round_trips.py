@@ -99,19 +99,21 @@ def test_the_round_that_reaches_train_steps_is_cut_there():
 
 def test_one_worker_with_local_steps_trains_the_model_as_plain_sgd_and_resumes_from_its_checkpoint(tmp_path):
     data, mlp = inputs.DataConfig(synthetic_examples=2000), model.ModelConfig(hidden_units=(32,))
-    servers, _, (cluster,) = in_process_cluster(num_workers=1, num_ps=1)
+    # Two ps tasks: the variables are split between them, and each gets its own packed push and fetch.
+    servers, _, (cluster,) = in_process_cluster(num_workers=1, num_ps=2)
     runs, progress, saved, variables = train(tmp_path / "local", data, mlp, 5, 23, cluster=(cluster, servers[0].target),
                                              local_steps=5, optimizer="sgd")
     _, plain_progress, _, plain_variables = train(tmp_path / "plain", data, mlp, 1, 23, optimizer="sgd")
     assert runs == [(5, 5), (5, 10), (5, 15), (5, 20), (3, 23), (0, 23)]  # exactly --train_steps
     assert variables == plain_variables  # the checkpointed model: no copies, no slots of theirs
+    assert len(list((tmp_path / "local").glob("model.ckpt-23.data-*-of-00002"))) == 2  # each ps saved its part
     local, plain = tf.train.load_checkpoint(str(tmp_path / "local")), tf.train.load_checkpoint(str(tmp_path / "plain"))
     assert saved[-1] == 23 and local.get_tensor("global_step") == 23
     for name in ("mlp/hidden0/kernel", "mlp/hidden0/bias", "mlp/logits/kernel", "mlp/logits/bias"):
         np.testing.assert_allclose(local.get_tensor(name), plain.get_tensor(name), rtol=1e-4, atol=1e-6)
     assert progress.local_steps == plain_progress.local_steps == 23
     # A new cluster (every server restarted) resumes from the checkpoint, the copies from the restored values.
-    servers, _, (cluster,) = in_process_cluster(num_workers=1, num_ps=1)
+    servers, _, (cluster,) = in_process_cluster(num_workers=1, num_ps=2)
     runs, progress, saved, _ = train(tmp_path / "local", data, mlp, 5, 40, cluster=(cluster, servers[0].target),
                                      local_steps=5, optimizer="sgd")
     assert runs[0] == (5, 28) and runs[-2:] == [(2, 40), (0, 40)]
