@@ -23,22 +23,20 @@ class Costs:
     batch: int
     compute_ms: float  # one process's CPU per step ('single process 1 core')
     worker_exchange_ms: float  # the worker's extra CPU per round trip ('1 ps + 1 worker own cores' - compute)
-    ps_fixed_ms: float  # the ps's CPU per round trip whatever its bytes
-    ps_ms_per_mb: float  # the ps's CPU per MB it sends and receives
     model_mb: float  # the variables (and so the gradients) of one step, MB
+    ps_fixed_ms: float = 1.70  # the ps's CPU per round trip whatever its bytes
+    ps_ms_per_mb: float = 0.897  # the ps's CPU per MB it receives and sends
+    local_round_factor: float = 1.65  # a --local_steps round's ps CPU over a plain step's (it adds, reads, packs)
 
 
-# Measured here (scripts/benchmark.py, pinned layouts; CPU from /proc, bytes from the loopback
-# counter): mlp: single 1 core 1.72 ms/step; 1 ps + 1 worker own cores: worker 5.59 ms, ps 3.10 ms,
-# 1.63 MB per step; with --local_steps=10: ps 0.54 ms per global step (so 5.4 ms per round trip of
-# 1.6 MB in each direction... see the fixed/per-MB split in docs/speed.md).
+# Measured here by scripts/benchmark.py's pinned layouts (2 repetitions; CPU from /proc, bytes from the
+# loopback counter): mlp: one process on one core 2.46 ms per step, the worker of 1 ps + 1 worker 5.81
+# ms, 1.63 MB per step; cnn: 40.8 ms, 46.9 ms, 6.84 MB. The ps's CPU per step, 3.16 ms (mlp) and 7.83 ms
+# (cnn), gives its fixed and per-MB parts; with --local_steps=10 the ps spent 0.50 and 1.37 ms per global
+# step: a round costs it 1.58 and 1.75 times a plain step.
 DEFAULT_COSTS = {
-    "mlp": Costs(batch=128, compute_ms=1.72, worker_exchange_ms=3.87, ps_fixed_ms=0.5, ps_ms_per_mb=1.6,
-                 model_mb=0.814),
-    "mlp10m": Costs(batch=128, compute_ms=95.0, worker_exchange_ms=30.0, ps_fixed_ms=0.5, ps_ms_per_mb=1.6,
-                    model_mb=39.3),
-    "cnn": Costs(batch=64, compute_ms=60.0, worker_exchange_ms=8.0, ps_fixed_ms=0.5, ps_ms_per_mb=1.6,
-                 model_mb=13.1),
+    "mlp": Costs(batch=128, compute_ms=2.46, worker_exchange_ms=3.35, model_mb=0.814),
+    "cnn": Costs(batch=64, compute_ms=40.8, worker_exchange_ms=6.15, model_mb=3.42),
 }
 
 
@@ -55,9 +53,11 @@ def plan(costs: Costs, workers: int, ps: int, bandwidth_mbit: float, local_steps
     step_ms = (costs.compute_ms + costs.worker_exchange_ms / local_steps
                + costs.model_mb / local_steps / link_mb_per_ms)
     asked = workers * 1000 / step_ms
-    share_mb = costs.model_mb / ps / local_steps  # each way, per global step, per ps
-    ps_cpu = 1000 / (costs.ps_fixed_ms / local_steps + costs.ps_ms_per_mb * 2 * share_mb)
-    ps_link = 1000 * link_mb_per_ms / share_mb
+    share_mb = costs.model_mb / ps  # each way, per round trip, per ps
+    round_ms = (costs.ps_fixed_ms + costs.ps_ms_per_mb * 2 * share_mb) * (
+        costs.local_round_factor if local_steps > 1 else 1.0)
+    ps_cpu = 1000 * local_steps / round_ms
+    ps_link = 1000 * link_mb_per_ms * local_steps / share_mb
     steps, limit = min((asked, "workers"), (ps_cpu, "ps CPU"), (ps_link, "ps link"))
     return Plan(steps, limit, steps / (workers * 1000 / costs.compute_ms))
 
@@ -70,15 +70,30 @@ def ps_needed(costs, workers, bandwidth_mbit, local_steps=1, efficiency=0.9, mos
                  if plan(costs, workers, ps, bandwidth_mbit, local_steps).steps_per_sec >= efficiency * asked), None)
 
 
-def calibrated(path: pathlib.Path, model: str) -> Costs:
-    """Costs from a benchmark's results.json rows for 'single process 1 core' and '1 ps + 1 worker own
-    cores'. One run cannot split the ps's CPU into its fixed and per-MB parts: the per-MB part is
-    kept from the defaults, the fixed part is what is left."""
-    rows = {row["layout"]: row for row in json.loads(path.read_text())["rows"] if row["model"] == model}
-    single = rows["single process 1 core"]["cpu_ms_per_step"]["worker 0"]
-    plain = rows["1 ps + 1 worker own cores"]
-    model_mb = plain["loopback_kb_per_step"] / 1000 / 2
-    per_mb = DEFAULT_COSTS[model].ps_ms_per_mb
-    fixed = max(0.0, plain["cpu_ms_per_step"]["ps 0"] - per_mb * 2 * model_mb)
-    return Costs(DEFAULT_COSTS[model].batch, single, plain["cpu_ms_per_step"]["worker 0"] - single, fixed, per_mb,
-                 model_mb)
+def calibrated(path: pathlib.Path) -> dict[str, Costs]:
+    """Costs from a benchmark's results.json, for each model with the rows 'single process 1 core' and
+    '1 ps + 1 worker own cores' (and '... 10 local' for the round factor). With two such models the
+    ps's fixed and per-MB parts are solved from both; with one, the per-MB part stays the default's."""
+    rows = {(row["model"], row["layout"]): row for row in json.loads(path.read_text())["rows"]}
+    measured = {}
+    for model in sorted({model for model, _ in rows}):
+        single, plain = rows.get((model, "single process 1 core")), rows.get((model, "1 ps + 1 worker own cores"))
+        if not (single and plain and single["cpu_ms_per_step"] and plain["cpu_ms_per_step"]):
+            continue
+        local = rows.get((model, "1 ps + 1 worker own cores 10 local"))
+        compute = single["cpu_ms_per_step"]["worker 0"]
+        measured[model] = dict(compute=compute, exchange=plain["cpu_ms_per_step"]["worker 0"] - compute,
+                               mb=plain["loopback_kb_per_step"] / 1000 / 2, ps=plain["cpu_ms_per_step"]["ps 0"],
+                               ps_local=local["cpu_ms_per_step"]["ps 0"] * 10 if local and local["cpu_ms_per_step"]
+                               else None)
+    default = Costs(1, 1, 1, 1)
+    per_mb = default.ps_ms_per_mb
+    if len(measured) >= 2:
+        (a, b) = sorted(measured.values(), key=lambda m: m["mb"])[:2]
+        per_mb = (b["ps"] - a["ps"]) / (2 * (b["mb"] - a["mb"]))
+    fixed = (min(max(0.0, m["ps"] - per_mb * 2 * m["mb"]) for m in measured.values()) if measured
+             else default.ps_fixed_ms)
+    factors = [m["ps_local"] / m["ps"] for m in measured.values() if m["ps_local"]]
+    factor = sum(factors) / len(factors) if factors else default.local_round_factor
+    return {model: Costs(DEFAULT_COSTS[model].batch if model in DEFAULT_COSTS else 128, m["compute"], m["exchange"],
+                         m["mb"], fixed, per_mb, factor) for model, m in measured.items()}

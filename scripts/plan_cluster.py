@@ -24,7 +24,7 @@ from launch.planner import DEFAULT_COSTS, Costs, calibrated, plan, ps_needed
 from launch.processes import TRAINER
 from training import log_lines
 
-flags.DEFINE_string("model", "mlp", "Model whose measured costs to use: mlp, mlp10m or cnn.")
+flags.DEFINE_enum("model", "mlp", ["mlp", "cnn"], "Model whose measured costs to use.")
 flags.DEFINE_list("workers", ["1", "2", "4", "8", "16", "32", "64", "128"], "Worker counts to plan.")
 flags.DEFINE_list("ps", ["1", "2", "4", "8", "16", "32"], "ps counts to plan.")
 flags.DEFINE_float("bandwidth_mbit", 10000, "Each host's link, Mbit/s each way.", lower_bound=1)
@@ -95,8 +95,7 @@ def check(costs: Costs, model: str, bandwidth_mbit: float, local_steps: int):
 
 def main(argv):
     del argv
-    costs = (calibrated(pathlib.Path(FLAGS.calibration), FLAGS.model) if FLAGS.calibration
-             else DEFAULT_COSTS[FLAGS.model])
+    costs = (calibrated(pathlib.Path(FLAGS.calibration)) if FLAGS.calibration else DEFAULT_COSTS)[FLAGS.model]
     print(f"{FLAGS.model}: {costs}")
     if FLAGS.check:
         check(costs, FLAGS.model, FLAGS.bandwidth_mbit, FLAGS.local_steps)
@@ -105,10 +104,11 @@ def main(argv):
     print(f"asynchronous training, links of {FLAGS.bandwidth_mbit:g} Mbit/s; eff = scaling efficiency (examples/s "
           f"over N x one process's {1000 / costs.compute_ms * costs.batch:.0f})")
     print(table(costs, workers, ps_counts, FLAGS.bandwidth_mbit, FLAGS.local_steps))
+    print("ps tasks that serve 90% of what the workers ask (none: every ps's fixed CPU per round trip caps "
+          "the cluster, however many):")
     for n in workers:
         plain, local = (ps_needed(costs, n, FLAGS.bandwidth_mbit, k) for k in (1, FLAGS.local_steps))
-        print(f"{n} workers need {plain} ps (plain) / {local} ps ({FLAGS.local_steps} local) for 90% of their "
-              "own speed")
+        print(f"  {n:4d} workers: plain {plain or 'none'}, {FLAGS.local_steps} local {local or 'none'}")
 
 
 if __name__ == "__main__":

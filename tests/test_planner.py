@@ -1,6 +1,7 @@
 """The planner's model (launch/planner.py, printed by scripts/plan_cluster.py) and the benchmark's per-step measurements
 (launch/measure.py), with numbers worked by hand."""
 
+import json
 import os
 
 import pytest
@@ -12,7 +13,7 @@ pytestmark = pytest.mark.pure
 
 # 1 ms of math, 2 ms of exchange CPU on the worker, 1 MB of variables; the ps: 0.5 ms + 1 ms per MB.
 COSTS = planner.Costs(batch=100, compute_ms=1.0, worker_exchange_ms=2.0, ps_fixed_ms=0.5, ps_ms_per_mb=1.0,
-                           model_mb=1.0)
+                      model_mb=1.0, local_round_factor=1.0)
 
 
 def test_a_fast_network_leaves_the_workers_and_the_ps_cpu_to_decide():
@@ -33,6 +34,11 @@ def test_a_slow_link_is_the_limit_and_local_steps_divide_its_load():
     # Ten local steps per round trip: a tenth of the bytes per global step.
     local = planner.plan(COSTS, workers=4, ps=1, bandwidth_mbit=80, local_steps=10)
     assert local.limit == "ps link" and local.steps_per_sec == pytest.approx(100)
+    # A round costs the ps more CPU than a plain step (it adds, reads and packs): with a fast link and a
+    # round at 4x, one ps serves 10 x 1000 / (4 x 2.5) = 1000 steps/s; 4 workers ask about 3,300.
+    costly = planner.Costs(**{**COSTS.__dict__, "local_round_factor": 4.0})
+    capped = planner.plan(costly, workers=4, ps=1, bandwidth_mbit=1e6, local_steps=10)
+    assert capped.limit == "ps CPU" and capped.steps_per_sec == pytest.approx(1000)
 
 
 def test_the_ps_count_the_planner_asks_for_grows_with_the_workers_until_no_count_is_enough():
@@ -42,6 +48,22 @@ def test_the_ps_count_the_planner_asks_for_grows_with_the_workers_until_no_count
     assert planner.ps_needed(COSTS, 64, 10000) is None
     # Ten local steps: a tenth of every ps cost per global step.
     assert planner.ps_needed(COSTS, 8, 10000, local_steps=10) == 2
+
+
+def test_costs_are_calibrated_from_a_benchmarks_pinned_rows(tmp_path):
+    def row(model, layout, kb=0.0, **cpu):
+        return {"model": model, "layout": layout, "cpu_ms_per_step": cpu, "loopback_kb_per_step": kb}
+    rows = [row("mlp", "single process 1 core", worker_0=2.0), row("cnn", "single process 1 core", worker_0=40.0),
+            row("mlp", "1 ps + 1 worker own cores", 2000.0, worker_0=5.0, ps_0=3.0),  # 1 MB each way
+            row("cnn", "1 ps + 1 worker own cores", 8000.0, worker_0=46.0, ps_0=9.0),  # 4 MB each way
+            row("mlp", "1 ps + 1 worker own cores 10 local", 200.0, worker_0=2.2, ps_0=0.45)]
+    for r in rows:
+        r["cpu_ms_per_step"] = {k.replace("_", " "): v for k, v in r["cpu_ms_per_step"].items()}
+    (tmp_path / "results.json").write_text(json.dumps({"rows": rows}))
+    costs = planner.calibrated(tmp_path / "results.json")
+    # ps: 3 ms at 2 MB moved, 9 ms at 8 MB: 1 ms per MB and 1 ms fixed; a round costs 4.5 / 3 = 1.5 steps.
+    assert costs["mlp"] == planner.Costs(128, 2.0, 3.0, 1.0, 1.0, 1.0, 1.5)
+    assert costs["cnn"] == planner.Costs(64, 40.0, 6.0, 4.0, 1.0, 1.0, 1.5)
 
 
 def test_cpu_and_loopback_counters_are_read_from_proc():
