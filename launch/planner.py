@@ -3,7 +3,8 @@ workers and M ps tasks from measured per-step costs and a link bandwidth.
 
 The model (asynchronous training; K = --local_steps, 1 without the lever). A worker's global step
 costs its computation, plus CPU for the exchange (serialization, gRPC) divided by K, plus the time
-its variables and gradients take on its link (both directions at once, so one model's bytes / K).
+its variables and then its gradients take on its link (one after the other: twice the model's bytes,
+over K).
 The ps tasks split the variables evenly; each ps spends, per global step, a fixed CPU cost per
 round trip plus CPU in proportion to the bytes it moves, and sends its share of the variables on
 its own link. Steps/s is the lesser of what the workers ask (N over a worker's step time) and what
@@ -51,7 +52,7 @@ def plan(costs: Costs, workers: int, ps: int, bandwidth_mbit: float, local_steps
     """Asynchronous training's global steps/s and scaling efficiency for `workers` and `ps` tasks."""
     link_mb_per_ms = bandwidth_mbit / 8 / 1000  # MB per ms, each way
     step_ms = (costs.compute_ms + costs.worker_exchange_ms / local_steps
-               + costs.model_mb / local_steps / link_mb_per_ms)
+               + 2 * costs.model_mb / local_steps / link_mb_per_ms)
     asked = workers * 1000 / step_ms
     share_mb = costs.model_mb / ps  # each way, per round trip, per ps
     round_ms = (costs.ps_fixed_ms + costs.ps_ms_per_mb * 2 * share_mb) * (

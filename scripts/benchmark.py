@@ -291,9 +291,8 @@ def summarize(results: list[Result], layouts) -> list[dict]:
     machine that speeds up or slows down between repetitions (a shared VM does) moves both sides."""
     rows = []
     for model in sorted({r.model for r in results}, key=list(MODELS).index):
-        single_cpu = _median_cpu(results, model, "single process")
         for layout in layouts:
-            cpu = _median_cpu(results, model, layout.name)
+            cpu, single_cpu = _median_cpu(results, model, layout.name), _median_cpu(results, model, layout.reference)
             rows.append({
                 "model": model, "layout": layout.name,
                 "examples_per_sec": _median(results, model, layout.name, "examples_per_sec"),
@@ -301,8 +300,9 @@ def summarize(results: list[Result], layouts) -> list[dict]:
                 "trainer_vs_this": ({name: _median_ratio(results, model, name, layout.name, "examples_per_sec")
                                      for name in COMPARED_WITH_TF2} if layout.tf2_strategy else None),
                 "cpu_ms_per_step": cpu,
+                # per batch: a sync global step is a batch of every worker (times its accumulated ones)
                 "cpu_ms_beyond_single": (None if cpu is None or single_cpu is None or layout.single
-                                         else sum(cpu.values()) - sum(single_cpu.values())),
+                                         else sum(cpu.values()) / layout.batches_per_step - sum(single_cpu.values())),
                 "loopback_kb_per_step": _scaled(_median(results, model, layout.name, "loopback_bytes_per_step"), 1e-3),
                 "time_to_target_secs": _median(results, model, layout.name, "time_to_target_secs"),
                 # single's time over this one's: above 1 is faster to the target
@@ -352,7 +352,7 @@ def table(rows) -> str:
     accuracy_mode = any(row["time_to_target_secs"] is not None for row in rows)
     lines = [f"{'model':7} {'layout':37} {'examples/s':>10} {'x ref':>6} {'trainer x':>10} "
              + (f"{'to target s':>11} {'x ref':>6} " if accuracy_mode else "") + f"{'final acc':>9} "
-             + f"{'CPU ms/step':>11} {'+ vs 1 proc':>11} {'lo KB/step':>10} {'1st step s':>10} {'exit s':>6} failed"]
+             + f"{'CPU ms/step':>11} {'+ per batch':>11} {'lo KB/step':>10} {'1st step s':>10} {'exit s':>6} failed"]
     for row in rows:
         versus = row["trainer_vs_this"]
         lines.append(
@@ -364,6 +364,8 @@ def table(rows) -> str:
             + f"{_fmt(row['cpu_ms_per_step'] and sum(row['cpu_ms_per_step'].values()), '11.2f')} "
             f"{_fmt(row['cpu_ms_beyond_single'], '11.2f')} {_fmt(row['loopback_kb_per_step'], '10.1f')} "
             f"{_fmt(row['first_step_secs'], '10.1f')} {_fmt(row['exit_secs'], '6.1f')} {row['failed_runs']}")
+    lines.append("CPU ms/step: every task's, per global step; + per batch: beyond the reference's, per batch "
+                 "trained.")
     lines.append("x ref: examples/s over the reference layout's (single process; the pinned layouts: single "
                  "process 1 core). trainer x: the trainer's 1 ps + 2 workers (plain/10 local) over this.")
     lines += [f"  {row['model']} {row['layout']}: CPU ms per global step "

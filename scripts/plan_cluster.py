@@ -50,6 +50,10 @@ def table(costs, workers, ps_counts, bandwidth_mbit, local_steps) -> str:
 
 
 # ---------------------------------------------------------------- --check: a run over rate-limited links
+CHECK_MODELS = {"mlp": ["--model=mlp", "--hidden_units=256", "--batch_size=128"],  # as scripts/benchmark.py
+                "cnn": ["--model=cnn", "--batch_size=64"]}
+
+
 def measured_examples_per_sec(bandwidth_mbit, trainer_args, run_dir: pathlib.Path, batch: int) -> float | None:
     """1 ps + 2 workers, each task a namespace whose link sends bandwidth_mbit; the chief's examples/s."""
     hosts = netns.Hosts(3, rate_mbit=bandwidth_mbit)
@@ -80,13 +84,12 @@ def measured_examples_per_sec(bandwidth_mbit, trainer_args, run_dir: pathlib.Pat
 def check(costs: Costs, model: str, bandwidth_mbit: float, local_steps: int):
     if shutil.which("ip") is None or os.geteuid() != 0:
         raise app.UsageError("--check needs root and iproute2 ('ip'), to make network namespaces")
-    from scripts.benchmark import MODELS  # pylint: disable=import-outside-toplevel
     print(f"1 ps + 2 workers, each host's link sending {bandwidth_mbit:g} Mbit/s (tc tbf), model {model}:")
     for lever in ([], [f"--local_steps={local_steps}"]):
         with tempfile.TemporaryDirectory() as tmp:
             steps = 400 if not lever else 2000
-            args = [*MODELS[model], f"--train_steps={steps}", "--log_every_n_steps=20", "--synthetic_examples=20000",
-                    "--save_checkpoint_secs=100000", "--export_saved_model=false", *lever]
+            args = [*CHECK_MODELS[model], f"--train_steps={steps}", "--log_every_n_steps=20",
+                    "--synthetic_examples=20000", "--save_checkpoint_secs=100000", "--export_saved_model=false", *lever]
             measured = measured_examples_per_sec(bandwidth_mbit, args, pathlib.Path(tmp), costs.batch)
         predicted = plan(costs, 2, 1, bandwidth_mbit, local_steps if lever else 1)
         print(f"  {' '.join(lever) or 'plain':16} measured {measured or 0:8.0f} ex/s, predicted "

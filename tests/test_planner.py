@@ -17,18 +17,18 @@ COSTS = planner.Costs(batch=100, compute_ms=1.0, worker_exchange_ms=2.0, ps_fixe
 
 
 def test_a_fast_network_leaves_the_workers_and_the_ps_cpu_to_decide():
-    # Worker: 1 + 2 + 1 MB at 10 Gbit/s (1.25 MB/ms) = 3.8 ms a step; 2 workers ask 526 steps/s.
+    # Worker: 1 + 2 + 2 x 1 MB at 10 Gbit/s (1.25 MB/ms) = 4.6 ms a step; 2 workers ask 435 steps/s.
     # The ps: 0.5 + 1 x 2 MB = 2.5 ms a step, 400 steps/s: it is the limit.
     two = planner.plan(COSTS, workers=2, ps=1, bandwidth_mbit=10000)
     assert two.limit == "ps CPU" and two.steps_per_sec == pytest.approx(400)
     assert two.efficiency == pytest.approx(400 / 2000)  # one process alone: 1000 steps/s
     # A second ps halves the bytes each serves: 0.5 + 1 = 1.5 ms, 667 steps/s; now the workers decide.
     more = planner.plan(COSTS, workers=2, ps=2, bandwidth_mbit=10000)
-    assert more.limit == "workers" and more.steps_per_sec == pytest.approx(2 * 1000 / 3.8)
+    assert more.limit == "workers" and more.steps_per_sec == pytest.approx(2 * 1000 / 4.6)
 
 
 def test_a_slow_link_is_the_limit_and_local_steps_divide_its_load():
-    # 80 Mbit/s = 0.01 MB/ms: the ps sends 1 MB per step, 10 steps/s; a worker's step is 103 ms.
+    # 80 Mbit/s = 0.01 MB/ms: the ps sends 1 MB per step, 10 steps/s; a worker's step is 203 ms.
     slow = planner.plan(COSTS, workers=4, ps=1, bandwidth_mbit=80)
     assert slow.limit == "ps link" and slow.steps_per_sec == pytest.approx(10)
     # Ten local steps per round trip: a tenth of the bytes per global step.
@@ -42,8 +42,8 @@ def test_a_slow_link_is_the_limit_and_local_steps_divide_its_load():
 
 
 def test_the_ps_count_the_planner_asks_for_grows_with_the_workers_until_no_count_is_enough():
-    # 4 workers ask 4 x 1000 / 3.8 = 1053 steps/s; a ps serves 1000 / (0.5 + 2 / M): 4 ps serve 1000 (>= 90%).
-    assert [planner.ps_needed(COSTS, n, 10000) for n in (1, 4, 8)] == [1, 4, 73]
+    # 4 workers ask 4 x 1000 / 4.6 = 870 steps/s; a ps serves 1000 / (0.5 + 2 / M): 3 ps serve 857 (>= 90%).
+    assert [planner.ps_needed(COSTS, n, 10000) for n in (1, 4, 8)] == [1, 3, 15]  # 8: 0.5 + 2 / M <= 0.639
     # Every global step costs each ps 0.5 ms whatever it holds: no ps count serves 64 workers (16,842 steps/s).
     assert planner.ps_needed(COSTS, 64, 10000) is None
     # Ten local steps: a tenth of every ps cost per global step.
