@@ -103,3 +103,47 @@ def wait_for_first_step(log: pathlib.Path, timeout: float, alive) -> float | Non
             return time.monotonic() - start
         time.sleep(0.2)
     return None
+
+
+# ---------------------------------------------------------------- round trips, from TensorFlow's own partitioning
+@dataclasses.dataclass(frozen=True)
+class RoundTrips:
+    run_graph: int  # RunGraph calls to other tasks per session.run: one per ps holding part of the step
+    recv_tensor: int  # tensors pulled across tasks per session.run (each a RecvTensor call)
+    steps_per_run: int
+
+    @property
+    def per_step(self) -> float:
+        return (self.run_graph + self.recv_tensor) / self.steps_per_run
+
+
+def round_trips(cfg) -> RoundTrips:
+    """The RPCs one run of a worker's train op makes, counted on the partition graphs TensorFlow builds
+    for it (one worker and cfg's ps tasks, in this process): every RunGraph to another task and every
+    _Recv whose tensor comes from another task is one call. Asynchronous layouts only (a sync step waits
+    for its peers)."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from training import graph as train_graph  # pylint: disable=import-outside-toplevel
+    v1 = tf.compat.v1
+    workers, _ = tf.test.create_local_cluster(num_workers=1, num_ps=len(cfg.cluster.ps_hosts))
+    hosts = {job.name: tuple(job.tasks[i] for i in sorted(job.tasks)) for job in workers[0].server_def.cluster.job}
+    cluster = dataclasses.replace(cfg.cluster, ps_hosts=hosts["ps"], worker_hosts=hosts["worker"], job_name="worker",
+                                  task_index=0)
+    with tf.Graph().as_default():
+        graph = train_graph.build_graph(dataclasses.replace(cfg, cluster=cluster))
+        with v1.Session(workers[0].target) as sess:
+            sess.run([v1.global_variables_initializer()])
+            sess.run([v1.local_variables_initializer(), v1.tables_initializer()])
+            metadata = v1.RunMetadata()
+            sess.run(graph.train_op, options=v1.RunOptions(output_partition_graphs=True), run_metadata=metadata)
+    own = "/job:worker/replica:0/task:0"
+    run_graph, recv = 0, 0
+    for partition in metadata.partition_graphs:
+        devices = {node.device for node in partition.node}
+        if not any(device.startswith(own) for device in devices):
+            run_graph += 1
+        for node in partition.node:
+            if node.op == "_Recv":
+                sender, receiver = (node.attr[name].s.decode() for name in ("send_device", "recv_device"))
+                recv += sender.split("/device:")[0] != receiver.split("/device:")[0]
+    return RoundTrips(run_graph, recv, cfg.train.steps_per_run)

@@ -137,6 +137,7 @@ class Result:
     loopback_bytes_per_step: float | None = None
     time_to_target_secs: float | None = None  # time-to-accuracy mode: first step to the target
     final_accuracy: float | None = None  # held-out accuracy of the last checkpoint
+    rpcs_per_step: float | None = None  # one worker's RPCs per global step (async layouts; counted, not timed)
     accuracy_curve: list | None = None  # time-to-accuracy mode: [seconds from the first step, held-out accuracy]
 
 
@@ -153,6 +154,27 @@ def trainer_args(model: str, layout: Layout, extra_args, directory: pathlib.Path
     args = [f"--model_dir={directory / 'model'}", *MODELS[model], *run, "--log_every_n_steps=20",
             "--save_summaries_steps=100000", *extra_args, *layout.trainer_args]
     return args + (["--sync_replicas"] if layout.sync else [])
+
+
+def layout_config(model: str, layout: Layout) -> RunConfig:
+    """The RunConfig of one worker of an async layout, for counting its round trips."""
+    args = dict(arg[2:].split("=", 1) for arg in [*MODELS[model], *layout.trainer_args])
+    model_cfg = mdl.ModelConfig(name=args["model"], **({"hidden_units": tuple(int(u) for u in args["hidden_units"]
+                                                                             .split(","))}
+                                                      if "hidden_units" in args else {}))
+    local = int(args.get("local_steps", 1))
+    train = TrainConfig(batch_size=BATCH[model], local_steps=local,
+                        steps_per_run=local if local > 1 else int(args.get("steps_per_run", 1)),
+                        wire_dtype=args.get("wire_dtype", "float32"))
+    cluster = spec.ClusterConfig(("ps",) * layout.num_ps, ("worker",), "worker", 0)
+    return RunConfig(cluster, train, model_cfg, inputs.DataConfig(synthetic_examples=2000))
+
+
+def rpcs_per_step(model: str, layout: Layout) -> float | None:
+    """RPCs per global step of one worker (launch/measure.round_trips), for async trainer layouts."""
+    if layout.single or layout.sync or layout.tf2_strategy:
+        return None
+    return measure.round_trips(layout_config(model, layout)).per_step
 
 
 def run_once(model: str, layout: Layout, repetition: int, extra_args, run_dir: pathlib.Path,
@@ -303,6 +325,7 @@ def summarize(results: list[Result], layouts) -> list[dict]:
                 # per batch: a sync global step is a batch of every worker (times its accumulated ones)
                 "cpu_ms_beyond_single": (None if cpu is None or single_cpu is None or layout.single
                                          else sum(cpu.values()) / layout.batches_per_step - sum(single_cpu.values())),
+                "rpcs_per_step": _median(results, model, layout.name, "rpcs_per_step"),
                 "loopback_kb_per_step": _scaled(_median(results, model, layout.name, "loopback_bytes_per_step"), 1e-3),
                 "time_to_target_secs": _median(results, model, layout.name, "time_to_target_secs"),
                 # single's time over this one's: above 1 is faster to the target
@@ -352,7 +375,8 @@ def table(rows) -> str:
     accuracy_mode = any(row["time_to_target_secs"] is not None for row in rows)
     lines = [f"{'model':7} {'layout':37} {'examples/s':>10} {'x ref':>6} {'trainer x':>10} "
              + (f"{'to target s':>11} {'x ref':>6} " if accuracy_mode else "") + f"{'final acc':>9} "
-             + f"{'CPU ms/step':>11} {'+ per batch':>11} {'lo KB/step':>10} {'1st step s':>10} {'exit s':>6} failed"]
+             + f"{'CPU ms/step':>11} {'+ per batch':>11} {'lo KB/step':>10} {'RPCs/step':>9} {'1st step s':>10} "
+             f"{'exit s':>6} failed"]
     for row in rows:
         versus = row["trainer_vs_this"]
         lines.append(
@@ -363,6 +387,7 @@ def table(rows) -> str:
                if accuracy_mode else "") + f"{_fmt(row['final_accuracy'], '9.3f')} "
             + f"{_fmt(row['cpu_ms_per_step'] and sum(row['cpu_ms_per_step'].values()), '11.2f')} "
             f"{_fmt(row['cpu_ms_beyond_single'], '11.2f')} {_fmt(row['loopback_kb_per_step'], '10.1f')} "
+            f"{_fmt(row.get('rpcs_per_step'), '9.2f')} "
             f"{_fmt(row['first_step_secs'], '10.1f')} {_fmt(row['exit_secs'], '6.1f')} {row['failed_runs']}")
     lines.append("CPU ms/step: every task's, per global step; + per batch: beyond the reference's, per batch "
                  "trained.")
@@ -431,6 +456,8 @@ def main(argv):
             done = {}
             for layout in layouts:
                 result = run_once(model, layout, repetition, argv[1:], out / "logs", budget(layout, done))
+                if repetition == 0:  # counted once, in this process, after the run (never beside one)
+                    result.rpcs_per_step = rpcs_per_step(model, layout)
                 results.append(result)
                 done[layout.name] = result
                 print(f"rep {repetition} {model:7} {layout.name:37} {_fmt(result.examples_per_sec, '8.0f')} ex/s "

@@ -12,13 +12,14 @@ import tensorflow as tf
 
 import input as inputs
 import model
-from cluster import placement
+from cluster import placement, spec
+from launch import measure
 from tests.support import in_process_cluster
 from tests.test_levers import train
 from tests.test_sync_inprocess import join_all
 from training import graph as train_graph
 from training import accumulate, local_steps, sync
-from training.config import TrainConfig
+from training.config import RunConfig, TrainConfig
 
 pytestmark = pytest.mark.inprocess
 
@@ -179,3 +180,19 @@ def test_a_synchronous_round_applies_the_mean_of_every_workers_micro_batches():
     finally:
         other[0].close()
         chief[0].close()
+
+
+def test_a_round_of_local_steps_makes_one_packed_exchange_per_ps():
+    # Counted on the partition graphs TensorFlow builds for one run of the train op (launch/measure.py).
+    def trips(local, num_ps):
+        cfg = RunConfig(spec.ClusterConfig(("ps",) * num_ps, ("worker",), "worker", 0),
+                        TrainConfig(batch_size=32, local_steps=local, steps_per_run=local),
+                        model.ModelConfig(hidden_units=(8,)), inputs.DataConfig(synthetic_examples=200))
+        return measure.round_trips(cfg)
+    plain, local = trips(1, 1), trips(10, 1)
+    # A plain step: a RunGraph to the ps, each of the 4 variables read and each gradient sent.
+    assert plain.run_graph == 1 and plain.recv_tensor >= 8 and plain.per_step >= 9
+    # A round of 10 steps: one RunGraph, and per direction one packed tensor (plus the global step's reads).
+    assert local.run_graph == 1 and local.recv_tensor <= 8 and local.per_step <= plain.per_step / 5
+    two_ps = trips(10, 2)
+    assert two_ps.run_graph == 2 and two_ps.recv_tensor <= local.recv_tensor + 3  # one more packed pair
