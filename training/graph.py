@@ -45,14 +45,13 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
         batches = v1.data.make_one_shot_iterator(inputs.batches(cfg.data, shard, train.batch_size))
         # One process has no wire: --wire_dtype applies to clusters only.
         read_through = wire.read_through(wire.WIRE_DTYPES[train.wire_dtype]) if cluster.is_distributed else None
-        copies = None
+        own_device = cluster.compute_device() if cluster.is_distributed else None
+        copies = snapshot = None  # flags/config.py lets at most one of the two levers on
         if train.local_steps > 1:  # the model trains worker-side copies (training/local_steps.py)
-            copies = local_steps.LocalCopies(cluster.compute_device() if cluster.is_distributed else None,
-                                             cluster.num_workers)
+            copies = local_steps.LocalCopies(own_device, cluster.num_workers)
             read_through = copies.getter
-        snapshot = None
         if train.accumulate_batches > 1:  # one read of the variables per round (training/accumulate.py)
-            snapshot = accumulate.Snapshot(cluster.compute_device() if cluster.is_distributed else None)
+            snapshot = accumulate.Snapshot(own_device)
             read_through = snapshot.getter
 
         def forward(summaries):
