@@ -302,11 +302,17 @@ def check_accumulation(f):
     if not f.sync_replicas:
         raise app.UsageError(f"--accumulate_batches={f.accumulate_batches} is for --sync_replicas; asynchronous "
                              "workers send one update per several batches with --local_steps.")
+    check_dense_lever(f, "accumulate_batches")
+
+
+def check_dense_lever(f, lever: str):
+    """What both round-trip levers refuse: 16-bit wire variables (each lever already moves each variable
+    once per several batches) and partitioned embedding tables (a step moves only the rows it touches)."""
     if f.wire_dtype != "float32":
-        raise app.UsageError(f"--wire_dtype={f.wire_dtype} with --accumulate_batches: choose one of the two.")
+        raise app.UsageError(f"--wire_dtype={f.wire_dtype} with --{lever}: choose one of the two.")
     if f.model == "wide_deep":
-        raise app.UsageError("--accumulate_batches with --model=wide_deep: its embedding tables are partitioned "
-                             "and move only the rows a step touches; accumulation is for dense models.")
+        raise app.UsageError(f"--{lever} with --model=wide_deep: its embedding tables are partitioned across the "
+                             "ps tasks and move only the rows a step touches; the lever is for dense models.")
 
 
 def local_steps_setting(f) -> int:
@@ -320,12 +326,7 @@ def local_steps_setting(f) -> int:
     if f["steps_per_run"].present and f.steps_per_run != f.local_steps:
         raise app.UsageError(f"--steps_per_run={f.steps_per_run} with --local_steps={f.local_steps}: a session.run "
                              "is one round of --local_steps steps; drop --steps_per_run.")
-    if f.wire_dtype != "float32":
-        raise app.UsageError(f"--wire_dtype={f.wire_dtype} with --local_steps: a round moves each variable twice "
-                             "per --local_steps steps already; choose one of the two.")
-    if f.model == "wide_deep":
-        raise app.UsageError("--local_steps with --model=wide_deep: its embedding tables are partitioned across "
-                             "the ps tasks and move only the rows a step touches; local copies are for dense models.")
+    check_dense_lever(f, "local_steps")
     return f.local_steps
 
 

@@ -110,9 +110,9 @@ flags.DEFINE_integer("accumulate_batches", TRAIN.accumulate_batches,
                      "step is still one round, now of batch_size x N x replicas examples.", lower_bound=1)
 flags.DEFINE_integer("local_steps", TRAIN.local_steps,
                      "Asynchronous training: each worker takes this many steps on its own copy of the dense "
-                     "variables, in one session.run, then adds their summed update to the ps and fetches "
-                     "fresh values (Downpour SGD): one round trip per N batches. A global step still counts "
-                     "one batch. 1: a round trip every step.", lower_bound=1)
+                     "variables, in one session.run, then adds its change, divided by the number of workers, "
+                     "to the ps and fetches fresh values (Downpour SGD, averaged): one round trip per N batches. "
+                     "A global step still counts one batch. 1: a round trip every step.", lower_bound=1)
 flags.DEFINE_integer("seed", TRAIN.seed, "Seed for initializers, data generation and shuffling.")
 
 # ---------------------------------------------------------------- checkpoints and logs

@@ -18,6 +18,11 @@ import json
 import pathlib
 
 
+PS_FIXED_MS = 1.70  # the ps's CPU per round trip whatever its bytes
+PS_MS_PER_MB = 0.897  # the ps's CPU per MB it receives and sends
+LOCAL_ROUND_FACTOR = 1.65  # a --local_steps round's ps CPU over a plain step's (it adds, reads, packs)
+
+
 @dataclasses.dataclass(frozen=True)
 class Costs:
     """One model's per-step costs, each process on a core of its own."""
@@ -25,9 +30,9 @@ class Costs:
     compute_ms: float  # one process's CPU per step ('single process 1 core')
     worker_exchange_ms: float  # the worker's extra CPU per round trip ('1 ps + 1 worker own cores' - compute)
     model_mb: float  # the variables (and so the gradients) of one step, MB
-    ps_fixed_ms: float = 1.70  # the ps's CPU per round trip whatever its bytes
-    ps_ms_per_mb: float = 0.897  # the ps's CPU per MB it receives and sends
-    local_round_factor: float = 1.65  # a --local_steps round's ps CPU over a plain step's (it adds, reads, packs)
+    ps_fixed_ms: float = PS_FIXED_MS
+    ps_ms_per_mb: float = PS_MS_PER_MB
+    local_round_factor: float = LOCAL_ROUND_FACTOR
 
 
 # Measured here by scripts/benchmark.py's pinned layouts (2 repetitions; CPU from /proc, bytes from the
@@ -87,14 +92,13 @@ def calibrated(path: pathlib.Path) -> dict[str, Costs]:
                                mb=plain["loopback_kb_per_step"] / 1000 / 2, ps=plain["cpu_ms_per_step"]["ps 0"],
                                ps_local=local["cpu_ms_per_step"]["ps 0"] * 10 if local and local["cpu_ms_per_step"]
                                else None)
-    default = Costs(1, 1, 1, 1)
-    per_mb = default.ps_ms_per_mb
+    per_mb = PS_MS_PER_MB
     if len(measured) >= 2:
         (a, b) = sorted(measured.values(), key=lambda m: m["mb"])[:2]
         per_mb = (b["ps"] - a["ps"]) / (2 * (b["mb"] - a["mb"]))
     fixed = (min(max(0.0, m["ps"] - per_mb * 2 * m["mb"]) for m in measured.values()) if measured
-             else default.ps_fixed_ms)
+             else PS_FIXED_MS)
     factors = [m["ps_local"] / m["ps"] for m in measured.values() if m["ps_local"]]
-    factor = sum(factors) / len(factors) if factors else default.local_round_factor
+    factor = sum(factors) / len(factors) if factors else LOCAL_ROUND_FACTOR
     return {model: Costs(DEFAULT_COSTS[model].batch if model in DEFAULT_COSTS else 128, m["compute"], m["exchange"],
                          m["mb"], fixed, per_mb, factor) for model, m in measured.items()}

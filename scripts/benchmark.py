@@ -196,7 +196,9 @@ def run_once(model: str, layout: Layout, repetition: int, extra_args, run_dir: p
             if budget_secs is None:
                 codes = cluster.wait(timeout=1800)
             else:
-                alive = lambda: all(proc.poll() is None for _, proc in cluster.tasks())  # noqa: E731
+                def alive():
+                    return all(proc.poll() is None for _, proc in cluster.tasks())
+
                 if measure.wait_for_first_step(chief_log, 600, alive) is not None:
                     deadline = time.monotonic() + budget_secs
                     while alive() and time.monotonic() < deadline:

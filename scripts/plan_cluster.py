@@ -10,9 +10,11 @@ per-step costs and a network bandwidth.
 The model is launch/planner.py's.
 """
 
+import contextlib
 import os
 import pathlib
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -50,35 +52,39 @@ def table(costs, workers, ps_counts, bandwidth_mbit, local_steps) -> str:
 
 
 # ---------------------------------------------------------------- --check: a run over rate-limited links
+CHECK_TIMEOUT_SECS = 900
 CHECK_MODELS = {"mlp": ["--model=mlp", "--hidden_units=256", "--batch_size=128"],  # as scripts/benchmark.py
                 "cnn": ["--model=cnn", "--batch_size=64"]}
 
 
 def measured_examples_per_sec(bandwidth_mbit, trainer_args, run_dir: pathlib.Path, batch: int) -> float | None:
-    """1 ps + 2 workers, each task a namespace whose link sends bandwidth_mbit; the chief's examples/s."""
+    """1 ps + 2 workers, each task a namespace whose link sends bandwidth_mbit; the chief's examples/s,
+    or None if a task failed or the run outlasted CHECK_TIMEOUT_SECS (its tasks are then killed)."""
     hosts = netns.Hosts(3, rate_mbit=bandwidth_mbit)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1", "PYTHONUNBUFFERED": "1"}
     cluster = [f"--ps_hosts={hosts.address(0)}:2222",
                f"--worker_hosts={hosts.address(1)}:2222,{hosts.address(2)}:2222"]
     roles = [("ps", 0), ("worker", 0), ("worker", 1)]
     procs = []
-    try:
-        for host, (job, index) in enumerate(roles):
-            log = open(run_dir / f"{job}-{index}.log", "w")  # pylint: disable=consider-using-with
-            procs.append(netns.start_in(hosts.names[host], [
-                sys.executable, str(TRAINER), *cluster, f"--job_name={job}", f"--task_index={index}",
-                f"--model_dir={run_dir / 'model'}", *trainer_args], env, log))
-        deadline = time.monotonic() + 900
-        while time.monotonic() < deadline and any(p.poll() is None for p in procs):
-            time.sleep(1)
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, 9)
-                proc.wait(timeout=30)
-        hosts.close()
-    text = (run_dir / "worker-0.log").read_text(errors="replace")
-    return log_lines.examples_per_sec(text, batch, 100)
+    with contextlib.ExitStack() as logs:
+        try:
+            for host, (job, index) in enumerate(roles):
+                log = logs.enter_context(open(run_dir / f"{job}-{index}.log", "w"))
+                procs.append(netns.start_in(hosts.names[host], [
+                    sys.executable, str(TRAINER), *cluster, f"--job_name={job}", f"--task_index={index}",
+                    f"--model_dir={run_dir / 'model'}", *trainer_args], env, log))
+            deadline = time.monotonic() + CHECK_TIMEOUT_SECS
+            while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+                time.sleep(1)
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=30)
+            hosts.close()
+    if any(proc.returncode != 0 for proc in procs):
+        return None
+    return log_lines.examples_per_sec((run_dir / "worker-0.log").read_text(errors="replace"), batch, 100)
 
 
 def check(costs: Costs, model: str, bandwidth_mbit: float, local_steps: int):
@@ -92,7 +98,8 @@ def check(costs: Costs, model: str, bandwidth_mbit: float, local_steps: int):
                     "--synthetic_examples=20000", "--save_checkpoint_secs=100000", "--export_saved_model=false", *lever]
             measured = measured_examples_per_sec(bandwidth_mbit, args, pathlib.Path(tmp), costs.batch)
         predicted = plan(costs, 2, 1, bandwidth_mbit, local_steps if lever else 1)
-        print(f"  {' '.join(lever) or 'plain':16} measured {measured or 0:8.0f} ex/s, predicted "
+        shown = "failed" if measured is None else f"{measured:.0f}"
+        print(f"  {' '.join(lever) or 'plain':16} measured {shown:>8} ex/s, predicted "
               f"{predicted.steps_per_sec * costs.batch:8.0f} ex/s (limit: {predicted.limit})", flush=True)
 
 

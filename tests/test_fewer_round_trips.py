@@ -49,8 +49,8 @@ class LocalReplica:
 
             output, _ = forward(False)
             optimizer = v1.train.GradientDescentOptimizer(LEARNING_RATE)
-            self.round, _, _, self.steps_done = train_graph.local_rounds(forward, output, optimizer,
-                                                                         self.global_step, train_cfg, copies)
+            _, _, _, self.steps_done = train_graph.local_rounds(forward, output, optimizer, self.global_step,
+                                                                train_cfg, copies)
             self.var = v1.trainable_variables()[0]
             self.copy = copies.local_variables[0]
             init = v1.global_variables_initializer() if cluster_cfg.is_chief else tf.no_op()
