@@ -47,7 +47,7 @@ with startup_notices_dropped(show_all=os.environ.get("TF_CPP_MIN_LOG_LEVEL") == 
     from absl import app, logging
     from absl.flags import FLAGS
 
-    from cluster import own_address, spec
+    from cluster import guard, own_address, spec
     from flags import config as flag_config
     from flags import definitions  # noqa: F401  (defines every flag)
     from input import download
@@ -72,14 +72,24 @@ def main(argv):
         return exit_codes.OK
     if not cluster.is_distributed:
         return run_worker(cfg, server=None)
-    if not FLAGS.skip_own_address_check:
-        problem = own_address.problem(cluster)
-        if problem:
-            raise app.UsageError(problem)
+    refuse_unsafe_serving(cluster, FLAGS.allow_public_addresses, FLAGS.skip_own_address_check)
     server = spec.start_server(cluster)
     if cluster.job_name == spec.PS:
         return ps.run(cfg, server)
     return run_worker(cfg, server)
+
+
+def refuse_unsafe_serving(cluster, allow_public_addresses: bool, skip_own_address_check: bool) -> None:
+    """Before this task's server listens on every interface: UsageError for a publicly routable
+    cluster address (names are looked up here) or an address of this task that is not this host's."""
+    if not allow_public_addresses:
+        public = guard.public_addresses(cluster)
+        if public:
+            raise app.UsageError(guard.refusal(public))
+    if not skip_own_address_check:
+        problem = own_address.problem(cluster)
+        if problem:
+            raise app.UsageError(problem)
 
 
 def download_only(data_dir) -> int:

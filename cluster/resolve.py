@@ -58,7 +58,7 @@ def resolve(explicit: spec.ClusterConfig | None, env: Mapping[str, str],
         return Resolved(spec.ClusterConfig(DEFAULT_PS_HOSTS, DEFAULT_WORKER_HOSTS, job, index),
                         "defaults (mnist_replica's; set --ps_hosts and --worker_hosts for another)")
     task = found.cluster
-    if (_job(task.job_name), task.task_index) != (_job(job), index):
+    if (spec.canonical_job(task.job_name), task.task_index) != (spec.canonical_job(job), index):
         raise ClusterError(
             f"--job_name={job} --task_index={index} say this is {job}:{index}, but {found.source} says "
             f"{task.job_name}:{task.task_index}: drop the two flags (the environment names the task) or "
@@ -102,10 +102,6 @@ def _count(env: Mapping[str, str], name: str) -> int:
     return int(value)
 
 
-def _job(name: str | None) -> str | None:
-    return spec.CHIEF if name == spec.MASTER else name
-
-
 def _in_view(env: Mapping[str, str]) -> Resolved | None:
     """The cluster TF_CONFIG or JOB_NAME/... describe, if they are readable; else None."""
     try:
@@ -122,7 +118,7 @@ def _check_agrees(mine: spec.ClusterConfig, what: str, found: Resolved | None) -
     theirs = found.cluster
 
     def key(cluster):
-        return (cluster.ps_hosts, cluster.worker_hosts, cluster.chief_hosts, _job(cluster.job_name),
+        return (cluster.ps_hosts, cluster.worker_hosts, cluster.chief_hosts, spec.canonical_job(cluster.job_name),
                 cluster.task_index)
 
     if key(theirs) != key(mine):
@@ -141,7 +137,7 @@ def from_env_vars(env: Mapping[str, str]) -> spec.ClusterConfig:
     if missing:
         raise ClusterError(f"{', '.join(missing)} not set: a task needs all of {', '.join(ENV_VARS)} "
                            f"(set {', '.join(name for name in ENV_VARS if name in env)} are not enough)")
-    job = _job(env["JOB_NAME"])
+    job = spec.canonical_job(env["JOB_NAME"])
     if job not in (spec.PS, spec.WORKER, spec.CHIEF):
         raise ClusterError(f"JOB_NAME={env['JOB_NAME']!r} is not ps, worker or chief")
     if not env["TASK_INDEX"].isdigit():

@@ -9,6 +9,11 @@ PS, WORKER, CHIEF, MASTER, EVALUATOR = "ps", "worker", "chief", "master", "evalu
 CHIEF_JOBS = (CHIEF, MASTER)
 
 
+def canonical_job(name: str | None) -> str | None:
+    """A job's name as the trainer uses it: 'master' (TF_CONFIG's and SageMaker's old name) is 'chief'."""
+    return CHIEF if name == MASTER else name
+
+
 @dataclasses.dataclass(frozen=True)
 class ClusterConfig:
     """Who is in the cluster and which task this process is.

@@ -15,24 +15,30 @@ from absl import app, logging
 
 import input as inputs
 import model
-from cluster import guard, rendezvous, resolve, spec
+from cluster import rendezvous, resolve, spec
 from input import storage
-from training import staleness
+from training.step import momentum
 from training.config import RunConfig, TrainConfig
 
 SAGEMAKER_CHECKPOINTS = "/opt/ml/checkpoints"
 
 
 def read(flag_values, argv, env=None) -> RunConfig:
-    """FLAGS (already parsed), the leftover argv and the environment -> RunConfig, or UsageError."""
+    """FLAGS (already parsed), the leftover argv and the environment -> RunConfig, or UsageError.
+
+    The checks of the flags alone come first; then the cluster (which may wait on a rendezvous); then
+    what depends on it. Nothing here looks a name up: the public-address check resolves names when
+    the task starts to serve (trainer.py)."""
+    env = env or {}
     reject_positional_args(argv)
-    resolved = read_resolved_cluster(flag_values, env or {})
+    check_flags_alone(flag_values)
+    resolved = read_resolved_cluster(flag_values, env)
     cluster = resolved.cluster
     run = RunConfig(
         cluster=cluster,
-        train=read_train(flag_values, cluster, env or {}),
+        train=read_train(flag_values, cluster, env),
         model=read_model(flag_values, cluster),
-        data=read_data(flag_values, cluster, env or {}),
+        data=read_data(flag_values, cluster, env),
         cluster_source=resolved.source,
     )
     if cluster.job_name != spec.PS:
@@ -40,6 +46,25 @@ def read(flag_values, argv, env=None) -> RunConfig:
         if problem:
             raise app.UsageError(f"--model={run.model.name} with --dataset={run.data.name}: {problem}")
     return run
+
+
+def check_flags_alone(f) -> None:
+    """The checks that need no cluster: combinations of flags that cannot go together."""
+    if f.existing_servers:
+        raise app.UsageError(
+            "--existing_servers=true (mnist_replica's client mode) is not supported: every task of ps-trainer "
+            "starts its own server; run one trainer.py per task with --job_name and --task_index, and drop the flag.")
+    if f["replicas_to_aggregate"].present and not f.sync_replicas:
+        raise app.UsageError("--replicas_to_aggregate applies only with --sync_replicas; add it or drop the flag.")
+    if f.steps_per_run > 1 and f.sync_replicas:
+        raise app.UsageError(
+            f"--steps_per_run={f.steps_per_run} is for asynchronous training: with --sync_replicas every step "
+            "waits for the other workers' gradients, so run one step per session.run (drop the flag).")
+    check_local_steps(f)
+    check_accumulation(f)
+    if f["save_checkpoint_steps"].present and f["save_checkpoint_secs"].present:
+        raise app.UsageError(
+            "--save_checkpoint_steps and --save_checkpoint_secs are both set: choose one.")
 
 
 def read_resolved_cluster(f, env) -> resolve.Resolved:
@@ -53,22 +78,15 @@ def read_resolved_cluster(f, env) -> resolve.Resolved:
     explicit = read_cluster(f)
     role = None
     if explicit is None and f.job_name not in (None, spec.EVALUATOR):
-        role = (spec.CHIEF if f.job_name == spec.MASTER else f.job_name, f.task_index)
+        role = (spec.canonical_job(f.job_name), f.task_index)
     try:
         resolved = resolve.resolve(explicit, env, options, role)
-        check_addresses(resolved.cluster)
+        if explicit is None:  # the flags' own hosts were checked as they were read, naming the flag
+            check_addresses(resolved.cluster)
     except resolve.ClusterError as err:
         raise app.UsageError(str(err)) from None
-    if f.existing_servers:
-        raise app.UsageError(
-            "--existing_servers=true (mnist_replica's client mode) is not supported: every task of ps-trainer "
-            "starts its own server; run one trainer.py per task with --job_name and --task_index, and drop the flag.")
     if f.num_gpus is not None:
         resolved = resolved._replace(cluster=dataclasses.replace(resolved.cluster, num_gpus=f.num_gpus))
-    if not f.allow_public_addresses:
-        public = guard.public_addresses(resolved.cluster)
-        if public:
-            raise app.UsageError(guard.refusal(public))
     return resolved
 
 
@@ -123,7 +141,7 @@ def read_cluster(f) -> spec.ClusterConfig | None:
                     f"{address} appears twice (in --{seen[address]} and --{flag_name}): "
                     "every task needs its own host:port.")
             seen[address] = flag_name
-    job = spec.CHIEF if f.job_name == spec.MASTER else f.job_name
+    job = spec.canonical_job(f.job_name)
     if job is None:
         if ps_hosts or worker_hosts or chief_hosts:
             raise app.UsageError(
@@ -217,17 +235,40 @@ def read_train(f, cluster: spec.ClusterConfig, env) -> TrainConfig:
         raise app.UsageError(
             f"--replicas_to_aggregate={replicas} is larger than the {cluster.num_workers} worker(s) "
             "in --worker_hosts: a step would wait forever; use at most that many.")
-    if f["replicas_to_aggregate"].present and not f.sync_replicas:
-        raise app.UsageError("--replicas_to_aggregate applies only with --sync_replicas; add it or drop the flag.")
-    if f.steps_per_run > 1 and f.sync_replicas:
-        raise app.UsageError(
-            f"--steps_per_run={f.steps_per_run} is for asynchronous training: with --sync_replicas every step "
-            "waits for the other workers' gradients, so run one step per session.run (drop the flag).")
-    steps_per_run = local_steps_setting(f)
-    check_accumulation(f)
-    if f["save_checkpoint_steps"].present and f["save_checkpoint_secs"].present:
-        raise app.UsageError(
-            "--save_checkpoint_steps and --save_checkpoint_secs are both set: choose one.")
+    choice = momentum.choose(f.momentum, cluster.num_workers, f.sync_replicas, f.local_steps, f.optimizer,
+                             f.learning_rate)
+    learning_rate = f.learning_rate * choice.learning_rate_scale
+    if f.scale_learning_rate_by_replicas and f.sync_replicas:
+        learning_rate *= replicas
+    return TrainConfig(
+        **read_schedule(f),
+        **read_outputs(f, cluster, env),
+        clip_gradient_norm=f.clip_gradient_norm or None,
+        train_steps=f.train_steps,
+        batch_size=f.batch_size,
+        learning_rate=learning_rate,
+        optimizer=f.optimizer if f["optimizer"].present else model.needs_of(f.model).default_optimizer or f.optimizer,
+        momentum=choice.momentum,
+        momentum_choice=choice,
+        not_learning=f.not_learning,
+        sync_replicas=f.sync_replicas,
+        replicas_to_aggregate=replicas,
+        seed=f.seed,
+        startup_timeout_secs=f.startup_timeout_secs,
+        eval_timeout_secs=f.eval_timeout_secs,
+        stall_warning_secs=f.stall_warning_secs,
+        stall_timeout_secs=f.stall_timeout_secs,
+        wire_dtype=f.wire_dtype,
+        # A session.run is one round of --local_steps steps.
+        steps_per_run=f.local_steps if f.local_steps > 1 else f.steps_per_run,
+        local_steps=f.local_steps,
+        accumulate_batches=f.accumulate_batches,
+        profile_steps=read_profile_steps(f),
+    )
+
+
+def read_outputs(f, cluster: spec.ClusterConfig, env) -> dict:
+    """Where the run's outputs go and how often: --model_dir (checked, or its default) and the rest."""
     model_dir = f.model_dir or default_model_dir(cluster)
     if model_dir and model_dir.startswith("s3://") and "SM_HOSTS" in env:
         # SageMaker's estimator passes an s3:// --model_dir by default, which TensorFlow 2.21
@@ -245,6 +286,18 @@ def read_train(f, cluster: spec.ClusterConfig, env) -> TrainConfig:
         if unwritable:
             raise app.UsageError(f"--model_dir={model_dir} cannot be created or written: {unwritable}")
     steps = f.save_checkpoint_steps
+    return dict(model_dir=model_dir,
+                # SageMaker packages what the job leaves in SM_MODEL_DIR as the model to deploy.
+                export_copy_dir=env.get("SM_MODEL_DIR"),
+                save_checkpoint_steps=steps,
+                save_checkpoint_secs=None if steps else f.save_checkpoint_secs,
+                keep_checkpoint_max=f.keep_checkpoint_max,
+                save_summaries_steps=f.save_summaries_steps,
+                log_every_n_steps=f.log_every_n_steps,
+                export_saved_model=f.export_saved_model)
+
+
+def read_profile_steps(f) -> tuple[int, int] | None:
     try:
         profile = tuple(int(step) for step in f.profile_steps) or None
     except ValueError:
@@ -252,47 +305,7 @@ def read_train(f, cluster: spec.ClusterConfig, env) -> TrainConfig:
     if profile is not None and (len(profile) != 2 or not 1 <= profile[0] <= profile[1]):
         raise app.UsageError(f"--profile_steps={','.join(f.profile_steps)}: expected FIRST,LAST local steps, "
                              "1 <= FIRST <= LAST, e.g. 100,110.")
-    learning_rate, momentum = f.learning_rate, f.momentum
-    if momentum is None:
-        # A round of local steps reads no stale values: it takes one worker's momentum, like a sync round.
-        correction = staleness.default_correction(cluster.num_workers, f.sync_replicas or f.local_steps > 1)
-        momentum, learning_rate = correction.momentum, learning_rate * correction.learning_rate_scale
-    if f.scale_learning_rate_by_replicas and f.sync_replicas:
-        learning_rate *= replicas
-    schedule = read_schedule(f)
-    return TrainConfig(
-        **schedule,
-        clip_gradient_norm=f.clip_gradient_norm or None,
-        train_steps=f.train_steps,
-        batch_size=f.batch_size,
-        learning_rate=learning_rate,
-        # wide_deep converges with its canonical optimizers; any other model, or a named one, as asked.
-        optimizer=("ftrl_adagrad" if f.model == "wide_deep" and not f["optimizer"].present else f.optimizer),
-        momentum=momentum,
-        momentum_is_default=f.momentum is None,
-        not_learning=f.not_learning,
-        sync_replicas=f.sync_replicas,
-        replicas_to_aggregate=replicas,
-        model_dir=model_dir,
-        # SageMaker packages what the job leaves in SM_MODEL_DIR as the model to deploy.
-        export_copy_dir=env.get("SM_MODEL_DIR"),
-        save_checkpoint_steps=steps,
-        save_checkpoint_secs=None if steps else f.save_checkpoint_secs,
-        keep_checkpoint_max=f.keep_checkpoint_max,
-        save_summaries_steps=f.save_summaries_steps,
-        log_every_n_steps=f.log_every_n_steps,
-        seed=f.seed,
-        startup_timeout_secs=f.startup_timeout_secs,
-        eval_timeout_secs=f.eval_timeout_secs,
-        stall_warning_secs=f.stall_warning_secs,
-        stall_timeout_secs=f.stall_timeout_secs,
-        export_saved_model=f.export_saved_model,
-        wire_dtype=f.wire_dtype,
-        steps_per_run=steps_per_run,
-        local_steps=f.local_steps,
-        accumulate_batches=f.accumulate_batches,
-        profile_steps=profile,
-    )
+    return profile
 
 
 def check_accumulation(f):
@@ -307,18 +320,19 @@ def check_accumulation(f):
 
 def check_dense_lever(f, lever: str):
     """What both round-trip levers refuse: 16-bit wire variables (each lever already moves each variable
-    once per several batches) and partitioned embedding tables (a step moves only the rows it touches)."""
+    once per several batches) and a model with tables partitioned across the ps (a step moves only the
+    rows it touches)."""
     if f.wire_dtype != "float32":
         raise app.UsageError(f"--wire_dtype={f.wire_dtype} with --{lever}: choose one of the two.")
-    if f.model == "wide_deep":
-        raise app.UsageError(f"--{lever} with --model=wide_deep: its embedding tables are partitioned across the "
+    if model.needs_of(f.model).partitioned_tables:
+        raise app.UsageError(f"--{lever} with --model={f.model}: its embedding tables are partitioned across the "
                              "ps tasks and move only the rows a step touches; the lever is for dense models.")
 
 
-def local_steps_setting(f) -> int:
-    """Checks --local_steps against the flags it cannot go with; returns the steps per session.run."""
+def check_local_steps(f) -> None:
+    """Checks --local_steps against the flags it cannot go with."""
     if f.local_steps == 1:
-        return f.steps_per_run
+        return
     if f.sync_replicas:
         raise app.UsageError(
             f"--local_steps={f.local_steps} is for asynchronous training: a synchronous round already averages "
@@ -327,7 +341,6 @@ def local_steps_setting(f) -> int:
         raise app.UsageError(f"--steps_per_run={f.steps_per_run} with --local_steps={f.local_steps}: a session.run "
                              "is one round of --local_steps steps; drop --steps_per_run.")
     check_dense_lever(f, "local_steps")
-    return f.local_steps
 
 
 def read_schedule(f) -> dict:

@@ -8,7 +8,7 @@ from absl import flags
 
 import input as inputs
 import model
-from training import optimizers, schedules
+from training.step import optimizers, schedules
 from training.config import TrainConfig
 
 TRAIN, MODEL, DATA = TrainConfig(), model.ModelConfig(), inputs.DataConfig()

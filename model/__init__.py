@@ -1,7 +1,9 @@
 """Models by name: each turns a batch of raw features into logits; build() adds loss and metrics.
 
 A model is a module with logits(features, cfg, data_spec) and check(data_spec) -> a problem or
-None (the features it needs). Adding one is one new file and one line in MODELS. Models take raw
+None (the features it needs), and, if it needs anything particular of the trainer (its own default
+optimizer, tables partitioned across the ps tasks), NEEDS = model.needs.Needs(...). Adding one, dense
+or sparse, is one new file and one line in MODELS. Models take raw
 features (uint8 images, float numbers, strings) and do their own preprocessing in the graph, so an
 exported model serves raw features too.
 """
@@ -12,6 +14,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from model import cnn, mlp, wide_deep
+from model.needs import Needs
 
 MODELS = {
     "mlp": mlp,
@@ -37,6 +40,11 @@ class ModelOutput(NamedTuple):
     loss: tf.Tensor
     accuracy: tf.Tensor
     auc: tf.Tensor | None  # for two classes: the batch's ROC AUC of class 1
+
+
+def needs_of(name: str) -> Needs:
+    """What the model named `name` declares it needs of the trainer."""
+    return getattr(MODELS[name], "NEEDS", Needs())
 
 
 def check(cfg: ModelConfig, data_spec) -> str | None:

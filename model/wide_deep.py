@@ -6,14 +6,17 @@ through --hidden_units; the wide part adds a learned weight per id (and per nume
 The tables are the model's bulk, so each is cut into --embedding_partitions row ranges with
 fixed_size_partitioner (one per ps by default) and spread over the ps tasks. Lookups gather only the
 rows a batch touches, on the ps that holds them, and their gradients are sparse: a step moves
-those rows, whatever the table's size.
+those rows, whatever the table's size. It trains as the canonical wide-and-deep model does: FTRL for
+the wide part, Adagrad for the deep part (NEEDS).
 """
 
 import tensorflow as tf
 
 from model import layers
+from model.needs import Needs, wide_part
 
 v1 = tf.compat.v1
+NEEDS = Needs(default_optimizer="ftrl_adagrad", partitioned_tables=True)
 
 
 def check(data_spec):
@@ -40,15 +43,17 @@ def logits(features, cfg, data_spec):
             table = v1.get_variable(
                 "embedding", [cfg.hash_buckets, cfg.embedding_dim], partitioner=partitioner,
                 initializer=v1.truncated_normal_initializer(stddev=cfg.embedding_dim ** -0.5))
-            weights = v1.get_variable("wide", [cfg.hash_buckets, num_classes], partitioner=partitioner,
-                                      initializer=v1.zeros_initializer())
+            with wide_part():
+                weights = v1.get_variable("wide", [cfg.hash_buckets, num_classes], partitioner=partitioner,
+                                          initializer=v1.zeros_initializer())
         # "div": fixed_size_partitioner gives each piece a contiguous range of rows.
         deep_inputs.append(v1.nn.embedding_lookup(table, ids, partition_strategy="div"))
         wide_terms.append(v1.nn.embedding_lookup(weights, ids, partition_strategy="div"))
     if numeric:
         values = numeric_input(tf.stack([tf.cast(features[n], tf.float32) for n in numeric], axis=1))
         deep_inputs.append(values)
-        wide_terms.append(layers.dense(values, num_classes, "wide_numeric"))
+        with wide_part():
+            wide_terms.append(layers.dense(values, num_classes, "wide_numeric"))
     net = tf.concat(deep_inputs, axis=1)
     for i, units in enumerate(cfg.hidden_units):
         net = layers.dense(net, units, f"hidden{i}", activation=tf.nn.relu)

@@ -273,7 +273,7 @@ def test_the_chief_restores_only_lost_state_and_then_clears_what_a_restore_makes
         weights = v1.get_variable("w", initializer=[1.0, 2.0])
         marks = v1.Variable([-1, -1], collections=[], name="marks")  # as SyncReplicasHook's pushed rounds
         v1.add_to_collection(checkpoints.RESET_AFTER_RESTORE, marks.initializer)
-        saver = checkpoints.LiveStateSaver()
+        saver = checkpoints.LiveStateSaver(checkpoints.report_uninitialized())
         with v1.Session() as sess:
             sess.run([v1.global_variables_initializer(), marks.initializer, step.assign(7)])
             path = saver.save(sess, str(tmp_path / "model.ckpt"), global_step=step)

@@ -17,8 +17,7 @@ from launch import measure
 from tests.support import in_process_cluster
 from tests.test_levers import train
 from tests.test_sync_inprocess import join_all
-from training import graph as train_graph
-from training import accumulate, local_steps, sync
+from training.step import StepContext, accumulate, local_steps, single, sync
 from training.config import RunConfig, TrainConfig
 
 pytestmark = pytest.mark.inprocess
@@ -30,7 +29,7 @@ GRADIENTS = [[0.1, 0.3], [0.5, 0.7]]  # each worker's loss is sum(var * g_i): it
 
 
 class LocalReplica:
-    """One worker's round graph (the trainer's device setter, LocalCopies and round_op) and a plain
+    """One worker's round graph (the trainer's device setter, LocalCopies and local_steps.build) and a plain
     session to its in-process server."""
 
     def __init__(self, cluster_cfg, server, local_steps_per_round, train_steps=100):
@@ -41,16 +40,16 @@ class LocalReplica:
             copies = local_steps.LocalCopies(cluster_cfg.compute_device(), cluster_cfg.num_workers)
             gradient = tf.constant(GRADIENTS[cluster_cfg.task_index])
 
-            def forward(summaries):
+            def forward():
                 with v1.variable_scope("", custom_getter=copies.getter, reuse=v1.AUTO_REUSE):
                     var = v1.get_variable("var", initializer=tf.constant(INITIAL))
                 loss = tf.reduce_sum(var * gradient)
                 return model.ModelOutput(None, None, loss, tf.constant(0.0), None), tf.zeros([1], tf.int64)
 
-            output, _ = forward(False)
+            output, labels = forward()
             optimizer = v1.train.GradientDescentOptimizer(LEARNING_RATE)
-            _, _, _, self.steps_done = train_graph.local_rounds(forward, output, optimizer, self.global_step,
-                                                                train_cfg, copies)
+            self.steps_done = local_steps.build(StepContext(forward, output, labels, optimizer, self.global_step,
+                                                            cluster_cfg, train_cfg, copies)).steps_done
             self.var = v1.trainable_variables()[0]
             self.copy = copies.local_variables[0]
             init = v1.global_variables_initializer() if cluster_cfg.is_chief else tf.no_op()
@@ -135,16 +134,15 @@ def accumulating_replica(cluster_cfg, server, train_cfg):
         gradients = v1.data.make_one_shot_iterator(
             tf.data.Dataset.from_tensor_slices(MICRO_BATCH_GRADIENTS[cluster_cfg.task_index]).repeat())
 
-        def forward(summaries):
+        def forward():
             with v1.variable_scope("", custom_getter=snapshot.getter, reuse=v1.AUTO_REUSE):
                 var = v1.get_variable("var", initializer=tf.constant(INITIAL))
             loss = tf.reduce_sum(var * gradients.get_next())
             return model.ModelOutput(None, None, loss, tf.constant(0.0), None), tf.zeros([1], tf.int64)
 
-        forward(False)
-        grads_and_vars, _, _ = accumulate.mean_gradients(forward, snapshot, train_cfg.accumulate_batches, False,
-                                                         train_graph.finite_gradients)
-        train_op, hooks, chief_hooks = train_graph.make_train_op(
+        forward()
+        grads_and_vars, _ = accumulate.mean_gradients(forward, snapshot, train_cfg.accumulate_batches, False)
+        train_op, hooks, chief_hooks = single.make_train_op(
             None, v1.train.GradientDescentOptimizer(LEARNING_RATE), global_step, cluster_cfg, train_cfg,
             grads_and_vars=grads_and_vars)
         var = v1.trainable_variables()[0]

@@ -6,7 +6,8 @@ import math
 import pytest
 
 from tests.support import read_flags
-from training import learning, staleness
+from training import learning
+from training.step import momentum
 
 pytestmark = pytest.mark.pure
 
@@ -15,7 +16,7 @@ FOUR_WORKERS = ["--ps_hosts=127.0.0.1:2222", f"--worker_hosts={WORKERS}", "--job
                 "--task_index=1", "--model_dir=/tmp/unused"]
 
 
-@pytest.mark.parametrize("workers, sync, momentum, lr_scale", [
+@pytest.mark.parametrize("workers, sync, expected_momentum, lr_scale", [
     (1, False, 0.9, 1.0),   # one process or one worker: the canonical momentum
     (2, False, 0.8, 1.0),   # measured: 0.9 loses accuracy with 2 async workers, 0.8 does not
     (4, False, 0.6, 1.0),
@@ -24,34 +25,35 @@ FOUR_WORKERS = ["--ps_hosts=127.0.0.1:2222", f"--worker_hosts={WORKERS}", "--job
     (20, False, 0.0, 0.5),  # past the floor the learning rate takes the rest
     (8, True, 0.9, 1.0),    # sync: no stale updates
 ])
-def test_default_momentum_keeps_one_workers_effective_step(workers, sync, momentum, lr_scale):
-    correction = staleness.default_correction(workers, sync)
-    assert correction.momentum == pytest.approx(momentum)
-    assert correction.learning_rate_scale == pytest.approx(lr_scale)
+def test_default_momentum_keeps_one_workers_effective_step(workers, sync, expected_momentum, lr_scale):
+    choice = momentum.choose(None, workers, sync_replicas=sync)
+    assert choice.momentum == pytest.approx(expected_momentum)
+    assert choice.learning_rate_scale == pytest.approx(lr_scale)
     # The invariant: the effective step, learning rate / (1 - momentum), times the delay, is one worker's.
-    delay = staleness.update_delay(workers, sync)
-    effective = delay * correction.learning_rate_scale / (1 - correction.momentum)
-    assert effective == pytest.approx(1 / (1 - staleness.BASE_MOMENTUM))
+    delay = momentum.update_delay(workers, fresh_values=sync)
+    effective = delay * choice.learning_rate_scale / (1 - choice.momentum)
+    assert effective == pytest.approx(1 / (1 - momentum.BASE_MOMENTUM))
 
 
 def test_flags_take_the_default_momentum_for_four_async_workers_and_keep_an_explicit_one():
     assert read_flags(*FOUR_WORKERS).train.momentum == pytest.approx(0.6)
     assert read_flags(*FOUR_WORKERS, "--sync_replicas").train.momentum == pytest.approx(0.9)
     explicit = read_flags(*FOUR_WORKERS, "--momentum=0.9").train
-    assert explicit.momentum == 0.9 and not explicit.momentum_is_default
+    assert explicit.momentum == 0.9 and explicit.momentum_choice.reason == "momentum 0.9 (--momentum)"
+    assert "known to lose accuracy" in explicit.momentum_choice.warning
     assert read_flags("--model_dir=/tmp/unused").train.momentum == 0.9  # one process
 
 
 def test_momentum_known_to_diverge_gets_a_warning_naming_the_fix():
-    warning = staleness.divergence_warning(0.9, 4, sync_replicas=False)
+    warning = momentum.divergence_warning(0.9, 4, fresh_values=False)
     assert "--momentum=0.9 with 4 asynchronous workers" in warning and "0.6" in warning
     assert "--sync_replicas" in warning
-    assert staleness.divergence_warning(0.9, 3, sync_replicas=False)  # measured: stays at chance
-    assert staleness.divergence_warning(0.9, 2, sync_replicas=False)  # measured: loses accuracy
-    assert staleness.divergence_warning(0.8, 2, sync_replicas=False) is None  # measured: learns
-    assert staleness.divergence_warning(0.7, 4, sync_replicas=False) is None
-    assert staleness.divergence_warning(0.9, 1, sync_replicas=False) is None
-    assert staleness.divergence_warning(0.9, 8, sync_replicas=True) is None
+    assert momentum.divergence_warning(0.9, 3, fresh_values=False)  # measured: stays at chance
+    assert momentum.divergence_warning(0.9, 2, fresh_values=False)  # measured: loses accuracy
+    assert momentum.divergence_warning(0.8, 2, fresh_values=False) is None  # measured: learns
+    assert momentum.divergence_warning(0.7, 4, fresh_values=False) is None
+    assert momentum.divergence_warning(0.9, 1, fresh_values=False) is None
+    assert momentum.divergence_warning(0.9, 8, fresh_values=True) is None
 
 
 def test_chance_is_the_entropy_of_the_labels_seen():

@@ -7,7 +7,7 @@ import input as inputs
 import model
 from cluster import placement, spec
 from training import graph as train_graph
-from training import sync as sync_training
+from training.step import sync as sync_training
 from training.config import RunConfig, TrainConfig
 
 pytestmark = pytest.mark.pure

@@ -7,8 +7,7 @@ import pytest
 import tensorflow as tf
 
 from tests.support import read_flags
-from training import graph as train_graph
-from training import schedules
+from training.step import schedules, update
 from training.config import TrainConfig
 
 v1 = tf.compat.v1
@@ -56,10 +55,10 @@ def test_gradients_are_clipped_by_their_global_norm():
         step = v1.train.get_or_create_global_step()
         weights = v1.get_variable("w", initializer=[0.0, 0.0])
         loss = tf.reduce_sum(weights * tf.constant([30.0, 40.0]))  # gradient (30, 40), global norm 50
-        update = train_graph.apply_update(loss, v1.train.GradientDescentOptimizer(1.0), step, clip_norm=5.0)
+        applied = update.apply_update(loss, v1.train.GradientDescentOptimizer(1.0), step, clip_norm=5.0)
         with v1.Session() as sess:
             sess.run(v1.global_variables_initializer())
-            sess.run(update)
+            sess.run(applied)
             np.testing.assert_allclose(sess.run(weights), [-3.0, -4.0], rtol=1e-6)
             assert sess.run(v1.get_default_graph().get_tensor_by_name("global_norm_of_gradients/global_norm:0")) == 50.0
             summaries = [op for op in v1.get_default_graph().get_operations() if op.type == "ScalarSummary"]
@@ -68,11 +67,13 @@ def test_gradients_are_clipped_by_their_global_norm():
 
 @pytest.mark.inprocess
 def test_wide_and_deep_optimizer_gives_the_wide_part_ftrl_and_the_deep_part_adagrad():
-    from training import optimizers
+    from model import needs
+    from training.step import optimizers
     with tf.Graph().as_default():
         step = v1.train.get_or_create_global_step()
-        with v1.variable_scope("wide_deep"):
-            wide = v1.get_variable("user/wide", initializer=[0.0, 0.0])
+        with v1.variable_scope("any_name"), needs.wide_part():  # the model's declaration, not the name, decides
+            wide = v1.get_variable("user/table", initializer=[0.0, 0.0])
+        with v1.variable_scope("wide"):
             deep = v1.get_variable("hidden0/kernel", initializer=[1.0, 1.0])
         loss = tf.reduce_sum(wide * 2.0) + tf.reduce_sum(deep * deep)
         assert read_flags("--model=wide_deep", "--dataset=clicks").train.optimizer == "ftrl_adagrad"

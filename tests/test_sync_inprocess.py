@@ -16,7 +16,8 @@ import model
 from cluster import placement, spec
 from tests.support import in_process_cluster
 from training import graph as train_graph
-from training import learning, sync, worker
+from training import checkpoints, learning, worker
+from training.step import single, sync
 from training.config import RunConfig, TrainConfig
 
 pytestmark = pytest.mark.inprocess
@@ -40,7 +41,7 @@ class Replica:
             self.var = v1.get_variable("var", initializer=tf.constant(INITIAL))
             loss = tf.reduce_sum(self.var * tf.constant(GRADIENTS[cluster_cfg.task_index]))
             optimizer = v1.train.GradientDescentOptimizer(LEARNING_RATE)
-            self.train_op, hooks, chief_hooks = train_graph.make_train_op(
+            self.train_op, hooks, chief_hooks = single.make_train_op(
                 loss, optimizer, self.global_step, cluster_cfg, train_cfg)
             sync_hook, = (hook for hook in hooks if isinstance(hook, sync.SyncReplicasHook))
             token_queue = sync_hook._optimizer._sync_token_queue  # pylint: disable=protected-access
@@ -48,7 +49,8 @@ class Replica:
             self.leave_spare_token = token_queue.enqueue(tf.constant(1, tf.int64))
             config = spec.session_config(cluster_cfg)
             if not cluster_cfg.is_chief:
-                worker.wait_for_chief_ready(server.target, config, 30, cluster_cfg.task_name)
+                worker.wait_for_chief_ready(server.target, config, 30, cluster_cfg.task_name,
+                                           checkpoints.report_uninitialized())
             self.session = v1.train.MonitoredTrainingSession(
                 master=server.target, is_chief=cluster_cfg.is_chief, hooks=hooks,
                 chief_only_hooks=chief_hooks, config=config,
@@ -262,7 +264,7 @@ def test_a_cancelled_step_starts_a_new_session_and_training_reaches_its_end(tmp_
 
     def build_with_cancel(cfg, stop=None):
         graph = build(cfg, stop)
-        return graph._replace(hooks=[*graph.hooks, cancel])
+        return graph._replace(step=graph.step._replace(hooks=[*graph.hooks, cancel]))
 
     monkeypatch.setattr(train_graph, "build_graph", build_with_cancel)
     cfg = RunConfig(

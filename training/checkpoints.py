@@ -55,6 +55,13 @@ def remove_interrupted_saves(model_dir: str, task_name: str) -> list[str]:
     return removed
 
 
+def report_uninitialized() -> tf.Tensor:
+    """The names of the global variables not initialized yet (on the ps): what a restarted ps lacks."""
+    uninitialized = tf.compat.v1.report_uninitialized_variables(tf.compat.v1.global_variables())
+    uninitialized.mark_used()  # a non-chief's wait for the chief runs it, and a chief's restore; not both
+    return uninitialized
+
+
 class LiveStateSaver(tf.compat.v1.train.Saver):
     """The chief's saver: restores the latest checkpoint only when a ps task lacks its variables.
 
@@ -68,10 +75,10 @@ class LiveStateSaver(tf.compat.v1.train.Saver):
     every variable comes from one step.
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, uninitialized, *args, **kwargs):
+        """uninitialized: report_uninitialized() of this graph."""
         super().__init__(*args, **kwargs)
-        self._uninitialized = tf.compat.v1.report_uninitialized_variables(tf.compat.v1.global_variables())
-        self._uninitialized.mark_used()  # only a chief's restore runs it
+        self._uninitialized = uninitialized
         self._global_step = tf.compat.v1.train.get_global_step()
 
     def restore(self, sess, save_path):

@@ -6,6 +6,7 @@ import dataclasses
 import input as inputs
 import model
 from cluster import spec
+from training.step import momentum as momentum_rule
 
 
 @dataclasses.dataclass(frozen=True)
@@ -13,7 +14,7 @@ class TrainConfig:
     train_steps: int = 2000
     batch_size: int = 64
     learning_rate: float = 0.05
-    lr_schedule: str = "constant"  # training/schedules.py
+    lr_schedule: str = "constant"  # training/step/schedules.py
     decay_steps: int | None = None  # default: train_steps
     decay_rate: float = 0.94
     staircase: bool = False
@@ -24,7 +25,7 @@ class TrainConfig:
     clip_gradient_norm: float | None = None
     optimizer: str = "momentum"
     momentum: float = 0.9
-    momentum_is_default: bool = True  # chosen for the worker count (training/staleness.py)
+    momentum_choice: momentum_rule.MomentumChoice | None = None  # why this momentum (training/step/momentum.py)
     not_learning: str = "stop"  # stop, warn or off: see training/learning.py
     sync_replicas: bool = False
     replicas_to_aggregate: int = 1
@@ -43,15 +44,9 @@ class TrainConfig:
     export_copy_dir: str | None = None  # the chief also writes the export here (SageMaker's SM_MODEL_DIR)
     wire_dtype: str = "float32"
     steps_per_run: int = 1  # training steps in one session.run; with local_steps, that many
-    accumulate_batches: int = 1  # synchronous: micro-batches per gradient sent (training/accumulate.py)
-    local_steps: int = 1  # asynchronous: steps on worker-side copies between pushes (training/local_steps.py)
+    accumulate_batches: int = 1  # synchronous: micro-batches per gradient sent (training/step/accumulate.py)
+    local_steps: int = 1  # asynchronous: steps on worker-side copies between pushes (training/step/local_steps.py)
     profile_steps: tuple[int, int] | None = None  # [first, last] local steps to trace
-
-    @property
-    def reads_fresh_values(self) -> bool:
-        """No step reads variables other workers have moved since: a sync round, or a round of local
-        steps (training/staleness.py: such a worker keeps one worker's momentum)."""
-        return self.sync_replicas or self.local_steps > 1
 
 
 @dataclasses.dataclass(frozen=True)

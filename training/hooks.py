@@ -18,16 +18,20 @@ class ProgressHook(v1.train.SessionRunHook):
     Loss and accuracy are fetched only on logging steps; the global step (which StopAtStepHook
     fetches anyway) every step, so the last step reached is known when something fails. With
     several steps per run (steps_done: how many a run took), a line is logged after each run that
-    crosses a multiple of every_n. In an asynchronous cluster (step_read_and_landed: the global step
-    a run read and the one its update landed on) each line and summary also gives the interval's
-    staleness, mean and max: the other workers' updates that landed between a step's read and its own.
+    crosses a multiple of every_n. In an asynchronous cluster (measure_staleness) each line and summary
+    also gives the interval's staleness, mean and max: the other workers' updates that landed between
+    one run's read of the global step and the next run's, per own step. It costs nothing: the global
+    step is fetched anyway. In steady state its mean is the mean staleness of an update (N-1 with N
+    equal workers); each run's figure is an upper bound of that run's staleness (it also counts the
+    updates that land between its update and the next run's read).
     """
 
     def __init__(self, task_name, loss, accuracy, train_steps, batch_size, every_n, summary_dir=None,
-                 steps_done=None, steps_per_run=1, step_read_and_landed=None):
+                 steps_done=None, steps_per_run=1, measure_staleness=False):
         self._task_name = task_name
         self._steps_done = steps_done
-        self._step_read_and_landed = step_read_and_landed
+        self._measure_staleness = measure_staleness
+        self._last_read = None  # (global step the last run read, its own steps), within this session
         self._staleness = []  # per run of this interval: (foreign updates, own steps)
         self._steps_per_run = steps_per_run
         self._fetches = {"loss": loss, "accuracy": accuracy}
@@ -47,6 +51,7 @@ class ProgressHook(v1.train.SessionRunHook):
     def after_create_session(self, session, coord):
         self.global_step = int(session.run(self._global_step_tensor))
         self._mark = (time.monotonic(), self.local_steps, self.global_step)
+        self._last_read = None
         if self._summary_dir and self._writer is None:
             self._writer = v1.summary.FileWriter(self._summary_dir)
 
@@ -54,8 +59,6 @@ class ProgressHook(v1.train.SessionRunHook):
         fetches = {"global_step": self._global_step_tensor}
         if self._steps_done is not None:
             fetches["steps_done"] = self._steps_done
-        if self._step_read_and_landed is not None:
-            fetches["read"], fetches["landed"] = self._step_read_and_landed
         logs_now = (self.local_steps + self._steps_per_run) // self._every_n > self.local_steps // self._every_n
         if self.local_steps == 0 or logs_now:
             fetches.update(self._fetches)
@@ -68,10 +71,13 @@ class ProgressHook(v1.train.SessionRunHook):
             return
         first_run = self.local_steps == 0
         self.local_steps += steps
-        self.global_step = int(results["global_step"]) + steps
-        if "landed" in results:
-            self.global_step = int(results["landed"])
-            self._staleness.append((max(0, self.global_step - int(results["read"]) - steps), steps))
+        read = int(results["global_step"])
+        self.global_step = read + steps
+        if self._measure_staleness:
+            if self._last_read is not None:
+                last_read, last_steps = self._last_read
+                self._staleness.append((max(0, read - last_read - last_steps), last_steps))
+            self._last_read = (read, steps)
         if "loss" in results:
             self.loss, self.accuracy = float(results["loss"]), float(results["accuracy"])
         if first_run:

@@ -17,7 +17,6 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from training import staleness
 
 v1 = tf.compat.v1
 PATIENCE = 3
@@ -41,13 +40,10 @@ def label_entropy(counts) -> float:
     return float(-(shares * np.log(shares)).sum())
 
 
-def likely_cause(train_cfg, num_workers: int) -> str:
-    momentum_matters = train_cfg.optimizer in ("momentum", "rmsprop") and train_cfg.momentum > 0
-    if momentum_matters and staleness.divergence_warning(train_cfg.momentum, num_workers, train_cfg.reads_fresh_values):
-        default = staleness.default_correction(num_workers, train_cfg.reads_fresh_values).momentum
-        return (f"--momentum={train_cfg.momentum:g} with {num_workers} asynchronous workers (stale updates add "
-                f"momentum of their own): drop --momentum (default {default:g} for this many workers) or "
-                "add --sync_replicas")
+def likely_cause(train_cfg) -> str:
+    warning = train_cfg.momentum_choice.warning if train_cfg.momentum_choice else None
+    if warning and train_cfg.optimizer in ("momentum", "rmsprop"):
+        return warning
     return (f"a learning rate too high for this model (--learning_rate={train_cfg.learning_rate:g}: try a "
             "tenth of it), or labels that do not follow from the features (check the data)")
 

@@ -10,10 +10,10 @@ from absl import logging
 
 import input as inputs
 from cluster import peers, placement, shutdown, spec
-from training import (checkpoints, evaluator, exit_codes, export, learning, log_lines, preemption, run_record,
-                      staleness, sync, watchdog)
+from training import checkpoints, evaluator, exit_codes, export, learning, log_lines, preemption, run_record, watchdog
 from training import graph as train_graph
 from training import hooks as training_hooks
+from training.step import momentum, sync, update
 
 v1 = tf.compat.v1
 
@@ -30,19 +30,17 @@ class TrainingError(Exception):
     """A failure to report in one line, with a non-zero exit."""
 
 
-def wait_for_chief_ready(target, session_config, timeout_secs, task_name, train_cfg=None,
-                         uninitialized=None) -> int | None:
+def wait_for_chief_ready(target, session_config, timeout_secs, task_name, uninitialized,
+                         train_cfg=None) -> int | None:
     """Polls until the chief has initialized or restored the variables, every CHIEF_POLL_SECS.
     Returns None then, or the final global step if training turns out to be over already (the
     global step is at --train_steps, or the chief's done mark says so): a worker restarted after the
     end, when a ps has restarted too, would otherwise wait for a chief that is gone.
 
     MonitoredTrainingSession's own wait for non-chief workers polls every 30 s; entering it once the
-    variables are ready means its first check passes. `uninitialized`: report_uninitialized_variables
-    built beforehand (a MonitoredTrainingSession that failed can leave the graph finalized).
+    variables are ready means its first check passes. `uninitialized`: checkpoints.report_uninitialized()
+    of the graph, built beforehand (a MonitoredTrainingSession that failed can leave the graph finalized).
     """
-    if uninitialized is None:
-        uninitialized = v1.report_uninitialized_variables(v1.global_variables())
     global_step = v1.train.get_global_step()
     start = last_log = time.monotonic()
     with v1.Session(target, config=session_config) as sess:
@@ -91,7 +89,7 @@ def train(cfg, server=None, stop=None) -> training_hooks.ProgressHook:
         report = ", ".join(f"{dev} {size / 2**20:.2f} MiB"
                            for dev, size in placement.bytes_per_ps(v1.get_default_graph()).items())
         logging.info("%s: variables placed: %s", cluster.task_name, report)
-    log_optimizer(cluster, train_cfg)
+    log_momentum(cluster.task_name, train_cfg)
     logging.info("%s: reading %s", cluster.task_name,
                  inputs.describe(cfg.data, inputs.Shard(cluster.replica_index, cluster.num_workers)))
     task_dir = cluster.task_name.replace(":", "_")
@@ -100,7 +98,7 @@ def train(cfg, server=None, stop=None) -> training_hooks.ProgressHook:
         train_cfg.batch_size * train_cfg.accumulate_batches,
         train_cfg.log_every_n_steps, summary_dir=os.path.join(train_cfg.model_dir, "workers", task_dir),
         steps_done=graph.steps_done, steps_per_run=train_cfg.steps_per_run,
-        step_read_and_landed=graph.step_read_and_landed)
+        measure_staleness=cluster.is_distributed and not train_cfg.sync_replicas)
     target = server.target if server else ""
     config = spec.session_config(cluster)
     if cluster.is_distributed:
@@ -119,7 +117,7 @@ def train(cfg, server=None, stop=None) -> training_hooks.ProgressHook:
             cluster.task_name, graph.loss, graph.labels, inputs.spec(cfg.data).num_classes,
             every_n_runs=train_cfg.log_every_n_steps // train_cfg.steps_per_run,
             warmup_global_steps=learning.warmup_steps(train_cfg.train_steps), action=train_cfg.not_learning,
-            cause=learning.likely_cause(train_cfg, cluster.num_workers))
+            cause=learning.likely_cause(train_cfg))
         hooks.append(not_learning)
     if train_cfg.profile_steps:
         hooks.append(training_hooks.ProfileHook(cluster.task_name, *train_cfg.profile_steps,
@@ -160,19 +158,14 @@ def train(cfg, server=None, stop=None) -> training_hooks.ProgressHook:
     return progress
 
 
-def log_optimizer(cluster, train_cfg):
-    """Says which momentum is in use and why; warns about a combination known not to learn."""
-    if train_cfg.optimizer not in ("momentum", "rmsprop"):
+def log_momentum(task_name, train_cfg):
+    """Says once which momentum is in use and why; warns about a combination known not to learn."""
+    choice = train_cfg.momentum_choice
+    if train_cfg.optimizer not in momentum.OPTIMIZERS_WITH_MOMENTUM or choice is None:
         return
-    if train_cfg.momentum_is_default:
-        mode = "sync" if train_cfg.sync_replicas else "async" if train_cfg.local_steps == 1 else "local-step"
-        logging.info("%s: %s, momentum %g, learning rate %g (the defaults for %d %s worker(s); "
-                     "training/staleness.py says why)", cluster.task_name, train_cfg.optimizer,
-                     train_cfg.momentum, train_cfg.learning_rate, cluster.num_workers, mode)
-        return
-    warning = staleness.divergence_warning(train_cfg.momentum, cluster.num_workers, train_cfg.reads_fresh_values)
-    if warning:
-        logging.warning("%s: %s", cluster.task_name, warning)
+    logging.info("%s: %s, %s", task_name, train_cfg.optimizer, choice.reason)
+    if choice.warning:
+        logging.warning("%s: %s", task_name, choice.warning)
 
 
 def _train_in_session(cfg, target, config, graph, scaffold, hooks, progress) -> bool:
@@ -186,8 +179,8 @@ def _train_in_session(cfg, target, config, graph, scaffold, hooks, progress) -> 
     """
     cluster, train_cfg = cfg.cluster, cfg.train
     if not cluster.is_chief:
-        over = wait_for_chief_ready(target, config, train_cfg.startup_timeout_secs, cluster.task_name, train_cfg,
-                                    graph.uninitialized)
+        over = wait_for_chief_ready(target, config, train_cfg.startup_timeout_secs, cluster.task_name,
+                                    graph.uninitialized, train_cfg)
         if over is not None:
             progress.global_step = over
             return True
@@ -233,7 +226,7 @@ def _train_in_session(cfg, target, config, graph, scaffold, hooks, progress) -> 
 
 def _training_error(err, cluster, train_cfg, progress):
     """A one-line TrainingError for a NaN loss or a bad input record, else None."""
-    if train_graph.NON_FINITE_LOSS in err.message:
+    if update.NON_FINITE_LOSS in err.message:
         return TrainingError(
             f"{cluster.task_name}: the loss became NaN or Inf after global step {progress.global_step}; "
             f"training stopped before applying it, so the latest checkpoint in {train_cfg.model_dir} "

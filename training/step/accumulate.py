@@ -10,6 +10,10 @@ one round (one update); each round now covers batch_size x K x replicas_to_aggre
 
 import tensorflow as tf
 
+from training.step import single, update
+from training.step.base import Step, StepContext
+from training.step.loop import Iteration, LoopResult, Metrics, training_loop
+
 v1 = tf.compat.v1
 
 
@@ -23,7 +27,7 @@ class Snapshot:
 
     def getter(self, getter, name, *args, **kwargs):  # TensorFlow passes the next getter as `getter`
         variable = getter(name, *args, **kwargs)
-        if kwargs.get("partitioner") is not None:  # flags/config.py refuses such models first
+        if kwargs.get("partitioner") is not None:  # flags/config.py refuses models that declare such tables
             raise ValueError(f"--accumulate_batches: {name} is partitioned; the snapshot is for dense variables")
         if name not in self.reads:
             with v1.device(self.device), v1.name_scope(None):
@@ -34,24 +38,30 @@ class Snapshot:
         return [(variable, value) for variable, value in self.reads.values() if variable.trainable]
 
 
-def mean_gradients(forward, snapshot, batches, with_auc, check_finite):
+def reader(cluster, train) -> Snapshot:
+    del train
+    return Snapshot(cluster.compute_device() if cluster.is_distributed else None)
+
+
+def build(ctx: StepContext) -> Step:
+    grads_and_vars, result = mean_gradients(ctx.forward, ctx.reader, ctx.train.accumulate_batches, ctx.with_auc)
+    train_op, hooks, chief_only_hooks = single.make_train_op(None, ctx.optimizer, ctx.global_step, ctx.cluster,
+                                                             ctx.train, ctx.stop_requested, grads_and_vars)
+    return Step(train_op, result.metrics, result.labels, None, hooks, chief_only_hooks)
+
+
+def mean_gradients(forward, snapshot, batches, with_auc) -> tuple[list, LoopResult]:
     """(gradients and variables: the mean over `batches` micro-batches of each trainable variable's
-    gradient, the last micro-batch's loss/accuracy/auc, its labels). `check_finite(loss, grads)`
-    makes each micro-batch's gradients wait for a check of its loss."""
+    gradient, each micro-batch's held back until its loss is known to be finite; the loop's result)."""
     pairs = snapshot.trainable()
     values = [value for _, value in pairs]
 
-    def step(done, labels, sums, *_):
-        output, labels = forward(summaries=False)
-        grads = check_finite(output.loss, tf.gradients(output.loss, values))
-        metrics = [output.loss, output.accuracy] + ([output.auc] if with_auc else [])
-        return [done + 1, labels, [s + g for s, g in zip(sums, grads)]] + metrics
+    def micro_batch(sums):
+        output, labels = forward()
+        grads = update.finite_gradients(output.loss, tf.gradients(output.loss, values))
+        return Iteration([total + grad for total, grad in zip(sums, grads)], Metrics.of(output), labels)
 
-    start = [tf.constant(0), tf.zeros([0], tf.int64), [tf.zeros_like(v) for v in values]] + [
-        tf.constant(0.0)] * (3 if with_auc else 2)
-    invariants = [tf.TensorShape([]), tf.TensorShape([None]), [v.shape for v in values]] + [
-        tf.TensorShape([])] * (3 if with_auc else 2)
-    _, labels, sums, *metrics = tf.while_loop(lambda done, *_: done < batches, step, start,
-                                              shape_invariants=invariants, name="accumulate_batches")
-    grads_and_vars = [(total / batches, variable) for total, (variable, _) in zip(sums, pairs)]
-    return grads_and_vars, metrics, labels
+    result = training_loop("accumulate_batches", lambda done, _: done < batches, micro_batch, with_auc,
+                           carried=[tf.zeros_like(value) for value in values],
+                           carried_shapes=[value.shape for value in values])
+    return [(total / batches, variable) for total, (variable, _) in zip(result.carried, pairs)], result

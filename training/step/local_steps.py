@@ -7,11 +7,10 @@ ps's variables, reads them back with the other workers' pushes in, and continues
 
 The push rule: the ps moves by the mean of the workers' rounds. Workers in step make this local SGD's
 model averaging; out of step, each round still counts 1/N (asynchronous model averaging), and no worker
-waits for a peer, so a slow or restarted worker holds nobody up. Downpour's plain sum moves the ps N
-rounds' worth per round: measured with 2 workers and K = 10 (default MLP, 2000 global steps), the sum
-reached 0.67-0.70 held-out accuracy, the mean 0.84 (plain asynchronous training 0.85, in 1.4x the time).
-Averaging over the workers also keeps momentum safe: a round reads no stale values, so a worker keeps
-one worker's momentum (0.9) at any worker count. With one worker this is plain SGD to the digit.
+waits for a peer, so a slow or restarted worker holds nobody up. Downpour's plain sum learned less
+(docs/speed.md has the measurement and its command). A round reads no stale values, so a worker keeps
+one worker's momentum at any worker count (training/step/momentum.py). With one worker this is plain
+SGD to the digit.
 
 A global step counts one worker's batch, as in plain asynchronous training: a round adds the steps
 it took, and --train_steps cuts the round that reaches it (read at the round's start). The learning
@@ -19,6 +18,10 @@ rate schedule is read once per round; the optimizer's slots (momentum) are the w
 """
 
 import tensorflow as tf
+
+from training.step import update
+from training.step.base import Step, StepContext
+from training.step.loop import Iteration, Metrics, training_loop
 
 v1 = tf.compat.v1
 
@@ -39,7 +42,7 @@ class LocalCopies:
         variable = getter(name, *args, **kwargs)
         if not kwargs.get("trainable", True):
             return variable
-        if kwargs.get("partitioner") is not None:  # flags/config.py refuses such models first
+        if kwargs.get("partitioner") is not None:  # flags/config.py refuses models that declare such tables
             raise ValueError(f"--local_steps: {name} is partitioned; local copies are for dense variables")
         if name not in self.copies:
             with v1.device(self.device), v1.name_scope(None):
@@ -89,35 +92,32 @@ def slots_stay_local(next_creator, **kwargs):
     return next_creator(**kwargs)
 
 
-def round_op(forward, optimizer, global_step, train, copies, apply_update, with_auc):
-    """One round: up to --local_steps steps on the copies (a tf.while_loop, cut at --train_steps as
-    read at the round's start), then one push and fetch, then global step + the steps taken.
+def reader(cluster, train) -> LocalCopies:
+    return LocalCopies(cluster.compute_device() if cluster.is_distributed else None, cluster.num_workers)
 
-    Returns the round's op, the last step's ModelOutput fields (loss, accuracy, auc), its labels and
-    the steps taken, like training/graph.repeat_steps.
-    """
-    start = global_step.read_value()
-    budget = tf.cast(tf.clip_by_value(train.train_steps - start, 0, train.local_steps), tf.int32)
 
-    def keep_going(done, *_):
-        return done < budget
+def build(ctx: StepContext) -> Step:
+    """One round: up to --local_steps steps on the copies (cut at --train_steps as read at the round's
+    start), then one push and fetch, then global step + the steps taken. The single step's update
+    built first makes the optimizer's slots of the copies (a loop body cannot), as local variables."""
+    copies, train = ctx.reader, ctx.train
+    with v1.variable_creator_scope(slots_stay_local):
+        update.apply_update(ctx.first.loss, ctx.optimizer, None, train.clip_gradient_norm, summaries=False,
+                            var_list=copies.local_variables)
+        start = ctx.global_step.read_value()
+        budget = tf.cast(tf.clip_by_value(train.train_steps - start, 0, train.local_steps), tf.int32)
 
-    def step(done, labels, *_):
-        output, labels = forward(summaries=False)
-        update = apply_update(output.loss, optimizer, None, train.clip_gradient_norm, summaries=False,
-                              var_list=copies.local_variables)
-        with tf.control_dependencies([update]):
-            metrics = [output.loss, output.accuracy] + ([output.auc] if with_auc else [])
-            return [done + 1, tf.identity(labels)] + [tf.identity(m) for m in metrics]
+        def local_step(carried):
+            output, labels = ctx.forward()
+            applied = update.apply_update(output.loss, ctx.optimizer, None, train.clip_gradient_norm,
+                                          summaries=False, var_list=copies.local_variables)
+            return Iteration(carried, Metrics.of(output), labels, applied)
 
-    start_values = [tf.constant(0), tf.zeros([0], tf.int64)] + [tf.constant(0.0)] * (3 if with_auc else 2)
-    invariants = [tf.TensorShape([]), tf.TensorShape([None])] + [tf.TensorShape([])] * (3 if with_auc else 2)
-    done, labels, *metrics = tf.while_loop(keep_going, step, start_values, shape_invariants=invariants,
-                                           name="local_steps")
-    with tf.control_dependencies([done]):
-        pushed = copies.push_and_fetch()
-    with tf.control_dependencies([pushed]), v1.colocate_with(global_step):
-        counted = global_step.assign_add(tf.cast(done, global_step.dtype), read_value=False)
-    with tf.control_dependencies([counted]):
-        done = tf.identity(done, name="local_steps_taken")
-    return done.op, metrics, labels, done
+        result = training_loop("local_steps", lambda done, _: done < budget, local_step, ctx.with_auc)
+        with tf.control_dependencies([result.done]):
+            pushed = copies.push_and_fetch()
+        with tf.control_dependencies([pushed]), v1.colocate_with(ctx.global_step):
+            counted = ctx.global_step.assign_add(tf.cast(result.done, ctx.global_step.dtype), read_value=False)
+        with tf.control_dependencies([counted]):
+            done = tf.identity(result.done, name="local_steps_taken")
+    return Step(done.op, result.metrics, result.labels, done, [v1.train.StopAtStepHook(last_step=train.train_steps)])

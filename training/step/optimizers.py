@@ -5,15 +5,17 @@ import re
 
 import tensorflow as tf
 
+from model import needs
+
 _v1 = tf.compat.v1.train
-# wide_deep's wide part: the per-id weights of each categorical feature and the numeric features' weights.
-WIDE_VARIABLE = re.compile(r"(^|/)(wide|wide_numeric)(/|$)")
+PARTITION_SUFFIX = re.compile(r"/part_\d+$")  # TensorFlow's name for a piece of a partitioned variable
 
 
 class WideAndDeepOptimizer(_v1.Optimizer):
     """The optimizers of the canonical wide-and-deep model (DNNLinearCombinedClassifier): FTRL for the
     wide part, at min(0.2, 1/sqrt(its weight tables)), and Adagrad for the deep part at the learning
-    rate. The wide part's weights are sparse and per id: FTRL's per-coordinate rates suit them."""
+    rate. The wide part's weights are sparse and per id: FTRL's per-coordinate rates suit them. The
+    wide part is what the model declared (model/needs.py: the variables made in wide_part())."""
 
     def __init__(self, learning_rate):
         super().__init__(use_locking=False, name="WideAndDeep")
@@ -24,10 +26,10 @@ class WideAndDeepOptimizer(_v1.Optimizer):
         return self._deep.compute_gradients(*args, **kwargs)
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-        grads_and_vars = list(grads_and_vars)
-        wide = [(g, v) for g, v in grads_and_vars if WIDE_VARIABLE.search(v.op.name)]
-        deep = [(g, v) for g, v in grads_and_vars if not WIDE_VARIABLE.search(v.op.name)]
-        tables = {re.sub(r"/part_\d+$", "", v.op.name) for _, v in wide}
+        grads_and_vars, wide_names = list(grads_and_vars), needs.wide_variable_names()
+        wide = [(g, v) for g, v in grads_and_vars if v.op.name in wide_names]
+        deep = [(g, v) for g, v in grads_and_vars if v.op.name not in wide_names]
+        tables = {PARTITION_SUFFIX.sub("", v.op.name) for _, v in wide}
         if self._wide is None:
             self._wide = _v1.FtrlOptimizer(min(0.2, 1 / math.sqrt(max(1, len(tables)))))
         updates = ([self._wide.apply_gradients(wide)] if wide else []) + (
@@ -39,7 +41,7 @@ class WideAndDeepOptimizer(_v1.Optimizer):
                 return tf.compat.v1.assign_add(global_step, 1, name=name).op
 
     def get_slot(self, var, name):
-        return (self._wide if WIDE_VARIABLE.search(var.op.name) else self._deep).get_slot(var, name)
+        return (self._wide if var.op.name in needs.wide_variable_names() else self._deep).get_slot(var, name)
 
     def get_slot_names(self):
         return sorted(set(self._deep.get_slot_names()) | set(self._wide.get_slot_names() if self._wide else ()))

@@ -1,0 +1,83 @@
+"""A model declares what it needs of the trainer (model/needs.py), and the trainer reads only that: a
+sparse model added as one module and one MODELS line gets its optimizer, its wide part and the
+levers' refusal, with no rule about it outside model/."""
+
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl import app
+from absl.flags import FLAGS
+
+import input as inputs
+import model
+from model import layers, needs
+from tests.support import read_flags
+from training import graph as train_graph
+from training.config import RunConfig
+
+pytestmark = pytest.mark.inprocess
+
+v1 = tf.compat.v1
+
+
+def tiny_sparse_logits(features, cfg, data_spec):
+    """One id-weight table per categorical column, cut in two, as the model's wide part; a dense layer
+    over the numeric columns as its deep part."""
+    numeric = sorted(n for n, s in data_spec.features.items() if s.dtype == tf.float32)
+    categorical = sorted(n for n, s in data_spec.features.items() if s.dtype == tf.string)
+    terms = [layers.dense(tf.stack([features[n] for n in numeric], axis=1), data_spec.num_classes, "deep")]
+    for name in categorical:
+        ids = tf.strings.to_hash_bucket_fast(features[name], 64)
+        with needs.wide_part():
+            table = v1.get_variable(f"ids_{name}", [64, data_spec.num_classes], initializer=v1.zeros_initializer(),
+                                    partitioner=v1.fixed_size_partitioner(2))
+        terms.append(v1.nn.embedding_lookup(table, ids, partition_strategy="div"))
+    return tf.add_n(terms)
+
+
+TINY_SPARSE = types.SimpleNamespace(
+    NEEDS=needs.Needs(default_optimizer="ftrl_adagrad", partitioned_tables=True),
+    check=lambda data_spec: None,
+    logits=tiny_sparse_logits,
+)
+
+
+@pytest.fixture
+def tiny_sparse_model(monkeypatch):
+    """The model registered as its author would: one MODELS line (the --model flag lists MODELS)."""
+    monkeypatch.setitem(model.MODELS, "tiny_sparse", TINY_SPARSE)
+    monkeypatch.setattr(FLAGS["model"].parser, "enum_values", [*FLAGS["model"].parser.enum_values, "tiny_sparse"])
+    yield "tiny_sparse"
+    FLAGS.unparse_flags()
+
+
+def test_a_sparse_model_added_in_one_module_trains_its_declared_wide_part_with_ftrl(tiny_sparse_model):
+    cfg = read_flags(f"--model={tiny_sparse_model}", "--dataset=clicks", "--synthetic_examples=512",
+                     "--batch_size=32", "--model_dir=/tmp/unused-tiny-sparse")
+    assert cfg.train.optimizer == "ftrl_adagrad"  # the model's declared default
+    assert read_flags(f"--model={tiny_sparse_model}", "--dataset=clicks", "--optimizer=adam",
+                      "--model_dir=/tmp/unused-tiny-sparse").train.optimizer == "adam"  # a named one wins
+    with tf.Graph().as_default():
+        graph = train_graph.build_graph(RunConfig(cfg.cluster, cfg.train, cfg.model, cfg.data))
+        wide = v1.get_collection(needs.WIDE_VARIABLES)
+        assert len(wide) == 2 * len([s for s in inputs.spec(cfg.data).features.values() if s.dtype == tf.string])
+        slots = {v.op.name for v in v1.global_variables()}
+        # FTRL's slots on every piece of the wide tables, Adagrad's on the deep layer, nothing crossed.
+        assert all(f"{v.op.name}/Ftrl" in slots and f"{v.op.name}/Adagrad" not in slots for v in wide)
+        assert "tiny_sparse/deep/kernel/Adagrad" in slots and "tiny_sparse/deep/kernel/Ftrl" not in slots
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            before = sess.run(wide)
+            for _ in range(5):
+                sess.run(graph.train_op)
+            assert any(np.any(after != start) for after, start in zip(sess.run(wide), before))
+
+
+@pytest.mark.parametrize("lever", ["--local_steps=5", "--accumulate_batches=2 --sync_replicas"])
+def test_the_levers_refuse_a_model_that_declares_partitioned_tables(tiny_sparse_model, lever):
+    hosts = ["--ps_hosts=127.0.0.1:1", "--worker_hosts=127.0.0.1:2", "--job_name=worker", "--task_index=0"]
+    with pytest.raises(app.UsageError, match=f"--model={tiny_sparse_model}: its embedding tables are partitioned"):
+        read_flags(*hosts, f"--model={tiny_sparse_model}", "--dataset=clicks", "--model_dir=/tmp/unused-tiny-sparse",
+                   *lever.split())

@@ -1,0 +1,32 @@
+"""The shapes every lever shares: what it is given (StepContext) and what it builds (Step)."""
+
+from typing import Callable, NamedTuple
+
+import tensorflow as tf
+
+from training.step.loop import Metrics
+
+
+class StepContext(NamedTuple):
+    forward: Callable  # () -> (ModelOutput, labels) of the next batch, read through `reader`
+    first: object  # the ModelOutput of the forward pass built outside any loop (it made the variables)
+    first_labels: tf.Tensor
+    optimizer: tf.compat.v1.train.Optimizer
+    global_step: tf.Variable
+    cluster: object  # ClusterConfig
+    train: object  # TrainConfig
+    reader: object | None  # the lever's reader of the variables (its custom getter's owner), if it has one
+    stop_requested: Callable | None = None  # ends a sync worker's wait for a round
+
+    @property
+    def with_auc(self) -> bool:
+        return self.first.auc is not None
+
+
+class Step(NamedTuple):
+    train_op: tf.Operation
+    metrics: Metrics  # the (last) batch's
+    labels: tf.Tensor  # the (last) batch's, for the not-learning check
+    steps_done: tf.Tensor | None = None  # with several steps a run: how many this run took
+    hooks: list = []
+    chief_only_hooks: list = []
