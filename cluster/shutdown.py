@@ -1,4 +1,5 @@
-"""How the ps tasks learn that training is over.
+"""How the ps tasks learn that training is over: the protocol, with its two verbs. A training
+replica that has finished calls report_done; a ps calls wait_for_every_replica.
 
 Each ps task owns a FIFO queue (same shared_name on every side, so workers reach the one the ps
 reads). A training replica (chief or worker) that has finished, after its session closed and the
@@ -47,6 +48,11 @@ def mark_done(model_dir: str, replica: int, global_step: int, train_steps: int) 
     storage.write_whole(_mark_path(model_dir, replica), f"global_step={global_step} train_steps={train_steps}\n")
 
 
+def chief_finished_step(model_dir: str | None, train_steps: int) -> int | None:
+    """The global step at which the chief finished a run to train_steps, by its mark; else None."""
+    return finished_step(model_dir, 0, train_steps)
+
+
 def finished_step(model_dir: str | None, replica: int, train_steps: int) -> int | None:
     """The global step at which `replica` finished a run to train_steps, by its mark; else None."""
     if not model_dir:
@@ -66,10 +72,11 @@ def marked_done(model_dir: str | None, num_workers: int, train_steps: int) -> se
             if finished_step(model_dir, replica, train_steps) is not None}
 
 
-def wait_for_workers_done(server, cluster: spec.ClusterConfig, stop: threading.Event,
-                          already_done=lambda: set()) -> bool:
-    """Blocks until every worker has reported done (True) or `stop` is set (False). Replicas in
-    `already_done()` (asked at once, then every MARK_CHECK_SECS) count as reported.
+def wait_for_every_replica(server, cluster: spec.ClusterConfig, model_dir: str | None, train_steps: int,
+                           stop: threading.Event) -> bool:
+    """The ps's verb: blocks until every training replica has reported done (True) or `stop` is set
+    (False). Replicas with a mark in model_dir for this train_steps (read at once, then every
+    MARK_CHECK_SECS) count as reported.
 
     The dequeue blocks in a helper thread while this thread waits on events, so signal handlers
     run. On stop, closing the queue ends the blocked dequeue; the helper is always joined, since
@@ -77,9 +84,9 @@ def wait_for_workers_done(server, cluster: spec.ClusterConfig, stop: threading.E
     """
     graph = tf.Graph()
     with graph.as_default():
-        queue = _done_queue(cluster.task_index, cluster.num_workers)
+        queue = _done_queue(cluster.task_index, cluster.num_replicas)
         dequeue, close = queue.dequeue(), queue.close(cancel_pending_enqueues=True)
-    pending = set(range(cluster.num_workers))
+    pending = set(range(cluster.num_replicas))
     with tf.compat.v1.Session(server.target, graph=graph, config=spec.session_config(cluster)) as sess:
 
         def drain():
@@ -97,7 +104,7 @@ def wait_for_workers_done(server, cluster: spec.ClusterConfig, stop: threading.E
         next_check = time.monotonic()
         while drainer.is_alive() and not stop.is_set():
             if time.monotonic() >= next_check:
-                marked = already_done() & pending
+                marked = marked_done(model_dir, cluster.num_replicas, train_steps) & pending
                 if marked:
                     logging.info("ps %d: training replica(s) %s finished before this ps started (marked in "
                                  "model_dir); waiting for %s", cluster.task_index, sorted(marked),
@@ -113,11 +120,31 @@ def wait_for_workers_done(server, cluster: spec.ClusterConfig, stop: threading.E
     return not pending
 
 
-def signal_worker_done(server, cluster: spec.ClusterConfig, timeout_secs: float = 30.0) -> None:
+def report_done(server, cluster: spec.ClusterConfig, model_dir: str | None, global_step: int, train_steps: int,
+                timeout_secs: float = 30.0) -> bool:
+    """A finished replica's verb: marks it done in model_dir, then tells every ps. False if telling
+    them is still under way after the timeout (the ps tasks also read the mark, so none is left waiting).
+
+    A session to a ps that is gone can wait long in creation: it runs in a daemon thread, never
+    keeping this process alive; the caller must then leave without the interpreter's shutdown.
+    """
+    if model_dir:
+        mark_done(model_dir, cluster.replica_index, global_step, train_steps)
+    thread = threading.Thread(target=_tell_every_ps, args=(server, cluster, timeout_secs), daemon=True)
+    thread.start()
+    thread.join(timeout_secs + 5)
+    if thread.is_alive():
+        logging.warning("%s: gave up telling the ps tasks it is done (they read its mark in model_dir)",
+                        cluster.task_name)
+        return False
+    return True
+
+
+def _tell_every_ps(server, cluster: spec.ClusterConfig, timeout_secs: float) -> None:
     """Tells every ps that this worker is done. A ps that is gone already is logged, not fatal."""
     graph = tf.Graph()
     with graph.as_default():
-        enqueues = [_done_queue(ps, cluster.num_workers).enqueue(tf.constant(cluster.replica_index))
+        enqueues = [_done_queue(ps, cluster.num_replicas).enqueue(tf.constant(cluster.replica_index))
                     for ps in range(cluster.num_ps)]
     options = tf.compat.v1.RunOptions(timeout_in_ms=int(timeout_secs * 1000))
     with tf.compat.v1.Session(server.target, graph=graph, config=spec.session_config(cluster)) as sess:

@@ -45,7 +45,7 @@ class ClusterConfig:
         return chief + [(WORKER, i) for i in range(len(self.worker_hosts))]
 
     @property
-    def num_workers(self) -> int:
+    def num_replicas(self) -> int:
         """Training replicas: the chief task, if any, and the workers."""
         return max(1, len(self.replicas))
 

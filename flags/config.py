@@ -230,12 +230,12 @@ def parse_hosts(flag_name: str, values) -> tuple[str, ...]:
 
 
 def read_train(f, cluster: spec.ClusterConfig, env) -> TrainConfig:
-    replicas = f.replicas_to_aggregate or cluster.num_workers
-    if replicas > cluster.num_workers:
+    replicas = f.replicas_to_aggregate or cluster.num_replicas
+    if replicas > cluster.num_replicas:
         raise app.UsageError(
-            f"--replicas_to_aggregate={replicas} is larger than the {cluster.num_workers} worker(s) "
+            f"--replicas_to_aggregate={replicas} is larger than the {cluster.num_replicas} worker(s) "
             "in --worker_hosts: a step would wait forever; use at most that many.")
-    choice = momentum.choose(f.momentum, cluster.num_workers, f.sync_replicas, f.local_steps, f.optimizer,
+    choice = momentum.choose(f.momentum, cluster.num_replicas, f.sync_replicas, f.local_steps, f.optimizer,
                              f.learning_rate)
     learning_rate = f.learning_rate * choice.learning_rate_scale
     if f.scale_learning_rate_by_replicas and f.sync_replicas:

@@ -45,6 +45,8 @@ flags.DEFINE_boolean("allow_public_addresses", False,
 flags.DEFINE_boolean("skip_own_address_check", False,
                      "Start even when this task's address in the cluster is not one of this host's (behind NAT "
                      "or a proxy); by default that is refused, as the mark of one --task_index on every host.")
+
+# ---------------------------------------------------------------- start-up and stalls
 flags.DEFINE_integer("startup_timeout_secs", TRAIN.startup_timeout_secs,
                      "How long a task waits for its peers (ps, chief) before giving up.", lower_bound=1)
 flags.DEFINE_integer("stall_warning_secs", TRAIN.stall_warning_secs,
@@ -59,6 +61,7 @@ flags.DEFINE_integer("train_steps", TRAIN.train_steps, "Global step at which tra
 flags.DEFINE_integer("batch_size", TRAIN.batch_size, "Examples per step on each worker.", lower_bound=1)
 flags.DEFINE_float("learning_rate", TRAIN.learning_rate,
                    "Learning rate (the schedule's starting value).", lower_bound=0.0)
+flags.DEFINE_integer("seed", TRAIN.seed, "Seed for initializers, data generation and shuffling.")
 
 # ---------------------------------------------------------------- learning rate schedule
 flags.DEFINE_enum("learning_rate_schedule", TRAIN.lr_schedule, sorted(schedules.SCHEDULES),
@@ -79,24 +82,32 @@ flags.DEFINE_integer("warmup_steps", TRAIN.warmup_steps,
 flags.DEFINE_boolean("scale_learning_rate_by_replicas", False,
                      "Multiply --learning_rate by the gradients averaged per step (--replicas_to_aggregate in "
                      "sync mode): the linear scaling rule for a larger global batch.")
+
+# ---------------------------------------------------------------- optimizer
 flags.DEFINE_float("clip_gradient_norm", None, "Clip the gradients by their global norm to this value.",
                    lower_bound=0.0)
 flags.DEFINE_enum("optimizer", TRAIN.optimizer, sorted(optimizers.OPTIMIZERS),
-                  "Optimizer by name; with --model=wide_deep "
-                  "the default is ftrl_adagrad (FTRL for the wide part, Adagrad for the deep part).")
+                  "Optimizer by name. Default: the model's own if it declares one (wide_deep: ftrl_adagrad, "
+                  "FTRL for the wide part and Adagrad for the deep part), else momentum.")
 flags.DEFINE_float("momentum", None, "Momentum for --optimizer=momentum and rmsprop. Default: 0.9 in one "
                    "process or in sync mode; with N asynchronous workers 1 - 0.1 * N, floored at 0 (and past "
                    "the floor the learning rate is divided by 0.1 * N), because stale updates add momentum "
                    "of their own.", lower_bound=0.0, upper_bound=0.999)
+
+# ---------------------------------------------------------------- a run that is not learning
 flags.DEFINE_enum("not_learning", TRAIN.not_learning, ["stop", "warn", "off"],
                   "When a worker's training loss stays at chance level (the entropy of the labels it "
                   "saw) for 3 log intervals after a warm-up (a fifth of --train_steps): 'stop' exits 1 "
                   "with the likely cause, 'warn' logs it and trains on.")
+
+# ---------------------------------------------------------------- synchronous training
 flags.DEFINE_boolean("sync_replicas", TRAIN.sync_replicas,
                      "Synchronous training: average gradients of all workers each step.")
 flags.DEFINE_integer("replicas_to_aggregate", None,
                      "With --sync_replicas: gradients per step; fewer than the workers "
                      "makes the rest backup workers. Default: every worker.", lower_bound=1)
+
+# ---------------------------------------------------------------- speed levers (training/step/)
 flags.DEFINE_enum("wire_dtype", TRAIN.wire_dtype, ["float32", "bfloat16", "float16"],
                   "Precision of variables and gradients on the wire between workers and ps tasks; the ps "
                   "keeps float32 master copies. bfloat16 halves the bytes of dense variables.")
@@ -113,7 +124,6 @@ flags.DEFINE_integer("local_steps", TRAIN.local_steps,
                      "variables, in one session.run, then adds its change, divided by the number of workers, "
                      "to the ps and fetches fresh values (Downpour SGD, averaged): one round trip per N batches. "
                      "A global step still counts one batch. 1: a round trip every step.", lower_bound=1)
-flags.DEFINE_integer("seed", TRAIN.seed, "Seed for initializers, data generation and shuffling.")
 
 # ---------------------------------------------------------------- checkpoints and logs
 flags.DEFINE_string("model_dir", None, "Directory for checkpoints and summaries; workers resume from it.")

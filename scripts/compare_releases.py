@@ -88,7 +88,8 @@ def main(argv):
                 time.sleep(1)
     print("\nmedians (s)       whole  start-up   steps     end")
     for name, timings in results.items():
-        medians = [statistics.median(getattr(t, field) for t in timings) for field in ("whole", "startup", "steps", "end")]
+        medians = [statistics.median(getattr(t, field) for t in timings)
+                   for field in ("whole", "startup", "steps", "end")]
         print(f"{name:9s} {trees[name].name[:6]:>6s}  " + "  ".join(f"{m:7.1f}" for m in medians))
 
 

@@ -4,6 +4,9 @@ Every test says its tier with exactly one marker (setup.cfg lists them): pure, i
 The fast loop for everyday work is `pytest -m "not e2e"`.
 """
 
+import socket
+import subprocess
+
 import pytest
 
 from launch.processes import LocalCluster
@@ -18,6 +21,22 @@ def pytest_collection_modifyitems(items):
     if wrong:
         raise pytest.UsageError("every test needs exactly one tier marker (" + ", ".join(TIERS) + "):\n  "
                                 + "\n  ".join(wrong))
+
+
+@pytest.fixture(autouse=True)
+def pure_tests_stay_pure(request, monkeypatch):
+    """A pure test looks no name up and starts no process: each fails it, naming what it did."""
+    if request.node.get_closest_marker("pure") is None:
+        return
+
+    def refuse(what):
+        def refused(*args, **kwargs):
+            raise AssertionError(f"a pure test may not {what}: give it a fake, or mark the test inprocess or e2e")
+        return refused
+
+    monkeypatch.setattr(socket, "getaddrinfo", refuse("look a name up (socket.getaddrinfo)"))
+    monkeypatch.setattr(socket, "gethostbyname", refuse("look a name up (socket.gethostbyname)"))
+    monkeypatch.setattr(subprocess, "Popen", refuse("start a process (subprocess.Popen)"))
 
 
 @pytest.fixture

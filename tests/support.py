@@ -22,8 +22,12 @@ from cluster import spec
 from flags import config as flag_config
 from flags import definitions  # noqa: F401  (defines the trainer's flags)
 from input import synthetic, tfrecord
+from training import graph as train_graph
+from training import hooks as training_hooks
 from training import log_lines
+from training.config import RunConfig, TrainConfig
 
+v1 = tf.compat.v1
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TRAINER = ROOT / "trainer.py"
 SCRIPTS = ROOT / "scripts"
@@ -132,6 +136,47 @@ def in_process_cluster(num_workers: int = 1, num_ps: int = 1):
     hosts = {job.name: tuple(job.tasks[i] for i in sorted(job.tasks)) for job in workers[0].server_def.cluster.job}
     configs = [spec.ClusterConfig(hosts["ps"], hosts["worker"], "worker", i) for i in range(num_workers)]
     return workers, ps_servers, configs
+
+
+def train_one_worker(tmp_path, data_cfg, model_cfg, steps_per_run, train_steps, wire_dtype="float32", cluster=None,
+          local_steps=1, optimizer="momentum"):
+    """Trains to train_steps in a MonitoredTrainingSession, in this process or as the one worker of
+    `cluster` (a ClusterConfig, server target); returns the steps each run took, the global step
+    after each, the progress hook, the checkpoint steps kept and the number of variables."""
+    cluster_cfg, target = cluster or (spec.ClusterConfig(), "")
+    cfg = RunConfig(cluster_cfg, TrainConfig(train_steps=train_steps, steps_per_run=steps_per_run, batch_size=32,
+                                             learning_rate=0.1, wire_dtype=wire_dtype,
+                                             local_steps=local_steps, optimizer=optimizer),
+                    model_cfg, data_cfg)
+    runs = []
+    with tf.Graph().as_default():
+        graph = train_graph.build_graph(cfg)
+        progress = training_hooks.ProgressHook("local:0", graph.loss, graph.accuracy, train_steps, 32, every_n=20,
+                                               steps_done=graph.steps_done, steps_per_run=steps_per_run)
+        global_step = v1.train.get_global_step()
+        with v1.train.MonitoredTrainingSession(master=target, checkpoint_dir=str(tmp_path),
+                                               hooks=graph.hooks + [progress],
+                                               save_checkpoint_steps=20, save_summaries_steps=None,
+                                               save_summaries_secs=None, log_step_count_steps=0) as sess:
+            while not sess.should_stop():
+                if graph.steps_done is None:
+                    sess.run(graph.train_op)
+                    done = 1
+                else:  # train_op is the loop; steps_done, its count
+                    done = sess.run(graph.steps_done)
+                reached = sess.run_step_fn(lambda step_context: step_context.session.run(global_step))
+                runs.append((int(done), int(reached)))
+        variables = len(v1.global_variables())
+    state = v1.train.get_checkpoint_state(str(tmp_path))
+    saved = sorted(int(path.split("-")[-1]) for path in state.all_model_checkpoint_paths)
+    return runs, progress, saved, variables
+
+
+def join_all(threads, timeout=30):
+    """Joins each thread, failing the test if one is still running after `timeout` s."""
+    for thread in threads:
+        thread.join(timeout)
+        assert not thread.is_alive(), "a sync step did not finish"
 
 
 # ---------------------------------------------------------------- data files

@@ -9,7 +9,7 @@ import pytest
 
 from input import download
 
-pytestmark = pytest.mark.pure
+pytestmark = pytest.mark.inprocess  # a real HTTP server on loopback, in this process
 
 FILES = {"train-images-idx3-ubyte.gz": bytes(range(256)) * 40, "train-labels-idx1-ubyte.gz": b"labels" * 100,
          "t10k-images-idx3-ubyte.gz": b"images" * 50, "t10k-labels-idx1-ubyte.gz": b"t10k"}

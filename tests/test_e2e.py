@@ -158,7 +158,7 @@ def test_a_ps_stopped_by_sigterm_exits_cleanly(make_cluster):
 
 def test_a_bad_flag_exits_non_zero_with_its_message():
     result = run_trainer("--ps_hosts=ps0", "--worker_hosts=w0:2222", "--job_name=ps")
-    assert result.returncode != 0
+    assert result.returncode == exit_codes.FAILED  # README: 1, an error with its one-line reason
     assert "--ps_hosts: 'ps0' is not host:port" in result.stderr
     assert "Traceback" not in result.stderr
     # TensorFlow's C++ start-up notices are held back: the usage and the error are what a user reads.

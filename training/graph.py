@@ -63,7 +63,7 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
     device = placement.device_setter(cluster) if cluster.is_distributed else None
     with v1.device(device):
         global_step = v1.train.get_or_create_global_step()
-        shard = inputs.Shard(cluster.replica_index, cluster.num_workers)
+        shard = inputs.Shard(cluster.replica_index, cluster.num_replicas)
         batches = v1.data.make_one_shot_iterator(inputs.batches(cfg.data, shard, train.batch_size))
         reader, getter = step.reader_and_getter(lever, cluster, train)
         data_spec = inputs.spec(cfg.data)

@@ -2,8 +2,8 @@
 MonitoredTrainingSession to --train_steps, through ps restarts and sessions that end early."""
 
 import os
-import threading
 import time
+from typing import NamedTuple
 
 import tensorflow as tf
 from absl import logging
@@ -69,7 +69,7 @@ def _training_over(sess, uninitialized_names, global_step, train_cfg) -> int | N
         step = int(sess.run(global_step))
         if step >= train_cfg.train_steps:
             return step
-    return shutdown.finished_step(train_cfg.model_dir, 0, train_cfg.train_steps)
+    return shutdown.chief_finished_step(train_cfg.model_dir, train_cfg.train_steps)
 
 
 def wait_for_ps(cluster, timeout_secs):
@@ -80,18 +80,55 @@ def wait_for_ps(cluster, timeout_secs):
         raise TrainingError(str(err)) from None
 
 
+class WorkerHooks(NamedTuple):
+    """The session hooks of this worker, with the ones its training loop reads back."""
+    all: list
+    progress: training_hooks.ProgressHook
+    stall_watchdog: watchdog.StallWatchdog
+    not_learning: learning.NotLearningHook | None
+
+
 def train(cfg, server=None, stop=None) -> training_hooks.ProgressHook:
     """Trains to --train_steps, or until `stop` (a Preemption) is requested; returns the progress
     hook with the final step, loss and accuracy."""
     cluster, train_cfg = cfg.cluster, cfg.train
     graph = train_graph.build_graph(cfg, stop.requested.is_set if stop else None)
+    log_startup(cfg)
+    hooks = make_hooks(cfg, graph, stop)
+    if cluster.is_distributed:
+        wait_for_ps(cluster, train_cfg.startup_timeout_secs)
+    if cluster.is_chief:
+        checkpoints.remove_interrupted_saves(train_cfg.model_dir, cluster.task_name)
+        run_record.write(cfg)
+    try:
+        train_until_done(cfg, server.target if server else "", graph, hooks, stop)
+    except tf.errors.InvalidArgumentError as err:
+        error = _training_error(err, cluster, train_cfg, hooks.progress)
+        if error is None:
+            raise
+        raise error from None
+    finally:
+        hooks.stall_watchdog.stop()
+    if hooks.not_learning and hooks.not_learning.failure:
+        raise TrainingError(hooks.not_learning.failure)
+    return hooks.progress
+
+
+def log_startup(cfg) -> None:
+    """What this worker trains with: where the variables went (the chief), the momentum, the data."""
+    cluster = cfg.cluster
     if cluster.is_chief and cluster.is_distributed:
         report = ", ".join(f"{dev} {size / 2**20:.2f} MiB"
                            for dev, size in placement.bytes_per_ps(v1.get_default_graph()).items())
         logging.info("%s: variables placed: %s", cluster.task_name, report)
-    log_momentum(cluster.task_name, train_cfg)
+    log_momentum(cluster.task_name, cfg.train)
     logging.info("%s: reading %s", cluster.task_name,
-                 inputs.describe(cfg.data, inputs.Shard(cluster.replica_index, cluster.num_workers)))
+                 inputs.describe(cfg.data, inputs.Shard(cluster.replica_index, cluster.num_replicas)))
+
+
+def make_hooks(cfg, graph, stop=None) -> WorkerHooks:
+    """The step's own hooks, then progress, the stall watchdog, preemption, not-learning, profiling."""
+    cluster, train_cfg = cfg.cluster, cfg.train
     task_dir = cluster.task_name.replace(":", "_")
     progress = training_hooks.ProgressHook(
         cluster.task_name, graph.loss, graph.accuracy, train_cfg.train_steps,
@@ -99,16 +136,9 @@ def train(cfg, server=None, stop=None) -> training_hooks.ProgressHook:
         train_cfg.log_every_n_steps, summary_dir=os.path.join(train_cfg.model_dir, "workers", task_dir),
         steps_done=graph.steps_done, steps_per_run=train_cfg.steps_per_run,
         measure_staleness=cluster.is_distributed and not train_cfg.sync_replicas)
-    target = server.target if server else ""
-    config = spec.session_config(cluster)
-    if cluster.is_distributed:
-        wait_for_ps(cluster, train_cfg.startup_timeout_secs)
-    if cluster.is_chief:
-        checkpoints.remove_interrupted_saves(train_cfg.model_dir, cluster.task_name)
-        run_record.write(cfg)
     stall_watchdog = watchdog.StallWatchdog(
         cluster.task_name,
-        watchdog.stall_cause(train_cfg.sync_replicas, train_cfg.replicas_to_aggregate, cluster.num_workers),
+        watchdog.stall_cause(train_cfg.sync_replicas, train_cfg.replicas_to_aggregate, cluster.num_replicas),
         train_cfg.stall_warning_secs, train_cfg.stall_timeout_secs)
     hooks = graph.hooks + [progress, stall_watchdog] + ([preemption.PreemptionHook(stop)] if stop else [])
     not_learning = None
@@ -122,40 +152,37 @@ def train(cfg, server=None, stop=None) -> training_hooks.ProgressHook:
     if train_cfg.profile_steps:
         hooks.append(training_hooks.ProfileHook(cluster.task_name, *train_cfg.profile_steps,
                                                 os.path.join(train_cfg.model_dir, "profile", task_dir)))
+    return WorkerHooks(hooks, progress, stall_watchdog, not_learning)
+
+
+def train_until_done(cfg, target, graph, hooks: WorkerHooks, stop=None) -> None:
+    """Sessions one after another until the global step reaches --train_steps, a stop is requested or
+    the run is found not learning: a session ends early when a ps restarts or the input ends."""
+    cluster, train_cfg, progress = cfg.cluster, cfg.train, hooks.progress
+    config = spec.session_config(cluster)
     scaffold = v1.train.Scaffold(saver=graph.saver)
     early_ends = 0
-    try:
-        while True:
-            start_step = progress.global_step
-            if not _train_in_session(cfg, target, config, graph, scaffold, hooks, progress):
-                logging.info("%s: the variables on the ps are not initialized (did a ps task restart?); "
-                             "waiting for the chief to restore them", cluster.task_name)
-                continue
-            if ((stop and stop.requested.is_set()) or (not_learning and not_learning.failure)
-                    or progress.global_step >= train_cfg.train_steps):
-                break
-            # Only the global step says training is over. A session can end short of it with no
-            # error: an OutOfRangeError (a closed queue, an input that ran out) ends a
-            # MonitoredSession as cleanly as the last step does.
-            early_ends = early_ends + 1 if progress.global_step == start_step else 0
-            if early_ends >= MAX_EARLY_ENDS:
-                raise TrainingError(
-                    f"{cluster.task_name}: {early_ends} sessions in a row ended at global step "
-                    f"{progress.global_step} with no step done, short of --train_steps={train_cfg.train_steps} "
-                    "(an input that ends, or a queue closed); giving up")
-            logging.warning("%s: the session ended at global step %s, short of --train_steps=%d; starting a "
-                            "new one", cluster.task_name, progress.global_step, train_cfg.train_steps)
-            time.sleep(CHIEF_POLL_SECS)
-    except tf.errors.InvalidArgumentError as err:
-        error = _training_error(err, cluster, train_cfg, progress)
-        if error is None:
-            raise
-        raise error from None
-    finally:
-        stall_watchdog.stop()
-    if not_learning and not_learning.failure:
-        raise TrainingError(not_learning.failure)
-    return progress
+    while True:
+        start_step = progress.global_step
+        if not _train_in_session(cfg, target, config, graph, scaffold, hooks.all, progress):
+            logging.info("%s: the variables on the ps are not initialized (did a ps task restart?); "
+                         "waiting for the chief to restore them", cluster.task_name)
+            continue
+        if ((stop and stop.requested.is_set()) or (hooks.not_learning and hooks.not_learning.failure)
+                or progress.global_step >= train_cfg.train_steps):
+            return
+        # Only the global step says training is over. A session can end short of it with no
+        # error: an OutOfRangeError (a closed queue, an input that ran out) ends a
+        # MonitoredSession as cleanly as the last step does.
+        early_ends = early_ends + 1 if progress.global_step == start_step else 0
+        if early_ends >= MAX_EARLY_ENDS:
+            raise TrainingError(
+                f"{cluster.task_name}: {early_ends} sessions in a row ended at global step "
+                f"{progress.global_step} with no step done, short of --train_steps={train_cfg.train_steps} "
+                "(an input that ends, or a queue closed); giving up")
+        logging.warning("%s: the session ended at global step %s, short of --train_steps=%d; starting a "
+                        "new one", cluster.task_name, progress.global_step, train_cfg.train_steps)
+        time.sleep(CHIEF_POLL_SECS)
 
 
 def log_momentum(task_name, train_cfg):
@@ -254,9 +281,8 @@ def run(cfg, server=None) -> int:
                             f"short of --train_steps={cfg.train.train_steps}")
     signalled = True
     if server is not None:
-        shutdown.mark_done(cfg.train.model_dir, cfg.cluster.replica_index, progress.global_step,
-                           cfg.train.train_steps)
-        signalled = _signal_done_bounded(server, cfg.cluster)
+        signalled = shutdown.report_done(server, cfg.cluster, cfg.train.model_dir, progress.global_step,
+                                         cfg.train.train_steps)
     held_out = {}
     if cfg.cluster.is_chief:
         final_checkpoint = tf.train.latest_checkpoint(cfg.train.model_dir)
@@ -291,20 +317,3 @@ def _final_evaluation(cfg, checkpoint) -> dict[str, str]:
 
 def _fmt(value, digits):
     return "n/a" if value is None else f"{value:.{digits}f}"
-
-
-def _signal_done_bounded(server, cluster, timeout_secs=30.0) -> bool:
-    """Tells the ps tasks this worker is done; False if that is still under way after the timeout.
-
-    A session to a ps that is gone can wait long in creation; never let that keep a worker alive.
-    The ps tasks also read the done mark in model_dir, so one that missed this is not left waiting.
-    """
-    thread = threading.Thread(target=shutdown.signal_worker_done, args=(server, cluster, timeout_secs),
-                              daemon=True)
-    thread.start()
-    thread.join(timeout_secs + 5)
-    if thread.is_alive():
-        logging.warning("%s: gave up telling the ps tasks it is done (they read its mark in model_dir)",
-                        cluster.task_name)
-        return False
-    return True

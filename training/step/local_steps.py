@@ -93,7 +93,7 @@ def slots_stay_local(next_creator, **kwargs):
 
 
 def reader(cluster, train) -> LocalCopies:
-    return LocalCopies(cluster.compute_device() if cluster.is_distributed else None, cluster.num_workers)
+    return LocalCopies(cluster.compute_device() if cluster.is_distributed else None, cluster.num_replicas)
 
 
 def build(ctx: StepContext) -> Step:

@@ -35,14 +35,14 @@ ROUND_POLL_SECS = 0.05
 
 def wrap_optimizer(optimizer, cluster, train):
     return v1.train.SyncReplicasOptimizer(optimizer, replicas_to_aggregate=train.replicas_to_aggregate,
-                                          total_num_replicas=cluster.num_workers)
+                                          total_num_replicas=cluster.num_replicas)
 
 
 def hooks(sync_optimizer, train_op, cluster, train, stop_requested=None):
     """(hooks of every worker, hooks of the chief only) for a train op built with a wrapped optimizer;
     `stop_requested()` ends a worker's wait for a round that is missing a peer's gradient."""
     every_worker = [SyncReplicasHook(sync_optimizer, cluster.is_chief, num_tokens=0, train_op=train_op,
-                                     num_workers=cluster.num_workers, replica_index=cluster.replica_index,
+                                     num_workers=cluster.num_replicas, replica_index=cluster.replica_index,
                                      stop_requested=stop_requested)]
     chief_only = [CloseQueueAtEndHook(sync_optimizer._sync_token_queue,  # pylint: disable=protected-access
                                       train.train_steps)]
