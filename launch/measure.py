@@ -135,7 +135,7 @@ def round_trips(cfg) -> RoundTrips:
             sess.run([v1.global_variables_initializer()])
             sess.run([v1.local_variables_initializer(), v1.tables_initializer()])
             metadata = v1.RunMetadata()
-            sess.run(graph.train_op, options=v1.RunOptions(output_partition_graphs=True), run_metadata=metadata)
+            sess.run(graph.step.train_op, options=v1.RunOptions(output_partition_graphs=True), run_metadata=metadata)
     own = "/job:worker/replica:0/task:0"
     run_graph, recv = 0, 0
     for partition in metadata.partition_graphs:

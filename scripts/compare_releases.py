@@ -2,15 +2,15 @@
 """Times the same training job from two checkouts of ps-trainer, interleaved, and prints the phases.
 
     git worktree add /tmp/last-release <commit>
-    python scripts/compare_releases.py --baseline=/tmp/last-release --repetitions=2
+    python scripts/compare_releases.py --baselines=/tmp/last-release --repetitions=2
 
-Each repetition runs the job once from --baseline and once from --candidate (default: this tree), one
-after the other, so that machine noise hits both alike. The job is real processes on 127.0.0.1
+Each repetition runs the job once from each of --baselines and once from --candidate (default: this
+tree), one after the other, so that machine noise hits them all alike. The job is real processes on 127.0.0.1
 (default: 1 ps + 2 async workers, 3,000 steps of the default MLP at batch 128). For each run it
 prints the whole job (launch to every process gone) and its three phases, read from the chief's
-log: start-up (launch to the first step), the steps (first step to the progress line at
---train_steps) and the end (that line to every process gone: the ps shutdown, the export, the
-held-out figure). Both trees run with this Python, so they share one TensorFlow.
+log: start-up (launch to the first step), the steps (first step to its last progress line, within
+--log_every_n_steps of --train_steps) and the end (that line to every process gone: the last steps,
+the ps shutdown, the export, the held-out figure). Both trees run with this Python, so they share one TensorFlow.
 """
 
 import dataclasses
@@ -27,8 +27,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 from launch.processes import LocalCluster  # noqa: E402
 from training import log_lines  # noqa: E402
 
-flags.DEFINE_string("baseline", None, "A checkout of the release to compare with (e.g. a git worktree).",
-                    required=True)
+flags.DEFINE_list("baselines", None, "Checkouts of the releases to compare with (e.g. git worktrees).",
+                  required=True)
 flags.DEFINE_string("candidate", str(pathlib.Path(__file__).resolve().parent.parent), "The checkout to compare.")
 flags.DEFINE_integer("repetitions", 2, "Runs of each tree.", lower_bound=1)
 flags.DEFINE_integer("num_workers", 2, "Workers of the job (with one ps).", lower_bound=1)
@@ -69,28 +69,31 @@ def run_once(tree: pathlib.Path, run_dir: pathlib.Path) -> Timing:
         raise SystemExit(f"{tree}: a task did not exit 0 ({codes}); logs in {run_dir}")
     steps = log_lines.steps(cluster.log("worker", 0))
     first = next(step for step in steps if step.first)
-    last = next(step for step in steps if step.step >= FLAGS.train_steps)
+    last = steps[-1]  # the last progress line: within --log_every_n_steps of --train_steps
     return Timing(whole=(gone - launched).total_seconds(), startup=(first.time - launched).total_seconds(),
                   steps=(last.time - first.time).total_seconds(), end=(gone - last.time).total_seconds())
 
 
 def main(argv):
     del argv
-    trees = {"baseline": pathlib.Path(FLAGS.baseline).resolve(), "candidate": pathlib.Path(FLAGS.candidate).resolve()}
+    trees = {f"baseline{i}": pathlib.Path(path).resolve() for i, path in enumerate(FLAGS.baselines)}
+    trees["candidate"] = pathlib.Path(FLAGS.candidate).resolve()
     results = {name: [] for name in trees}
     with tempfile.TemporaryDirectory(prefix="compare-releases-") as work:
         for repetition in range(FLAGS.repetitions):
             for name, tree in trees.items():
                 timing = run_once(tree, pathlib.Path(work) / f"{name}-{repetition}")
                 results[name].append(timing)
-                print(f"{name:9s} run {repetition + 1}: whole {timing.whole:6.1f} s  start-up {timing.startup:5.1f} s"
+                print(f"{name:10s} run {repetition + 1}: whole {timing.whole:6.1f} s  start-up {timing.startup:5.1f} s"
                       f"  steps {timing.steps:6.1f} s  end {timing.end:5.1f} s", flush=True)
                 time.sleep(1)
+    for name, tree in trees.items():
+        print(f"{name}: {tree}")
     print("\nmedians (s)       whole  start-up   steps     end")
     for name, timings in results.items():
         medians = [statistics.median(getattr(t, field) for t in timings)
                    for field in ("whole", "startup", "steps", "end")]
-        print(f"{name:9s} {trees[name].name[:6]:>6s}  " + "  ".join(f"{m:7.1f}" for m in medians))
+        print(f"{name:16s} " + "  ".join(f"{m:7.1f}" for m in medians))
 
 
 if __name__ == "__main__":

@@ -9,10 +9,10 @@ import subprocess
 
 import pytest
 
-from launch.processes import LocalCluster
-from tests.support import FAST_ARGS
-
 TIERS = ("pure", "inprocess", "e2e")
+# The order tests start in: the longest first, so that the suite's two processes (pytest-xdist) end
+# together on short tests instead of one waiting on a drill started last.
+START_ORDER = ("drill", "e2e", "inprocess", "pure")
 
 
 def pytest_collection_modifyitems(items):
@@ -21,6 +21,7 @@ def pytest_collection_modifyitems(items):
     if wrong:
         raise pytest.UsageError("every test needs exactly one tier marker (" + ", ".join(TIERS) + "):\n  "
                                 + "\n  ".join(wrong))
+    items.sort(key=lambda item: next(i for i, name in enumerate(START_ORDER) if item.get_closest_marker(name)))
 
 
 @pytest.fixture(autouse=True)
@@ -42,6 +43,9 @@ def pure_tests_stay_pure(request, monkeypatch):
 @pytest.fixture
 def make_cluster(tmp_path):
     """Factory of LocalClusters under tmp_path; every one is stopped at teardown, whatever happened."""
+    # Imported here: pytest-xdist's controller loads this file too, and needs no TensorFlow.
+    from launch.processes import LocalCluster  # pylint: disable=import-outside-toplevel
+    from tests.support import FAST_ARGS  # pylint: disable=import-outside-toplevel
     clusters = []
 
     def make(num_ps=1, num_workers=2, trainer_args=(), name="run", **options):

@@ -151,19 +151,20 @@ def train_one_worker(tmp_path, data_cfg, model_cfg, steps_per_run, train_steps, 
     runs = []
     with tf.Graph().as_default():
         graph = train_graph.build_graph(cfg)
-        progress = training_hooks.ProgressHook("local:0", graph.loss, graph.accuracy, train_steps, 32, every_n=20,
-                                               steps_done=graph.steps_done, steps_per_run=steps_per_run)
+        step = graph.step
+        progress = training_hooks.ProgressHook("local:0", step.metrics.loss, step.metrics.accuracy, train_steps, 32,
+                                               every_n=20, steps_done=step.steps_done, steps_per_run=steps_per_run)
         global_step = v1.train.get_global_step()
         with v1.train.MonitoredTrainingSession(master=target, checkpoint_dir=str(tmp_path),
-                                               hooks=graph.hooks + [progress],
+                                               hooks=step.hooks + [progress],
                                                save_checkpoint_steps=20, save_summaries_steps=None,
                                                save_summaries_secs=None, log_step_count_steps=0) as sess:
             while not sess.should_stop():
-                if graph.steps_done is None:
-                    sess.run(graph.train_op)
+                if step.steps_done is None:
+                    sess.run(step.train_op)
                     done = 1
                 else:  # train_op is the loop; steps_done, its count
-                    done = sess.run(graph.steps_done)
+                    done = sess.run(step.steps_done)
                 reached = sess.run_step_fn(lambda step_context: step_context.session.run(global_step))
                 runs.append((int(done), int(reached)))
         variables = len(v1.global_variables())

@@ -140,15 +140,17 @@ def test_a_ps_that_never_comes_up_is_named_after_the_timeout(make_cluster):
             "is that task running") in cluster.log("worker", 0)
 
 
+@pytest.mark.drill
 @pytest.mark.e2e
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize("mode", ["async", "sync"])
 def test_random_kills_of_any_task_for_40_s_end_trained_to_the_last_step(tmp_path, mode):
     # Sync chaos found the faults of issue 10 one by one; it is in the suite since it passed a
     # 15-minute soak (inject_fault.py --chaos_secs=900 --num_ps=2 -- --sync_replicas).
-    # Enough to outlast the kills on two busy cores: a sync run reaches about a third of its 1,800
-    # rounds in the 40 s of kills, an async run about half of its 2,500 steps.
-    steps = 1800 if mode == "sync" else 2500
+    # Enough to outlast the kills on two busy cores: a sync run reaches about 600 rounds in the 40 s
+    # of kills (half of its 1,200), an async run about 1,250 steps (two thirds of its 1,800); the
+    # rest is trained after the kills, so no more of it is needed.
+    steps = 1200 if mode == "sync" else 1800
     report = inject(tmp_path, "--chaos_secs=40", "--chaos_interval_secs=4,9", "--num_ps=2", "--seed=3",
                     f"--train_steps={steps}", timeout_secs=300,
                     trainer_args=["--sync_replicas"] if mode == "sync" else [])
@@ -275,7 +277,8 @@ def test_the_chief_restores_only_lost_state_and_then_clears_what_a_restore_makes
         v1.add_to_collection(checkpoints.RESET_AFTER_RESTORE, marks.initializer)
         saver = checkpoints.LiveStateSaver(checkpoints.report_uninitialized())
         with v1.Session() as sess:
-            sess.run([v1.global_variables_initializer(), marks.initializer, step.assign(7)])
+            sess.run([v1.global_variables_initializer(), marks.initializer])
+            sess.run(step.assign(7))  # after the initializer: in one run their order is not defined
             path = saver.save(sess, str(tmp_path / "model.ckpt"), global_step=step)
             sess.run([step.assign(9), marks.assign([9, 9])])
             saver.restore(sess, path)  # every variable is there: the live state stays

@@ -71,7 +71,7 @@ def test_a_sparse_model_added_in_one_module_trains_its_declared_wide_part_with_f
             sess.run(v1.global_variables_initializer())
             before = sess.run(wide)
             for _ in range(5):
-                sess.run(graph.train_op)
+                sess.run(graph.step.train_op)
             assert any(np.any(after != start) for after, start in zip(sess.run(wide), before))
 
 

@@ -141,6 +141,7 @@ def finish(tasks, logs, secs=200):
     return text
 
 
+@pytest.mark.drill
 @pytest.mark.parametrize("host, sync", [(2, False), (0, True)], ids=["worker-link-async", "ps-link-sync"])
 def test_a_host_cut_off_for_20_s_heals_without_a_restart(tmp_path, hosts, host, sync):
     """Host 0 runs the ps, hosts 1 and 2 the workers (worker 1 on host 2). Its link goes down for 20 s
@@ -168,6 +169,7 @@ def test_a_host_cut_off_for_20_s_heals_without_a_restart(tmp_path, hosts, host, 
         assert "no training step completed for" in text["worker-0"]
 
 
+@pytest.mark.drill
 def test_a_reset_lost_on_the_wire_does_not_stall_a_waiting_worker(tmp_path, hosts):
     """A half-open connection: worker 1 waits (sync) for the chief, which is paused; the ps drops its
     connections to worker 1 while its own link is down, so the resets never arrive. TCP sends

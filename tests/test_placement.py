@@ -27,7 +27,7 @@ def training_graph(num_ps, model_cfg=model.ModelConfig(), sync=False, wire_dtype
     graph = tf.Graph()
     with graph.as_default():
         built = train_graph.build_graph(cfg)
-    for hook in built.hooks:
+    for hook in built.step.hooks:
         if isinstance(hook, sync_training.SyncReplicasHook):
             # Never run: placement tests have no session. Say so, or TF logs it at exit.
             hook._optimizer.ready_for_local_init_op.mark_used()  # pylint: disable=protected-access

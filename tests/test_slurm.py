@@ -23,7 +23,7 @@ import tensorflow as tf
 from tests.support import ROOT, SCRIPTS, stop_process_group
 from training import log_lines
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("slurm")]  # one real Slurm at a time
 DAEMONS = ("munged", "slurmctld", "slurmd")
 
 

@@ -26,6 +26,8 @@ v1 = tf.compat.v1
 LEARNING_RATE = 0.5
 INITIAL = [1.0, 2.0]
 GRADIENTS = [[0.1, 0.3], [0.5, 0.7], [10.0, 20.0]]
+# How long a test waits to see that a wrong step does not happen: an in-process step takes milliseconds.
+NOTHING_HAPPENS_SECS = 1.5
 
 
 class Replica:
@@ -133,7 +135,7 @@ def test_a_sync_step_applies_the_exact_average_of_the_gradients(sync_cluster):
 def test_the_chief_cannot_complete_a_step_alone(sync_cluster):
     chief, other = sync_cluster(workers=2, replicas_to_aggregate=2)
     chief_thread, outcome = chief.step_in_thread()
-    time.sleep(3)
+    time.sleep(NOTHING_HAPPENS_SECS)
     assert chief_thread.is_alive() and "result" not in outcome
     assert chief.read()[0] == 0
     join_all([other.step_in_thread()[0], chief_thread])
@@ -147,7 +149,7 @@ def test_a_spare_token_does_not_let_the_chief_fill_a_round_alone(sync_cluster):
     # The chief sends its round-1 gradient and takes the spare token: a second gradient from it would
     # complete round 1 alone. It gives the token back and waits for the other worker instead.
     chief_thread, _ = chief.step_in_thread()
-    time.sleep(3)
+    time.sleep(NOTHING_HAPPENS_SECS)
     assert chief_thread.is_alive() and chief.read()[0] == 1
     join_all([other.step_in_thread()[0], chief_thread])
     step, value = chief.read()
@@ -166,7 +168,7 @@ def test_a_worker_restarted_after_pushing_its_gradient_counts_once_in_that_round
     restarted = other.restarted()
     try:
         again, _ = restarted.step_in_thread()
-        time.sleep(3)  # a second round-0 gradient from it would complete round 0 without the chief's
+        time.sleep(NOTHING_HAPPENS_SECS)  # a second round-0 gradient from it would complete round 0 without the chief's
         assert again.is_alive() and chief.read()[0] == 0
         join_all([chief.step_in_thread()[0], again])
     finally:
@@ -193,7 +195,7 @@ def test_a_worker_waiting_for_a_token_is_released_when_the_chief_ends_at_the_las
     chief, other = sync_cluster(workers=2, replicas_to_aggregate=2, train_steps=1)
     join_all([chief.step_in_thread()[0], other.step_in_thread()[0]])  # round 0: the global step is 1, the last
     waiting, outcome = other.step_in_thread(hooks=False)  # a gradient for a round that will never come
-    time.sleep(2)
+    time.sleep(NOTHING_HAPPENS_SECS)
     assert waiting.is_alive()
     started = time.monotonic()
     chief.close()
@@ -209,7 +211,7 @@ def test_a_chief_that_ends_short_of_the_last_step_leaves_the_token_queue_open(sy
     waiting, outcome = other.step_in_thread()
     time.sleep(2)
     chief.close()  # as a chief preempted, or whose session failed, at global step 0
-    time.sleep(3)
+    time.sleep(NOTHING_HAPPENS_SECS)
     assert waiting.is_alive() and "result" not in outcome
     other.run(other.leave_spare_token)  # the queue still takes tokens (a new chief's), and the worker goes on
     join_all([waiting], timeout=15)
@@ -225,8 +227,9 @@ def test_the_hooks_build_their_ops_once_so_a_second_session_works_in_a_finalized
     graph = tf.Graph()
     with graph.as_default():
         built = train_graph.build_graph(cfg)
-        not_learning = learning.NotLearningHook("worker:0", built.loss, built.labels, 10, 10, 0, "stop", "")
-        hooks = built.hooks + built.chief_only_hooks + [not_learning]
+        not_learning = learning.NotLearningHook("worker:0", built.step.metrics.loss, built.step.labels, 10, 10, 0,
+                                                "stop", "")
+        hooks = built.step.hooks + built.step.chief_only_hooks + [not_learning]
         for hook in hooks:
             hook.begin()
         graph.finalize()
@@ -258,7 +261,7 @@ def test_a_cancelled_step_starts_a_new_session_and_training_reaches_its_end(tmp_
 
     def build_with_cancel(cfg, stop=None):
         graph = build(cfg, stop)
-        return graph._replace(step=graph.step._replace(hooks=[*graph.hooks, cancel]))
+        return graph._replace(step=graph.step._replace(hooks=[*graph.step.hooks, cancel]))
 
     monkeypatch.setattr(train_graph, "build_graph", build_with_cancel)
     cfg = RunConfig(

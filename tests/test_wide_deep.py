@@ -52,10 +52,10 @@ def bytes_per_step(model_cfg, data_cfg=CLICKS, steps=30):
         with v1.Session(workers[0].target, config=spec.session_config(hosts)) as sess:
             sess.run(v1.global_variables_initializer())
             for _ in range(10):
-                sess.run(graph.train_op)
+                sess.run(graph.step.train_op)
             before = traffic(ports)
             for _ in range(steps):
-                sess.run(graph.train_op)
+                sess.run(graph.step.train_op)
             return (traffic(ports) - before) / steps, variable_bytes
 
 

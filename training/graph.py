@@ -25,34 +25,6 @@ class TrainGraph(NamedTuple):
     # finalized, so nothing can be added later).
     uninitialized: tf.Tensor
 
-    @property
-    def train_op(self):
-        return self.step.train_op
-
-    @property
-    def loss(self):
-        return self.step.metrics.loss
-
-    @property
-    def accuracy(self):
-        return self.step.metrics.accuracy
-
-    @property
-    def hooks(self):
-        return self.step.hooks
-
-    @property
-    def chief_only_hooks(self):
-        return self.step.chief_only_hooks
-
-    @property
-    def steps_done(self):
-        return self.step.steps_done
-
-    @property
-    def labels(self):
-        return self.step.labels
-
 
 def build_graph(cfg, stop_requested=None) -> TrainGraph:
     """This replica's training graph: variables on the ps tasks, everything else on this worker.

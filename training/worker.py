@@ -131,20 +131,20 @@ def make_hooks(cfg, graph, stop=None) -> WorkerHooks:
     cluster, train_cfg = cfg.cluster, cfg.train
     task_dir = cluster.task_name.replace(":", "_")
     progress = training_hooks.ProgressHook(
-        cluster.task_name, graph.loss, graph.accuracy, train_cfg.train_steps,
+        cluster.task_name, graph.step.metrics.loss, graph.step.metrics.accuracy, train_cfg.train_steps,
         train_cfg.batch_size * train_cfg.accumulate_batches,
         train_cfg.log_every_n_steps, summary_dir=os.path.join(train_cfg.model_dir, "workers", task_dir),
-        steps_done=graph.steps_done, steps_per_run=train_cfg.steps_per_run,
+        steps_done=graph.step.steps_done, steps_per_run=train_cfg.steps_per_run,
         measure_staleness=cluster.is_distributed and not train_cfg.sync_replicas)
     stall_watchdog = watchdog.StallWatchdog(
         cluster.task_name,
         watchdog.stall_cause(train_cfg.sync_replicas, train_cfg.replicas_to_aggregate, cluster.num_replicas),
         train_cfg.stall_warning_secs, train_cfg.stall_timeout_secs)
-    hooks = graph.hooks + [progress, stall_watchdog] + ([preemption.PreemptionHook(stop)] if stop else [])
+    hooks = graph.step.hooks + [progress, stall_watchdog] + ([preemption.PreemptionHook(stop)] if stop else [])
     not_learning = None
     if train_cfg.not_learning != "off":
         not_learning = learning.NotLearningHook(
-            cluster.task_name, graph.loss, graph.labels, inputs.spec(cfg.data).num_classes,
+            cluster.task_name, graph.step.metrics.loss, graph.step.labels, inputs.spec(cfg.data).num_classes,
             every_n_runs=train_cfg.log_every_n_steps // train_cfg.steps_per_run,
             warmup_global_steps=learning.warmup_steps(train_cfg.train_steps), action=train_cfg.not_learning,
             cause=learning.likely_cause(train_cfg))
@@ -217,7 +217,7 @@ def _train_in_session(cfg, target, config, graph, scaffold, hooks, progress) -> 
                 is_chief=cluster.is_chief,
                 checkpoint_dir=train_cfg.model_dir,
                 hooks=hooks,
-                chief_only_hooks=graph.chief_only_hooks,
+                chief_only_hooks=graph.step.chief_only_hooks,
                 scaffold=scaffold,
                 save_checkpoint_steps=train_cfg.save_checkpoint_steps,
                 save_checkpoint_secs=train_cfg.save_checkpoint_secs,
@@ -235,7 +235,7 @@ def _train_in_session(cfg, target, config, graph, scaffold, hooks, progress) -> 
             # the chief's queue runner has applied that round).
             if progress.global_step < train_cfg.train_steps:
                 while not sess.should_stop():
-                    sess.run(graph.train_op)
+                    sess.run(graph.step.train_op)
     except tf.errors.DeadlineExceededError as err:
         if cluster.is_chief or SESSION_NOT_READY not in err.message:
             raise
