@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 TIERS = ("pure", "inprocess", "e2e")
-# The order tests start in: the longest first, so that the suite's two processes (pytest-xdist) end
+# The order tests start in: the longest first, so that with two processes (pytest -n 2) they end
 # together on short tests instead of one waiting on a drill started last.
 START_ORDER = ("drill", "e2e", "inprocess", "pure")
 
