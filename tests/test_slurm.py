@@ -192,6 +192,8 @@ def test_scancel_checkpoints_the_current_step_and_a_resubmission_resumes_there(s
     assert result.returncode == 0 and record["JobState"] == "COMPLETED" and record["ExitCode"] == "0:0", \
         rank_log(logs, 1)[-3000:]
     chief = rank_log(logs, 1)
-    assert f"Restoring parameters from {tmp_path / 'model' / f'model.ckpt-{step}'}" in chief
+    # The checkpoint the cancelled job registered: it holds `step`, though its name can be one less (an
+    # async peer's update can land between the save hook's read of the step and the save).
+    assert f"Restoring parameters from {checkpoint}" in chief
     # From the cancelled job's step (the other worker may step too before the chief's first line).
     assert step < log_lines.first_steps(chief)[0].step <= step + 10
