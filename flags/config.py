@@ -235,7 +235,8 @@ def read_train(f, cluster: spec.ClusterConfig, env) -> TrainConfig:
         raise app.UsageError(
             f"--replicas_to_aggregate={replicas} is larger than the {cluster.num_replicas} worker(s) "
             "in --worker_hosts: a step would wait forever; use at most that many.")
-    choice = momentum.choose(f.momentum, cluster.num_replicas, f.sync_replicas, f.local_steps, f.optimizer,
+    optimizer = f.optimizer if f["optimizer"].present else model.needs_of(f.model).default_optimizer or f.optimizer
+    choice = momentum.choose(f.momentum, cluster.num_replicas, f.sync_replicas, f.local_steps, optimizer,
                              f.learning_rate)
     learning_rate = f.learning_rate * choice.learning_rate_scale
     if f.scale_learning_rate_by_replicas and f.sync_replicas:
@@ -247,7 +248,7 @@ def read_train(f, cluster: spec.ClusterConfig, env) -> TrainConfig:
         train_steps=f.train_steps,
         batch_size=f.batch_size,
         learning_rate=learning_rate,
-        optimizer=f.optimizer if f["optimizer"].present else model.needs_of(f.model).default_optimizer or f.optimizer,
+        optimizer=optimizer,
         momentum=choice.momentum,
         momentum_choice=choice,
         not_learning=f.not_learning,
