@@ -156,7 +156,7 @@ def train_one_worker(tmp_path, data_cfg, model_cfg, steps_per_run, train_steps, 
                                                every_n=20, steps_done=step.steps_done, steps_per_run=steps_per_run)
         global_step = v1.train.get_global_step()
         with v1.train.MonitoredTrainingSession(master=target, checkpoint_dir=str(tmp_path),
-                                               hooks=step.hooks + [progress],
+                                               hooks=[*step.hooks, progress],
                                                save_checkpoint_steps=20, save_summaries_steps=None,
                                                save_summaries_secs=None, log_step_count_steps=0) as sess:
             while not sess.should_stop():

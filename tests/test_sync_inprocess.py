@@ -229,7 +229,7 @@ def test_the_hooks_build_their_ops_once_so_a_second_session_works_in_a_finalized
         built = train_graph.build_graph(cfg)
         not_learning = learning.NotLearningHook("worker:0", built.step.metrics.loss, built.step.labels, 10, 10, 0,
                                                 "stop", "")
-        hooks = built.step.hooks + built.step.chief_only_hooks + [not_learning]
+        hooks = [*built.step.hooks, *built.step.chief_only_hooks, not_learning]
         for hook in hooks:
             hook.begin()
         graph.finalize()
@@ -261,7 +261,7 @@ def test_a_cancelled_step_starts_a_new_session_and_training_reaches_its_end(tmp_
 
     def build_with_cancel(cfg, stop=None):
         graph = build(cfg, stop)
-        return graph._replace(step=graph.step._replace(hooks=[*graph.step.hooks, cancel]))
+        return graph._replace(step=graph.step._replace(hooks=(*graph.step.hooks, cancel)))
 
     monkeypatch.setattr(train_graph, "build_graph", build_with_cancel)
     cfg = RunConfig(

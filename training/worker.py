@@ -140,7 +140,7 @@ def make_hooks(cfg, graph, stop=None) -> WorkerHooks:
         cluster.task_name,
         watchdog.stall_cause(train_cfg.sync_replicas, train_cfg.replicas_to_aggregate, cluster.num_replicas),
         train_cfg.stall_warning_secs, train_cfg.stall_timeout_secs)
-    hooks = graph.step.hooks + [progress, stall_watchdog] + ([preemption.PreemptionHook(stop)] if stop else [])
+    hooks = [*graph.step.hooks, progress, stall_watchdog] + ([preemption.PreemptionHook(stop)] if stop else [])
     not_learning = None
     if train_cfg.not_learning != "off":
         not_learning = learning.NotLearningHook(
@@ -217,7 +217,7 @@ def _train_in_session(cfg, target, config, graph, scaffold, hooks, progress) -> 
                 is_chief=cluster.is_chief,
                 checkpoint_dir=train_cfg.model_dir,
                 hooks=hooks,
-                chief_only_hooks=graph.step.chief_only_hooks,
+                chief_only_hooks=list(graph.step.chief_only_hooks),
                 scaffold=scaffold,
                 save_checkpoint_steps=train_cfg.save_checkpoint_steps,
                 save_checkpoint_secs=train_cfg.save_checkpoint_secs,

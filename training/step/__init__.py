@@ -28,8 +28,9 @@ def lever(train):
 
 def reader_and_getter(chosen_lever, cluster, train):
     """(the lever's reader or None, the variable_scope custom_getter the model reads variables
-    through): the lever's own, else the wire's (clusters only: one process has no wire)."""
-    reader = chosen_lever.reader(cluster, train)
+    through): the lever's own (a lever module with a reader(cluster, train)), else the wire's
+    (clusters only: one process has no wire)."""
+    reader = chosen_lever.reader(cluster, train) if hasattr(chosen_lever, "reader") else None
     if reader is not None:
         return reader, reader.getter
     return None, wire.read_through(wire.WIRE_DTYPES[train.wire_dtype]) if cluster.is_distributed else None

@@ -28,5 +28,5 @@ class Step(NamedTuple):
     metrics: Metrics  # the (last) batch's
     labels: tf.Tensor  # the (last) batch's, for the not-learning check
     steps_done: tf.Tensor | None = None  # with several steps a run: how many this run took
-    hooks: list = []
-    chief_only_hooks: list = []
+    hooks: tuple = ()  # SessionRunHooks of every worker
+    chief_only_hooks: tuple = ()

@@ -120,4 +120,4 @@ def build(ctx: StepContext) -> Step:
             counted = ctx.global_step.assign_add(tf.cast(result.done, ctx.global_step.dtype), read_value=False)
         with tf.control_dependencies([counted]):
             done = tf.identity(result.done, name="local_steps_taken")
-    return Step(done.op, result.metrics, result.labels, done, [v1.train.StopAtStepHook(last_step=train.train_steps)])
+    return Step(done.op, result.metrics, result.labels, done, (v1.train.StopAtStepHook(last_step=train.train_steps),))

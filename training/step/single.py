@@ -9,15 +9,10 @@ from training.step.loop import Metrics
 v1 = tf.compat.v1
 
 
-def reader(cluster, train):
-    del cluster, train
-    return None
-
-
 def build(ctx: StepContext) -> Step:
     train_op, hooks, chief_only_hooks = make_train_op(ctx.first.loss, ctx.optimizer, ctx.global_step, ctx.cluster,
                                                       ctx.train, ctx.stop_requested)
-    return Step(train_op, Metrics.of(ctx.first), ctx.first_labels, None, hooks, chief_only_hooks)
+    return Step(train_op, Metrics.of(ctx.first), ctx.first_labels, None, tuple(hooks), tuple(chief_only_hooks))
 
 
 def make_train_op(loss, optimizer, global_step, cluster, train, stop_requested=None, grads_and_vars=None):

@@ -12,11 +12,6 @@ from training.step.base import Step, StepContext
 from training.step.loop import Iteration, Metrics, training_loop
 
 
-def reader(cluster, train):
-    del cluster, train
-    return None
-
-
 def build(ctx: StepContext) -> Step:
     train = ctx.train
     # A single step's update, built first, makes the optimizer's slots, which a loop body cannot; its
@@ -41,4 +36,4 @@ def build(ctx: StepContext) -> Step:
 
     result = training_loop("steps_per_run", keep_going, one_step, ctx.with_auc,
                            carried=[ctx.global_step.read_value()], carried_shapes=[tf.TensorShape([])])
-    return Step(result.done.op, result.metrics, result.labels, result.done, hooks, chief_only_hooks)
+    return Step(result.done.op, result.metrics, result.labels, result.done, tuple(hooks), tuple(chief_only_hooks))
