@@ -42,22 +42,29 @@ def startup_notices_dropped(show_all: bool):
                     sys.stderr.write(line)
 
 
+# What TensorFlow loads at import for Keras (keras.src.optimizers, or tf_keras's with TF_USE_LEGACY_KERAS)
+# to register Keras optimizers with SavedModel. It loads all of Keras 3, and matplotlib.pyplot with it
+# where matplotlib is installed: 1.2-1.6 s of CPU at every task's start (docs/speed.md) for objects no
+# task uses (the models are tf.compat.v1 variables and tf.nn ops, the export a v1 SavedModel).
+KERAS_LOADED_BY_TENSORFLOW = ("keras.src.optimizers", "tf_keras.src.optimizers")
+
+
 @contextlib.contextmanager
-def matplotlib_hidden():
-    """Keras, which `import tensorflow` loads, imports matplotlib.pyplot for its plotting helpers when
-    matplotlib is installed: 1.2-1.8 s of CPU at every task's start (docs/speed.md), for helpers no task
-    calls. While TensorFlow loads, importing matplotlib fails (Keras expects that); after, it works."""
-    hidden = "matplotlib" not in sys.modules
-    if hidden:
-        sys.modules["matplotlib"] = None  # the import system's mark for "raise ImportError"
+def keras_hidden():
+    """While TensorFlow loads, importing the Keras it loads eagerly fails (TensorFlow takes the
+    ImportError as "Keras not installed"); after, `tf.keras` and `import keras` load it as usual."""
+    hidden = [name for name in KERAS_LOADED_BY_TENSORFLOW if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # the import system's mark for "raise ImportError"
     try:
         yield
     finally:
-        if hidden and "matplotlib" in sys.modules and sys.modules["matplotlib"] is None:
-            del sys.modules["matplotlib"]
+        for name in hidden:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
 
 
-with startup_notices_dropped(show_all=os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0"), matplotlib_hidden():
+with startup_notices_dropped(show_all=os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0"), keras_hidden():
     import tensorflow as tf
     from absl import app, logging
     from absl.flags import FLAGS

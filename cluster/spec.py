@@ -1,9 +1,18 @@
-"""The cluster as plain values, and the TensorFlow objects built from it."""
+"""The cluster as plain values, and the TensorFlow objects built from it.
+
+TensorFlow is imported by the three functions that build its objects, not with this module: the
+launchers (scripts/run_ssh.py) read the jobs and addresses from here without the seconds of CPU of
+`import tensorflow`.
+"""
+
+from __future__ import annotations
 
 import dataclasses
 import os
+import typing
 
-import tensorflow as tf
+if typing.TYPE_CHECKING:
+    import tensorflow as tf
 
 PS, WORKER, CHIEF, MASTER, EVALUATOR = "ps", "worker", "chief", "master", "evaluator"
 CHIEF_JOBS = (CHIEF, MASTER)
@@ -70,6 +79,7 @@ class ClusterConfig:
         return f"{self.job_name or 'local'}:{self.task_index}"
 
     def cluster_spec(self) -> tf.train.ClusterSpec:
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel,redefined-outer-name
         jobs = {PS: self.ps_hosts, WORKER: self.worker_hosts, self.chief_job: self.chief_hosts}
         return tf.train.ClusterSpec({job: list(hosts) for job, hosts in jobs.items() if hosts})
 
@@ -120,6 +130,7 @@ def session_config(cluster: ClusterConfig) -> tf.compat.v1.ConfigProto:
     worker) sees every ps and itself, never another replica or the evaluator, so none waits for
     another to come up; a ps sees only itself.
     """
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel,redefined-outer-name
     config = tf.compat.v1.ConfigProto(allow_soft_placement=True)
     if cluster.job_name == PS:
         config.device_filters[:] = [f"/job:{PS}/task:{cluster.task_index}"]
@@ -146,6 +157,7 @@ def grpc_options(current: str | None) -> str:
 
 
 def start_server(cluster: ClusterConfig, environ=os.environ) -> tf.distribute.Server:
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel,redefined-outer-name
     # TensorFlow reads these once, when it makes its first channel or device: before the server starts.
     environ[GRPC_OPTIONS_ENV] = grpc_options(environ.get(GRPC_OPTIONS_ENV))
     if cluster.hides_gpus:

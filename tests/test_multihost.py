@@ -153,14 +153,14 @@ def test_a_host_cut_off_for_20_s_heals_without_a_restart(tmp_path, hosts, host, 
     """Host 0 runs the ps, hosts 1 and 2 the workers (worker 1 on host 2). Its link goes down for 20 s
     mid-training and comes back: every task carries on and exits 0, none restarted."""
     three = hosts(3)
-    # Sync stops for the whole cut, so 1,000 steps after it are plenty; async trains on through it
-    # on the other worker, so the run must outlast the cut.
-    steps = 1500 if sync else 6000
+    # Sync stops for the whole cut, so 400 steps after it (5-10 s) show it training again; async
+    # trains on through it on the other worker (about 200 steps/s alone), so the run must outlast the cut.
+    steps = 600 if sync else 6000
     tasks, logs = start_tasks(tmp_path, three, [
         f"--train_steps={steps}", "--log_every_n_steps=50", "--synthetic_examples=4000",
         "--stall_warning_secs=5", "--export_saved_model=false", *(["--sync_replicas"] if sync else [])])
     try:
-        wait_for_step(tasks, logs["worker-0"], 500)
+        wait_for_step(tasks, logs["worker-0"], 200)
         ip("-n", three.names[host], "link", "set", "eth0", "down")
         cut_at = max_step(logs["worker-0"])
         time.sleep(20)
@@ -185,10 +185,10 @@ def test_a_reset_lost_on_the_wire_does_not_stall_a_waiting_worker(tmp_path, host
     for an answer forever. With it, its call fails, its session is re-created, and the job ends."""
     three = hosts(3)
     tasks, logs = start_tasks(tmp_path, three, [
-        "--train_steps=1500", "--log_every_n_steps=50", "--synthetic_examples=4000",
+        "--train_steps=800", "--log_every_n_steps=50", "--synthetic_examples=4000",
         "--export_saved_model=false", "--sync_replicas"])
     try:
-        wait_for_step(tasks, logs["worker-0"], 300)
+        wait_for_step(tasks, logs["worker-0"], 200)
         os.killpg(tasks[1].pid, signal.SIGSTOP)  # the chief: worker 1 now waits for its round
         time.sleep(3)
         ip("-n", three.names[0], "link", "set", "eth0", "down")
@@ -202,7 +202,7 @@ def test_a_reset_lost_on_the_wire_does_not_stall_a_waiting_worker(tmp_path, host
     text = finish(tasks, logs)
     assert "ESTAB" in killed.stdout, f"no connection to worker 1 was dropped: {killed.stdout} {killed.stderr}"
     for worker in ("worker-0", "worker-1"):
-        assert int(finished(text[worker])["global_step"]) >= 1500
+        assert int(finished(text[worker])["global_step"]) >= 800
         assert text[worker].count("first step done") == 1
     assert "An error was raised" in text["worker-1"]  # its waiting call failed, and a new session began
 

@@ -182,7 +182,7 @@ def test_a_spare_token_does_not_let_the_chief_fill_a_round_alone(sync_cluster):
 def test_a_worker_restarted_after_pushing_its_gradient_counts_once_in_that_round(sync_cluster):
     chief, other = sync_cluster(workers=2, replicas_to_aggregate=2)
     waiting, outcome = other.step_in_thread()  # pushes its round-0 gradient, then waits for a token
-    time.sleep(2)
+    wait_for_a_gradient(chief, "the other worker's round-0 gradient never reached the accumulators")
     other.close()  # its process dies while it waits; a new one starts at global step 0, round 0 again
     join_all([waiting])
     assert outcome["result"] == "cancelled"
@@ -286,7 +286,7 @@ def test_a_chief_that_ends_short_of_the_last_step_leaves_the_token_queue_open(sy
     # MonitoredSession takes for the end of the input: a worker would "finish" short of the last step.
     chief, other = sync_cluster(workers=2, replicas_to_aggregate=2, train_steps=100)
     waiting, outcome = other.step_in_thread()
-    time.sleep(2)
+    wait_for_a_gradient(chief, "the other worker's round-0 gradient never reached the accumulators")
     chief.close()  # as a chief preempted, or whose session failed, at global step 0
     time.sleep(NOTHING_HAPPENS_SECS)
     assert waiting.is_alive() and "result" not in outcome
