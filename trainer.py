@@ -44,7 +44,7 @@ def startup_notices_dropped(show_all: bool):
 
 # What TensorFlow loads at import for Keras (keras.src.optimizers, or tf_keras's with TF_USE_LEGACY_KERAS)
 # to register Keras optimizers with SavedModel. It loads all of Keras 3, and matplotlib.pyplot with it
-# where matplotlib is installed: 1.2-1.6 s of CPU at every task's start (docs/speed.md) for objects no
+# where matplotlib is installed: about 1 s of CPU at every task's start (docs/speed.md), for objects no
 # task uses (the models are tf.compat.v1 variables and tf.nn ops, the export a v1 SavedModel).
 KERAS_LOADED_BY_TENSORFLOW = ("keras.src.optimizers", "tf_keras.src.optimizers")
 

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""How large a dynamic table the ps tasks hold: memory per live row, and the time to checkpoint and
+restore it.
+
+    python scripts/table_scale.py                          # 10,000,000 IDs over 2 ps, width 16, Adagrad
+    python scripts/table_scale.py --ids=1000000 --num_ps=1
+
+Starts --num_ps ps tasks of trainer.py on 127.0.0.1 (real processes) and is their one worker: one
+table of model/embeddings.py, sharded over them with room for --ids rows, trained by Adagrad. It
+admits --ids distinct IDs, --batch_ids per training step (each step gathers the batch's rows and
+applies Adagrad's sparse update on the ps that holds them), saves a checkpoint, kills and restarts
+every ps (they come back empty), restores the checkpoint onto them and checks that every sampled ID
+has the same row and the same values as before.
+
+Prints each ps's resident memory at start (TensorFlow alone), once its block of rows and slots is
+initialized, and after the admissions (and its peak, before and with the save, which copies the map
+out); the bytes per live row over the start against the row's and
+its Adagrad slot's own bytes; and the step, save and restore times with the checkpoint's size.
+"""
+
+import pathlib
+import sys
+import time
+
+import numpy as np
+from absl import app, flags
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+import tensorflow as tf  # noqa: E402
+
+from cluster import spec  # noqa: E402
+from launch import faults  # noqa: E402
+from launch.processes import LocalCluster  # noqa: E402
+from model import embeddings  # noqa: E402
+
+flags.DEFINE_integer("ids", 10_000_000, "Distinct IDs admitted (live rows at the end).", lower_bound=1000)
+flags.DEFINE_integer("num_ps", 2, "ps tasks the table is sharded over.", lower_bound=1)
+flags.DEFINE_integer("width", 16, "Width of each row.", lower_bound=1)
+flags.DEFINE_integer("batch_ids", 500_000, "New IDs per training step.", lower_bound=1)
+flags.DEFINE_integer("sample", 20_000, "IDs whose rows and values are compared after the restore.", lower_bound=1)
+flags.DEFINE_string("output_dir", "runs/table_scale", "Where the ps logs and the checkpoint go.")
+FLAGS = flags.FLAGS
+
+v1 = tf.compat.v1
+STARTUP_SECS = 120
+
+
+def rss_mib(pid: int) -> tuple[float, float]:
+    """(resident, peak resident) MiB of a process, from /proc."""
+    fields = dict(line.split(":", 1) for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines()
+                  if ":" in line)
+    return tuple(int(fields[name].split()[0]) / 1024 for name in ("VmRSS", "VmHWM"))
+
+
+def ps_memory(cluster) -> list[tuple[float, float]]:
+    return [rss_mib(proc.pid) for _, proc in cluster.tasks("ps")]
+
+
+def start_ps_tasks(cluster, serving_count: int) -> None:
+    deadline = time.monotonic() + STARTUP_SECS
+    for index in range(FLAGS.num_ps):
+        cluster.start("ps", index)
+    for index in range(FLAGS.num_ps):
+        faults.wait_until(cluster, lambda i=index: cluster.log("ps", i).count(": serving on ") == serving_count,
+                          deadline, f"ps {index} to serve")
+
+
+def build(cfg, capacity: int):
+    """(ids, train op, the rows of ids): reading the rows of IDs already admitted changes nothing."""
+    ids = v1.placeholder(tf.int64, [None], name="ids")
+    options = embeddings.TableOptions(capacity=capacity, shards=FLAGS.num_ps, devices=cfg.ps_devices())
+    with v1.device(cfg.worker_device()):
+        global_step = v1.train.get_or_create_global_step()
+    table = embeddings.DynamicTable("scale", ids, options, training=True)
+    rows = table.rows("embedding", FLAGS.width, v1.random_normal_initializer(stddev=0.01))
+    with v1.device(cfg.worker_device()):
+        loss = tf.reduce_mean(tf.square(rows - 1.0))
+    train = v1.train.AdagradOptimizer(0.1).minimize(loss, global_step=global_step)
+    return ids, train, rows
+
+
+def main(argv):
+    del argv
+    out = pathlib.Path(FLAGS.output_dir).resolve()
+    cluster = LocalCluster(out, num_ps=FLAGS.num_ps, num_workers=1,
+                           trainer_args=[f"--model_dir={out / 'ps_model_dir'}"])
+    cfg = spec.ClusterConfig(tuple(cluster.ps_hosts), tuple(cluster.worker_hosts), "worker", 0)
+    server = v1.train.Server(cfg.cluster_spec(), job_name="worker", task_index=0, config=spec.session_config(cfg))
+    (out / "checkpoint").mkdir(parents=True, exist_ok=True)
+    checkpoint = str(out / "checkpoint" / "table.ckpt")
+    all_ids = np.random.RandomState(0).permutation(FLAGS.ids).astype(np.int64) * 7919 + 13
+    sample = all_ids[:: max(1, FLAGS.ids // FLAGS.sample)]
+    # IDs fall on the shards by a hash, not evenly: 1% of room more than the IDs, and a default row per shard.
+    capacity = int(FLAGS.ids * 1.01) + FLAGS.num_ps
+    try:
+        start_ps_tasks(cluster, 1)
+        at_start = ps_memory(cluster)
+        with tf.Graph().as_default():
+            ids, train, served = build(cfg, capacity)
+            saver = v1.train.Saver(sharded=True)
+            live = tf.add_n(v1.get_collection(embeddings.LIVE_ROWS))  # each shard's map size, read on its ps
+            with v1.Session(server.target, config=spec.session_config(cfg)) as sess:
+                began = time.monotonic()
+                sess.run(v1.global_variables_initializer())
+                init_secs, initialized = time.monotonic() - began, ps_memory(cluster)
+                began = time.monotonic()
+                for first in range(0, FLAGS.ids, FLAGS.batch_ids):
+                    sess.run(train, {ids: all_ids[first:first + FLAGS.batch_ids]})
+                steps_secs, steps = time.monotonic() - began, -(-FLAGS.ids // FLAGS.batch_ids)
+                filled, live_rows = ps_memory(cluster), int(sess.run(live))
+                before = sess.run(served, {ids: sample})
+                began = time.monotonic()
+                path = saver.save(sess, checkpoint, write_meta_graph=False)
+                save_secs, saved = time.monotonic() - began, ps_memory(cluster)
+            for index in range(FLAGS.num_ps):
+                cluster.kill("ps", index)
+            cluster.wait("ps", timeout=30)
+            start_ps_tasks(cluster, 2)
+            with v1.Session(server.target, config=spec.session_config(cfg)) as sess:
+                began = time.monotonic()
+                saver.restore(sess, path)
+                restore_secs = time.monotonic() - began
+                after, restored_rows = sess.run(served, {ids: sample}), int(sess.run(live))
+    finally:
+        cluster.stop_all()
+    size = sum(f.stat().st_size for f in (out / "checkpoint").glob("table.ckpt*"))
+    row_bytes = 2 * FLAGS.width * 4  # the row and its Adagrad accumulator, float32
+    print(f"table: {FLAGS.ids:,} IDs over {FLAGS.num_ps} ps, room for {capacity:,} rows, width {FLAGS.width}, "
+          f"Adagrad ({row_bytes} bytes of row and slot per ID)")
+    for index in range(FLAGS.num_ps):
+        print(f"ps {index} resident MiB: start {at_start[index][0]:.0f}, initialized {initialized[index][0]:.0f}, "
+              f"after admission {filled[index][0]:.0f} (peak {filled[index][1]:.0f}; with the save's {saved[index][1]:.0f})")
+    grown = sum(f[0] - s[0] for f, s in zip(filled, at_start)) * 2**20
+    print(f"live rows {live_rows:,}; resident bytes per live row over the start: {grown / live_rows:.0f} "
+          f"({grown / live_rows / row_bytes:.2f}x the row and slot)")
+    print(f"initialize {init_secs:.1f} s; admit and train {steps} steps of {FLAGS.batch_ids:,} new IDs: "
+          f"{steps_secs:.1f} s ({FLAGS.ids / steps_secs:,.0f} IDs/s)")
+    print(f"checkpoint {size / 2**20:.0f} MiB: save {save_secs:.1f} s, restore onto restarted ps tasks "
+          f"{restore_secs:.1f} s")
+    same = restored_rows == live_rows and np.array_equal(before, after)
+    print(f"after the restore: live rows {restored_rows:,}, {len(sample):,} sampled IDs "
+          f"{'read the same values' if same else 'DIFFER'}")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    app.run(main)
