@@ -129,7 +129,8 @@ def main(argv):
           f"Adagrad ({row_bytes} bytes of row and slot per ID)")
     for index in range(FLAGS.num_ps):
         print(f"ps {index} resident MiB: start {at_start[index][0]:.0f}, initialized {initialized[index][0]:.0f}, "
-              f"after admission {filled[index][0]:.0f} (peak {filled[index][1]:.0f}; with the save's {saved[index][1]:.0f})")
+              f"after admission {filled[index][0]:.0f} (peak {filled[index][1]:.0f}; "
+              f"with the save's {saved[index][1]:.0f})")
     grown = sum(f[0] - s[0] for f, s in zip(filled, at_start)) * 2**20
     print(f"live rows {live_rows:,}; resident bytes per live row over the start: {grown / live_rows:.0f} "
           f"({grown / live_rows / row_bytes:.2f}x the row and slot)")
