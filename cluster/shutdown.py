@@ -42,38 +42,42 @@ def _mark_path(model_dir: str, replica: int) -> str:
     return os.path.join(model_dir, DONE_DIR, f"replica-{replica}")
 
 
-def mark_done(model_dir: str, replica: int, global_step: int, train_steps: int) -> None:
-    """Records in model_dir that `replica` finished a run to train_steps at global_step (written
-    whole, then renamed)."""
-    storage.write_whole(_mark_path(model_dir, replica), f"global_step={global_step} train_steps={train_steps}\n")
+def mark_done(model_dir: str, replica: int, global_step: int, train_steps: int, num_epochs: int = 0) -> None:
+    """Records in model_dir that `replica` finished a run to train_steps (or --num_epochs, when given) at
+    global_step (written whole, then renamed)."""
+    epochs = f" num_epochs={num_epochs}" if num_epochs else ""
+    storage.write_whole(_mark_path(model_dir, replica),
+                        f"global_step={global_step} train_steps={train_steps}{epochs}\n")
 
 
-def chief_finished_step(model_dir: str | None, train_steps: int) -> int | None:
+def chief_finished_step(model_dir: str | None, train_steps: int, num_epochs: int = 0) -> int | None:
     """The global step at which the chief finished a run to train_steps, by its mark; else None."""
-    return finished_step(model_dir, 0, train_steps)
+    return finished_step(model_dir, 0, train_steps, num_epochs)
 
 
-def finished_step(model_dir: str | None, replica: int, train_steps: int) -> int | None:
-    """The global step at which `replica` finished a run to train_steps, by its mark; else None."""
+def finished_step(model_dir: str | None, replica: int, train_steps: int, num_epochs: int = 0) -> int | None:
+    """The global step at which `replica` finished a run to train_steps (a run with --num_epochs: to
+    its epochs or train_steps, whichever came first), by its mark; else None."""
     if not model_dir:
         return None
     try:
         with tf.io.gfile.GFile(_mark_path(model_dir, replica)) as mark:
             fields = dict(field.split("=", 1) for field in mark.read().split())
         step = int(fields["global_step"])
-        return step if int(fields["train_steps"]) == train_steps and step >= train_steps else None
+        same_run = int(fields["train_steps"]) == train_steps and int(fields.get("num_epochs", 0)) == num_epochs
+        return step if same_run and (step >= train_steps or num_epochs) else None
     except (tf.errors.NotFoundError, ValueError, KeyError):
         return None
 
 
-def marked_done(model_dir: str | None, num_workers: int, train_steps: int) -> set[int]:
-    """The replicas whose mark in model_dir says they finished a run to train_steps."""
+def marked_done(model_dir: str | None, num_workers: int, train_steps: int, num_epochs: int = 0) -> set[int]:
+    """The replicas whose mark in model_dir says they finished a run to train_steps (and num_epochs)."""
     return {replica for replica in range(num_workers)
-            if finished_step(model_dir, replica, train_steps) is not None}
+            if finished_step(model_dir, replica, train_steps, num_epochs) is not None}
 
 
 def wait_for_every_replica(server, cluster: spec.ClusterConfig, model_dir: str | None, train_steps: int,
-                           stop: threading.Event) -> bool:
+                           stop: threading.Event, num_epochs: int = 0) -> bool:
     """The ps's verb: blocks until every training replica has reported done (True) or `stop` is set
     (False). Replicas with a mark in model_dir for this train_steps (read at once, then every
     MARK_CHECK_SECS) count as reported.
@@ -104,7 +108,7 @@ def wait_for_every_replica(server, cluster: spec.ClusterConfig, model_dir: str |
         next_check = time.monotonic()
         while drainer.is_alive() and not stop.is_set():
             if time.monotonic() >= next_check:
-                marked = marked_done(model_dir, cluster.num_replicas, train_steps) & pending
+                marked = marked_done(model_dir, cluster.num_replicas, train_steps, num_epochs) & pending
                 if marked:
                     logging.info("ps %d: training replica(s) %s finished before this ps started (marked in "
                                  "model_dir); waiting for %s", cluster.task_index, sorted(marked),
@@ -121,7 +125,7 @@ def wait_for_every_replica(server, cluster: spec.ClusterConfig, model_dir: str |
 
 
 def report_done(server, cluster: spec.ClusterConfig, model_dir: str | None, global_step: int, train_steps: int,
-                timeout_secs: float = 30.0) -> bool:
+                num_epochs: int = 0, timeout_secs: float = 30.0) -> bool:
     """A finished replica's verb: marks it done in model_dir, then tells every ps. False if telling
     them is still under way after the timeout (the ps tasks also read the mark, so none is left waiting).
 
@@ -129,7 +133,7 @@ def report_done(server, cluster: spec.ClusterConfig, model_dir: str | None, glob
     keeping this process alive; the caller must then leave without the interpreter's shutdown.
     """
     if model_dir:
-        mark_done(model_dir, cluster.replica_index, global_step, train_steps)
+        mark_done(model_dir, cluster.replica_index, global_step, train_steps, num_epochs)
     thread = threading.Thread(target=_tell_every_ps, args=(server, cluster, timeout_secs), daemon=True)
     thread.start()
     thread.join(timeout_secs + 5)

@@ -18,7 +18,7 @@ import model
 from cluster import rendezvous, resolve, spec
 from input import storage
 from training.step import momentum
-from training.config import RunConfig, TrainConfig
+from training.config import NO_STEP_LIMIT, RunConfig, TrainConfig
 
 SAGEMAKER_CHECKPOINTS = "/opt/ml/checkpoints"
 
@@ -62,9 +62,27 @@ def check_flags_alone(f) -> None:
             "waits for the other workers' gradients, so run one step per session.run (drop the flag).")
     check_local_steps(f)
     check_accumulation(f)
+    check_input_queue(f)
     if f["save_checkpoint_steps"].present and f["save_checkpoint_secs"].present:
         raise app.UsageError(
             "--save_checkpoint_steps and --save_checkpoint_secs are both set: choose one.")
+
+
+def check_input_queue(f) -> None:
+    """--input_queue and --num_epochs: what they work with so far."""
+    if f.num_epochs and not f.input_queue:
+        raise app.UsageError(f"--num_epochs={f.num_epochs} needs --input_queue: epochs are counted by the work queue "
+                             "(fixed shards repeat until --train_steps).")
+    if not f.input_queue:
+        return
+    if f.sync_replicas:
+        raise app.UsageError("--input_queue is for asynchronous training so far: drop --sync_replicas or "
+                             "--input_queue.")
+    for lever in ("steps_per_run", "local_steps", "accumulate_batches"):
+        if f[lever].value > 1:
+            raise app.UsageError(f"--input_queue counts each step's examples by file: drop --{lever}={f[lever].value}.")
+    if f.cache not in (None, inputs.NO_CACHE):
+        raise app.UsageError(f"--input_queue reads every epoch from the files: drop --cache={f.cache}.")
 
 
 def read_resolved_cluster(f, env) -> resolve.Resolved:
@@ -245,7 +263,8 @@ def read_train(f, cluster: spec.ClusterConfig, env) -> TrainConfig:
         **read_schedule(f),
         **read_outputs(f, cluster, env),
         clip_gradient_norm=f.clip_gradient_norm or None,
-        train_steps=f.train_steps,
+        train_steps=f.train_steps if f["train_steps"].present or not f.num_epochs else NO_STEP_LIMIT,
+        num_epochs=f.num_epochs,
         batch_size=f.batch_size,
         learning_rate=learning_rate,
         optimizer=optimizer,
@@ -402,12 +421,19 @@ def read_data(f, cluster: spec.ClusterConfig, env) -> inputs.DataConfig:
                              skip_bad_records=f.skip_bad_records, label_column=f.label_column,
                              numeric_columns=tuple(f.numeric_columns),
                              categorical_columns=tuple(f.categorical_columns), num_classes=f.num_classes,
-                             numeric_default=f.numeric_default)
+                             numeric_default=f.numeric_default, input_queue=f.input_queue,
+                             input_queue_lease_secs=f.input_queue_lease_secs)
     if cluster.job_name == spec.PS:
         return data
     problem = inputs.DATASETS[name].check(data)
     if problem:
         raise app.UsageError(problem)
+    if data.input_queue and not hasattr(inputs.DATASETS[name], "files"):
+        raise app.UsageError(f"--input_queue hands out files: --dataset={name} has none to hand out (use csv, "
+                             "tfrecord or criteo files).")
+    if data.input_queue and not cluster.is_distributed:
+        raise app.UsageError("--input_queue needs a cluster (its queue lives on ps 0): one process reads every "
+                             "file itself; drop the flag.")
     return data
 
 

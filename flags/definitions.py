@@ -57,7 +57,11 @@ flags.DEFINE_integer("stall_timeout_secs", TRAIN.stall_timeout_secs,
                      "dead worker without a backup stalls every step.", lower_bound=1)
 
 # ---------------------------------------------------------------- optimization
-flags.DEFINE_integer("train_steps", TRAIN.train_steps, "Global step at which training stops.", lower_bound=1)
+flags.DEFINE_integer("train_steps", TRAIN.train_steps, "Global step at which training stops (with --num_epochs "
+                     "and this flag not given: no limit, the epochs end the run).", lower_bound=1)
+flags.DEFINE_integer("num_epochs", TRAIN.num_epochs, "With --input_queue: end training once this many epochs of the "
+                     "training files are trained, every example of each once (0: --train_steps alone ends it).",
+                     lower_bound=0)
 flags.DEFINE_integer("batch_size", TRAIN.batch_size, "Examples per step on each worker.", lower_bound=1)
 flags.DEFINE_float("learning_rate", TRAIN.learning_rate,
                    "Learning rate (the schedule's starting value).", lower_bound=0.0)
@@ -202,6 +206,14 @@ flags.DEFINE_string("data_dir", None, "Directory of the data, for file-based dat
 flags.DEFINE_boolean("download_only", False, "Download MNIST's four IDX files into --data_dir (mirrors tried in "
                      "turn, checksums verified, partial downloads resumed) and exit; then train with "
                      "--data_dir, as mnist_replica.")
+flags.DEFINE_boolean("input_queue", DATA.input_queue,
+                     "Hand the training files out to the workers from a work queue on ps 0, a file at a time, "
+                     "instead of a fixed shard each: a fast worker reads more files, each file of an epoch is "
+                     "trained once (a killed worker's files go to the others), and where the epoch stands is "
+                     "saved in the checkpoints. Asynchronous training on csv, tfrecord or criteo files.")
+flags.DEFINE_integer("input_queue_lease_secs", DATA.input_queue_lease_secs,
+                     "--input_queue: a worker silent this long (dead, not restarted) loses the files it held to "
+                     "the other workers.", lower_bound=1)
 flags.DEFINE_string("cache", None, "What a worker keeps of the examples it reads: 'none' (streamed: memory holds "
                     "the shuffle buffer, not the data), 'memory' (its whole shard, decoded, in RAM after the "
                     "first epoch) or a directory (the shard written there in the first epoch, about its size on "

@@ -58,13 +58,19 @@ def cache_mode(cfg: DataConfig) -> str:
 def describe(cfg: DataConfig, shard: Shard, split: str = "train") -> str:
     """What a worker reads, for its startup line."""
     where = "" if is_generated(cfg.name) else f" from {cfg.split_dir(split)}"
+    if cfg.input_queue and split == "train":
+        count = len(DATASETS[cfg.name].files(cfg, split))
+        return f"dataset {cfg.name}{where}, {split} split: {count} file(s) handed out by the input queue on ps 0"
     return (f"dataset {cfg.name}{where}, {split} split: {DATASETS[cfg.name].shard_description(cfg, split, shard)}"
             f" (worker shard {shard.index} of {shard.count}); cache: {cache_mode(cfg)}")
 
 
 def batches(cfg: DataConfig, shard: Shard, batch_size: int, split: str = "train",
             repeat: bool = True) -> tf.data.Dataset:
-    """(features, int64 labels) batches of this shard, shuffled with a per-shard seed."""
+    """(features, int64 labels) batches of this shard, shuffled with a per-shard seed; with a feed
+    (--input_queue), queued_batches()."""
+    if shard.feed is not None:
+        return queued_batches(cfg, shard, batch_size)
     dataset = _cached(DATASETS[cfg.name].records(cfg, split, shard), cache_mode(cfg), split, shard)
     if split == "train":
         dataset = dataset.shuffle(SHUFFLE_BUFFER, seed=cfg.seed + shard.index,
@@ -73,6 +79,22 @@ def batches(cfg: DataConfig, shard: Shard, batch_size: int, split: str = "train"
         dataset = dataset.repeat()
     dataset = dataset.batch(batch_size, drop_remainder=repeat)
     return tuning.without_autotune(dataset.prefetch(tuning.PREFETCH_BATCHES))
+
+
+def queued_batches(cfg: DataConfig, shard: Shard, batch_size: int) -> tf.data.Dataset:
+    """--input_queue: (features, int64 labels, int64 file keys) batches of the files the work queue
+    (input/work_queue.py) hands this worker, in passes. A pass reads files while there are files to
+    take, then ends: its shuffle buffer drains and its last batch, short, is trained, so that the files
+    it read get finished before the next pass waits for a peer's files to come free (the last ones of
+    the run, or a dead worker's). Nothing is cached: each epoch is read from the files."""
+    source = DATASETS[cfg.name]
+
+    def one_pass(_):
+        records = source.records(cfg, "train", shard)
+        return records.shuffle(SHUFFLE_BUFFER, seed=cfg.seed + shard.feed.queue.worker).batch(batch_size)
+
+    passes = tf.data.Dataset.from_generator(shard.feed.passes, output_signature=tf.TensorSpec([], tf.int64))
+    return tuning.without_autotune(passes.flat_map(one_pass).prefetch(tuning.PREFETCH_BATCHES))
 
 
 def _cached(dataset: tf.data.Dataset, mode: str, split: str, shard: Shard) -> tf.data.Dataset:

@@ -16,7 +16,6 @@ import os
 import tensorflow as tf
 
 from input import records as record_files
-from input import tuning
 from input.specs import DataSpec
 
 KIND = "files"
@@ -41,6 +40,10 @@ def found_in(data_dir: str) -> bool:
 
 def _files(data_dir: str, split: str) -> list[str]:
     return sorted(path for path in tf.io.gfile.glob(pattern(data_dir, split)) if not tf.io.gfile.isdir(path))
+
+
+def files(cfg, split: str) -> list[str]:
+    return _files(cfg.split_dir(split), split)
 
 
 def check(cfg):
@@ -106,8 +109,8 @@ def records(cfg, split: str, shard) -> tf.data.Dataset:
         bad, problems, values = parse_block(path, indices, lines, cfg.numeric_default)
         return record_files.resolve(bad, problems, values, cfg.skip_bad_records)
 
-    blocks = record_files.interleave(files[shard.index::shard.count] if by_file else files, PARALLEL_FILES, read_file)
-    blocks = blocks.map(checked, num_parallel_calls=tuning.PARALLEL_CALLS, deterministic=True)
+    blocks = record_files.read_files(files[shard.index::shard.count] if by_file else files, PARALLEL_FILES, read_file,
+                                     checked, cfg.skip_bad_records, feed=shard.feed)
     return record_files.settle(blocks, cfg.skip_bad_records)
 
 

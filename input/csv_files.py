@@ -16,7 +16,6 @@ import os
 import tensorflow as tf
 
 from input import records as record_files
-from input import tuning
 from input.specs import tabular_spec
 
 KIND = "files"
@@ -32,6 +31,10 @@ def pattern(data_dir: str, split: str) -> str:
 def header(path: str) -> list[str]:
     with tf.io.gfile.GFile(path) as f:
         return next(csv.reader(io.StringIO(f.readline())), [])
+
+
+def files(cfg, split: str) -> list[str]:
+    return sorted(tf.io.gfile.glob(pattern(cfg.split_dir(split), split)))
 
 
 def found_in(data_dir: str) -> bool:
@@ -93,8 +96,8 @@ def records(cfg, split: str, shard) -> tf.data.Dataset:
         return record_files.resolve(bad, problems, (row, label), cfg.skip_bad_records)
 
     by_file = len(files) >= shard.count
-    blocks = record_files.interleave(files[shard.index::shard.count] if by_file else files, PARALLEL_FILES, read_file)
-    blocks = blocks.map(check_labels, num_parallel_calls=tuning.PARALLEL_CALLS, deterministic=True)
+    blocks = record_files.read_files(files[shard.index::shard.count] if by_file else files, PARALLEL_FILES, read_file,
+                                     check_labels, cfg.skip_bad_records, feed=shard.feed)
     return record_files.settle(blocks, cfg.skip_bad_records)
 
 

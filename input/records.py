@@ -60,6 +60,27 @@ def interleave(paths: list[str], parallel_files: int, read_file: Callable, *per_
     return files.interleave(read_file, cycle_length=cycle, num_parallel_calls=cycle, deterministic=True)
 
 
+def read_files(paths: list[str], parallel_files: int, read_file: Callable, check: Callable, skip: bool,
+               *per_file, feed=None) -> tf.data.Dataset:
+    """Resolved blocks (see resolve()): check(*block) over the blocks of read_file(path, *per_file values),
+    parallel_files files at a time. With a feed (input/work_queue.py, --input_queue), the files are the
+    ones the work queue hands this worker, each block's values tagged with its file's key."""
+    if feed is None:
+        blocks = interleave(paths, parallel_files, read_file, *per_file)
+        return blocks.map(check, num_parallel_calls=tuning.PARALLEL_CALLS, deterministic=True)
+    paths_by_index = tf.constant(paths)
+
+    def read_item(key, index, generation):
+        blocks = read_file(tf.gather(paths_by_index, index), *[tf.gather(values, index) for values in per_file])
+        blocks = blocks.map(check, num_parallel_calls=tuning.PARALLEL_CALLS, deterministic=True)
+        return feed.counted(blocks, key, generation, skip)
+
+    items = tf.data.Dataset.from_generator(feed.items, output_signature=(
+        tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.int64)))
+    cycle = max(1, min(parallel_files, len(paths)))
+    return items.interleave(read_item, cycle_length=cycle, num_parallel_calls=cycle, deterministic=False)
+
+
 def block_indices(block_number, n, first: int = 0, stride: int = 1) -> tf.Tensor:
     """The record indices of the block_number-th block (n records) of a file read from record
     `first` in steps of `stride`, for blocks made by Dataset.batch(BLOCK).enumerate()."""
@@ -78,8 +99,8 @@ def resolve(bad, problems, values, skip: bool):
 
 
 def tfrecord_blocks(paths: list[str], parallel_files: int, decode: Callable, skip: bool,
-                    keep: Callable | None = None):
-    """Resolved blocks (see resolve()) of the files' records.
+                    keep: Callable | None = None, feed=None):
+    """Resolved blocks (see resolve()) of the files' records (with a feed, read_files()'s).
 
     decode(path, indices [n], serialized [n]) -> (bad [n], problems [k], values [n, ...]), run on
     PARALLEL_CALLS blocks at once; keep(indices) -> [n] bool selects this worker's records of a file
@@ -113,8 +134,7 @@ def tfrecord_blocks(paths: list[str], parallel_files: int, decode: Callable, ski
         bad, problems, values = decode(path, indices, block)
         return resolve(bad, tf.concat([problems, lost], 0), values, skip)
 
-    blocks = interleave(paths, parallel_files, read_file, sizes)
-    return blocks.map(checked, num_parallel_calls=tuning.PARALLEL_CALLS, deterministic=True)
+    return read_files(paths, parallel_files, read_file, checked, skip, sizes, feed=feed)
 
 
 def settle(blocks: tf.data.Dataset, skip: bool) -> tf.data.Dataset:

@@ -22,6 +22,9 @@ class DataConfig:
     num_classes: int = 2
     # csv and criteo: what an empty numeric field reads as.
     numeric_default: float = 0.0
+    # --input_queue: the training files handed out by a work queue on ps 0 (input/work_queue.py).
+    input_queue: bool = False
+    input_queue_lease_secs: int = 120
 
     def split_dir(self, split: str) -> str | None:
         return self.eval_data_dir if split == "eval" and self.eval_data_dir else self.data_dir
@@ -37,6 +40,7 @@ class Shard(NamedTuple):
 
     index: int
     count: int
+    feed: object = None  # --input_queue: the work queue's feed (input/work_queue.py) instead; count is 1
 
 
 def tabular_spec(cfg: DataConfig) -> DataSpec:

@@ -29,6 +29,10 @@ def pattern(data_dir: str, split: str) -> str:
     return os.path.join(data_dir, f"{split}-*.tfrecord")
 
 
+def files(cfg, split: str) -> list[str]:
+    return sorted(tf.io.gfile.glob(pattern(cfg.split_dir(split), split)))
+
+
 def found_in(data_dir: str) -> bool:
     return bool(tf.io.gfile.glob(pattern(data_dir, "train")))
 
@@ -139,7 +143,8 @@ def records(cfg, split: str, shard) -> tf.data.Dataset:
         raise FileNotFoundError(f"no {split} files match {pattern(data_dir, split)}")
     decode, skip = decoder(spec(cfg), cfg.label_column), cfg.skip_bad_records
     if len(files) >= shard.count:  # whole files per worker
-        blocks = record_files.tfrecord_blocks(files[shard.index::shard.count], PARALLEL_FILES, decode, skip)
+        blocks = record_files.tfrecord_blocks(files[shard.index::shard.count], PARALLEL_FILES, decode, skip,
+                                              feed=shard.feed)
     else:  # every shard.count-th record of each file
         blocks = record_files.tfrecord_blocks(files, PARALLEL_FILES, decode, skip,
                                               keep=lambda indices: tf.equal(indices % shard.count, shard.index))

@@ -9,9 +9,14 @@ from cluster import spec
 from training.step import momentum as momentum_rule
 
 
+# --train_steps with --num_epochs and no --train_steps given: the epochs alone end the run.
+NO_STEP_LIMIT = 2**62
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     train_steps: int = 2000
+    num_epochs: int = 0  # with --input_queue: the run ends when this many epochs are trained (0: no limit)
     batch_size: int = 64
     learning_rate: float = 0.05
     lr_schedule: str = "constant"  # training/step/schedules.py

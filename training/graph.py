@@ -14,7 +14,8 @@ import input as inputs
 import model
 from model import embeddings
 from cluster import placement
-from training import checkpoints, step
+from input import work_queue
+from training import checkpoints, queue_hook, step
 from training.step import optimizers, schedules
 
 v1 = tf.compat.v1
@@ -43,6 +44,18 @@ class TrainGraph(NamedTuple):
     # and a non-chief's wait for the chief (a MonitoredTrainingSession that failed can leave the graph
     # finalized, so nothing can be added later).
     uninitialized: tf.Tensor
+    # --input_queue: the hook that feeds this worker's input from the work queue, else None.
+    input_queue: queue_hook.InputQueueHook | None = None
+
+
+def _work_queue(cfg, global_step) -> work_queue.ItemFeed:
+    """--input_queue: the work queue on ps 0 (one per training replica's graph, the same state) and
+    this worker's feed of it; its session is connected when the worker knows its target."""
+    cluster, train = cfg.cluster, cfg.train
+    num_files = len(inputs.DATASETS[cfg.data.name].files(cfg.data, "train"))
+    queue = work_queue.WorkQueue(num_files, cluster.replica_index, cluster.num_replicas, train.num_epochs,
+                                 cfg.data.input_queue_lease_secs, cluster.ps_devices()[0], global_step)
+    return work_queue.ItemFeed(queue, cluster.task_name)
 
 
 def build_graph(cfg, stop_requested=None) -> TrainGraph:
@@ -54,14 +67,22 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
     device = placement.device_setter(cluster) if cluster.is_distributed else None
     with v1.device(device):
         global_step = v1.train.get_or_create_global_step()
-        shard = inputs.Shard(cluster.replica_index, cluster.num_replicas)
-        batches = v1.data.make_one_shot_iterator(inputs.batches(cfg.data, shard, train.batch_size))
+        if cfg.data.input_queue:
+            feed = _work_queue(cfg, global_step)
+            batches = v1.data.make_initializable_iterator(inputs.batches(cfg.data, inputs.Shard(0, 1, feed),
+                                                                         train.batch_size))
+        else:
+            feed = None
+            shard = inputs.Shard(cluster.replica_index, cluster.num_replicas)
+            batches = v1.data.make_one_shot_iterator(inputs.batches(cfg.data, shard, train.batch_size))
+        keys = []  # --input_queue: each example's file key; the one forward pass of a single step
         reader, getter = step.reader_and_getter(lever, cluster, train)
         data_spec = inputs.spec(cfg.data)
         model_cfg = dataclasses.replace(cfg.model, table_devices=cluster.ps_devices())
 
         def forward():
-            features, labels = batches.get_next()
+            features, labels, *file_keys = batches.get_next()
+            keys.extend(file_keys)
             with v1.variable_scope(v1.get_variable_scope(), custom_getter=getter, reuse=v1.AUTO_REUSE):
                 return model.build(features, labels, model_cfg, data_spec, summaries=False, training=True), labels
 
@@ -78,4 +99,6 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
     # --keep_checkpoint_max.
     saver = checkpoints.LiveStateSaver(uninitialized, sharded=True, max_to_keep=train.keep_checkpoint_max,
                                        save_relative_paths=True, before_save=evict)
-    return TrainGraph(saver, built, uninitialized)
+    queue = queue_hook.InputQueueHook(feed, keys[0], batches.initializer, cfg.data.input_queue_lease_secs) \
+        if feed else None
+    return TrainGraph(saver, built, uninitialized, queue)

@@ -6,6 +6,7 @@ import tensorflow as tf
 from absl import logging
 
 from training import log_lines
+from training.config import NO_STEP_LIMIT
 
 v1 = tf.compat.v1
 
@@ -39,6 +40,8 @@ class ProgressHook(v1.train.SessionRunHook):
         self._writer = None
         self._metrics = metrics  # training/metrics.TaskMetrics, updated with each progress line
         self._train_steps = train_steps
+        # The global step training ends at: --train_steps, or where the --num_epochs ended (the worker sets it).
+        self.last_step = train_steps
         self._batch_size = batch_size
         self._every_n = every_n
         self.local_steps = 0
@@ -122,8 +125,9 @@ class ProgressHook(v1.train.SessionRunHook):
         examples_per_sec, global_rate = self._rates()
         left = (self._train_steps - self.global_step) / global_rate if global_rate > 0 else 0
         staleness = self._take_staleness()
-        log_lines.log_progress(self._task_name, self.global_step, self._train_steps, self.loss, self.accuracy,
-                               examples_per_sec, left, staleness)
+        limited = self._train_steps < NO_STEP_LIMIT
+        log_lines.log_progress(self._task_name, self.global_step, self._train_steps if limited else None, self.loss,
+                               self.accuracy, examples_per_sec, left if limited else None, staleness)
         self._write_rates(examples_per_sec, global_rate, staleness)
         if self._metrics:
             self._metrics.progress(self.global_step, self.local_steps, examples_per_sec, self.loss, self.accuracy,

@@ -7,7 +7,11 @@ read back from its log file (absl's prefix, then the message):
     worker:1 step 400/2000 loss 0.5321 accuracy 0.844 9120 examples/sec 0:00:21 left
     worker:1 finished: global_step=2000 local_steps=1004 loss=0.3712 accuracy=0.891 seconds=48.0
 
-The 'finished:' line is key=value pairs, so a reader takes whichever fields it knows.
+The 'finished:' line is key=value pairs, so a reader takes whichever fields it knows. With
+--input_queue a worker also writes the epochs it saw end and, at its end, what it trained of each:
+
+    worker:1: input queue: epoch 0 done at global step 150: 4800 examples, every file trained
+    worker:1: input queue: trained 4 file(s), 2400 examples of epoch 0
 """
 
 import dataclasses
@@ -19,8 +23,13 @@ from absl import logging
 _PREFIX = r"^[IWEF](\d{4}) (\d\d:\d\d:\d\d\.\d+) +\d+ [^\]]*\] "
 _TASK = r"((?:worker|chief|master|ps|local|evaluator):\d+)"
 _FIRST_STEP = re.compile(_PREFIX + _TASK + r" first step done at global step (?P<step>\d+), loss (?P<loss>\S+)$")
-_PROGRESS = re.compile(_PREFIX + _TASK + r" step (?P<step>\d+)/\d+ loss (?P<loss>\S+) accuracy \S+ \d+ examples/sec ")
+_PROGRESS = re.compile(_PREFIX + _TASK
+                       + r" step (?P<step>\d+)/(?:\d+|-) loss (?P<loss>\S+) accuracy \S+ \d+ examples/sec ")
 _FINISHED = re.compile(_PREFIX + _TASK + r" finished: (.*)$")
+_EPOCH_DONE = re.compile(_PREFIX + _TASK
+                         + r": input queue: epoch (\d+) done at global step (\d+): (\d+) examples")
+_EPOCH_TALLY = re.compile(_PREFIX + _TASK + r": input queue: trained (\d+) file\(s\), (\d+) examples of epoch (\d+)"
+                          r"(?:, (\d+) of them trained here before)?")
 _ANY_TASK_LINE = re.compile(_PREFIX + _TASK + r" (.*)$")
 _KEY_VALUE = re.compile(r"(\w+)=(\S+)")
 
@@ -43,12 +52,26 @@ def log_first_step(task: str, global_step: int, loss: float) -> None:
     logging.info("%s first step done at global step %d, loss %.4f", task, global_step, loss)
 
 
-def log_progress(task: str, global_step: int, train_steps: int, loss: float, accuracy: float,
-                 examples_per_sec: float, left_secs: float, staleness: dict | None = None) -> None:
-    logging.info("%s step %d/%d loss %.4f accuracy %.3f %.0f examples/sec %s left%s",
-                 task, global_step, train_steps, loss, accuracy, examples_per_sec,
-                 datetime.timedelta(seconds=round(max(left_secs, 0))),
+def log_progress(task: str, global_step: int, train_steps: int | None, loss: float, accuracy: float,
+                 examples_per_sec: float, left_secs: float | None, staleness: dict | None = None) -> None:
+    """train_steps and left_secs None: no step limit (--num_epochs ends the run), written '-'."""
+    logging.info("%s step %d/%s loss %.4f accuracy %.3f %.0f examples/sec %s left%s",
+                 task, global_step, "-" if train_steps is None else train_steps, loss, accuracy, examples_per_sec,
+                 "-" if left_secs is None else datetime.timedelta(seconds=round(max(left_secs, 0))),
                  f" staleness mean {staleness['mean']:.1f} max {staleness['max']:.0f}" if staleness else "")
+
+
+def log_epoch_done(task: str, epoch: int, global_step: int, examples: int) -> None:
+    """--input_queue: the worker that finished an epoch's last file says so, once per epoch."""
+    logging.info("%s: input queue: epoch %d done at global step %d: %d examples, every file trained", task, epoch,
+                 global_step, examples)
+
+
+def log_epoch_tally(task: str, epoch: int, files: int, examples: int, again: int) -> None:
+    """--input_queue: what one worker trained of one epoch, at its end; `again`: examples it trained
+    of files that were then handed to another worker (read twice)."""
+    logging.info("%s: input queue: trained %d file(s), %d examples of epoch %d%s", task, files, examples, epoch,
+                 f", {again} of them trained here before (a file read again)" if again else "")
 
 
 def log_finished(task: str, fields: dict[str, object]) -> None:
@@ -65,6 +88,17 @@ class Step:
     step: int
     loss: float
     first: bool
+
+
+def epochs_done(text: str) -> list[tuple[int, int, int]]:
+    """(epoch, global step, examples) of every epoch-done line of one log."""
+    return [(int(m[4]), int(m[5]), int(m[6])) for m in map(_EPOCH_DONE.match, text.splitlines()) if m]
+
+
+def epoch_tallies(text: str) -> dict[int, tuple[int, int, int]]:
+    """{epoch: (files, examples, examples trained here before)} of the tally lines of one log (its last run's)."""
+    return {int(m[6]): (int(m[4]), int(m[5]), int(m[7] or 0))
+            for m in map(_EPOCH_TALLY.match, text.splitlines()) if m}
 
 
 def steps(text: str, now: datetime.datetime | None = None) -> list[Step]:

@@ -22,7 +22,8 @@ def run(cfg, server) -> int:
     signal.signal(signal.SIGINT, request_stop)
     logging.info("ps %d: serving on %s for %d training replica(s)", cluster.task_index,
                  cluster.ps_hosts[cluster.task_index], cluster.num_replicas)
-    if shutdown.wait_for_every_replica(server, cluster, cfg.train.model_dir, cfg.train.train_steps, stop):
+    if shutdown.wait_for_every_replica(server, cluster, cfg.train.model_dir, cfg.train.train_steps, stop,
+                                       cfg.train.num_epochs):
         logging.info("ps %d: every training replica finished; exiting", cluster.task_index)
         return exit_codes.OK
     logging.info("ps %d: stopped before every training replica finished", cluster.task_index)

@@ -82,7 +82,7 @@ def _training_over(sess, uninitialized_names, global_step, train_cfg) -> int | N
         step = int(sess.run(global_step))
         if step >= train_cfg.train_steps:
             return step
-    return shutdown.chief_finished_step(train_cfg.model_dir, train_cfg.train_steps)
+    return shutdown.chief_finished_step(train_cfg.model_dir, train_cfg.train_steps, train_cfg.num_epochs)
 
 
 def wait_for_ps(cluster, timeout_secs):
@@ -104,10 +104,21 @@ class WorkerHooks(NamedTuple):
 def train(cfg, server=None, stop=None, task_metrics=None) -> training_hooks.ProgressHook:
     """Trains to --train_steps, or until `stop` (a Preemption) is requested; returns the progress
     hook with the final step, loss and accuracy."""
+    # A graph of its own, entered: inside a function that tf.data traces, a py_func asks whether the
+    # outermost context is eager, and when TensorFlow started eager it is unless a graph was entered,
+    # so the function would be pinned to /job:localhost, a device no cluster task has.
+    with tf.Graph().as_default():
+        return _train(cfg, server, stop, task_metrics)
+
+
+def _train(cfg, server, stop, task_metrics) -> training_hooks.ProgressHook:
     cluster, train_cfg = cfg.cluster, cfg.train
     graph = train_graph.build_graph(cfg, stop.requested.is_set if stop else None)
     log_startup(cfg, task_metrics)
     hooks = make_hooks(cfg, graph, stop, task_metrics)
+    if graph.input_queue:
+        target, tf_graph = server.target if server else "", v1.get_default_graph()
+        graph.input_queue.feed.connect(lambda: v1.Session(target, graph=tf_graph, config=spec.session_config(cluster)))
     if cluster.is_distributed:
         wait_for_ps(cluster, train_cfg.startup_timeout_secs)
     if cluster.is_chief:
@@ -162,7 +173,8 @@ def make_hooks(cfg, graph, stop=None, task_metrics=None) -> WorkerHooks:
         cluster.task_name,
         watchdog.stall_cause(train_cfg.sync_replicas, train_cfg.replicas_to_aggregate, cluster.num_replicas),
         train_cfg.stall_warning_secs, train_cfg.stall_timeout_secs)
-    hooks = [*graph.step.hooks, progress, stall_watchdog] + ([preemption.PreemptionHook(stop)] if stop else [])
+    hooks = ([graph.input_queue] if graph.input_queue else []) + [*graph.step.hooks, progress, stall_watchdog] + (
+        [preemption.PreemptionHook(stop)] if stop else [])
     not_learning = None
     if train_cfg.not_learning != "off":
         not_learning = learning.NotLearningHook(
@@ -196,6 +208,11 @@ def train_until_done(cfg, target, graph, hooks: WorkerHooks, stop=None) -> None:
         if ((stop and stop.requested.is_set()) or (hooks.not_learning and hooks.not_learning.failure)
                 or progress.global_step >= train_cfg.train_steps):
             return
+        if graph.input_queue and graph.input_queue.feed.finished:
+            progress.last_step = progress.global_step = _global_step_now(target, config, cluster)
+            logging.info("%s: input queue: all %d epoch(s) trained; training ends at global step %d",
+                         cluster.task_name, train_cfg.num_epochs, progress.last_step)
+            return
         # Only the global step says training is over. A session can end short of it with no
         # error: an OutOfRangeError (a closed queue, an input that ran out) ends a
         # MonitoredSession as cleanly as the last step does.
@@ -208,6 +225,12 @@ def train_until_done(cfg, target, graph, hooks: WorkerHooks, stop=None) -> None:
         logging.warning("%s: the session ended at global step %s, short of --train_steps=%d; starting a "
                         "new one", cluster.task_name, progress.global_step, train_cfg.train_steps)
         time.sleep(CHIEF_POLL_SECS)
+
+
+def _global_step_now(target, config, cluster) -> int:
+    """The global step as the ps holds it (the progress hook's figure is this worker's last step's)."""
+    with v1.Session(target, config=config) as sess:
+        return int(sess.run(v1.train.get_global_step()))
 
 
 def log_momentum(task_name, train_cfg):
@@ -314,11 +337,11 @@ def run(cfg, server=None, task_metrics=None) -> int:
         logging.warning("%s preempted at global step %s%s; restart it to resume", cfg.cluster.task_name,
                         progress.global_step, saved)
         return exit_codes.PREEMPTED
-    if progress.global_step < cfg.train.train_steps:  # train() returns only at the end; never exit 0 short of it
+    if progress.global_step < progress.last_step:  # train() returns only at the end; never exit 0 short of it
         raise TrainingError(f"{cfg.cluster.task_name}: training ended at global step {progress.global_step}, "
                             f"short of --train_steps={cfg.train.train_steps}")
     final_checkpoint = tf.train.latest_checkpoint(cfg.train.model_dir) if cfg.cluster.is_chief else None
-    if cfg.cluster.is_chief and (checkpoints.checkpoint_step(final_checkpoint) or 0) < cfg.train.train_steps:
+    if cfg.cluster.is_chief and (checkpoints.checkpoint_step(final_checkpoint) or 0) < progress.last_step:
         # Before the ps tasks are told: they keep the trained variables for a restarted chief to save.
         raise TrainingError(
             f"{cfg.cluster.task_name}: trained to global step {progress.global_step}, but its final checkpoint "
@@ -327,7 +350,7 @@ def run(cfg, server=None, task_metrics=None) -> int:
     signalled = True
     if server is not None:
         signalled = shutdown.report_done(server, cfg.cluster, cfg.train.model_dir, progress.global_step,
-                                         cfg.train.train_steps)
+                                         cfg.train.train_steps, cfg.train.num_epochs)
     held_out = {}
     if cfg.cluster.is_chief:
         if cfg.train.export_saved_model:

@@ -1,0 +1,337 @@
+"""--input_queue: the training files handed out one at a time from one queue on ps 0, so that every
+example of an epoch is trained once, a fast worker takes more files than a slow one, and where the
+epoch stands is saved with the model.
+
+The queue's whole state is one int64 variable on ps 0, changed only inside a CriticalSection there,
+so that a checkpoint saves it, and a restore brings it back, in one piece:
+  [oldest open epoch e, examples trained of e, examples trained of e+1,
+   owner of each file in epoch e (M values), owner of each file in epoch e+1 (M values)]
+An owner is TODO, DONE or the index of the worker holding that file's lease. Two epochs are open
+so that a worker never idles at an epoch's end while a peer trains its last file: it starts on the
+next one. A work item is one file of the training split; its key, epoch * M + file index, rides
+with every example read from it.
+
+A worker takes a file (take), reads it, and gives it back as done (finish) only once every example
+read from it has been trained: the step that used it returned. When a worker (re)creates its
+session (its own restart, or a ps restarted and the chief restored the checkpoint) it gives back
+every file it held (release) and starts its input again. A worker silent for longer than
+--input_queue_lease_secs (a live one heartbeats) loses its files to the next worker that takes one.
+
+The guarantee: each file of each epoch is finished exactly once, and only when every example read
+from it has been trained: none is lost. An example is trained twice only when its file is read
+again from the start: the part of a file trained before its worker was killed (or before the
+restore of a checkpoint that had it leased). The logs count those examples.
+"""
+
+import collections
+import threading
+import time
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+v1 = tf.compat.v1
+
+TODO, DONE = -1, -2
+OPEN_EPOCHS = 2
+HEAD = 1 + OPEN_EPOCHS  # the oldest open epoch, then the examples trained of each open epoch
+# How long a pass that found nothing to take waits before asking again (peers still hold files).
+POLL_SECS = 0.2
+# Files one pass of a worker's input takes at most: every file in its shuffle buffer stays leased to
+# it until trained, so with files smaller than the buffer a pass with no bound would take them all.
+FILES_PER_PASS = 4
+# How long one call to the queue may take before it is retried (a ps restarting, a network fault).
+CALL_TIMEOUT_MS = 10000
+RETRY_SECS = 0.5
+RETRYABLE = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError,
+             tf.errors.DeadlineExceededError, tf.errors.FailedPreconditionError)
+
+
+def initial_state(num_files: int) -> np.ndarray:
+    return np.concatenate([np.zeros(HEAD, np.int64), np.full(OPEN_EPOCHS * num_files, TODO, np.int64)])
+
+
+def unpack(state, num_files: int):
+    """(oldest open epoch, examples trained per open epoch, owners [OPEN_EPOCHS, num_files]) of a state
+    vector: numpy in, numpy out; tensors in, tensors out."""
+    if isinstance(state, np.ndarray):
+        return int(state[0]), state[1:HEAD], state[HEAD:].reshape(OPEN_EPOCHS, num_files)
+    return state[0], state[1:HEAD], tf.reshape(state[HEAD:], [OPEN_EPOCHS, num_files])
+
+
+def _pack(epoch, examples, owners):
+    return tf.concat([tf.reshape(epoch, [1]), examples, tf.reshape(owners, [-1])], 0)
+
+
+class Counts(collections.namedtuple("Counts", "epoch todo leased done")):
+    """Where the oldest open epoch stands, from a state vector (logs and tests)."""
+
+    @classmethod
+    def of(cls, state: np.ndarray, num_files: int) -> "Counts":
+        epoch, _, owners = unpack(state, num_files)
+        first = owners[0]
+        return cls(epoch, int((first == TODO).sum()), int((first >= 0).sum()), int((first == DONE).sum()))
+
+
+class WorkQueue:
+    """The queue's state on `device` (ps 0) and the ops one worker runs on it.
+
+    take -> (key, every epoch done, leases reclaimed from silent workers); key -1: nothing to take now.
+    finish(key, examples) -> (the lease was still this worker's, [epochs completed, -1 for none],
+                              [examples trained of each], the global step).
+    release -> files this worker held, now TODO again.   heartbeat: this worker is alive.
+    """
+
+    def __init__(self, num_files: int, worker: int, num_workers: int, num_epochs: int, lease_secs: float,
+                 device, global_step):
+        self.num_files, self.worker, self.num_epochs = num_files, worker, num_epochs
+        self._lease_secs = float(lease_secs)
+        # Not where replica_device_setter would put them: all on ps 0 (device None clears the scope).
+        with v1.device(None), v1.device(device), v1.variable_scope("input_queue"):
+            self.state = v1.get_variable("state", initializer=initial_state(num_files), trainable=False,
+                                         use_resource=True)
+            self.last_seen = v1.get_variable("last_seen", [num_workers], tf.float64, trainable=False,
+                                             initializer=v1.zeros_initializer(), use_resource=True)
+            section = tf.CriticalSection(name="lock", shared_name="input_queue_lock")
+            self.take = section.execute(self._take)
+            self.key = v1.placeholder(tf.int64, [], "finished_key")
+            self.examples = v1.placeholder(tf.int64, [], "finished_examples")
+            finished = section.execute(self._finish)
+            self.release = section.execute(self._release)
+            self.heartbeat = self._seen(tf.timestamp())
+        # The section's bookkeeping for its access checks, done now: a MetaGraphDef cannot hold it, and
+        # every checkpoint's export would warn about it.
+        v1.get_collection_ref("critical_section_executions").clear()
+        with tf.control_dependencies(tf.nest.flatten(finished)):  # read where the global step lives
+            self.finish = (*finished, tf.identity(global_step))
+
+    def _seen(self, now):
+        return self.last_seen.scatter_update(tf.IndexedSlices(tf.reshape(now, [1]), [self.worker]))
+
+    def _write(self, epoch, examples, owners, now):
+        return [self.state.assign(_pack(epoch, examples, owners)), self._seen(now)]
+
+    def _take(self):
+        now = tf.timestamp()
+        epoch, examples, owners = unpack(self.state.read_value(), self.num_files)
+        silent = now - tf.gather(self.last_seen.read_value(), tf.maximum(owners, 0)) > self._lease_secs
+        expired = (owners >= 0) & tf.not_equal(owners, self.worker) & silent
+        owners = tf.where(expired, tf.constant(TODO, tf.int64), owners)
+        rows = epoch + tf.range(OPEN_EPOCHS, dtype=tf.int64)
+        open_rows = rows < self.num_epochs if self.num_epochs else tf.fill([OPEN_EPOCHS], True)
+        todo = tf.reshape(tf.equal(owners, TODO) & open_rows[:, None], [-1])
+        found = tf.reduce_any(todo)
+        position = tf.argmax(tf.cast(todo, tf.int32), output_type=tf.int64)
+        flat = tf.reshape(owners, [-1])
+        flat = tf.where(found & tf.equal(tf.range(tf.size(flat, tf.int64)), position),
+                        tf.constant(self.worker, tf.int64), flat)
+        with tf.control_dependencies(self._write(epoch, examples, flat, now)):
+            key = tf.where(found, epoch * self.num_files + position, tf.constant(-1, tf.int64))
+            over = tf.constant(False) if not self.num_epochs else epoch >= self.num_epochs
+            return key, over, tf.reduce_sum(tf.cast(expired, tf.int64))
+
+    def _finish(self):
+        now = tf.timestamp()
+        epoch, examples, owners = unpack(self.state.read_value(), self.num_files)
+        row, item = self.key // self.num_files - epoch, self.key % self.num_files
+        position = tf.clip_by_value(row, 0, OPEN_EPOCHS - 1) * self.num_files + item
+        flat = tf.reshape(owners, [-1])
+        mine = (row >= 0) & (row < OPEN_EPOCHS) & tf.equal(tf.gather(flat, position), self.worker)
+        flat = tf.where(mine & tf.equal(tf.range(tf.size(flat, tf.int64)), position), tf.constant(DONE, tf.int64),
+                        flat)
+        examples += tf.where(mine, tf.one_hot(tf.clip_by_value(row, 0, OPEN_EPOCHS - 1), OPEN_EPOCHS,
+                                              dtype=tf.int64) * self.examples, tf.zeros([OPEN_EPOCHS], tf.int64))
+        owners = tf.reshape(flat, [OPEN_EPOCHS, self.num_files])
+        completed, completed_examples = [], []
+        for _ in range(OPEN_EPOCHS):  # the next epoch can be complete already, when its files were quicker
+            complete = tf.reduce_all(tf.equal(owners[0], DONE))
+            completed.append(tf.where(complete, epoch, tf.constant(-1, tf.int64)))
+            completed_examples.append(examples[0])
+            fresh = tf.fill([1, self.num_files], tf.constant(TODO, tf.int64))
+            owners = tf.where(complete, tf.concat([owners[1:], fresh], 0), owners)
+            examples = tf.where(complete, tf.concat([examples[1:], [0]], 0), examples)
+            epoch += tf.cast(complete, tf.int64)
+        with tf.control_dependencies(self._write(epoch, examples, owners, now)):
+            return tf.identity(mine), tf.stack(completed), tf.stack(completed_examples)
+
+    def _release(self):
+        now = tf.timestamp()
+        epoch, examples, owners = unpack(self.state.read_value(), self.num_files)
+        held = tf.equal(owners, self.worker)
+        with tf.control_dependencies(self._write(epoch, examples, tf.where(held, tf.constant(TODO, tf.int64), owners),
+                                                 now)):
+            return tf.reduce_sum(tf.cast(held, tf.int64))
+
+
+class EpochTally:
+    """What one worker trained of each epoch: files finished, examples, and examples trained twice."""
+
+    def __init__(self):
+        self.files, self.examples, self.again = (collections.Counter() for _ in range(3))
+
+
+class ItemFeed:
+    """This worker's side of the queue: the files its input pipeline reads, and what it has trained.
+
+    The input pipeline (tf.data threads) calls items() and counts what it reads of each file; the
+    session hook (training/queue_hook.py) counts what each step trained, finishes the files trained
+    to their end, and restart()s the feed when its session is (re)created. A generation number
+    tells the pipeline of an earlier session, whose files were given back, to stop taking any.
+    """
+
+    def __init__(self, queue: WorkQueue, task_name: str):
+        self.queue, self.task_name = queue, task_name
+        self.generation = 0
+        self.finished = False  # every epoch of --num_epochs is done
+        self.tally = EpochTally()
+        self._lock = threading.Lock()
+        self._session_factory = None
+        self._session = None
+        self._read, self._trained = collections.Counter(), collections.Counter()
+        self._ended = set()
+        self.finished_files = collections.deque()  # (key, examples, still ours, epochs completed, ..., step)
+
+    def connect(self, make_session) -> None:
+        """make_session() -> a session on the cluster, for the feed's own calls to the queue."""
+        self._session_factory = make_session
+
+    # The queue calls, retried while a ps restarts.
+    def _call(self, fetches, generation=None, feed_dict=None):
+        """Runs fetches on the queue, asking again while `generation` is current (a ps restarting);
+        with no generation, once: the caller's session recovers from the error."""
+        options = v1.RunOptions(timeout_in_ms=CALL_TIMEOUT_MS)
+        while True:
+            try:
+                if self._session is None:
+                    self._session = self._session_factory()
+                return self._session.run(fetches, feed_dict=feed_dict, options=options)
+            except RETRYABLE as err:
+                if generation is None:
+                    self._close_session()
+                    raise
+                logging.info("%s: input queue on ps 0 did not answer (%s); asking again", self.task_name,
+                             err.message.splitlines()[0][:120])
+                self._close_session()
+                time.sleep(RETRY_SECS)
+                if generation != self.generation:
+                    return None
+
+    def _close_session(self):
+        if self._session is not None:
+            try:
+                self._session.close()
+            except tf.errors.OpError:
+                pass
+            self._session = None
+
+    # The input pipeline's side.
+    def passes(self):
+        """Pass numbers for the pipeline: a pass reads the files it can take, then its shuffle buffer
+        drains (so the files it read get finished) before the next pass asks for more."""
+        generation, number = self.generation, 0
+        while generation == self.generation and not self.finished:
+            yield number
+            number += 1
+
+    def items(self):
+        """(key, file index, generation) of each file this pass takes, until none is left to take now."""
+        generation, taken = self.generation, 0
+        while True:
+            with self._lock:
+                if generation != self.generation:
+                    return
+                result = self._call(self.queue.take, generation)
+            if result is None:
+                return
+            key, over, reclaimed = (int(value) for value in result)
+            if reclaimed:
+                logging.warning("%s: input queue: took back %d file(s) from workers silent for more than %.0f s",
+                                self.task_name, reclaimed, self.queue._lease_secs)  # pylint: disable=protected-access
+            if over:
+                self.finished = True
+                return
+            if key < 0:
+                break
+            taken += 1
+            yield key, key % self.queue.num_files, generation
+            if taken == FILES_PER_PASS:
+                return
+        if not taken:
+            time.sleep(POLL_SECS)
+
+    def read_block(self, generation, key, count):
+        with self._lock:
+            if int(generation) == self.generation:
+                self._read[int(key)] += int(count)
+        return count
+
+    def read_to_end(self, generation, key):
+        with self._lock:
+            current = int(generation) == self.generation
+            if current:
+                self._ended.add(int(key))
+        if current and not self._read[int(key)]:  # an empty file: no step will count it
+            self.trained(np.array([], np.int64))
+        return key
+
+    def counted(self, blocks: tf.data.Dataset, key, generation, skip: bool) -> tf.data.Dataset:
+        """One file's resolved blocks (input/records.py), each example tagged with the file's key and
+        counted as read; after its last block, the file is marked read to its end."""
+        def tag(*element):
+            problems, values = element if skip else (None, element)
+            n = tf.py_function(self.read_block, [generation, key, tf.size(values[1], out_type=tf.int64)], tf.int64)
+            tagged = (*values, tf.fill(tf.reshape(n, [1]), key))
+            return (problems, tagged) if skip else tagged
+
+        tagged = blocks.map(tag)
+        end = tf.data.Dataset.from_tensors(key).map(
+            lambda k: tf.py_function(self.read_to_end, [generation, k], tf.int64))
+        return tagged.concatenate(end.flat_map(lambda _: tagged.take(0)))
+
+    # The session hook's side.
+    def restart(self) -> int:
+        """A new session: the pipeline of the last one stops taking files, the files this worker held
+        are TODO again; returns how many."""
+        with self._lock:
+            self.generation += 1
+            self._read.clear()
+            self._trained.clear()
+            self._ended.clear()
+            released = self._call(self.queue.release, self.generation)
+        return int(released or 0)
+
+    def stop(self) -> None:
+        with self._lock:
+            self.generation += 1
+        self._close_session()
+
+    def heartbeat(self) -> None:
+        self._call(self.queue.heartbeat, self.generation)
+
+    def trained(self, keys: np.ndarray) -> None:
+        """Counts one step's examples by file, and finishes the files trained to their end: each is
+        added to finished_files as (key, examples, still ours, epochs completed, their examples,
+        global step)."""
+        keys, counts = np.unique(keys, return_counts=True)
+        done = []
+        with self._lock:
+            for key, count in zip(keys.tolist(), counts.tolist()):
+                self._trained[key] += count
+            for key in [k for k in self._ended if self._trained[k] >= self._read[k]]:
+                self._ended.discard(key)
+                examples = self._read.pop(key)
+                self._trained.pop(key, None)
+                done.append((key, examples))
+        for key, examples in done:
+            result = self._call(self.queue.finish, None, {self.queue.key: key, self.queue.examples: examples})
+            mine, completed, completed_examples, step = result
+            epoch = key // self.queue.num_files
+            if mine:
+                self.tally.files[epoch] += 1
+                self.tally.examples[epoch] += examples
+            else:
+                self.tally.again[epoch] += examples
+            self.finished_files.append((key, examples, bool(mine), [int(e) for e in completed if e >= 0],
+                                        [int(n) for e, n in zip(completed, completed_examples) if e >= 0],
+                                        int(step)))

@@ -1,0 +1,64 @@
+"""--input_queue end to end: real ps and worker processes on 127.0.0.1 share the training files
+through the work queue on ps 0, through a worker killed mid-epoch and restarted, and end when
+--num_epochs are trained, every example of each epoch in it."""
+
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from launch import faults
+from tests.support import describe, finished
+from training import log_lines
+
+pytestmark = pytest.mark.e2e
+FILES, ROWS_PER_FILE, BATCH = 8, 1000, 32
+EXAMPLES = FILES * ROWS_PER_FILE
+
+
+def write_numbered_csvs(data_dir) -> None:
+    """train-*.csv of numbered rows whose label is learnable from x1 + x2, and an eval split."""
+    rng = np.random.RandomState(0)
+    data_dir.mkdir(parents=True)
+    for split, files in (("train", FILES), ("eval", 1)):
+        for f in range(files):
+            x = rng.normal(size=(ROWS_PER_FILE, 2))
+            lines = ["id,x1,x2,label"] + [f"{f * ROWS_PER_FILE + i},{a:.4f},{b:.4f},{int(a + b > 0)}"
+                                          for i, (a, b) in enumerate(x)]
+            (data_dir / f"{split}-{f:02d}.csv").write_text("\n".join(lines) + "\n")
+
+
+def test_a_worker_killed_mid_epoch_loses_no_example_and_the_run_ends_with_its_epochs(make_cluster, tmp_path):
+    data_dir = tmp_path / "data"
+    write_numbered_csvs(data_dir)
+    cluster = make_cluster(num_ps=1, num_workers=2, trainer_args=[
+        "--dataset=csv", f"--data_dir={data_dir}", "--numeric_columns=x1,x2", "--model=wide_deep",
+        "--hidden_units=16", "--input_queue", "--num_epochs=2", f"--batch_size={BATCH}", "--train_steps=100000",
+        "--log_every_n_steps=20", "--save_checkpoint_steps=100000"])
+    cluster.start_all()
+    deadline = time.monotonic() + 180
+    # Worker 1 killed once it is training, with files of the first epoch leased, and restarted.
+    faults.wait_until(cluster, lambda: log_lines.first_steps(cluster.log("worker", 1)), deadline,
+                      "worker 1's first step")
+    cluster.kill("worker", 1)
+    cluster.start("worker", 1)
+    codes = cluster.wait(timeout=max(30, deadline - time.monotonic()))
+    assert set(codes.values()) == {0}, describe(cluster)
+
+    logs = [cluster.log("worker", i) for i in (0, 1)]
+    done = sorted(set(entry for log in logs for entry in log_lines.epochs_done(log)))
+    # Every file of each epoch finished once, each with every example read from it trained.
+    assert [(epoch, examples) for epoch, _, examples in done] == [(0, EXAMPLES), (1, EXAMPLES)], describe(cluster)
+    # The restarted worker gave back what its killed self held; those files were read again.
+    assert "input queue: gave back the" in logs[1], describe(cluster)
+    final_step = int(finished(logs[0])["global_step"])
+    assert final_step == done[-1][1]
+    # At least every example once (short batches end passes), and no epoch read twice over.
+    assert 2 * EXAMPLES / BATCH <= final_step <= 2 * EXAMPLES / BATCH * 1.5, final_step
+    assert tf.train.load_checkpoint(str(cluster.model_dir)).get_tensor("global_step") == final_step
+    tallies = [log_lines.epoch_tallies(log) for log in logs]
+    for epoch in (0, 1):  # the workers' own accounts add up to the epoch: files and examples
+        assert sum(t[epoch][0] for t in tallies if epoch in t) == FILES, tallies
+        assert sum(t[epoch][1] for t in tallies if epoch in t) == EXAMPLES, tallies
+    assert float(finished(logs[0])["heldout_accuracy"]) > 0.9

@@ -1,0 +1,122 @@
+"""--input_queue's work queue (input/work_queue.py) on a real ps, in one process: every file handed out
+once, a dead worker's files handed out again, the queue's state saved and restored with the model, an
+epoch ended exactly by its last file."""
+
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from input import work_queue
+from input.work_queue import DONE, TODO
+
+pytestmark = pytest.mark.inprocess
+v1 = tf.compat.v1
+NUM_FILES = 5
+
+
+class Worker:
+    """One worker's graph of the queue and a session to the cluster."""
+
+    def __init__(self, server, index, num_epochs=0, lease_secs=60.0, num_workers=2):
+        self.graph = tf.Graph()
+        with self.graph.as_default():
+            with v1.device("/job:ps/task:0"):
+                self.global_step = v1.train.get_or_create_global_step()
+            self.queue = work_queue.WorkQueue(NUM_FILES, index, num_workers, num_epochs, lease_secs,
+                                              "/job:ps/task:0", self.global_step)
+            self.init = v1.global_variables_initializer()
+            self.saver = v1.train.Saver()
+        self.session = v1.Session(server.target, graph=self.graph)
+
+    def take(self):
+        key, over, _ = self.session.run(self.queue.take)
+        return int(key), bool(over)
+
+    def finish(self, key, examples=10):
+        mine, completed, counts, _ = self.session.run(self.queue.finish, {self.queue.key: key,
+                                                                          self.queue.examples: examples})
+        return bool(mine), [(int(e), int(n)) for e, n in zip(completed, counts) if e >= 0]
+
+    def state(self):
+        return self.session.run(self.queue.state)
+
+
+@pytest.fixture(name="cluster")
+def cluster_fixture():
+    workers, _ = tf.test.create_local_cluster(num_workers=2, num_ps=1)
+    return workers
+
+
+def test_every_file_of_the_open_epochs_is_handed_out_once(cluster):
+    first, second = Worker(cluster[0], 0), Worker(cluster[1], 1)
+    first.session.run(first.init)
+    taken = {0: [], 1: []}
+    while True:  # the two workers take in turn until nothing is left to take
+        keys = [worker.take()[0] for worker in (first, second)]
+        for index, key in enumerate(keys):
+            if key >= 0:
+                taken[index].append(key)
+        if max(keys) < 0:
+            break
+    everything = sorted(taken[0] + taken[1])
+    assert everything == list(range(2 * NUM_FILES))  # epochs 0 and 1, each file once
+    assert len(taken[0]) == len(taken[1]) == NUM_FILES
+    _, _, owners = work_queue.unpack(first.state(), NUM_FILES)
+    assert sorted(owners.ravel().tolist()) == [0] * NUM_FILES + [1] * NUM_FILES
+
+
+def test_a_worker_that_restarts_or_goes_silent_loses_its_files_to_the_others(cluster):
+    first, second = Worker(cluster[0], 0, lease_secs=1.0), Worker(cluster[1], 1, lease_secs=1.0)
+    first.session.run(first.init)
+    held = [second.take()[0] for _ in range(2)]
+    assert held == [0, 1]
+    assert second.session.run(second.queue.release) == 2  # its restart gives them back
+    assert [first.take()[0] for _ in range(2)] == [0, 1]
+    assert not second.finish(0)[0]  # a file given back is no longer the restarted worker's to finish
+
+    # A worker silent past its lease: the next take reclaims its files, and they are handed out again.
+    later = second.take()[0]
+    time.sleep(1.5)  # past the 1 s lease, with no call from the second worker
+    first.session.run(first.queue.heartbeat)
+    key, _, reclaimed = first.session.run(first.queue.take)
+    assert reclaimed == 1 and key == later
+    assert not second.finish(later)[0]
+    assert first.finish(later)[0]
+
+
+def test_an_epoch_ends_with_its_last_file_and_the_run_with_its_last_epoch(cluster):
+    worker = Worker(cluster[0], 0, num_epochs=2, num_workers=1)
+    worker.session.run(worker.init)
+    keys = [worker.take()[0] for _ in range(2 * NUM_FILES)]
+    assert keys == list(range(2 * NUM_FILES)) and worker.take() == (-1, False)  # no third epoch opens
+    for key in range(NUM_FILES - 1):
+        assert worker.finish(key, examples=key + 1) == (True, [])
+    # Epoch 1's files finished first: epoch 1 completes only with epoch 0, in one finish.
+    for key in range(NUM_FILES, 2 * NUM_FILES):
+        assert worker.finish(key, examples=100) == (True, [])
+    assert worker.finish(NUM_FILES - 1, examples=NUM_FILES) == (True, [(0, 15), (1, 500)])
+    assert worker.take() == (-1, True)
+    epoch, _, owners = work_queue.unpack(worker.state(), NUM_FILES)
+    assert epoch == 2 and (owners == TODO).all()
+
+
+def test_the_queue_state_is_saved_and_restored_with_the_model(cluster, tmp_path):
+    worker = Worker(cluster[0], 0, num_workers=1)
+    worker.session.run(worker.init)
+    for _ in range(3):
+        worker.take()
+    worker.finish(0, examples=7)
+    saved = worker.state()
+    with worker.graph.as_default():
+        path = worker.saver.save(worker.session, str(tmp_path / "model.ckpt"))
+        worker.session.run(worker.init)  # a ps restarted: everything back to its start
+        assert (worker.state() == work_queue.initial_state(NUM_FILES)).all()
+        worker.saver.restore(worker.session, path)
+    np.testing.assert_array_equal(worker.state(), saved)
+    _, examples, owners = work_queue.unpack(worker.state(), NUM_FILES)
+    assert owners[0].tolist() == [DONE, 0, 0, TODO, TODO] and examples.tolist() == [7, 0]
+    # The restarted worker gives back the files it held at the save; the epoch resumes where it was.
+    assert worker.session.run(worker.queue.release) == 2
+    assert [worker.take()[0] for _ in range(4)] == [1, 2, 3, 4]
