@@ -48,6 +48,25 @@ RETRYABLE = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.Cance
              tf.errors.DeadlineExceededError, tf.errors.FailedPreconditionError)
 
 
+STATE = "input_queue/state"  # the state variable's name in the checkpoints
+
+
+def resume_refusal(checkpoint: str | None, num_files: int, data_dir: str) -> str | None:
+    """Why a run with --input_queue cannot resume from `checkpoint` (the newest in its model_dir), or None."""
+    if checkpoint is None:
+        return None
+    saved = tf.train.load_checkpoint(checkpoint).get_variable_to_shape_map().get(STATE)
+    if saved is None:
+        return (f"--input_queue: the checkpoint {checkpoint} was saved without the input queue, so where its epoch "
+                "stands is unknown; resume without --input_queue, or start it in a new --model_dir")
+    held = (saved[0] - HEAD) // OPEN_EPOCHS
+    if held != num_files:
+        return (f"--input_queue: {data_dir} holds {num_files} training file(s), the input queue in {checkpoint} "
+                f"{held}: where its epoch stands means nothing for other files; put the files back, or start "
+                "a new --model_dir")
+    return None
+
+
 def initial_state(num_files: int) -> np.ndarray:
     return np.concatenate([np.zeros(HEAD, np.int64), np.full(OPEN_EPOCHS * num_files, TODO, np.int64)])
 
@@ -100,9 +119,6 @@ class WorkQueue:
             finished = section.execute(self._finish)
             self.release = section.execute(self._release)
             self.heartbeat = self._seen(tf.timestamp())
-        # The section's bookkeeping for its access checks, done now: a MetaGraphDef cannot hold it, and
-        # every checkpoint's export would warn about it.
-        v1.get_collection_ref("critical_section_executions").clear()
         with tf.control_dependencies(tf.nest.flatten(finished)):  # read where the global step lives
             self.finish = (*finished, tf.identity(global_step))
 

@@ -90,6 +90,24 @@ def test_steps_per_run_is_refused_in_sync_mode():
     assert "--steps_per_run=10 is for asynchronous training" in message
 
 
+@pytest.mark.parametrize("args, expected", [
+    (["--num_epochs=2"], "--num_epochs=2 needs --input_queue"),
+    (["--input_queue", "--sync_replicas"], "--input_queue is for asynchronous training"),
+    (["--input_queue", "--steps_per_run=4"], "drop --steps_per_run=4"),
+    (["--input_queue", "--cache=memory"], "drop --cache=memory"),
+    (["--input_queue"], "--dataset=synthetic has none to hand out"),
+])
+def test_input_queue_combinations_it_does_not_take_are_refused(args, expected):
+    assert expected in usage_error(*WORKER, *args)
+
+
+def test_num_epochs_alone_lifts_the_step_limit_and_train_steps_still_caps_it():
+    assert read_flags(*CLUSTER, "--job_name=ps", "--task_index=0", "--input_queue",
+                      "--num_epochs=3").train.train_steps == flag_config.NO_STEP_LIMIT
+    assert read_flags(*CLUSTER, "--job_name=ps", "--task_index=0", "--input_queue", "--num_epochs=3",
+                      "--train_steps=500").train.train_steps == 500
+
+
 @pytest.mark.parametrize("flag", ["--model=resnet", "--dataset=imagenet", "--optimizer=lbfgs"])
 def test_unknown_model_dataset_or_optimizer(flag):
     name = flag.split("=")[0].lstrip("-")

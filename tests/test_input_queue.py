@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from input import work_queue
 from launch import faults
 from tests.support import describe, finished
 from training import log_lines
 
 pytestmark = pytest.mark.e2e
-FILES, ROWS_PER_FILE, BATCH = 8, 1000, 32
+FILES, ROWS_PER_FILE, BATCH = 16, 500, 32
 EXAMPLES = FILES * ROWS_PER_FILE
 
 
@@ -62,3 +63,44 @@ def test_a_worker_killed_mid_epoch_loses_no_example_and_the_run_ends_with_its_ep
         assert sum(t[epoch][0] for t in tallies if epoch in t) == FILES, tallies
         assert sum(t[epoch][1] for t in tallies if epoch in t) == EXAMPLES, tallies
     assert float(finished(logs[0])["heldout_accuracy"]) > 0.9
+
+
+def test_a_cluster_stopped_mid_epoch_resumes_the_epoch_from_its_checkpoint(make_cluster, tmp_path):
+    data_dir = tmp_path / "data"
+    write_numbered_csvs(data_dir)
+    args = ["--dataset=csv", f"--data_dir={data_dir}", "--numeric_columns=x1,x2", "--model=wide_deep",
+            "--hidden_units=16", "--input_queue", "--num_epochs=1", f"--batch_size={BATCH}", "--train_steps=100000",
+            "--log_every_n_steps=20", "--save_checkpoint_steps=40"]
+    first = make_cluster(num_ps=1, num_workers=2, trainer_args=args, name="first")
+    first.start_all()
+    deadline = time.monotonic() + 180
+    model_dir = str(first.model_dir)
+
+    def saved_mid_epoch():
+        newest = tf.train.latest_checkpoint(model_dir)
+        if newest is None:
+            return False
+        _, examples, _ = work_queue.unpack(tf.train.load_checkpoint(newest).get_tensor(work_queue.STATE), FILES)
+        return examples[0] > 0
+
+    faults.wait_until(first, saved_mid_epoch, deadline, "a checkpoint with some of the epoch's files done")
+    for job, index in (("worker", 0), ("worker", 1), ("ps", 0)):  # the whole cluster, at once
+        first.kill(job, index)
+    checkpoint = tf.train.load_checkpoint(tf.train.latest_checkpoint(model_dir))
+    saved_step = int(checkpoint.get_tensor("global_step"))
+    epoch, examples, owners = work_queue.unpack(checkpoint.get_tensor(work_queue.STATE), FILES)
+    assert epoch == 0 and 0 < examples[0] < EXAMPLES, describe(first)  # mid-epoch, some files done
+    leased = int((owners[0] >= 0).sum())
+
+    second = make_cluster(num_ps=1, num_workers=2, trainer_args=[*args, f"--model_dir={model_dir}"], name="second")
+    second.start_all()
+    codes = second.wait(timeout=max(30, deadline - time.monotonic()))
+    assert set(codes.values()) == {0}, describe(second)
+    logs = [second.log("worker", i) for i in (0, 1)]
+    assert sorted({(e, n) for log in logs for e, _, n in log_lines.epochs_done(log)}) == [(0, EXAMPLES)]
+    # The resumed run trained the rest of the epoch: the files not done at the checkpoint, those it had
+    # leased among them read in full, and no file done before it.
+    resumed = sum(t[0][1] for t in (log_lines.epoch_tallies(log) for log in logs) if 0 in t)
+    assert resumed == EXAMPLES - examples[0], (resumed, examples[0])
+    steps = int(finished(logs[0])["global_step"]) - saved_step
+    assert resumed / BATCH <= steps <= resumed / BATCH + 2 * FILES, (steps, resumed, leased)

@@ -117,6 +117,18 @@ def test_the_queue_state_is_saved_and_restored_with_the_model(cluster, tmp_path)
     np.testing.assert_array_equal(worker.state(), saved)
     _, examples, owners = work_queue.unpack(worker.state(), NUM_FILES)
     assert owners[0].tolist() == [DONE, 0, 0, TODO, TODO] and examples.tolist() == [7, 0]
+    assert work_queue.resume_refusal(path, NUM_FILES, "/data") is None
+    assert "/data holds 6 training file(s), the input queue in" in work_queue.resume_refusal(path, NUM_FILES + 1,
+                                                                                            "/data")
     # The restarted worker gives back the files it held at the save; the epoch resumes where it was.
     assert worker.session.run(worker.queue.release) == 2
     assert [worker.take()[0] for _ in range(4)] == [1, 2, 3, 4]
+
+
+def test_a_checkpoint_saved_without_the_queue_is_named_not_resumed(tmp_path):
+    graph = tf.Graph()
+    with graph.as_default(), v1.Session(graph=graph) as sess:
+        v1.train.get_or_create_global_step()
+        sess.run(v1.global_variables_initializer())
+        path = v1.train.Saver().save(sess, str(tmp_path / "model.ckpt"))
+    assert "was saved without the input queue" in work_queue.resume_refusal(path, NUM_FILES, "/data")

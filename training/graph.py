@@ -94,6 +94,9 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
                                              reader, stop_requested))
         model.summarize(built.metrics)
         evict = _eviction(optimizer, cfg.model.embedding_steps_to_live)
+    # CriticalSection's record of its executions (the work queue's, dynamic tables'), for access checks
+    # while the graph is built: a MetaGraphDef cannot hold it, and every checkpoint's save warns of it.
+    v1.get_collection_ref("critical_section_executions").clear()
     uninitialized = checkpoints.report_uninitialized()
     # As MonitoredTrainingSession's default saver (sharded: each ps saves its own variables), with
     # --keep_checkpoint_max.

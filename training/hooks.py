@@ -42,6 +42,7 @@ class ProgressHook(v1.train.SessionRunHook):
         self._train_steps = train_steps
         # The global step training ends at: --train_steps, or where the --num_epochs ended (the worker sets it).
         self.last_step = train_steps
+        self.over_at_start = False  # the worker found training over before it began (the chief's done mark)
         self._batch_size = batch_size
         self._every_n = every_n
         self.local_steps = 0

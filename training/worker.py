@@ -9,6 +9,7 @@ import tensorflow as tf
 from absl import logging
 
 import input as inputs
+from input import work_queue
 from model import embeddings
 from cluster import peers, placement, shutdown, spec
 from training import checkpoints, evaluator, exit_codes, export, learning, log_lines, preemption, run_record, watchdog
@@ -119,12 +120,24 @@ def _train(cfg, server, stop, task_metrics) -> training_hooks.ProgressHook:
     if graph.input_queue:
         target, tf_graph = server.target if server else "", v1.get_default_graph()
         graph.input_queue.feed.connect(lambda: v1.Session(target, graph=tf_graph, config=spec.session_config(cluster)))
+    over = None if cluster.is_chief else shutdown.chief_finished_step(train_cfg.model_dir, train_cfg.train_steps,
+                                                                       train_cfg.num_epochs)
+    if over is not None:
+        # Restarted after the end (an orchestrator restarting a finished task): the ps tasks may be
+        # gone, and waiting for them would end only at --startup_timeout_secs.
+        logging.info("%s: training is over (the chief finished at global step %d); not waiting for the ps tasks",
+                     cluster.task_name, over)
+        hooks.progress.global_step = hooks.progress.last_step = over
+        hooks.progress.over_at_start = True
+        return hooks.progress
     if cluster.is_distributed:
         wait_for_ps(cluster, train_cfg.startup_timeout_secs)
     if cluster.is_chief:
         checkpoints.remove_interrupted_saves(train_cfg.model_dir, cluster.task_name)
         record = run_record.read(train_cfg.model_dir) if tf.train.latest_checkpoint(train_cfg.model_dir) else None
-        refusal = run_record.layout_refusal(record, cfg)
+        refusal = run_record.layout_refusal(record, cfg) or (graph.input_queue and work_queue.resume_refusal(
+            tf.train.latest_checkpoint(train_cfg.model_dir), graph.input_queue.feed.queue.num_files,
+            cfg.data.data_dir))
         if refusal:
             raise TrainingError(f"{cluster.task_name}: {refusal}", exit_codes.BAD_FLAGS)
         recut = run_record.layout_change(record, cfg)
@@ -348,7 +361,10 @@ def run(cfg, server=None, task_metrics=None) -> int:
             f"could not be saved in {cfg.train.model_dir} (the newest is {final_checkpoint}); restart once "
             "the storage takes it", exit_codes.CHECKPOINT_NOT_SAVED)
     signalled = True
-    if server is not None:
+    if server is not None and progress.over_at_start:  # the ps tasks read the mark, if any is left
+        shutdown.mark_done(cfg.train.model_dir, cfg.cluster.replica_index, progress.global_step,
+                           cfg.train.train_steps, cfg.train.num_epochs)
+    elif server is not None:
         signalled = shutdown.report_done(server, cfg.cluster, cfg.train.model_dir, progress.global_step,
                                          cfg.train.train_steps, cfg.train.num_epochs)
     held_out = {}
