@@ -11,7 +11,7 @@ import tensorflow as tf
 from input import work_queue
 from launch import faults
 from tests.support import describe, finished
-from training import log_lines
+from training import exit_codes, log_lines
 
 pytestmark = pytest.mark.e2e
 FILES, ROWS_PER_FILE, BATCH = 16, 500, 32
@@ -104,3 +104,22 @@ def test_a_cluster_stopped_mid_epoch_resumes_the_epoch_from_its_checkpoint(make_
     assert resumed == EXAMPLES - examples[0], (resumed, examples[0])
     steps = int(finished(logs[0])["global_step"]) - saved_step
     assert resumed / BATCH <= steps <= resumed / BATCH + 2 * FILES, (steps, resumed, leased)
+
+
+def test_a_file_gone_between_epochs_stops_the_workers_naming_it(make_cluster, tmp_path):
+    data_dir = tmp_path / "data"
+    write_numbered_csvs(data_dir)
+    cluster = make_cluster(num_ps=1, num_workers=2, trainer_args=[
+        "--dataset=csv", f"--data_dir={data_dir}", "--numeric_columns=x1,x2", "--model=wide_deep",
+        "--hidden_units=16", "--input_queue", "--num_epochs=50", f"--batch_size={BATCH}", "--train_steps=100000"])
+    cluster.start_all()
+    deadline = time.monotonic() + 120
+    faults.wait_until(cluster, lambda: any(log_lines.epochs_done(cluster.log("worker", i)) for i in (0, 1)),
+                      deadline, "the first epoch done")
+    (data_dir / "train-05.csv").unlink()
+    codes = cluster.wait("worker", timeout=max(30, deadline - time.monotonic()))
+    assert set(codes.values()) == {exit_codes.BAD_DATA.code}, describe(cluster)
+    for index in (0, 1):
+        errors = [line for line in cluster.log("worker", index).splitlines() if line.startswith("E1")]
+        assert any(f"{data_dir / 'train-05.csv'}; No such file or directory (an input file is gone" in line
+                   for line in errors), describe(cluster)

@@ -67,6 +67,9 @@ def test_log_times_across_new_year_keep_their_order():
 def test_an_errors_cause_is_its_first_line_that_is_not_framing():
     remote = ("\n=====================\nUNAVAILABLE: From /job:ps/replica:0/task:0:\nSocket closed\n"
               "=====================\n")
-    assert log_lines.error_cause(remote) == "UNAVAILABLE: From /job:ps/replica:0/task:0:"
+    assert log_lines.error_cause(remote) == "UNAVAILABLE: From /job:ps/replica:0/task:0: Socket closed"
+    gone = "From /job:worker/replica:0/task:1:\n/data/train-05.csv; No such file or directory\n\t [[{{node x}}]]"
+    assert log_lines.error_cause(gone) == ("From /job:worker/replica:0/task:1: /data/train-05.csv; No such file or "
+                                           "directory")
     graph = "Graph execution error:\n\nDetected at node 'x' defined at:\n  File a.py\nloss is NaN\n\t [[{{node x}}]]"
     assert log_lines.error_cause(graph) == "loss is NaN"

@@ -38,14 +38,18 @@ _KEY_VALUE = re.compile(r"(\w+)=(\S+)")
 # The lines of a graph-mode TensorFlow error that are not its cause: the heading, where the op was
 # defined (and its stack), the op's name, the rules around a remote task's error.
 _ERROR_FRAME = re.compile(r"^(Graph execution error|Detected at node|Node: |\s|\[\[|=+$)")
+# A remote task's error starts with the task it came from, its cause on the next line.
+_FROM_TASK = re.compile(r"^(?:[A-Z_]+: )?From /job:\S*:$")
 
 
 def error_cause(message: str, limit: int = 300) -> str:
     """The first line of a TensorFlow error's message that says what went wrong (not its heading, nor
-    where the op was defined), for a one-line report."""
+    where the op was defined; after the task it came from, if a remote one), for a one-line report."""
     lines = [line.strip() for line in message.splitlines() if line.strip()]
-    return next((line for line in message.splitlines() if line.strip() and not _ERROR_FRAME.match(line)),
-                lines[0] if lines else "")[:limit].strip()
+    causes = [line.strip() for line in message.splitlines() if line.strip() and not _ERROR_FRAME.match(line)]
+    if len(causes) > 1 and _FROM_TASK.match(causes[0]):
+        causes = [f"{causes[0]} {causes[1]}"]
+    return (causes[0] if causes else lines[0] if lines else "")[:limit].strip()
 
 
 def log_first_step(task: str, global_step: int, loss: float) -> None:

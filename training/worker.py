@@ -151,6 +151,10 @@ def _train(cfg, server, stop, task_metrics) -> training_hooks.ProgressHook:
         if error is None:
             raise
         raise error from None
+    except tf.errors.NotFoundError as err:  # an input file that went away while training read it
+        raise TrainingError(f"{cluster.task_name}: {log_lines.error_cause(err.message)} (an input file is gone; "
+                            "put it back and restart: the checkpoints keep what was trained)",
+                            exit_codes.BAD_DATA) from None
     finally:
         hooks.stall_watchdog.stop()
     if hooks.not_learning and hooks.not_learning.failure:
