@@ -67,6 +67,12 @@ def resume_refusal(checkpoint: str | None, num_files: int, data_dir: str) -> str
     return None
 
 
+def _first_line(message: str) -> str:
+    """An error's first line that is not graph mode's heading."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    return next((line for line in lines if not line.startswith("Graph execution error")), "")[:160]
+
+
 def initial_state(num_files: int) -> np.ndarray:
     return np.concatenate([np.zeros(HEAD, np.int64), np.full(OPEN_EPOCHS * num_files, TODO, np.int64)])
 
@@ -227,7 +233,7 @@ class ItemFeed:
                     self._close_session()
                     raise
                 logging.info("%s: input queue on ps 0 did not answer (%s); asking again", self.task_name,
-                             err.message.splitlines()[0][:120])
+                             _first_line(err.message))
                 self._close_session()
                 time.sleep(RETRY_SECS)
                 if generation != self.generation:
