@@ -2,7 +2,9 @@
 restarted after a short random delay, then training runs to its end. The report says what an
 orchestrator would be told and whether it was true: every exit code, each worker's final global
 step against --train_steps, whether the registered checkpoint step ever went back, and whether any
-process was left running.
+process was left running. A run to --num_epochs (--input_queue) is judged by its epochs instead:
+every epoch done, each with the same number of examples, and every worker finished at the step
+where the last one ended.
 """
 
 import dataclasses
@@ -38,6 +40,15 @@ class ChaosReport:
     left_running: list[str]
     restored_step: int | None
     wall_secs: float
+    num_epochs: int = 0  # a run to --num_epochs: judged by its epochs, not train_steps
+    epochs_done: list = dataclasses.field(default_factory=list)  # (epoch, examples) of each epoch-done line
+
+    @property
+    def last_step(self) -> int | None:
+        """The global step the run had to reach: --train_steps, or where its epochs ended."""
+        if not self.num_epochs:
+            return self.train_steps
+        return max((step for step in self.finished_steps.values() if step is not None), default=None)
 
     @property
     def checkpoints_went_back(self) -> bool:
@@ -47,12 +58,19 @@ class ChaosReport:
     def violations(self) -> list[str]:
         problems = [f"{task} exited {code}" for task, code in self.exit_codes.items() if code != 0]
         problems += [f"{text} during the run" for text in self.unexpected_exits]
-        problems += [f"{task} finished at global step {step}, short of {self.train_steps}"
-                     for task, step in self.finished_steps.items() if step is None or step < self.train_steps]
+        last = self.last_step
+        problems += [f"{task} finished at global step {step}, short of {last}"
+                     for task, step in self.finished_steps.items() if step is None or last is None or step < last]
+        if self.num_epochs:
+            epochs = sorted(self.epochs_done)
+            if [epoch for epoch, _ in epochs] != list(range(self.num_epochs)):
+                problems.append(f"the epochs done were {[epoch for epoch, _ in epochs]}, not 0..{self.num_epochs - 1}")
+            if len({examples for _, examples in epochs}) > 1:
+                problems.append(f"the epochs trained different numbers of examples: {epochs}")
         if self.checkpoints_went_back:
             problems.append(f"the checkpoint step went back: {self.checkpoint_steps}")
         problems += [f"{task} left running" for task in self.left_running]
-        if self.restored_step is None or self.restored_step < self.train_steps:
+        if self.restored_step is None or last is None or self.restored_step < last:
             problems.append(f"the final checkpoint restores at step {self.restored_step}")
         return problems
 
@@ -68,6 +86,8 @@ class ChaosReport:
             f"{len(self.kills)} kills ({sum(k.task.startswith('ps') for k in self.kills)} of ps tasks); "
             f"time lost: {self.time_lost_secs:.1f} s",
             "finished at: " + ", ".join(f"{task} {step}" for task, step in sorted(self.finished_steps.items())),
+            *(["epochs done: " + ", ".join(f"{epoch} ({examples} examples)" for epoch, examples in
+                                           sorted(self.epochs_done))] if self.num_epochs else []),
             f"checkpoint steps went back: {'YES' if self.checkpoints_went_back else 'no'} "
             f"({len(set(self.checkpoint_steps))} checkpoints seen); final checkpoint restores at step "
             f"{self.restored_step}",
@@ -83,10 +103,10 @@ def _name(key) -> str:
 
 
 def run(cluster, model_dir, train_steps: int, chaos_secs: float, interval_secs=(6.0, 20.0),
-        restart_delay_secs=(0.5, 3.0), seed: int = 0, timeout_secs: float = 1800) -> ChaosReport:
+        restart_delay_secs=(0.5, 3.0), seed: int = 0, timeout_secs: float = 1800, num_epochs: int = 0) -> ChaosReport:
     """Kills a random running task every interval_secs (uniform) for chaos_secs from the first step,
     restarting each after restart_delay_secs (uniform); then waits up to timeout_secs more for every
-    task to end."""
+    task to end. num_epochs: the run ends at its --num_epochs (train_steps is then only its cap)."""
     rng = random.Random(seed)
     start = time.monotonic()
     deadline = start + chaos_secs + timeout_secs
@@ -132,7 +152,10 @@ def run(cluster, model_dir, train_steps: int, chaos_secs: float, interval_secs=(
         train_steps=train_steps, kills=kills, unexpected_exits=unexpected, finished_steps=finished,
         checkpoint_steps=checkpoints, time_lost_secs=_time_lost(faults.progress(cluster), behind),
         exit_codes={_name(key): code for key, code in codes.items()}, left_running=left,
-        restored_step=faults.restorable_step(model_dir), wall_secs=round(time.monotonic() - start, 1))
+        restored_step=faults.restorable_step(model_dir), wall_secs=round(time.monotonic() - start, 1),
+        num_epochs=num_epochs,
+        epochs_done=sorted({(epoch, examples) for key, _ in cluster.tasks() if key[0] != "ps"
+                            for epoch, _, examples in log_lines.epochs_done(cluster.log(*key))}))
 
 
 def _killed(kills, key, proc) -> bool:

@@ -6,6 +6,8 @@
     python scripts/inject_fault.py --kill=random --seed=7           # a random task at a random step
     python scripts/inject_fault.py --during_saves=20                # kill the chief mid-save, 20 times
     python scripts/inject_fault.py --chaos_secs=900 --num_ps=2 -- --sync_replicas   # random kills, 15 min
+    python scripts/inject_fault.py --chaos_secs=60 --num_epochs=3 --train_steps=1000000 -- --dataset=csv \
+        --data_dir=/data/clicks ...          # the same through --input_queue, judged by its epochs
 
 Prints whether training finished, the final step, whether the final checkpoint restores, and the
 time lost; exits 0 only if all of it went right. Chaos mode kills a random running task (ps tasks
@@ -38,6 +40,9 @@ flags.DEFINE_float("restart_delay_secs", 1.0, "Pause between the kill and the re
 flags.DEFINE_float("chaos_secs", 0, "Instead: kill random tasks for this long (chaos mode).", lower_bound=0)
 flags.DEFINE_list("chaos_interval_secs", ["6", "20"], "Chaos mode: MIN,MAX seconds between kills.")
 flags.DEFINE_list("chaos_restart_delay_secs", ["0.5", "3"], "Chaos mode: MIN,MAX seconds before a restart.")
+flags.DEFINE_integer("num_epochs", 0, "Chaos mode: train with --input_queue to this many epochs (the data flags "
+                     "after '--' name files); the run is judged by its epochs, --train_steps only caps it.",
+                     lower_bound=0)
 flags.DEFINE_integer("save_checkpoint_steps", 100, "Checkpoint interval of the run.", lower_bound=1)
 flags.DEFINE_string("report_json", None, "Also write the report to this file as JSON.")
 terminal.define_flags("runs/fault-<timestamp>", timeout_secs=900, ps_exit_secs=30)
@@ -84,14 +89,15 @@ def run(trainer_args, run_dir):
     trainer_args = [f"--model_dir={model_dir}", "--log_every_n_steps=10",
                     f"--keep_checkpoint_max={KEEP_CHECKPOINT_MAX}", *trainer_args]
     if FLAGS.chaos_secs:
+        epochs = ["--input_queue", f"--num_epochs={FLAGS.num_epochs}"] if FLAGS.num_epochs else []
         cluster = LocalCluster(run_dir, FLAGS.num_ps, FLAGS.num_workers,
                                [*trainer_args, f"--save_checkpoint_steps={FLAGS.save_checkpoint_steps}",
-                                f"--train_steps={FLAGS.train_steps}"])
+                                f"--train_steps={FLAGS.train_steps}", *epochs])
         print(f"chaos: killing random tasks for {FLAGS.chaos_secs:g} s; logs in {run_dir}", flush=True)
         with cluster:
             report = chaos.run(cluster, str(model_dir), FLAGS.train_steps, FLAGS.chaos_secs,
                                seconds_range("chaos_interval_secs"), seconds_range("chaos_restart_delay_secs"),
-                               FLAGS.seed, FLAGS.timeout_secs)
+                               FLAGS.seed, FLAGS.timeout_secs, num_epochs=FLAGS.num_epochs)
         ok = not report.violations
     elif FLAGS.during_saves:
         cluster = LocalCluster(run_dir, FLAGS.num_ps, 1, [*trainer_args, "--save_checkpoint_steps=1",
