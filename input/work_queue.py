@@ -111,7 +111,7 @@ class WorkQueue:
     def __init__(self, num_files: int, worker: int, num_workers: int, num_epochs: int, lease_secs: float,
                  device, global_step):
         self.num_files, self.worker, self.num_epochs = num_files, worker, num_epochs
-        self._lease_secs = float(lease_secs)
+        self.lease_secs = float(lease_secs)
         # Not where replica_device_setter would put them: all on ps 0 (device None clears the scope).
         with v1.device(None), v1.device(device), v1.variable_scope("input_queue"):
             self.state = v1.get_variable("state", initializer=initial_state(num_files), trainable=False,
@@ -137,7 +137,7 @@ class WorkQueue:
     def _take(self):
         now = tf.timestamp()
         epoch, examples, owners = unpack(self.state.read_value(), self.num_files)
-        silent = now - tf.gather(self.last_seen.read_value(), tf.maximum(owners, 0)) > self._lease_secs
+        silent = now - tf.gather(self.last_seen.read_value(), tf.maximum(owners, 0)) > self.lease_secs
         expired = (owners >= 0) & tf.not_equal(owners, self.worker) & silent
         owners = tf.where(expired, tf.constant(TODO, tf.int64), owners)
         rows = epoch + tf.range(OPEN_EPOCHS, dtype=tf.int64)
@@ -218,26 +218,15 @@ class ItemFeed:
         """make_session() -> a session on the cluster, for the feed's own calls to the queue."""
         self._session_factory = make_session
 
-    # The queue calls, retried while a ps restarts.
-    def _call(self, fetches, generation=None, feed_dict=None):
-        """Runs fetches on the queue, asking again while `generation` is current (a ps restarting);
-        with no generation, once: the caller's session recovers from the error."""
-        options = v1.RunOptions(timeout_in_ms=CALL_TIMEOUT_MS)
-        while True:
-            try:
-                if self._session is None:
-                    self._session = self._session_factory()
-                return self._session.run(fetches, feed_dict=feed_dict, options=options)
-            except RETRYABLE as err:
-                if generation is None:
-                    self._close_session()
-                    raise
-                logging.info("%s: input queue on ps 0 did not answer (%s); asking again", self.task_name,
-                             _first_line(err.message))
-                self._close_session()
-                time.sleep(RETRY_SECS)
-                if generation != self.generation:
-                    return None
+    def _call(self, fetches, feed_dict=None):
+        """Runs fetches on the queue, once; after a failure the next call opens a new session."""
+        try:
+            if self._session is None:
+                self._session = self._session_factory()
+            return self._session.run(fetches, feed_dict=feed_dict, options=v1.RunOptions(timeout_in_ms=CALL_TIMEOUT_MS))
+        except RETRYABLE:
+            self._close_session()
+            raise
 
     def _close_session(self):
         if self._session is not None:
@@ -260,16 +249,24 @@ class ItemFeed:
         """(key, file index, generation) of each file this pass takes, until none is left to take now."""
         generation, taken = self.generation, 0
         while True:
+            # Under the lock: a restart() (which gives back this worker's files) comes before this
+            # take or after it, never between its check and its take.
             with self._lock:
                 if generation != self.generation:
                     return
-                result = self._call(self.queue.take, generation)
-            if result is None:
-                return
+                try:
+                    result, failure = self._call(self.queue.take), None
+                except RETRYABLE as err:
+                    result, failure = None, err
+            if failure is not None:  # ps 0 restarting: ask again, outside the lock
+                logging.info("%s: input queue on ps 0 did not answer (%s); asking again", self.task_name,
+                             _first_line(failure.message))
+                time.sleep(RETRY_SECS)
+                continue
             key, over, reclaimed = (int(value) for value in result)
             if reclaimed:
                 logging.warning("%s: input queue: took back %d file(s) from workers silent for more than %.0f s",
-                                self.task_name, reclaimed, self.queue._lease_secs)  # pylint: disable=protected-access
+                                self.task_name, reclaimed, self.queue.lease_secs)
             if over:
                 self.finished = True
                 return
@@ -320,8 +317,7 @@ class ItemFeed:
             self._read.clear()
             self._trained.clear()
             self._ended.clear()
-            released = self._call(self.queue.release, self.generation)
-        return int(released or 0)
+            return int(self._call(self.queue.release))
 
     def stop(self) -> None:
         with self._lock:
@@ -329,7 +325,7 @@ class ItemFeed:
         self._close_session()
 
     def heartbeat(self) -> None:
-        self._call(self.queue.heartbeat, self.generation)
+        self._call(self.queue.heartbeat)
 
     def trained(self, keys: np.ndarray) -> None:
         """Counts one step's examples by file, and finishes the files trained to their end: each is
@@ -346,7 +342,7 @@ class ItemFeed:
                 self._trained.pop(key, None)
                 done.append((key, examples))
         for key, examples in done:
-            result = self._call(self.queue.finish, None, {self.queue.key: key, self.queue.examples: examples})
+            result = self._call(self.queue.finish, {self.queue.key: key, self.queue.examples: examples})
             mine, completed, completed_examples, step = result
             epoch = key // self.queue.num_files
             if mine:

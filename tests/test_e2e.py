@@ -68,11 +68,13 @@ def test_async_cluster_trains_to_the_end_and_everything_exits(make_cluster):
     assert reader.get_tensor("global_step") >= 200
     assert reader.get_variable_to_shape_map()["mlp/hidden0/kernel"] == [784, 256]
 
-    # A worker restarted once the job is over (the ps tasks gone) reads the chief's done mark and
-    # exits 0 at once, not after --startup_timeout_secs of waiting for them.
+    # Workers restarted once the job is over (the ps tasks gone), the chief too, read the chief's done
+    # mark and exit 0 at once, not after --startup_timeout_secs of waiting for them.
+    cluster.start("worker", 0)
     cluster.start("worker", 1)
-    assert cluster.wait("worker", timeout=60) == {("worker", 0): 0, ("worker", 1): 0}, describe(cluster)
-    assert "training is over (the chief finished at global step" in cluster.log("worker", 1)
+    assert cluster.wait("worker", timeout=90) == {("worker", 0): 0, ("worker", 1): 0}, describe(cluster)
+    for index in (0, 1):
+        assert "training is over (the chief finished at global step" in cluster.log("worker", index)
 
 
 def test_sync_cluster_shares_steps_fairly_and_exits_promptly(make_cluster):

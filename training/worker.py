@@ -120,11 +120,11 @@ def _train(cfg, server, stop, task_metrics) -> training_hooks.ProgressHook:
     if graph.input_queue:
         target, tf_graph = server.target if server else "", v1.get_default_graph()
         graph.input_queue.feed.connect(lambda: v1.Session(target, graph=tf_graph, config=spec.session_config(cluster)))
-    over = None if cluster.is_chief else shutdown.chief_finished_step(train_cfg.model_dir, train_cfg.train_steps,
-                                                                       train_cfg.num_epochs)
+    over = shutdown.chief_finished_step(train_cfg.model_dir, train_cfg.train_steps, train_cfg.num_epochs)
     if over is not None:
         # Restarted after the end (an orchestrator restarting a finished task): the ps tasks may be
-        # gone, and waiting for them would end only at --startup_timeout_secs.
+        # gone, and waiting for them would end only at --startup_timeout_secs. The chief's mark comes
+        # after its final checkpoint: a chief still exports and evaluates that, which needs no ps.
         logging.info("%s: training is over (the chief finished at global step %d); not waiting for the ps tasks",
                      cluster.task_name, over)
         hooks.progress.global_step = hooks.progress.last_step = over
