@@ -89,16 +89,6 @@ def _pack(epoch, examples, owners):
     return tf.concat([tf.reshape(epoch, [1]), examples, tf.reshape(owners, [-1])], 0)
 
 
-class Counts(collections.namedtuple("Counts", "epoch todo leased done")):
-    """Where the oldest open epoch stands, from a state vector (logs and tests)."""
-
-    @classmethod
-    def of(cls, state: np.ndarray, num_files: int) -> "Counts":
-        epoch, _, owners = unpack(state, num_files)
-        first = owners[0]
-        return cls(epoch, int((first == TODO).sum()), int((first >= 0).sum()), int((first == DONE).sum()))
-
-
 class WorkQueue:
     """The queue's state on `device` (ps 0) and the ops one worker runs on it.
 
