@@ -69,15 +69,12 @@ def check_flags_alone(f) -> None:
 
 
 def check_input_queue(f) -> None:
-    """--input_queue and --num_epochs: what they work with so far."""
+    """--input_queue and --num_epochs: what they work with."""
     if f.num_epochs and not f.input_queue:
         raise app.UsageError(f"--num_epochs={f.num_epochs} needs --input_queue: epochs are counted by the work queue "
                              "(fixed shards repeat until --train_steps).")
     if not f.input_queue:
         return
-    if f.sync_replicas:
-        raise app.UsageError("--input_queue is for asynchronous training so far: drop --sync_replicas or "
-                             "--input_queue.")
     for lever in ("steps_per_run", "local_steps", "accumulate_batches"):
         if f[lever].value > 1:
             raise app.UsageError(f"--input_queue counts each step's examples by file: drop --{lever}={f[lever].value}.")
@@ -253,6 +250,13 @@ def read_train(f, cluster: spec.ClusterConfig, env) -> TrainConfig:
         raise app.UsageError(
             f"--replicas_to_aggregate={replicas} is larger than the {cluster.num_replicas} worker(s) "
             "in --worker_hosts: a step would wait forever; use at most that many.")
+    if f.input_queue and f.sync_replicas and replicas < cluster.num_replicas:
+        # Backup workers: a round applied without a worker's gradient drops it, and the examples it
+        # carried, which the queue has counted as trained.
+        raise app.UsageError(
+            f"--input_queue trains every example once: --replicas_to_aggregate={replicas} of "
+            f"{cluster.num_replicas} workers would drop the late workers' gradients, and their examples with "
+            "them; drop --replicas_to_aggregate.")
     optimizer = f.optimizer if f["optimizer"].present else model.needs_of(f.model).default_optimizer or f.optimizer
     choice = momentum.choose(f.momentum, cluster.num_replicas, f.sync_replicas, f.local_steps, optimizer,
                              f.learning_rate)

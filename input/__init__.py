@@ -87,14 +87,25 @@ def queued_batches(cfg: DataConfig, shard: Shard, batch_size: int) -> tf.data.Da
     take, then ends: its shuffle buffer drains and its last batch, short, is trained, so that the files
     it read get finished before the next pass waits for a peer's files to come free (the last ones of
     the run, or a dead worker's). Nothing is cached: each epoch is read from the files."""
-    source = DATASETS[cfg.name]
+    source, feed = DATASETS[cfg.name], shard.feed
 
     def one_pass(_):
         records = source.records(cfg, "train", shard)
-        return records.shuffle(SHUFFLE_BUFFER, seed=cfg.seed + shard.feed.queue.worker).batch(batch_size)
+        batches = records.shuffle(SHUFFLE_BUFFER, seed=cfg.seed + feed.queue.worker).batch(batch_size)
+        if not feed.empty_batches:
+            return batches
+        # Sync: a pass that took no file still gives the round this worker's share, an empty batch.
+        empty = tf.data.Dataset.from_tensors(tf.nest.map_structure(_empty, batches.element_spec))
+        return batches.concatenate(empty.filter(
+            lambda *_: tf.reshape(tf.py_function(feed.took_nothing, [], tf.bool), [])))
 
-    passes = tf.data.Dataset.from_generator(shard.feed.passes, output_signature=tf.TensorSpec([], tf.int64))
+    passes = tf.data.Dataset.from_generator(feed.passes, output_signature=tf.TensorSpec([], tf.int64))
     return tuning.without_autotune(passes.flat_map(one_pass).prefetch(tuning.PREFETCH_BATCHES))
+
+
+def _empty(spec: tf.TensorSpec) -> tf.Tensor:
+    """A batch of no examples of a batched dataset's element."""
+    return tf.zeros([0, *[0 if size is None else size for size in spec.shape[1:]]], spec.dtype)
 
 
 def _cached(dataset: tf.data.Dataset, mode: str, split: str, shard: Shard) -> tf.data.Dataset:

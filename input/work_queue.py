@@ -93,6 +93,7 @@ class WorkQueue:
     """The queue's state on `device` (ps 0) and the ops one worker runs on it.
 
     take -> (key, every epoch done, leases reclaimed from silent workers); key -1: nothing to take now.
+    over -> every epoch of --num_epochs is done.
     finish(key, examples) -> (the lease was still this worker's, [epochs completed, -1 for none],
                               [examples trained of each], the global step).
     release -> files this worker held, now TODO again.   heartbeat: this worker is alive.
@@ -115,6 +116,7 @@ class WorkQueue:
             finished = section.execute(self._finish)
             self.release = section.execute(self._release)
             self.heartbeat = self._seen(tf.timestamp())
+            self.over = self.state.read_value()[0] >= num_epochs if num_epochs else tf.constant(False)
         with tf.control_dependencies(tf.nest.flatten(finished)):  # read where the global step lives
             self.finish = (*finished, tf.identity(global_step))
 
@@ -190,12 +192,22 @@ class ItemFeed:
     session hook (training/queue_hook.py) counts what each step trained, finishes the files trained
     to their end, and restart()s the feed when its session is (re)created. A generation number
     tells the pipeline of an earlier session, whose files were given back, to stop taking any.
+
+    In sync training (empty_batches) a round needs every worker's gradient, so a worker must step
+    while a peer trains the last files of the run: a pass that takes no file ends with an empty
+    batch (input.queued_batches), whose gradient is zero, and passes follow one another with no
+    pause, paced by the rounds. The run's end is closed (end_op: the sync token queue's close) by the
+    worker that finds every epoch done, which wakes the workers waiting for a round that will not come.
     """
 
-    def __init__(self, queue: WorkQueue, task_name: str):
+    def __init__(self, queue: WorkQueue, task_name: str, empty_batches: bool = False):
         self.queue, self.task_name = queue, task_name
+        self.empty_batches = empty_batches
+        self.end_op = None
         self.generation = 0
         self.finished = False  # every epoch of --num_epochs is done
+        self._took_nothing = False  # the last pass ended with no file taken
+        self._skip_pass = False  # the next pass takes nothing: its batch is empty
         self.tally = EpochTally()
         self._lock = threading.Lock()
         self._session_factory = None
@@ -218,6 +230,23 @@ class ItemFeed:
             self._close_session()
             raise
 
+    def _over(self) -> None:
+        """Every epoch is done: the pipeline ends, and the workers waiting for a sync round are woken."""
+        self.finished = True
+        if self.end_op is None:
+            return
+        try:
+            self._call(self.end_op)
+        except (*RETRYABLE, tf.errors.OutOfRangeError) as err:  # closed already, or its ps is down
+            logging.info("%s: input queue: every epoch is done; closing the sync token queue failed (%s)",
+                         self.task_name, _first_line(err.message))
+
+    def all_done(self) -> bool:
+        """Every epoch of --num_epochs is done, as this worker saw or as the queue says."""
+        if not self.finished and self.queue.num_epochs and bool(self._call(self.queue.over)):
+            self.finished = True
+        return self.finished
+
     def _close_session(self):
         if self._session is not None:
             try:
@@ -238,6 +267,10 @@ class ItemFeed:
     def items(self):
         """(key, file index, generation) of each file this pass takes, until none is left to take now."""
         generation, taken = self.generation, 0
+        with self._lock:
+            if self._skip_pass and generation == self.generation:
+                self._skip_pass, self._took_nothing = False, True
+                return
         while True:
             # Under the lock: a restart() (which gives back this worker's files) comes before this
             # take or after it, never between its check and its take.
@@ -258,16 +291,22 @@ class ItemFeed:
                 logging.warning("%s: input queue: took back %d file(s) from workers silent for more than %.0f s",
                                 self.task_name, reclaimed, self.queue.lease_secs)
             if over:
-                self.finished = True
+                self._over()
+                self._took_nothing = False
                 return
             if key < 0:
                 break
             taken += 1
             yield key, key % self.queue.num_files, generation
             if taken == FILES_PER_PASS:
-                return
-        if not taken:
+                break
+        self._took_nothing = not taken
+        if not taken and not self.empty_batches:
             time.sleep(POLL_SECS)
+
+    def took_nothing(self) -> bool:
+        """The pass that just ended took no file (the pipeline reads it after the pass's batches)."""
+        return self._took_nothing
 
     def read_block(self, generation, key, count):
         with self._lock:
@@ -299,11 +338,13 @@ class ItemFeed:
         return tagged.concatenate(end.flat_map(lambda _: tagged.take(0)))
 
     # The session hook's side.
-    def restart(self) -> int:
+    def restart(self, skip_first_pass: bool = False) -> int:
         """A new session: the pipeline of the last one stops taking files, the files this worker held
-        are TODO again; returns how many."""
+        are TODO again; returns how many. skip_first_pass: the first pass takes no file (its one
+        batch is empty), for a first step whose gradient is dropped."""
         with self._lock:
             self.generation += 1
+            self._skip_pass = skip_first_pass
             self._read.clear()
             self._trained.clear()
             self._ended.clear()
@@ -343,3 +384,5 @@ class ItemFeed:
             self.finished_files.append((key, examples, bool(mine), [int(e) for e in completed if e >= 0],
                                         [int(n) for e, n in zip(completed, completed_examples) if e >= 0],
                                         int(step)))
+            if self.queue.num_epochs and self.queue.num_epochs - 1 in completed:
+                self._over()

@@ -69,13 +69,17 @@ def logits_of(features, cfg: ModelConfig, data_spec, training: bool = False) -> 
 
 def build(features, labels, cfg: ModelConfig, data_spec, summaries: bool = True,
           training: bool = False) -> ModelOutput:
-    """Logits, mean cross-entropy loss and batch metrics, with their summaries unless told not to."""
+    """Logits, mean cross-entropy loss and batch metrics (0 for an empty batch), with their summaries
+    unless told not to."""
     logits = logits_of(features, cfg, data_spec, training)
     probabilities = tf.nn.softmax(logits, name="probabilities")
-    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits),
-                          name="cross_entropy")
+    # Means that are 0 for an empty batch, with no gradient: a sync worker with nothing to read in a
+    # round sends one (input/work_queue.py), a share that adds nothing to the round.
+    count = tf.cast(tf.size(labels), tf.float32)
+    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    loss = tf.math.divide_no_nan(tf.reduce_sum(losses), count, name="cross_entropy")
     correct = tf.equal(tf.argmax(logits, axis=1, output_type=labels.dtype), labels)
-    accuracy = tf.reduce_mean(tf.cast(correct, tf.float32), name="batch_accuracy")
+    accuracy = tf.math.divide_no_nan(tf.reduce_sum(tf.cast(correct, tf.float32)), count, name="batch_accuracy")
     auc = batch_auc(labels, probabilities[:, 1]) if data_spec.num_classes == 2 else None
     output = ModelOutput(logits, probabilities, loss, accuracy, auc)
     if summaries:

@@ -92,7 +92,8 @@ def test_steps_per_run_is_refused_in_sync_mode():
 
 @pytest.mark.parametrize("args, expected", [
     (["--num_epochs=2"], "--num_epochs=2 needs --input_queue"),
-    (["--input_queue", "--sync_replicas"], "--input_queue is for asynchronous training"),
+    (["--input_queue", "--sync_replicas", "--replicas_to_aggregate=1"],
+     "--replicas_to_aggregate=1 of 2 workers would drop the late workers' gradients"),
     (["--input_queue", "--steps_per_run=4"], "drop --steps_per_run=4"),
     (["--input_queue", "--cache=memory"], "drop --cache=memory"),
     (["--input_queue"], "--dataset=synthetic has none to hand out"),

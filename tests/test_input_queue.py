@@ -18,16 +18,18 @@ FILES, ROWS_PER_FILE, BATCH = 16, 500, 32
 EXAMPLES = FILES * ROWS_PER_FILE
 
 
-def write_numbered_csvs(data_dir) -> None:
-    """train-*.csv of numbered rows whose label is learnable from x1 + x2, and an eval split."""
+def write_numbered_csvs(data_dir, rows=(ROWS_PER_FILE,) * FILES) -> None:
+    """train-*.csv (rows[f] in file f) of numbered rows whose label is learnable from x1 + x2, and an
+    eval split."""
     rng = np.random.RandomState(0)
     data_dir.mkdir(parents=True)
-    for split, files in (("train", FILES), ("eval", 1)):
-        for f in range(files):
-            x = rng.normal(size=(ROWS_PER_FILE, 2))
-            lines = ["id,x1,x2,label"] + [f"{f * ROWS_PER_FILE + i},{a:.4f},{b:.4f},{int(a + b > 0)}"
-                                          for i, (a, b) in enumerate(x)]
+    first = 0
+    for split, sizes in (("train", rows), ("eval", (ROWS_PER_FILE,))):
+        for f, size in enumerate(sizes):
+            x = rng.normal(size=(size, 2))
+            lines = ["id,x1,x2,label"] + [f"{first + i},{a:.4f},{b:.4f},{int(a + b > 0)}" for i, (a, b) in enumerate(x)]
             (data_dir / f"{split}-{f:02d}.csv").write_text("\n".join(lines) + "\n")
+            first += size
 
 
 def test_a_worker_killed_mid_epoch_loses_no_example_and_the_run_ends_with_its_epochs(make_cluster, tmp_path):
@@ -104,6 +106,38 @@ def test_a_cluster_stopped_mid_epoch_resumes_the_epoch_from_its_checkpoint(make_
     assert resumed == EXAMPLES - examples[0], (resumed, examples[0])
     steps = int(finished(logs[0])["global_step"]) - saved_step
     assert resumed / BATCH <= steps <= resumed / BATCH + 2 * FILES, (steps, resumed, leased)
+
+
+def test_sync_training_on_uneven_files_ends_at_the_last_example_without_a_hang(make_cluster, tmp_path):
+    # One file holds over half the examples: while its worker trains it, the other has nothing left to
+    # read, and every round still needs its gradient (an empty batch's).
+    rows = (3000,) + (300,) * 7
+    examples = sum(rows)
+    data_dir = tmp_path / "data"
+    write_numbered_csvs(data_dir, rows)
+    cluster = make_cluster(num_ps=1, num_workers=2, trainer_args=[
+        "--dataset=csv", f"--data_dir={data_dir}", "--numeric_columns=x1,x2", "--model=wide_deep",
+        "--hidden_units=16", "--input_queue", "--num_epochs=1", "--sync_replicas", f"--batch_size={BATCH}",
+        "--train_steps=100000", "--log_every_n_steps=20", "--save_checkpoint_steps=100000"])
+    cluster.start_all()
+    codes = cluster.wait(timeout=180)  # a hang at the end of the epoch stops here
+    assert set(codes.values()) == {0}, describe(cluster)
+    logs = [cluster.log("worker", i) for i in (0, 1)]
+    done = [entry for log in logs for entry in log_lines.epochs_done(log)]
+    assert [(epoch, n) for epoch, _, n in done] == [(0, examples)], describe(cluster)
+    tallies = [log_lines.epoch_tallies(log)[0] for log in logs]
+    # Every example once: nothing read again, nothing left out, and both workers took files.
+    assert sum(files for files, _, _ in tallies) == len(rows) and all(files for files, _, _ in tallies), tallies
+    assert sum(n for _, n, _ in tallies) == examples and not any(again for _, _, again in tallies), tallies
+    final_step = int(finished(logs[0])["global_step"])
+    # The run ended with the round that trained its last example. A round takes one batch of each
+    # worker: the big file alone took a round per batch, more rounds than the examples fill when both
+    # workers read (those rounds had an empty batch of the other worker's).
+    assert final_step == done[-1][1], describe(cluster)
+    assert rows[0] / BATCH <= final_step <= rows[0] / BATCH + len(rows) * (300 / BATCH + 1), final_step
+    assert rows[0] / BATCH > examples / BATCH / 2 + len(rows)
+    assert tf.train.load_checkpoint(str(cluster.model_dir)).get_tensor("global_step") == final_step
+    assert float(finished(logs[0])["heldout_accuracy"]) > 0.9
 
 
 def test_a_file_gone_between_epochs_stops_the_workers_naming_it(make_cluster, tmp_path):

@@ -90,3 +90,25 @@ def test_the_export_copy_for_sagemaker_is_whole_and_replaces_an_older_one(tmp_pa
         "saved_model.pb", "variables", "variables/variables.index"]
     assert (target / "variables" / "variables.index").read_bytes() == b"index"
     assert not list(target.parent.glob("*.incomplete"))
+
+
+@pytest.mark.inprocess
+@pytest.mark.parametrize("name,data,embedding", [("mlp", IMAGES, "hashed"), ("cnn", IMAGES, "hashed"),
+                                                 ("wide_deep", CLICKS, "hashed"), ("wide_deep", CLICKS, "dynamic")])
+def test_an_empty_batch_has_zero_loss_and_zero_gradients(name, data, embedding):
+    # What a sync worker with nothing to read sends its round (--input_queue): a share that adds nothing.
+    features, labels = batch(data)
+    with tf.Graph().as_default():
+        features = {k: tf.constant(v.numpy()[:0]) for k, v in features.items()}
+        cfg = model.ModelConfig(name=name, hidden_units=(8,), embedding=embedding)
+        out = model.build(features, tf.constant(labels.numpy()[:0]), cfg, inputs.spec(data), training=True)
+        variables = v1.trainable_variables()
+        grads = [g for g in tf.gradients(out.loss, variables) if g is not None]
+        assert grads, variables
+        with v1.Session() as sess:
+            sess.run([v1.global_variables_initializer(), v1.tables_initializer()])
+            loss, accuracy, grads = sess.run([out.loss, out.accuracy, grads])
+    assert (loss, accuracy) == (0.0, 0.0)
+    for grad in grads:
+        values = getattr(grad, "values", grad)  # an IndexedSlicesValue (a sparse lookup's) or an array
+        assert not values.any()

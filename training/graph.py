@@ -16,7 +16,7 @@ from model import embeddings
 from cluster import placement
 from input import work_queue
 from training import checkpoints, queue_hook, step
-from training.step import optimizers, schedules
+from training.step import optimizers, schedules, sync
 
 v1 = tf.compat.v1
 
@@ -55,7 +55,7 @@ def _work_queue(cfg, global_step) -> work_queue.ItemFeed:
     num_files = len(inputs.DATASETS[cfg.data.name].files(cfg.data, "train"))
     queue = work_queue.WorkQueue(num_files, cluster.replica_index, cluster.num_replicas, train.num_epochs,
                                  cfg.data.input_queue_lease_secs, cluster.ps_devices()[0], global_step)
-    return work_queue.ItemFeed(queue, cluster.task_name)
+    return work_queue.ItemFeed(queue, cluster.task_name, empty_batches=train.sync_replicas)
 
 
 def build_graph(cfg, stop_requested=None) -> TrainGraph:
@@ -102,6 +102,11 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
     # --keep_checkpoint_max.
     saver = checkpoints.LiveStateSaver(uninitialized, sharded=True, max_to_keep=train.keep_checkpoint_max,
                                        save_relative_paths=True, before_save=evict)
-    queue = queue_hook.InputQueueHook(feed, keys[0], batches.initializer, cfg.data.input_queue_lease_secs) \
-        if feed else None
+    queue = None
+    if feed:
+        syncing = next((hook for hook in built.hooks if isinstance(hook, sync.SyncReplicasHook)), None)
+        if syncing:
+            feed.end_op = syncing.close_token_queue
+        queue = queue_hook.InputQueueHook(feed, keys[0], batches.initializer, cfg.data.input_queue_lease_secs,
+                                          drops_first_step=syncing and (lambda: syncing.drops_next_push))
     return TrainGraph(saver, built, uninitialized, queue)

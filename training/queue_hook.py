@@ -14,15 +14,20 @@ v1 = tf.compat.v1
 
 
 class InputQueueHook(v1.train.SessionRunHook):
-    """keys: the file key of each example of the step's batch; initializer: the input iterator's."""
+    """keys: the file key of each example of the step's batch; initializer: the input iterator's;
+    drops_first_step() (sync): the new session's first gradient goes stale, so its batch must be empty.
 
-    def __init__(self, feed: work_queue.ItemFeed, keys, initializer, lease_secs: float):
+    In sync training it runs after the sync hook: a step's batch is counted once its round is applied.
+    """
+
+    def __init__(self, feed: work_queue.ItemFeed, keys, initializer, lease_secs: float, drops_first_step=None):
         self.feed, self._keys, self._initializer = feed, keys, initializer
+        self._drops_first_step = drops_first_step or (lambda: False)
         self._heartbeat_secs = lease_secs / 4
         self._last_heartbeat = time.monotonic()
 
     def after_create_session(self, session, coord):
-        released = self.feed.restart()
+        released = self.feed.restart(skip_first_pass=self._drops_first_step())
         session.run(self._initializer)
         if released:
             logging.info("%s: input queue: gave back the %d file(s) this worker held (its input starts "
@@ -34,6 +39,8 @@ class InputQueueHook(v1.train.SessionRunHook):
     def after_run(self, run_context, run_values):
         self.feed.trained(run_values.results)
         self._log_finished()
+        if self.feed.finished:  # no further step: in sync mode it would join one more round
+            run_context.request_stop()
         if time.monotonic() - self._last_heartbeat > self._heartbeat_secs:
             self.feed.heartbeat()
             self._last_heartbeat = time.monotonic()

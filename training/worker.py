@@ -190,7 +190,8 @@ def make_hooks(cfg, graph, stop=None, task_metrics=None) -> WorkerHooks:
         cluster.task_name,
         watchdog.stall_cause(train_cfg.sync_replicas, train_cfg.replicas_to_aggregate, cluster.num_replicas),
         train_cfg.stall_warning_secs, train_cfg.stall_timeout_secs)
-    hooks = ([graph.input_queue] if graph.input_queue else []) + [*graph.step.hooks, progress, stall_watchdog] + (
+    # The input queue's hook after the step's: in sync mode a step's batch counts once its round is applied.
+    hooks = [*graph.step.hooks] + ([graph.input_queue] if graph.input_queue else []) + [progress, stall_watchdog] + (
         [preemption.PreemptionHook(stop)] if stop else [])
     not_learning = None
     if train_cfg.not_learning != "off":
@@ -225,7 +226,7 @@ def train_until_done(cfg, target, graph, hooks: WorkerHooks, stop=None) -> None:
         if ((stop and stop.requested.is_set()) or (hooks.not_learning and hooks.not_learning.failure)
                 or progress.global_step >= train_cfg.train_steps):
             return
-        if graph.input_queue and graph.input_queue.feed.finished:
+        if graph.input_queue and _all_epochs_done(graph.input_queue.feed):
             progress.last_step = progress.global_step = _global_step_now(target, config, cluster)
             logging.info("%s: input queue: all %d epoch(s) trained; training ends at global step %d",
                          cluster.task_name, train_cfg.num_epochs, progress.last_step)
@@ -242,6 +243,14 @@ def train_until_done(cfg, target, graph, hooks: WorkerHooks, stop=None) -> None:
         logging.warning("%s: the session ended at global step %s, short of --train_steps=%d; starting a "
                         "new one", cluster.task_name, progress.global_step, train_cfg.train_steps)
         time.sleep(CHIEF_POLL_SECS)
+
+
+def _all_epochs_done(feed: work_queue.ItemFeed) -> bool:
+    """--input_queue: every epoch is done (a sync worker can be woken by the end before its input saw it)."""
+    try:
+        return feed.all_done()
+    except work_queue.RETRYABLE:  # ps 0 restarting: the next session asks again
+        return False
 
 
 def _global_step_now(target, config, cluster) -> int:

@@ -122,11 +122,19 @@ class SyncReplicasHook(v1.train.SessionRunHook):
             self._pushed = v1.Variable(tf.fill([num_workers], tf.constant(-1, tf.int64)), trainable=False,
                                        collections=[], name="sync_round_pushed")
             self._wakes = v1.Variable(tf.constant(0, tf.int64), trainable=False, collections=[], name="sync_wakes")
+            # The end of training's close, for any worker that finds it over (--num_epochs): wakes
+            # every worker waiting for a round, as CloseQueueAtEndHook does at --train_steps.
+            queue = sync_optimizer._sync_token_queue  # pylint: disable=protected-access
+            self.close_token_queue = queue.close(cancel_pending_enqueues=True)
+            self._queue_closed = queue.is_closed()
         self._num_tokens = num_tokens
         self._token = train_op  # SyncReplicasOptimizer's train op assigns the token taken: its value
         self._stop_requested = stop_requested or (lambda: False)
         self._last_token = None
         self._take_token = None
+        # True from a session's start until its first step when that step's gradient goes stale (the
+        # worker pushed into the round before this session): what that step trained is dropped.
+        self.drops_next_push = False
 
     def begin(self):
         # Called for every MonitoredTrainingSession: build the ops once. A session whose creation
@@ -193,7 +201,8 @@ class SyncReplicasHook(v1.train.SessionRunHook):
             session.run(self._pushed.initializer)
         if not session.run(self._wakes_set_up):
             session.run(self._wakes.initializer)
-        if int(session.run(self._read_pushed)) == self._last_token:
+        self.drops_next_push = int(session.run(self._read_pushed)) == self._last_token
+        if self.drops_next_push:
             session.run(self._set_local_step, {self._local_step_value: self._last_token - 1})
             logging.info("this worker pushed its gradient for sync round %d already (before this session): its next "
                          "one goes as stale and is dropped, so that the round counts it once", self._last_token)
@@ -259,6 +268,7 @@ class SyncReplicasHook(v1.train.SessionRunHook):
         return v1.train.SessionRunArgs([self._token, self._record_push], {self._round_of_push: self._last_token})
 
     def after_run(self, run_context, run_values):
+        self.drops_next_push = False
         token = self._awake(run_context.session, int(run_values.results[0]))
         if token == self._last_token:
             token = self._give_back_and_wait(run_context, token)
@@ -282,9 +292,12 @@ class SyncReplicasHook(v1.train.SessionRunHook):
         # round failed with its aggregation and will not pass: this worker takes no token meanwhile,
         # so it reads the wake count itself (seen in the chaos drill: a chief polling for 2 minutes).
         while True:
-            step, wakes = session.run([self._global_step, self._read_wakes])
+            step, wakes, closed = session.run([self._global_step, self._read_wakes, self._queue_closed])
             if int(step) != token:
                 break
+            if closed:  # training is over: the round will not come
+                run_context.request_stop()
+                return token
             if int(wakes) > self._wakes_before_session:
                 raise tf.errors.AbortedError(None, None, "woken while waiting for sync round %d: the chief's "
                                              "aggregation failed; re-creating the session" % token)
