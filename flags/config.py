@@ -73,6 +73,8 @@ def check_input_queue(f) -> None:
     if f.num_epochs and not f.input_queue:
         raise app.UsageError(f"--num_epochs={f.num_epochs} needs --input_queue: epochs are counted by the work queue "
                              "(fixed shards repeat until --train_steps).")
+    if f.input_queue_audit and not f.input_queue:
+        raise app.UsageError("--input_queue_audit records what the work queue hands out: add --input_queue.")
     if not f.input_queue:
         return
     for lever in ("steps_per_run", "local_steps", "accumulate_batches"):
@@ -426,7 +428,8 @@ def read_data(f, cluster: spec.ClusterConfig, env) -> inputs.DataConfig:
                              numeric_columns=tuple(f.numeric_columns),
                              categorical_columns=tuple(f.categorical_columns), num_classes=f.num_classes,
                              numeric_default=f.numeric_default, input_queue=f.input_queue,
-                             input_queue_lease_secs=f.input_queue_lease_secs)
+                             input_queue_lease_secs=f.input_queue_lease_secs,
+                             input_queue_audit=f.input_queue_audit)
     if cluster.job_name == spec.PS:
         return data
     problem = inputs.DATASETS[name].check(data)

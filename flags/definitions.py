@@ -210,7 +210,11 @@ flags.DEFINE_boolean("input_queue", DATA.input_queue,
                      "Hand the training files out to the workers from a work queue on ps 0, a file at a time, "
                      "instead of a fixed shard each: a fast worker reads more files, each file of an epoch is "
                      "trained once (a killed worker's files go to the others), and where the epoch stands is "
-                     "saved in the checkpoints. Asynchronous training on csv, tfrecord or criteo files.")
+                     "saved in the checkpoints. On csv, tfrecord or criteo files, asynchronous or sync.")
+flags.DEFINE_boolean("input_queue_audit", DATA.input_queue_audit,
+                     "--input_queue: each worker also writes the (epoch, file, record) of every example it "
+                     "trains to <model_dir>/workers/<task>/trained_examples.bin (int64 triples, 24 bytes an "
+                     "example), which scripts/inject_fault.py counts per epoch: an audit, or a benchmark mode.")
 flags.DEFINE_integer("input_queue_lease_secs", DATA.input_queue_lease_secs,
                      "--input_queue: a worker silent this long (dead, not restarted) loses the files it held to "
                      "the other workers.", lower_bound=1)

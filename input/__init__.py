@@ -82,7 +82,8 @@ def batches(cfg: DataConfig, shard: Shard, batch_size: int, split: str = "train"
 
 
 def queued_batches(cfg: DataConfig, shard: Shard, batch_size: int) -> tf.data.Dataset:
-    """--input_queue: (features, int64 labels, int64 file keys) batches of the files the work queue
+    """--input_queue: (features, int64 labels, int64 file keys, int64 ordinals of the examples in their
+    files) batches of the files the work queue
     (input/work_queue.py) hands this worker, in passes. A pass reads files while there are files to
     take, then ends: its shuffle buffer drains and its last batch, short, is trained, so that the files
     it read get finished before the next pass waits for a peer's files to come free (the last ones of

@@ -25,6 +25,7 @@ class DataConfig:
     # --input_queue: the training files handed out by a work queue on ps 0 (input/work_queue.py).
     input_queue: bool = False
     input_queue_lease_secs: int = 120
+    input_queue_audit: bool = False  # each worker writes the (epoch, file, record) of each example it trains
 
     def split_dir(self, split: str) -> str | None:
         return self.eval_data_dir if split == "eval" and self.eval_data_dir else self.data_dir

@@ -309,10 +309,13 @@ class ItemFeed:
         return self._took_nothing
 
     def read_block(self, generation, key, count):
+        """Counts a block of `count` examples read from file `key`; returns the ordinal of its first in
+        this reading of the file."""
         with self._lock:
+            first = self._read[int(key)]
             if int(generation) == self.generation:
                 self._read[int(key)] += int(count)
-        return count
+        return first
 
     def read_to_end(self, generation, key):
         with self._lock:
@@ -324,12 +327,14 @@ class ItemFeed:
         return key
 
     def counted(self, blocks: tf.data.Dataset, key, generation, skip: bool) -> tf.data.Dataset:
-        """One file's resolved blocks (input/records.py), each example tagged with the file's key and
-        counted as read; after its last block, the file is marked read to its end."""
+        """One file's resolved blocks (input/records.py), each example tagged with the file's key and its
+        ordinal among the file's examples, and counted as read; after its last block, the file is marked
+        read to its end."""
         def tag(*element):
             problems, values = element if skip else (None, element)
-            n = tf.py_function(self.read_block, [generation, key, tf.size(values[1], out_type=tf.int64)], tf.int64)
-            tagged = (*values, tf.fill(tf.reshape(n, [1]), key))
+            n = tf.size(values[1], out_type=tf.int64)
+            first = tf.py_function(self.read_block, [generation, key, n], tf.int64)
+            tagged = (*values, tf.fill(tf.reshape(n, [1]), key), tf.reshape(first, []) + tf.range(n))
             return (problems, tagged) if skip else tagged
 
         tagged = blocks.map(tag)

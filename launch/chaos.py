@@ -9,12 +9,15 @@ where the last one ended.
 
 import dataclasses
 import datetime
+import pathlib
 import random
 import signal
 import time
 
+import numpy as np
+
 from launch import faults
-from training import log_lines
+from training import log_lines, queue_hook
 
 POLL_SECS = 0.1
 PS_EXIT_SECS = 60  # after the workers: a ps that has not exited by then is left running (a violation)
@@ -42,6 +45,9 @@ class ChaosReport:
     wall_secs: float
     num_epochs: int = 0  # a run to --num_epochs: judged by its epochs, not train_steps
     epochs_done: list = dataclasses.field(default_factory=list)  # (epoch, examples) of each epoch-done line
+    # --input_queue_audit: per epoch, [distinct examples trained, examples trained more than once,
+    # examples trained in all], counted from every worker's record of each example it trained
+    audit: dict = dataclasses.field(default_factory=dict)
 
     @property
     def last_step(self) -> int | None:
@@ -67,6 +73,8 @@ class ChaosReport:
                 problems.append(f"the epochs done were {[epoch for epoch, _ in epochs]}, not 0..{self.num_epochs - 1}")
             if len({examples for _, examples in epochs}) > 1:
                 problems.append(f"the epochs trained different numbers of examples: {epochs}")
+            problems += [f"epoch {epoch}: {self.audit[epoch][0]} distinct examples trained of its {examples}"
+                         for epoch, examples in epochs if epoch in self.audit and self.audit[epoch][0] != examples]
         if self.checkpoints_went_back:
             problems.append(f"the checkpoint step went back: {self.checkpoint_steps}")
         problems += [f"{task} left running" for task in self.left_running]
@@ -88,6 +96,9 @@ class ChaosReport:
             "finished at: " + ", ".join(f"{task} {step}" for task, step in sorted(self.finished_steps.items())),
             *(["epochs done: " + ", ".join(f"{epoch} ({examples} examples)" for epoch, examples in
                                            sorted(self.epochs_done))] if self.num_epochs else []),
+            *(["examples trained (audit): " + ", ".join(
+                f"epoch {epoch}: {distinct} at least once, {again} more than once ({total} in all)"
+                for epoch, (distinct, again, total) in sorted(self.audit.items()))] if self.audit else []),
             f"checkpoint steps went back: {'YES' if self.checkpoints_went_back else 'no'} "
             f"({len(set(self.checkpoint_steps))} checkpoints seen); final checkpoint restores at step "
             f"{self.restored_step}",
@@ -155,7 +166,22 @@ def run(cluster, model_dir, train_steps: int, chaos_secs: float, interval_secs=(
         restored_step=faults.restorable_step(model_dir), wall_secs=round(time.monotonic() - start, 1),
         num_epochs=num_epochs,
         epochs_done=sorted({(epoch, examples) for key, _ in cluster.tasks() if key[0] != "ps"
-                            for epoch, _, examples in log_lines.epochs_done(cluster.log(*key))}))
+                            for epoch, _, examples in log_lines.epochs_done(cluster.log(*key))}),
+        audit=count_audit(model_dir))
+
+
+def count_audit(model_dir) -> dict:
+    """{epoch: [distinct examples, examples trained more than once, trained in all]} from every
+    worker's --input_queue_audit file under model_dir (empty without one)."""
+    paths = sorted(pathlib.Path(model_dir).glob(f"workers/*/{queue_hook.AUDIT_FILE}"))
+    if not paths:
+        return {}
+    trained = np.concatenate([queue_hook.read_audit(str(path)) for path in paths])
+    counts = {}
+    for epoch in np.unique(trained[:, 0]).tolist():
+        _, times = np.unique(trained[trained[:, 0] == epoch, 1:], axis=0, return_counts=True)
+        counts[epoch] = [int(times.size), int((times > 1).sum()), int(times.sum())]
+    return counts
 
 
 def _killed(kills, key, proc) -> bool:

@@ -89,7 +89,8 @@ def run(trainer_args, run_dir):
     trainer_args = [f"--model_dir={model_dir}", "--log_every_n_steps=10",
                     f"--keep_checkpoint_max={KEEP_CHECKPOINT_MAX}", *trainer_args]
     if FLAGS.chaos_secs:
-        epochs = ["--input_queue", f"--num_epochs={FLAGS.num_epochs}"] if FLAGS.num_epochs else []
+        epochs = ["--input_queue", "--input_queue_audit", f"--num_epochs={FLAGS.num_epochs}"] \
+            if FLAGS.num_epochs else []
         cluster = LocalCluster(run_dir, FLAGS.num_ps, FLAGS.num_workers,
                                [*trainer_args, f"--save_checkpoint_steps={FLAGS.save_checkpoint_steps}",
                                 f"--train_steps={FLAGS.train_steps}", *epochs])

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from input import work_queue
-from launch import faults
+from launch import chaos, faults
 from tests.support import describe, finished
 from training import exit_codes, log_lines
 
@@ -37,8 +37,8 @@ def test_a_worker_killed_mid_epoch_loses_no_example_and_the_run_ends_with_its_ep
     write_numbered_csvs(data_dir)
     cluster = make_cluster(num_ps=1, num_workers=2, trainer_args=[
         "--dataset=csv", f"--data_dir={data_dir}", "--numeric_columns=x1,x2", "--model=wide_deep",
-        "--hidden_units=16", "--input_queue", "--num_epochs=2", f"--batch_size={BATCH}", "--train_steps=100000",
-        "--log_every_n_steps=20", "--save_checkpoint_steps=100000"])
+        "--hidden_units=16", "--input_queue", "--input_queue_audit", "--num_epochs=2", f"--batch_size={BATCH}",
+        "--train_steps=100000", "--log_every_n_steps=20", "--save_checkpoint_steps=100000"])
     cluster.start_all()
     deadline = time.monotonic() + 180
     # Worker 1 killed once it is training, with files of the first epoch leased, and restarted.
@@ -64,6 +64,11 @@ def test_a_worker_killed_mid_epoch_loses_no_example_and_the_run_ends_with_its_ep
     for epoch in (0, 1):  # the workers' own accounts add up to the epoch: files and examples
         assert sum(t[epoch][0] for t in tallies if epoch in t) == FILES, tallies
         assert sum(t[epoch][1] for t in tallies if epoch in t) == EXAMPLES, tallies
+    # Each example by its ID (file, ordinal), as the workers trained them: every one of each epoch, and
+    # twice only those of the files the killed worker held (read again from their start).
+    audit = chaos.count_audit(cluster.model_dir)
+    assert sorted(audit) == [0, 1] and all(audit[e][0] == EXAMPLES for e in audit), audit
+    assert sum(audit[e][1] for e in audit) <= 2 * work_queue.FILES_PER_PASS * ROWS_PER_FILE, audit
     assert float(finished(logs[0])["heldout_accuracy"]) > 0.9
 
 
@@ -117,7 +122,8 @@ def test_sync_training_on_uneven_files_ends_at_the_last_example_without_a_hang(m
     write_numbered_csvs(data_dir, rows)
     cluster = make_cluster(num_ps=1, num_workers=2, trainer_args=[
         "--dataset=csv", f"--data_dir={data_dir}", "--numeric_columns=x1,x2", "--model=wide_deep",
-        "--hidden_units=16", "--input_queue", "--num_epochs=1", "--sync_replicas", f"--batch_size={BATCH}",
+        "--hidden_units=16", "--input_queue", "--input_queue_audit", "--num_epochs=1", "--sync_replicas",
+        f"--batch_size={BATCH}",
         "--train_steps=100000", "--log_every_n_steps=20", "--save_checkpoint_steps=100000"])
     cluster.start_all()
     codes = cluster.wait(timeout=180)  # a hang at the end of the epoch stops here
@@ -129,6 +135,7 @@ def test_sync_training_on_uneven_files_ends_at_the_last_example_without_a_hang(m
     # Every example once: nothing read again, nothing left out, and both workers took files.
     assert sum(files for files, _, _ in tallies) == len(rows) and all(files for files, _, _ in tallies), tallies
     assert sum(n for _, n, _ in tallies) == examples and not any(again for _, _, again in tallies), tallies
+    assert chaos.count_audit(cluster.model_dir) == {0: [examples, 0, examples]}  # each example ID once
     final_step = int(finished(logs[0])["global_step"])
     # The run ended with the round that trained its last example. A round takes one batch of each
     # worker: the big file alone took a round per batch, more rounds than the examples fill when both

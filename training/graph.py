@@ -5,6 +5,7 @@ What one session.run does (a single step, sync or not, or one of the levers) is 
 """
 
 import dataclasses
+import os
 from typing import NamedTuple
 
 import tensorflow as tf
@@ -75,14 +76,14 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
             feed = None
             shard = inputs.Shard(cluster.replica_index, cluster.num_replicas)
             batches = v1.data.make_one_shot_iterator(inputs.batches(cfg.data, shard, train.batch_size))
-        keys = []  # --input_queue: each example's file key; the one forward pass of a single step
+        tags = []  # --input_queue: each example's file key and ordinal in it; the one forward pass of a single step
         reader, getter = step.reader_and_getter(lever, cluster, train)
         data_spec = inputs.spec(cfg.data)
         model_cfg = dataclasses.replace(cfg.model, table_devices=cluster.ps_devices())
 
         def forward():
-            features, labels, *file_keys = batches.get_next()
-            keys.extend(file_keys)
+            features, labels, *example_tags = batches.get_next()
+            tags.extend(example_tags)
             with v1.variable_scope(v1.get_variable_scope(), custom_getter=getter, reuse=v1.AUTO_REUSE):
                 return model.build(features, labels, model_cfg, data_spec, summaries=False, training=True), labels
 
@@ -107,6 +108,9 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
         syncing = next((hook for hook in built.hooks if isinstance(hook, sync.SyncReplicasHook)), None)
         if syncing:
             feed.end_op = syncing.close_token_queue
-        queue = queue_hook.InputQueueHook(feed, keys[0], batches.initializer, cfg.data.input_queue_lease_secs,
-                                          drops_first_step=syncing and (lambda: syncing.drops_next_push))
+        audit = os.path.join(cfg.train.model_dir, "workers", cluster.task_name.replace(":", "_"),
+                             queue_hook.AUDIT_FILE) if cfg.data.input_queue_audit else None
+        queue = queue_hook.InputQueueHook(feed, *tags, batches.initializer, cfg.data.input_queue_lease_secs,
+                                          drops_first_step=syncing and (lambda: syncing.drops_next_push),
+                                          audit_path=audit)
     return TrainGraph(saver, built, uninitialized, queue)

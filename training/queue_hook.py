@@ -2,8 +2,10 @@
 files the worker held and starts its input afresh; each step counts what it trained by file, and
 the files trained to their end are finished; the lines a user checks an epoch by are logged here."""
 
+import os
 import time
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -11,20 +13,35 @@ from input import work_queue
 from training import log_lines
 
 v1 = tf.compat.v1
+AUDIT_FILE = "trained_examples.bin"  # --input_queue_audit, in <model_dir>/workers/<task>/
+
+
+def read_audit(path: str) -> np.ndarray:
+    """[examples, 3] int64 (epoch, file, ordinal) of an --input_queue_audit file, as trained, in order."""
+    return np.fromfile(path, "<i8").reshape(-1, 3)
 
 
 class InputQueueHook(v1.train.SessionRunHook):
-    """keys: the file key of each example of the step's batch; initializer: the input iterator's;
-    drops_first_step() (sync): the new session's first gradient goes stale, so its batch must be empty.
+    """keys, ordinals: the file key of each example of the step's batch and its ordinal in that file;
+    initializer: the input iterator's; drops_first_step() (sync): the new session's first gradient
+    goes stale, so its batch must be empty; audit_path (--input_queue_audit): where to append the
+    (epoch, file, ordinal) of every example trained, as int64 triples.
 
     In sync training it runs after the sync hook: a step's batch is counted once its round is applied.
     """
 
-    def __init__(self, feed: work_queue.ItemFeed, keys, initializer, lease_secs: float, drops_first_step=None):
-        self.feed, self._keys, self._initializer = feed, keys, initializer
+    def __init__(self, feed: work_queue.ItemFeed, keys, ordinals, initializer, lease_secs: float,
+                 drops_first_step=None, audit_path=None):
+        self.feed, self._keys, self._ordinals, self._initializer = feed, keys, ordinals, initializer
+        self._audit_path, self._audit = audit_path, None
         self._drops_first_step = drops_first_step or (lambda: False)
         self._heartbeat_secs = lease_secs / 4
         self._last_heartbeat = time.monotonic()
+
+    def begin(self):
+        if self._audit_path and self._audit is None:
+            os.makedirs(os.path.dirname(self._audit_path), exist_ok=True)
+            self._audit = open(self._audit_path, "ab")  # pylint: disable=consider-using-with  # closed in end()
 
     def after_create_session(self, session, coord):
         released = self.feed.restart(skip_first_pass=self._drops_first_step())
@@ -34,10 +51,16 @@ class InputQueueHook(v1.train.SessionRunHook):
                          "afresh; what it had trained of them is read again)", self.feed.task_name, released)
 
     def before_run(self, run_context):
-        return v1.train.SessionRunArgs(self._keys)
+        return v1.train.SessionRunArgs([self._keys, self._ordinals] if self._audit else self._keys)
 
     def after_run(self, run_context, run_values):
-        self.feed.trained(run_values.results)
+        keys = run_values.results[0] if self._audit else run_values.results
+        if self._audit:  # written before the files are finished: a kill loses no line of a finished file
+            num_files = self.feed.queue.num_files
+            self._audit.write(np.stack([keys // num_files, keys % num_files, run_values.results[1]], 1)
+                              .astype("<i8").tobytes())
+            self._audit.flush()
+        self.feed.trained(keys)
         self._log_finished()
         if self.feed.finished:  # no further step: in sync mode it would join one more round
             run_context.request_stop()
@@ -48,6 +71,9 @@ class InputQueueHook(v1.train.SessionRunHook):
     def end(self, session):
         self._log_finished()
         self.feed.stop()
+        if self._audit:
+            self._audit.close()
+            self._audit = None
         tally = self.feed.tally
         for epoch in sorted(set(tally.files) | set(tally.again)):
             log_lines.log_epoch_tally(self.feed.task_name, epoch, tally.files[epoch], tally.examples[epoch],
