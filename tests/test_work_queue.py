@@ -1,15 +1,18 @@
 """--input_queue's work queue (input/work_queue.py) on a real ps, in one process: every file handed out
 once, a dead worker's files handed out again, the queue's state saved and restored with the model, an
-epoch ended exactly by its last file."""
+epoch ended exactly by its last file; an empty file and a file cut short through a worker's pipeline."""
 
+import pathlib
 import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+import input as inputs
 from input import work_queue
 from input.work_queue import DONE, TODO
+from tests.support import write_embedded_as_tfrecord
 
 pytestmark = pytest.mark.inprocess
 v1 = tf.compat.v1
@@ -132,3 +135,48 @@ def test_a_checkpoint_saved_without_the_queue_is_named_not_resumed(tmp_path):
         sess.run(v1.global_variables_initializer())
         path = v1.train.Saver().save(sess, str(tmp_path / "model.ckpt"))
     assert "was saved without the input queue" in work_queue.resume_refusal(path, NUM_FILES, "/data")
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_an_empty_file_is_finished_and_a_file_cut_short_is_named_or_skipped_as_chosen(cluster, tmp_path, skip):
+    # Three files through one worker's queued pipeline: 40 good examples, none, and one cut inside its 4th.
+    written, = write_embedded_as_tfrecord(tmp_path, examples=40)
+    data = pathlib.Path(written).read_bytes()
+    pathlib.Path(written).unlink()
+    record = len(data) // 40
+    paths = [tmp_path / f"train-0000{index}-of-00003.tfrecord" for index in range(3)]
+    for path, content in zip(paths, (data, b"", data[:3 * record + 20])):
+        path.write_bytes(content)
+    cfg = inputs.DataConfig(name="tfrecord", data_dir=str(tmp_path), skip_bad_records=skip, input_queue=True)
+    graph = tf.Graph()
+    with graph.as_default():
+        with v1.device("/job:ps/task:0"):
+            global_step = v1.train.get_or_create_global_step()
+        queue = work_queue.WorkQueue(3, 0, 1, 1, 60.0, "/job:ps/task:0", global_step)
+        feed = work_queue.ItemFeed(queue, "worker:0")
+        batches = v1.data.make_initializable_iterator(inputs.queued_batches(cfg, inputs.Shard(0, 1, feed), 8))
+        features, labels, keys, ordinals = batches.get_next()
+        init = v1.global_variables_initializer()
+    feed.connect(lambda: v1.Session(cluster[0].target, graph=graph))
+    with v1.Session(cluster[0].target, graph=graph) as session:
+        session.run(init)
+        feed.restart()
+        session.run(batches.initializer)
+        trained = []
+        try:
+            while True:
+                step_keys, step_ordinals = session.run([keys, ordinals])
+                feed.trained(step_keys)  # as the hook does once the step returned
+                trained += zip(step_keys.tolist(), step_ordinals.tolist())
+        except tf.errors.InvalidArgumentError as error:
+            assert not skip
+            assert inputs.bad_record_message(error.message) == (
+                f"bad input record: {paths[2]} record 3: cannot be read past byte {3 * record} of "
+                f"{3 * record + 20} (truncated or corrupt): this record and any after it are lost")
+            return
+        except tf.errors.OutOfRangeError:  # the epoch is done: the pipeline ended
+            pass
+    assert skip and feed.finished
+    # Every example the two files hold, each once, by (file, ordinal); the empty file finished too.
+    assert sorted(trained) == [(0, i) for i in range(40)] + [(2, i) for i in range(3)]
+    assert feed.tally.files[0] == 3 and feed.tally.examples[0] == 43
