@@ -66,7 +66,8 @@ def records(cfg, split: str, shard) -> tf.data.Dataset:
         size = tf.minimum(tf.constant(BLOCK, tf.int64), count - block * BLOCK)
         label = tf.random.stateless_uniform([size], seed_of(0), minval=0, maxval=NUM_CLASSES, dtype=tf.int64)
         shift = tf.random.stateless_uniform([size], seed_of(1), minval=0, maxval=len(steps) ** 2, dtype=tf.int64)
-        noise = tf.random.stateless_normal(tf.concat([[size], tf.constant(IMAGE_SHAPE, tf.int64)], 0), seed_of(2), stddev=NOISE_STDDEV)
+        shape = tf.concat([[size], tf.constant(IMAGE_SHAPE, tf.int64)], 0)
+        noise = tf.random.stateless_normal(shape, seed_of(2), stddev=NOISE_STDDEV)
         contrast = 0.7 + 0.6 * tf.random.stateless_uniform([size, 1, 1, 1], seed_of(3))
         image = tf.gather(shifted, shift * NUM_CLASSES + label) * contrast + noise
         return {"image": tf.cast(tf.round(tf.clip_by_value(image, 0.0, 1.0) * 255.0), tf.uint8)}, label
