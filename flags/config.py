@@ -69,12 +69,11 @@ def check_flags_alone(f) -> None:
 
 
 def check_input_queue(f) -> None:
-    """--input_queue and --num_epochs: what they work with."""
-    if f.num_epochs and not f.input_queue:
-        raise app.UsageError(f"--num_epochs={f.num_epochs} needs --input_queue: epochs are counted by the work queue "
-                             "(fixed shards repeat until --train_steps).")
-    if f.input_queue_audit and not f.input_queue:
-        raise app.UsageError("--input_queue_audit records what the work queue hands out: add --input_queue.")
+    """--input_queue given, and what needs the queue: what they work with."""
+    needs = [flag for flag in ("num_epochs", "input_queue_audit") if f[flag].value]
+    if needs and f.input_queue is False:
+        raise app.UsageError(f"--{needs[0]} needs the input queue (epochs are counted by it; fixed shards repeat "
+                             "until --train_steps): drop --noinput_queue.")
     if not f.input_queue:
         return
     for lever in ("steps_per_run", "local_steps", "accumulate_batches"):
@@ -82,6 +81,23 @@ def check_input_queue(f) -> None:
             raise app.UsageError(f"--input_queue counts each step's examples by file: drop --{lever}={f[lever].value}.")
     if f.cache not in (None, inputs.NO_CACHE):
         raise app.UsageError(f"--input_queue reads every epoch from the files: drop --cache={f.cache}.")
+
+
+def input_queue_unusable(f, name: str, cluster: spec.ClusterConfig) -> str | None:
+    """Why this run reads fixed shards when --input_queue is not given, or None: the queue is then on."""
+    if not hasattr(inputs.DATASETS[name], "files"):
+        return f"--dataset={name} has no files to hand out (use csv, tfrecord or criteo files)"
+    if not cluster.is_distributed:
+        return "one process reads every file itself (the queue lives on ps 0 of a cluster)"
+    lever = next((flag for flag in ("steps_per_run", "local_steps", "accumulate_batches") if f[flag].value > 1), None)
+    if lever:
+        return f"--{lever}={f[lever].value} trains several batches a step, and the queue counts each step's examples"
+    if f.cache not in (None, inputs.NO_CACHE):
+        return f"--cache={f.cache} keeps a fixed shard"
+    if f.sync_replicas and f.replicas_to_aggregate and f.replicas_to_aggregate < cluster.num_replicas:
+        return (f"--replicas_to_aggregate={f.replicas_to_aggregate} drops the backup workers' gradients with "
+                "their examples")
+    return None
 
 
 def read_resolved_cluster(f, env) -> resolve.Resolved:
@@ -427,7 +443,7 @@ def read_data(f, cluster: spec.ClusterConfig, env) -> inputs.DataConfig:
                              skip_bad_records=f.skip_bad_records, label_column=f.label_column,
                              numeric_columns=tuple(f.numeric_columns),
                              categorical_columns=tuple(f.categorical_columns), num_classes=f.num_classes,
-                             numeric_default=f.numeric_default, input_queue=f.input_queue,
+                             numeric_default=f.numeric_default, input_queue=bool(f.input_queue),
                              input_queue_lease_secs=f.input_queue_lease_secs,
                              input_queue_audit=f.input_queue_audit)
     if cluster.job_name == spec.PS:
@@ -441,6 +457,12 @@ def read_data(f, cluster: spec.ClusterConfig, env) -> inputs.DataConfig:
     if data.input_queue and not cluster.is_distributed:
         raise app.UsageError("--input_queue needs a cluster (its queue lives on ps 0): one process reads every "
                              "file itself; drop the flag.")
+    if f.input_queue is None:
+        unusable = input_queue_unusable(f, name, cluster)
+        needs = next((flag for flag in ("num_epochs", "input_queue_audit") if f[flag].value), None)
+        if unusable and needs:
+            raise app.UsageError(f"--{needs} needs the input queue, and this run cannot use it: {unusable}.")
+        data = dataclasses.replace(data, input_queue=not unusable, input_queue_by_default=not unusable)
     return data
 
 

@@ -206,11 +206,14 @@ flags.DEFINE_string("data_dir", None, "Directory of the data, for file-based dat
 flags.DEFINE_boolean("download_only", False, "Download MNIST's four IDX files into --data_dir (mirrors tried in "
                      "turn, checksums verified, partial downloads resumed) and exit; then train with "
                      "--data_dir, as mnist_replica.")
-flags.DEFINE_boolean("input_queue", DATA.input_queue,
+flags.DEFINE_boolean("input_queue", None,
                      "Hand the training files out to the workers from a work queue on ps 0, a file at a time, "
                      "instead of a fixed shard each: a fast worker reads more files, each file of an epoch is "
                      "trained once (a killed worker's files go to the others), and where the epoch stands is "
-                     "saved in the checkpoints. On csv, tfrecord or criteo files, asynchronous or sync.")
+                     "saved in the checkpoints. On csv, tfrecord or criteo files, asynchronous or sync. "
+                     "Default: on for files in a cluster, unless a lever (--steps_per_run, --local_steps, "
+                     "--accumulate_batches), --cache or backup workers (--replicas_to_aggregate) need the fixed "
+                     "shards, or the run resumes a checkpoint saved with them; --noinput_queue: fixed shards.")
 flags.DEFINE_boolean("input_queue_audit", DATA.input_queue_audit,
                      "--input_queue: each worker also writes the (epoch, file, record) of every example it "
                      "trains to <model_dir>/workers/<task>/trained_examples.bin (int64 triples, 24 bytes an "

@@ -24,6 +24,7 @@ class DataConfig:
     numeric_default: float = 0.0
     # --input_queue: the training files handed out by a work queue on ps 0 (input/work_queue.py).
     input_queue: bool = False
+    input_queue_by_default: bool = False  # chosen without --input_queue: a checkpoint saved without it wins
     input_queue_lease_secs: int = 120
     input_queue_audit: bool = False  # each worker writes the (epoch, file, record) of each example it trains
 

@@ -53,10 +53,7 @@ def records(cfg, split: str, shard) -> tf.data.Dataset:
     """Unbatched ({'image': uint8 image}, int64 label) of `split`, only the blocks of `shard`."""
     count = cfg.synthetic_examples if split == "train" else EVAL_EXAMPLES
     stream = 0 if split == "train" else 1  # the split's own random numbers: no example in both
-    # Each template at each shift, made once per pipeline: [shifts * classes, 28, 28, 1].
     templates = tf.constant(prototypes(cfg.seed))
-    steps = range(-MAX_SHIFT, MAX_SHIFT + 1)
-    shifted = tf.concat([tf.roll(templates, [dy, dx], axis=[1, 2]) for dy in steps for dx in steps], 0)
     seed = cfg.seed
 
     def make(block):
@@ -65,11 +62,16 @@ def records(cfg, split: str, shard) -> tf.data.Dataset:
 
         size = tf.minimum(tf.constant(BLOCK, tf.int64), count - block * BLOCK)
         label = tf.random.stateless_uniform([size], seed_of(0), minval=0, maxval=NUM_CLASSES, dtype=tf.int64)
-        shift = tf.random.stateless_uniform([size], seed_of(1), minval=0, maxval=len(steps) ** 2, dtype=tf.int64)
+        shift = tf.random.stateless_uniform([size, 2], seed_of(1), minval=-MAX_SHIFT, maxval=MAX_SHIFT + 1,
+                                            dtype=tf.int32)
         shape = tf.concat([[size], tf.constant(IMAGE_SHAPE, tf.int64)], 0)
         noise = tf.random.stateless_normal(shape, seed_of(2), stddev=NOISE_STDDEV)
         contrast = 0.7 + 0.6 * tf.random.stateless_uniform([size, 1, 1, 1], seed_of(3))
-        image = tf.gather(shifted, shift * NUM_CLASSES + label) * contrast + noise
+        image = tf.gather(templates, label)
+        for axis in (1, 2):  # each template rolled by its example's shift: pixel i comes from i - shift
+            source = (tf.range(IMAGE_SHAPE[axis - 1])[None, :] - shift[:, axis - 1:axis]) % IMAGE_SHAPE[axis - 1]
+            image = tf.gather(image, source, axis=axis, batch_dims=1)
+        image = image * contrast + noise
         return {"image": tf.cast(tf.round(tf.clip_by_value(image, 0.0, 1.0) * 255.0), tf.uint8)}, label
 
     blocks = tf.data.Dataset.range(-(-count // BLOCK)).shard(shard.count, shard.index)

@@ -51,6 +51,11 @@ RETRYABLE = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.Cance
 STATE = "input_queue/state"  # the state variable's name in the checkpoints
 
 
+def saved_without_queue(checkpoint: str | None) -> bool:
+    """Whether `checkpoint` exists and was saved by a run that read fixed shards."""
+    return checkpoint is not None and STATE not in tf.train.load_checkpoint(checkpoint).get_variable_to_shape_map()
+
+
 def resume_refusal(checkpoint: str | None, num_files: int, data_dir: str) -> str | None:
     """Why a run with --input_queue cannot resume from `checkpoint` (the newest in its model_dir), or None."""
     if checkpoint is None:
@@ -356,8 +361,15 @@ class ItemFeed:
             return int(self._call(self.queue.release))
 
     def stop(self) -> None:
+        """The session ended: the pipeline stops taking files, and the files this worker held go back to
+        the queue, for the peers still stepping (a run that ends at --train_steps ends on each worker
+        at its own step, and a peer's last steps may need them)."""
         with self._lock:
             self.generation += 1
+            try:
+                self._call(self.queue.release)
+            except RETRYABLE:  # ps 0 is down: the lease lapses, or the restore brings the files back
+                pass
         self._close_session()
 
     def heartbeat(self) -> None:

@@ -30,6 +30,11 @@ def test_csv_trains_wide_deep(make_cluster, tmp_path):
     # a coin flip's loss is log 2 = 0.69; the city alone gives 0.9 accuracy.
     result = finished(cluster.log("worker", 0))
     assert float(result["heldout_loss"]) < 0.6 and float(result["heldout_accuracy"]) > 0.75, result
+    # Read through the input queue (the default for files in a cluster); a worker that ends at
+    # --train_steps gives its files back, so that no peer waits out a lease for its last steps.
+    for worker in (0, 1):
+        log = cluster.log("worker", worker)
+        assert "handed out by the input queue on ps 0" in log and "silent for more than" not in log, describe(cluster)
 
 
 def test_criteo_logs_as_they_come_train_wide_deep(tmp_path):

@@ -6,7 +6,7 @@ from absl import flags as absl_flags
 from absl.flags import FLAGS
 
 from flags import config as flag_config
-from tests.support import read_flags
+from tests.support import read_flags, write_click_csvs
 
 pytestmark = pytest.mark.pure
 
@@ -91,7 +91,9 @@ def test_steps_per_run_is_refused_in_sync_mode():
 
 
 @pytest.mark.parametrize("args, expected", [
-    (["--num_epochs=2"], "--num_epochs=2 needs --input_queue"),
+    (["--num_epochs=2"], "--num_epochs needs the input queue, and this run cannot use it: --dataset=synthetic has "
+                         "no files"),
+    (["--num_epochs=2", "--noinput_queue"], "--num_epochs needs the input queue (epochs are counted by it"),
     (["--input_queue", "--sync_replicas", "--replicas_to_aggregate=1"],
      "--replicas_to_aggregate=1 of 2 workers would drop the late workers' gradients"),
     (["--input_queue", "--steps_per_run=4"], "drop --steps_per_run=4"),
@@ -100,6 +102,23 @@ def test_steps_per_run_is_refused_in_sync_mode():
 ])
 def test_input_queue_combinations_it_does_not_take_are_refused(args, expected):
     assert expected in usage_error(*WORKER, *args)
+
+
+def test_the_input_queue_is_on_by_default_for_files_in_a_cluster_where_it_works(tmp_path):
+    write_click_csvs(tmp_path / "csv")
+    files = ["--dataset=csv", f"--data_dir={tmp_path / 'csv'}", "--label_column=clicked", "--numeric_columns=price",
+             "--model=wide_deep"]
+    data = read_flags(*WORKER, *files).data
+    assert data.input_queue and data.input_queue_by_default
+    assert not read_flags(*WORKER, *files, "--noinput_queue").data.input_queue
+    explicit = read_flags(*WORKER, *files, "--input_queue").data
+    assert explicit.input_queue and not explicit.input_queue_by_default
+    for args in (["--steps_per_run=4"], ["--cache=memory"], ["--sync_replicas", "--replicas_to_aggregate=1"]):
+        assert not read_flags(*WORKER, *files, *args).data.input_queue, args
+    assert not read_flags("--model_dir=/tmp/unused", *files).data.input_queue  # one process
+    assert not read_flags(*WORKER).data.input_queue  # generated data
+    assert "this run cannot use it: --cache=memory keeps a fixed shard" in usage_error(
+        *WORKER, *files, "--cache=memory", "--num_epochs=2")
 
 
 def test_num_epochs_alone_lifts_the_step_limit_and_train_steps_still_caps_it():

@@ -2,6 +2,7 @@
 once, a dead worker's files handed out again, the queue's state saved and restored with the model, an
 epoch ended exactly by its last file; an empty file and a file cut short through a worker's pipeline."""
 
+import dataclasses
 import pathlib
 import time
 
@@ -12,7 +13,8 @@ import tensorflow as tf
 import input as inputs
 from input import work_queue
 from input.work_queue import DONE, TODO
-from tests.support import write_embedded_as_tfrecord
+from tests.support import read_flags, write_click_csvs, write_embedded_as_tfrecord
+from training import worker
 
 pytestmark = pytest.mark.inprocess
 v1 = tf.compat.v1
@@ -135,6 +137,23 @@ def test_a_checkpoint_saved_without_the_queue_is_named_not_resumed(tmp_path):
         sess.run(v1.global_variables_initializer())
         path = v1.train.Saver().save(sess, str(tmp_path / "model.ckpt"))
     assert "was saved without the input queue" in work_queue.resume_refusal(path, NUM_FILES, "/data")
+
+
+def test_the_queue_chosen_by_default_gives_way_to_a_checkpoint_of_fixed_shards(tmp_path):
+    write_click_csvs(tmp_path / "csv")
+    cfg = read_flags("--ps_hosts=127.0.0.1:2222", "--worker_hosts=127.0.0.1:2223", "--job_name=worker",
+                     "--task_index=0", f"--model_dir={tmp_path / 'model'}", "--model=wide_deep", "--dataset=csv",
+                     f"--data_dir={tmp_path / 'csv'}", "--label_column=clicked", "--numeric_columns=price")
+    assert cfg.data.input_queue and cfg.data.input_queue_by_default
+    assert worker._settle_input(cfg) is cfg  # pylint: disable=protected-access  (nothing to resume)
+    graph = tf.Graph()
+    with graph.as_default(), v1.Session(graph=graph) as sess:
+        v1.train.get_or_create_global_step()
+        sess.run(v1.global_variables_initializer())
+        v1.train.Saver().save(sess, str(tmp_path / "model" / "model.ckpt"))
+    assert not worker._settle_input(cfg).data.input_queue  # pylint: disable=protected-access
+    explicit = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, input_queue_by_default=False))
+    assert worker._settle_input(explicit) is explicit  # pylint: disable=protected-access  (refused later)
 
 
 @pytest.mark.parametrize("skip", [False, True])

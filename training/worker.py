@@ -1,6 +1,7 @@
 """The worker role: build this replica's graph (training/graph.py) and train it in a
 MonitoredTrainingSession to --train_steps, through ps restarts and sessions that end early."""
 
+import dataclasses
 import os
 import time
 from typing import NamedTuple
@@ -109,7 +110,20 @@ def train(cfg, server=None, stop=None, task_metrics=None) -> training_hooks.Prog
     # outermost context is eager, and when TensorFlow started eager it is unless a graph was entered,
     # so the function would be pinned to /job:localhost, a device no cluster task has.
     with tf.Graph().as_default():
-        return _train(cfg, server, stop, task_metrics)
+        return _train(_settle_input(cfg), server, stop, task_metrics)
+
+
+def _settle_input(cfg):
+    """The input queue chosen by default gives way to the fixed shards of the checkpoint to resume."""
+    data = cfg.data
+    if not (data.input_queue and data.input_queue_by_default):
+        return cfg
+    checkpoint = tf.train.latest_checkpoint(cfg.train.model_dir)
+    if not work_queue.saved_without_queue(checkpoint):
+        return cfg
+    logging.info("%s: the checkpoint to resume (%s) was saved by a run that read fixed shards: this run reads them "
+                 "too, not the input queue (which needs a new --model_dir)", cfg.cluster.task_name, checkpoint)
+    return dataclasses.replace(cfg, data=dataclasses.replace(data, input_queue=False, input_queue_by_default=False))
 
 
 def _train(cfg, server, stop, task_metrics) -> training_hooks.ProgressHook:
