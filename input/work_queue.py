@@ -324,11 +324,10 @@ class ItemFeed:
 
     def read_to_end(self, generation, key):
         with self._lock:
-            current = int(generation) == self.generation
-            if current:
+            if int(generation) == self.generation:
                 self._ended.add(int(key))
-        if current and not self._read[int(key)]:  # an empty file: no step will count it
-            self.trained(np.array([], np.int64))
+        if not self._read[int(key)]:  # an empty file: no step will count it
+            self.trained(np.array([], np.int64), int(generation))
         return key
 
     def counted(self, blocks: tf.data.Dataset, key, generation, skip: bool) -> tf.data.Dataset:
@@ -375,13 +374,16 @@ class ItemFeed:
     def heartbeat(self) -> None:
         self._call(self.queue.heartbeat)
 
-    def trained(self, keys: np.ndarray) -> None:
+    def trained(self, keys: np.ndarray, generation=None) -> None:
         """Counts one step's examples by file, and finishes the files trained to their end: each is
         added to finished_files as (key, examples, still ours, epochs completed, their examples,
-        global step)."""
+        global step). generation: the pipeline's, when the pipeline calls; nothing is done once the
+        session it belongs to has ended (its files went back to the queue)."""
         keys, counts = np.unique(keys, return_counts=True)
         done = []
         with self._lock:
+            if generation is not None and generation != self.generation:
+                return
             for key, count in zip(keys.tolist(), counts.tolist()):
                 self._trained[key] += count
             for key in [k for k in self._ended if self._trained[k] >= self._read[k]]:

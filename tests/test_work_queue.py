@@ -195,6 +195,8 @@ def test_an_empty_file_is_finished_and_a_file_cut_short_is_named_or_skipped_as_c
             return
         except tf.errors.OutOfRangeError:  # the epoch is done: the pipeline ended
             pass
+        finally:
+            feed.stop()  # as the hook's end() does before the session closes
     assert skip and feed.finished
     # Every example the two files hold, each once, by (file, ordinal); the empty file finished too.
     assert sorted(trained) == [(0, i) for i in range(40)] + [(2, i) for i in range(3)]
