@@ -137,13 +137,18 @@ def round_trips(cfg) -> RoundTrips:
             metadata = v1.RunMetadata()
             sess.run(graph.step.train_op, options=v1.RunOptions(output_partition_graphs=True), run_metadata=metadata)
     own = "/job:worker/replica:0/task:0"
-    run_graph, recv = 0, 0
+    run_graph = sum(not any(node.device.startswith(own) for node in partition.node)
+                    for partition in metadata.partition_graphs)
+    return RoundTrips(run_graph, cross_task_recvs(metadata), cfg.train.steps_per_run)
+
+
+def cross_task_recvs(metadata) -> int:
+    """Tensors a session.run pulled from another task (each a RecvTensor call), from the partition
+    graphs in its RunMetadata (RunOptions(output_partition_graphs=True))."""
+    recv = 0
     for partition in metadata.partition_graphs:
-        devices = {node.device for node in partition.node}
-        if not any(device.startswith(own) for device in devices):
-            run_graph += 1
         for node in partition.node:
             if node.op == "_Recv":
                 sender, receiver = (node.attr[name].s.decode() for name in ("send_device", "recv_device"))
                 recv += sender.split("/device:")[0] != receiver.split("/device:")[0]
-    return RoundTrips(run_graph, recv, cfg.train.steps_per_run)
+    return recv

@@ -15,7 +15,7 @@ trains as the canonical wide-and-deep model does: FTRL for the wide part, Adagra
 
 import tensorflow as tf
 
-from model import embeddings, layers
+from model import embeddings, grouped_lookup, layers
 from model.needs import Needs, wide_part
 
 v1 = tf.compat.v1
@@ -34,34 +34,51 @@ def numeric_input(values):
     return tf.sign(values) * tf.math.log1p(tf.abs(values))
 
 
-def hashed_rows(values, cfg, num_classes, training):
-    """(embeddings, wide weights) of a column's values, from tables of --hash_buckets rows."""
-    del training  # the table is the same size whatever it meets
+def hashed_tables(cfg, num_classes):
+    """(embedding table, wide weight table) of the current column: --hash_buckets rows each."""
     partitioner = (v1.fixed_size_partitioner(cfg.embedding_partitions) if cfg.embedding_partitions > 1 else None)
-    ids = tf.strings.to_hash_bucket_fast(values, cfg.hash_buckets)
     table = v1.get_variable("embedding", [cfg.hash_buckets, cfg.embedding_dim], partitioner=partitioner,
                             initializer=_embedding_initializer(cfg))
     with wide_part():
         weights = v1.get_variable("wide", [cfg.hash_buckets, num_classes], partitioner=partitioner,
                                   initializer=v1.zeros_initializer())
-    # "div": fixed_size_partitioner gives each piece a contiguous range of rows.
-    return (v1.nn.embedding_lookup(table, ids, partition_strategy="div"),
-            v1.nn.embedding_lookup(weights, ids, partition_strategy="div"))
+    return table, weights
 
 
-def dynamic_rows(values, cfg, num_classes, training):
-    """(embeddings, wide weights) of a column's values, from rows of their own (model/embeddings.py)."""
+def hashed_columns(features, names, cfg, num_classes, training):
+    """(embeddings, wide weights) of every categorical column, each [batch, columns, width]. On the ps
+    tasks every column's table is gathered from at once, one call per ps (model/grouped_lookup.py);
+    alone, each with embedding_lookup ("div": fixed_size_partitioner gives a piece a range of rows)."""
+    del training  # the tables are the same size whatever they meet
+    tables = []
+    for name in names:
+        with v1.variable_scope(name):
+            tables.append(hashed_tables(cfg, num_classes))
+    ids = tf.stack([tf.strings.to_hash_bucket_fast(features[name], cfg.hash_buckets) for name in names], axis=1)
+    deep, wide = zip(*tables)
+    if cfg.table_devices:
+        return grouped_lookup.lookup(deep, ids), grouped_lookup.lookup(wide, ids)
+    return tuple(tf.stack([v1.nn.embedding_lookup(table, ids[:, c], partition_strategy="div")
+                           for c, table in enumerate(column_tables)], axis=1) for column_tables in (deep, wide))
+
+
+def dynamic_columns(features, names, cfg, num_classes, training):
+    """(embeddings, wide weights) of every categorical column, each [batch, columns, width], from rows
+    of their own (model/embeddings.py)."""
     options = embeddings.TableOptions(capacity=cfg.embedding_capacity, shards=cfg.embedding_partitions,
                                       devices=cfg.table_devices, min_count=cfg.embedding_min_count,
                                       steps_to_live=cfg.embedding_steps_to_live)
-    table = embeddings.DynamicTable(v1.get_variable_scope().name, values, options, training)
-    deep = table.rows("embedding", cfg.embedding_dim, _embedding_initializer(cfg))
-    with wide_part():
-        wide = table.rows("wide", num_classes, v1.zeros_initializer())
-    return deep, wide
+    deep, wide = [], []
+    for name in names:
+        with v1.variable_scope(name):
+            table = embeddings.DynamicTable(v1.get_variable_scope().name, features[name], options, training)
+            deep.append(table.rows("embedding", cfg.embedding_dim, _embedding_initializer(cfg)))
+            with wide_part():
+                wide.append(table.rows("wide", num_classes, v1.zeros_initializer()))
+    return tf.stack(deep, axis=1), tf.stack(wide, axis=1)
 
 
-TABLES = {"hashed": hashed_rows, "dynamic": dynamic_rows}
+COLUMNS = {"hashed": hashed_columns, "dynamic": dynamic_columns}
 
 
 def _embedding_initializer(cfg):
@@ -73,11 +90,10 @@ def logits(features, cfg, data_spec, training):
     numeric = sorted(n for n, s in data_spec.features.items() if s.dtype == tf.float32)
     num_classes = data_spec.num_classes
     deep_inputs, wide_terms = [], []
-    for name in categorical:
-        with v1.variable_scope(name):
-            deep, wide = TABLES[cfg.embedding](features[name], cfg, num_classes, training)
-        deep_inputs.append(deep)
-        wide_terms.append(wide)
+    if categorical:
+        deep, wide = COLUMNS[cfg.embedding](features, categorical, cfg, num_classes, training)
+        deep_inputs.append(tf.reshape(deep, [-1, len(categorical) * cfg.embedding_dim]))
+        wide_terms.append(tf.reduce_sum(wide, axis=1))
     if numeric:
         values = numeric_input(tf.stack([tf.cast(features[n], tf.float32) for n in numeric], axis=1))
         deep_inputs.append(values)

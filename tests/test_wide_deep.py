@@ -13,10 +13,13 @@ import tensorflow as tf
 import input as inputs
 import model
 from cluster import spec
+from launch import measure
+from model import grouped_lookup
 from tests.support import SCRIPTS, describe, finished, in_process_cluster, read_flags, serve_in_fresh_process
 from training import export
 from training import graph as train_graph
 from training.config import RunConfig, TrainConfig
+from training.step import update
 
 v1 = tf.compat.v1
 
@@ -127,3 +130,46 @@ def test_wide_deep_on_two_ps_and_two_workers_exports_a_model_that_serves(make_cl
 def tags(directory) -> set:
     return {value.tag for path in pathlib.Path(directory).glob("events.out.tfevents.*")
             for event in v1.train.summary_iterator(str(path)) for value in event.summary.value}
+
+
+@pytest.mark.inprocess
+@pytest.mark.parametrize("grouped", [True, False])
+def test_one_gather_per_ps_reads_and_updates_exactly_the_rows_embedding_lookup_does(grouped):
+    # Three tables over 2 ps: cut in 2 pieces of 4 and 3 rows, whole, cut in 3 pieces; ids with repeats.
+    workers, _, (hosts,) = in_process_cluster(num_workers=1, num_ps=2)
+    shapes, cuts = ([7, 4], [5, 4], [9, 4]), (2, 1, 3)
+    ids = np.array([[0, 4, 8], [3, 4, 0], [6, 1, 5], [0, 2, 3], [4, 0, 8]], np.int64)
+    upstream = np.random.default_rng(3).normal(size=(5, 3, 4)).astype(np.float32)
+    with tf.Graph().as_default():
+        with v1.device(v1.train.replica_device_setter(ps_tasks=2, worker_device=hosts.worker_device(),
+                                                      cluster=hosts.cluster_spec())):
+            tables = [v1.get_variable(f"t{i}", shape, initializer=v1.random_uniform_initializer(seed=i),
+                                      partitioner=v1.fixed_size_partitioner(cut) if cut > 1 else None)
+                      for i, (shape, cut) in enumerate(zip(shapes, cuts))]
+            if grouped:
+                rows = grouped_lookup.lookup(tables, tf.constant(ids))
+            else:
+                rows = tf.stack([v1.nn.embedding_lookup(t, ids[:, c], partition_strategy="div")
+                                 for c, t in enumerate(tables)], axis=1)
+            loss = tf.reduce_sum(rows * upstream)
+            grads_and_vars = v1.train.GradientDescentOptimizer(0.5).compute_gradients(
+                loss, colocate_gradients_with_ops=True)
+            norm = update.global_norm([g for g, _ in grads_and_vars])
+            train = v1.train.GradientDescentOptimizer(0.5).apply_gradients(update.guard_finite(loss, grads_and_vars))
+        with v1.Session(workers[0].target, config=spec.session_config(hosts)) as sess:
+            sess.run(v1.global_variables_initializer())
+            before = [sess.run(t.as_tensor() if not isinstance(t, tf.Variable) else t) for t in tables]
+            got, got_norm, want_norm = sess.run([rows, norm, tf.linalg.global_norm([g for g, _ in grads_and_vars])])
+            metadata = v1.RunMetadata()
+            sess.run(train, options=v1.RunOptions(output_partition_graphs=True), run_metadata=metadata)
+            after = [sess.run(t.as_tensor() if not isinstance(t, tf.Variable) else t) for t in tables]
+    for c, table in enumerate(before):
+        np.testing.assert_array_equal(got[:, c], table[ids[:, c]])
+        expected = table.copy()
+        np.subtract.at(expected, ids[:, c], 0.5 * upstream[:, c])  # every occurrence's gradient, summed
+        np.testing.assert_allclose(after[c], expected, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got_norm, want_norm, rtol=1e-5)
+    recvs = measure.cross_task_recvs(metadata)
+    print(f"\n{'grouped' if grouped else 'embedding_lookup'}: {recvs} tensors cross per step")
+    # One tensor of ids to each ps, one of rows back, one of gradients in (and the learning rate): or, per piece, many.
+    assert (recvs <= 4 * 2) == grouped

@@ -17,12 +17,27 @@ def apply_update(loss, optimizer, global_step, clip_norm=None, summaries=True, v
         grads_and_vars = guard_finite(loss, optimizer.compute_gradients(loss, var_list=var_list,
                                                                         colocate_gradients_with_ops=True))
     grads, variables = zip(*grads_and_vars)
-    norm = tf.linalg.global_norm(grads, name="global_norm_of_gradients")  # not the tag: that would be "_1"
+    norm = global_norm(grads)
     if summaries:
         v1.summary.scalar("gradient_global_norm", norm)
     if clip_norm:
         grads, _ = tf.clip_by_global_norm(grads, clip_norm, use_norm=norm)
     return optimizer.apply_gradients(list(zip(grads, variables)), global_step=global_step)
+
+
+def global_norm(grads):
+    """tf.linalg.global_norm, summed on each gradient's device first: one figure crosses from each ps,
+    not one per gradient made there (an embedding table's pieces, gathered together: model/grouped_lookup)."""
+    by_device = {}
+    for grad in grads:
+        values = grad.values if isinstance(grad, tf.IndexedSlices) else grad
+        with v1.colocate_with(values.op):
+            by_device.setdefault(values.device, []).append(tf.reduce_sum(tf.square(values)))
+    sums = []
+    for squares in by_device.values():
+        with v1.colocate_with(squares[0].op):
+            sums.append(tf.add_n(squares))
+    return tf.sqrt(tf.add_n(sums), name="global_norm_of_gradients")  # not the tag: that would be "_1"
 
 
 def guard_finite(loss, grads_and_vars):
@@ -46,6 +61,9 @@ def _finite_check(loss):
 
 
 def _identity(grad):
-    if isinstance(grad, tf.IndexedSlices):
-        return tf.IndexedSlices(tf.identity(grad.values), grad.indices, grad.dense_shape)
-    return tf.identity(grad)
+    """The gradient, held where it was made: a gradient made on a ps (an embedding gather's, a wire
+    cast's) is not carried to the worker and back."""
+    values = grad.values if isinstance(grad, tf.IndexedSlices) else grad
+    with v1.colocate_with(values.op, ignore_existing=True):
+        held = tf.identity(values)
+    return tf.IndexedSlices(held, grad.indices, grad.dense_shape) if isinstance(grad, tf.IndexedSlices) else held
