@@ -61,26 +61,35 @@ class DynamicTable:
     Built once per batch of IDs; each rows() call is one more trained value per ID (an embedding, a
     wide weight) sharing the same ID -> row map. With `training`, an ID not in the map is admitted
     (given the next free row of its shard); without, it reads the default row and nothing is stored.
+
+    Each shard does all of its work on its own device: it reads the whole batch of IDs, keeps those a
+    hash gives it, and returns a [batch, width] part holding their rows (zeros for the others'), so a
+    shard's ps is sent the IDs once and sends one tensor back. Given the IDs of several columns
+    ([batch, columns]) and a `column`, the table reads its column there: rows_of_columns then stacks
+    every column's part on the ps before it crosses, one tensor per ps for all the tables.
     """
 
-    def __init__(self, name: str, ids: tf.Tensor, options: TableOptions, training: bool):
+    def __init__(self, name: str, ids: tf.Tensor, options: TableOptions, training: bool, column: int | None = None):
         self.name, self.options = name, options
-        ids = tf.reshape(ids, [-1])
-        self._unique, self._index, counts = tf.unique_with_counts(ids, out_idx=tf.int64)
-        shard_of = _shard_of(self._unique, options.shards)
-        self._positions = tf.dynamic_partition(tf.range(tf.size(self._unique)), shard_of, options.shards)
-        keys = tf.dynamic_partition(self._unique, shard_of, options.shards)
-        # Each ID's occurrences in the batch, for admission (only counted with min_count > 1).
-        sightings = (tf.dynamic_partition(counts, shard_of, options.shards) if options.min_count > 1
-                     else [None] * options.shards)
-        self._shards, self._shard_rows, self._devices, live_rows = [], [], [], []
+        self._scope = v1.get_variable_scope()
+        self._shards, self._found_rows, self._devices, self._spread, live_rows = [], [], [], [], []
         for shard in range(options.shards):
             device = options.devices[shard % len(options.devices)] if options.devices else None
             self._devices.append(device)
             with v1.device(device), v1.variable_scope(f"shard{shard}"):
+                column_ids = tf.reshape(ids if column is None else ids[:, column], [-1])
+                unique, index, counts = tf.unique_with_counts(column_ids, out_idx=tf.int64)
+                if options.shards == 1:
+                    keys, mine = unique, None
+                else:  # this shard's IDs, and where they sit among the batch's unique IDs
+                    held = tf.equal(_shard_of(unique, options.shards), shard)
+                    keys, mine = tf.boolean_mask(unique, held), tf.where(held)
+                    counts = tf.boolean_mask(counts, held)
+                self._spread.append((mine, tf.size(unique, out_type=tf.int64), index))
+                # Each ID's occurrences in the batch, for admission (only counted with min_count > 1).
                 rows = _Shard(ids.dtype, options, shard)
                 self._shards.append(rows)
-                self._shard_rows.append(rows.rows_of(keys[shard], sightings[shard], training, name))
+                self._found_rows.append(rows.rows_of(keys, counts if options.min_count > 1 else None, training, name))
                 live_rows.append(tf.identity(rows.map.size(), name="live_rows"))
                 v1.add_to_collection(LIVE_ROWS, live_rows[-1])
         if training:
@@ -98,13 +107,34 @@ class DynamicTable:
 
     def rows(self, storage: str, width: int, initializer) -> tf.Tensor:
         """[batch, width]: each ID's row of the trained variable `storage` (one per shard)."""
-        gathered = []
-        for shard, (rows, device) in enumerate(zip(self._shard_rows, self._devices)):
-            with v1.device(device), v1.variable_scope(f"shard{shard}"):
-                values = v1.get_variable(storage, [self.options.shard_capacity(), width], initializer=initializer)
-                self._shards[shard].storages.append(values)
-                gathered.append(tf.gather(values, rows))
-        return tf.gather(tf.dynamic_stitch(self._positions, gathered), self._index)
+        return tf.add_n(self.shard_parts(storage, width, initializer))
+
+    def shard_parts(self, storage: str, width: int, initializer) -> list[tf.Tensor]:
+        """Each shard's [batch, width] part of rows(), made on its device: the rows of the IDs it holds,
+        zeros for the others'."""
+        parts = []
+        with v1.variable_scope(self._scope, auxiliary_name_scope=False):
+            for shard, device in enumerate(self._devices):
+                with v1.device(device), v1.variable_scope(f"shard{shard}"):
+                    values = v1.get_variable(storage, [self.options.shard_capacity(), width], initializer=initializer)
+                    self._shards[shard].storages.append(values)
+                    gathered = tf.gather(values, self._found_rows[shard])
+                    mine, unique, index = self._spread[shard]
+                    if mine is not None:
+                        gathered = tf.scatter_nd(mine, gathered, tf.stack([unique, width]))
+                    parts.append(tf.gather(gathered, index))
+        return parts
+
+
+def rows_of_columns(tables: list[DynamicTable], storage: str, width: int, initializer) -> tf.Tensor:
+    """[batch, len(tables), width]: each table's rows() of `storage`, stacked on each shard's device
+    before they cross: one tensor per ps for all the tables (each table built with `column`)."""
+    parts = [table.shard_parts(storage, width, initializer) for table in tables]
+    stacked = []
+    for shard, device in enumerate(tables[0]._devices):  # pylint: disable=protected-access
+        with v1.device(device):
+            stacked.append(tf.stack([table_parts[shard] for table_parts in parts], axis=1))
+    return tf.add_n(stacked)
 
 
 class _Shard:

@@ -64,18 +64,20 @@ def hashed_columns(features, names, cfg, num_classes, training):
 
 def dynamic_columns(features, names, cfg, num_classes, training):
     """(embeddings, wide weights) of every categorical column, each [batch, columns, width], from rows
-    of their own (model/embeddings.py)."""
+    of their own (model/embeddings.py); each ps is sent every column's IDs at once and sends one tensor
+    of rows back per trained value."""
     options = embeddings.TableOptions(capacity=cfg.embedding_capacity, shards=cfg.embedding_partitions,
                                       devices=cfg.table_devices, min_count=cfg.embedding_min_count,
                                       steps_to_live=cfg.embedding_steps_to_live)
-    deep, wide = [], []
-    for name in names:
+    ids = tf.stack([features[name] for name in names], axis=1)
+    tables = []
+    for column, name in enumerate(names):
         with v1.variable_scope(name):
-            table = embeddings.DynamicTable(v1.get_variable_scope().name, features[name], options, training)
-            deep.append(table.rows("embedding", cfg.embedding_dim, _embedding_initializer(cfg)))
-            with wide_part():
-                wide.append(table.rows("wide", num_classes, v1.zeros_initializer()))
-    return tf.stack(deep, axis=1), tf.stack(wide, axis=1)
+            tables.append(embeddings.DynamicTable(v1.get_variable_scope().name, ids, options, training, column))
+    deep = embeddings.rows_of_columns(tables, "embedding", cfg.embedding_dim, _embedding_initializer(cfg))
+    with wide_part():
+        wide = embeddings.rows_of_columns(tables, "wide", num_classes, v1.zeros_initializer())
+    return deep, wide
 
 
 COLUMNS = {"hashed": hashed_columns, "dynamic": dynamic_columns}

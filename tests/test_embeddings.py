@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from model import embeddings
 import input as inputs
+from cluster import spec
+from launch import measure
+from model import embeddings
 from tests.support import (describe, finished, in_process_cluster, join_all, read_flags, run_trainer,
                            serve_in_fresh_process)
 from training import export, run_record
@@ -248,6 +250,39 @@ def test_shards_live_on_their_own_ps_and_every_worker_reads_the_same_rows():
     for key in ("a", "c", "d"):
         np.testing.assert_array_equal(served[0][key], served[1][key])
     assert not np.array_equal(served[1]["e"], served[0]["a"])
+
+
+@pytest.mark.inprocess
+def test_the_tables_of_several_columns_cross_to_each_ps_in_one_tensor_and_read_their_own_rows():
+    workers, _, (hosts,) = in_process_cluster(num_workers=1, num_ps=2)
+    options = embeddings.TableOptions(capacity=40, shards=2, devices=hosts.ps_devices())
+    batch = np.array([["a", "x", "a"], ["b", "x", "q"], ["a", "y", "r"], ["c", "z", "a"]], object)
+    with tf.Graph().as_default():
+        ids = v1.placeholder(tf.string, [None, 3])
+        tables = []
+        for column, name in enumerate(("user", "item", "query")):
+            with v1.variable_scope(name):
+                tables.append(embeddings.DynamicTable(name, ids, options, True, column))
+        rows = embeddings.rows_of_columns(tables, "embedding", WIDTH, v1.random_normal_initializer(seed=1))
+        contents = [table.contents() for table in tables]
+        values = {v.op.name: v for v in v1.global_variables() if v.op.name.endswith("/embedding")}
+        with v1.Session(workers[0].target, config=spec.session_config(hosts)) as sess:
+            sess.run(v1.global_variables_initializer())
+            metadata = v1.RunMetadata()
+            got = sess.run(rows, {ids: batch}, options=v1.RunOptions(output_partition_graphs=True),
+                           run_metadata=metadata)
+            maps, stored = sess.run(contents), sess.run(values)
+    for column, name in enumerate(("user", "item", "query")):
+        row_of = {}  # ID -> (shard, row), from the maps on the ps
+        for shard, (keys, shard_rows) in enumerate(maps[column]):
+            row_of.update({key.decode(): (shard, int(row)) for key, row in zip(keys, shard_rows)})
+        assert sorted(row_of) == sorted(set(batch[:, column]))  # every ID admitted, in one shard only
+        for example in range(len(batch)):
+            shard, row = row_of[batch[example, column]]
+            np.testing.assert_array_equal(got[example, column], stored[f"{name}/shard{shard}/embedding"][row])
+    # From each ps one tensor of rows for every column (table by table: 3 each). The IDs, fed, ride in
+    # the call that runs each ps's part of the step.
+    assert measure.cross_task_recvs(metadata) == 2
 
 
 @pytest.mark.e2e
