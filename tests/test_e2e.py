@@ -219,16 +219,23 @@ def test_a_bad_record_stops_training_naming_its_file_and_index(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-def test_skip_bad_records_trains_on_the_rest_and_logs_the_skip(make_cluster, tmp_path):
+@pytest.mark.parametrize("input_queue", [True, False])
+def test_skip_bad_records_trains_on_the_rest_and_logs_the_skip(make_cluster, tmp_path, input_queue):
     path = write_embedded_as_tfrecord(tmp_path / "data", bad_label_at=7)[0]
     cluster = make_cluster(num_ps=1, num_workers=2, trainer_args=[
-        "--dataset=tfrecord", f"--data_dir={tmp_path / 'data'}", "--skip_bad_records", "--train_steps=60"])
+        "--dataset=tfrecord", f"--data_dir={tmp_path / 'data'}", "--skip_bad_records", "--train_steps=60",
+        "--input_queue" if input_queue else "--noinput_queue"])
     cluster.start_all()
     assert cluster.wait(timeout=TIMEOUT) == {("ps", 0): 0, ("worker", 0): 0, ("worker", 1): 0}, describe(cluster)
-    # One file, two workers: records are split by index, so record 7 is worker 1's to skip.
     skipped = f"skipped bad record 1 (so far, this worker): BadRecord: {path} record 7: 'label' is 12"
-    assert skipped in cluster.log("worker", 1) and "skipped bad record" not in cluster.log("worker", 0)
-    assert int(finished(cluster.log("worker", 0))["global_step"]) >= 60
+    logs = [cluster.log("worker", index) for index in (0, 1)]
+    if input_queue:  # the file goes to one worker at a time, epoch after epoch: whoever reads it skips record 7
+        skips = [line for log in logs for line in log.splitlines() if "skipped bad record" in line]
+        assert any(skipped in line for line in skips), describe(cluster)
+        assert all(f"BadRecord: {path} record 7: 'label' is 12" in line for line in skips), skips
+    else:  # one file, two workers: records are split by index, so record 7 is worker 1's to skip
+        assert skipped in logs[1] and "skipped bad record" not in logs[0]
+    assert int(finished(logs[0])["global_step"]) >= 60
 
 
 def test_per_host_scripts_run_a_cluster(tmp_path):
