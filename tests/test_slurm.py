@@ -197,5 +197,6 @@ def test_scancel_checkpoints_the_current_step_and_a_resubmission_resumes_there(s
     # The checkpoint the cancelled job registered: it holds `step`, though its name can be one less (an
     # async peer's update can land between the save hook's read of the step and the save).
     assert f"Restoring parameters from {checkpoint}" in chief
-    # From the cancelled job's step (the other worker may step too before the chief's first line).
-    assert step < log_lines.first_steps(chief)[0].step <= step + 10
+    # From the cancelled job's step, not from scratch: the chief's first line falls within the 30 steps
+    # this job adds (the other worker steps too before it: seen 14 steps ahead on a loaded machine).
+    assert step < log_lines.first_steps(chief)[0].step <= step + 30
