@@ -78,6 +78,11 @@ class ClusterConfig:
     def task_name(self) -> str:
         return f"{self.job_name or 'local'}:{self.task_index}"
 
+    @property
+    def task_dir(self) -> str:
+        """The task's name as a directory of model_dir's per-task outputs (workers/, profile/)."""
+        return self.task_name.replace(":", "_")
+
     def cluster_spec(self) -> tf.train.ClusterSpec:
         import tensorflow as tf  # pylint: disable=import-outside-toplevel,redefined-outer-name
         jobs = {PS: self.ps_hosts, WORKER: self.worker_hosts, self.chief_job: self.chief_hosts}

@@ -68,17 +68,29 @@ def check_flags_alone(f) -> None:
             "--save_checkpoint_steps and --save_checkpoint_secs are both set: choose one.")
 
 
+QUEUE_FLAGS = ("num_epochs", "input_queue_audit")  # what only the input queue does
+SEVERAL_BATCHES = ("steps_per_run", "local_steps", "accumulate_batches")  # levers that step several batches a run
+
+
+def _needs_queue(f) -> str | None:
+    return next((flag for flag in QUEUE_FLAGS if f[flag].value), None)
+
+
+def _several_batches(f) -> str | None:
+    return next((flag for flag in SEVERAL_BATCHES if f[flag].value > 1), None)
+
+
 def check_input_queue(f) -> None:
     """--input_queue given, and what needs the queue: what they work with."""
-    needs = [flag for flag in ("num_epochs", "input_queue_audit") if f[flag].value]
+    needs = _needs_queue(f)
     if needs and f.input_queue is False:
-        raise app.UsageError(f"--{needs[0]} needs the input queue (epochs are counted by it; fixed shards repeat "
+        raise app.UsageError(f"--{needs} needs the input queue (epochs are counted by it; fixed shards repeat "
                              "until --train_steps): drop --noinput_queue.")
     if not f.input_queue:
         return
-    for lever in ("steps_per_run", "local_steps", "accumulate_batches"):
-        if f[lever].value > 1:
-            raise app.UsageError(f"--input_queue counts each step's examples by file: drop --{lever}={f[lever].value}.")
+    lever = _several_batches(f)
+    if lever:
+        raise app.UsageError(f"--input_queue counts each step's examples by file: drop --{lever}={f[lever].value}.")
     if f.cache not in (None, inputs.NO_CACHE):
         raise app.UsageError(f"--input_queue reads every epoch from the files: drop --cache={f.cache}.")
 
@@ -89,7 +101,7 @@ def input_queue_unusable(f, name: str, cluster: spec.ClusterConfig) -> str | Non
         return f"--dataset={name} has no files to hand out (use csv, tfrecord or criteo files)"
     if not cluster.is_distributed:
         return "one process reads every file itself (the queue lives on ps 0 of a cluster)"
-    lever = next((flag for flag in ("steps_per_run", "local_steps", "accumulate_batches") if f[flag].value > 1), None)
+    lever = _several_batches(f)
     if lever:
         return f"--{lever}={f[lever].value} trains several batches a step, and the queue counts each step's examples"
     if f.cache not in (None, inputs.NO_CACHE):
@@ -459,7 +471,7 @@ def read_data(f, cluster: spec.ClusterConfig, env) -> inputs.DataConfig:
                              "file itself; drop the flag.")
     if f.input_queue is None:
         unusable = input_queue_unusable(f, name, cluster)
-        needs = next((flag for flag in ("num_epochs", "input_queue_audit") if f[flag].value), None)
+        needs = _needs_queue(f)
         if unusable and needs:
             raise app.UsageError(f"--{needs} needs the input queue, and this run cannot use it: {unusable}.")
         data = dataclasses.replace(data, input_queue=not unusable, input_queue_by_default=not unusable)

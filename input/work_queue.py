@@ -326,7 +326,8 @@ class ItemFeed:
         with self._lock:
             if int(generation) == self.generation:
                 self._ended.add(int(key))
-        if not self._read[int(key)]:  # an empty file: no step will count it
+            empty = not self._read[int(key)]
+        if empty:  # an empty file: no step will count it
             self.trained(np.array([], np.int64), int(generation))
         return key
 

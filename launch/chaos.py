@@ -9,7 +9,7 @@ where the last one ended.
 
 import dataclasses
 import datetime
-import pathlib
+import glob
 import random
 import signal
 import time
@@ -173,10 +173,10 @@ def run(cluster, model_dir, train_steps: int, chaos_secs: float, interval_secs=(
 def count_audit(model_dir) -> dict:
     """{epoch: [distinct examples, examples trained more than once, trained in all]} from every
     worker's --input_queue_audit file under model_dir (empty without one)."""
-    paths = sorted(pathlib.Path(model_dir).glob(f"workers/*/{queue_hook.AUDIT_FILE}"))
+    paths = sorted(glob.glob(queue_hook.audit_path(str(model_dir), "*")))
     if not paths:
         return {}
-    trained = np.concatenate([queue_hook.read_audit(str(path)) for path in paths])
+    trained = np.concatenate([queue_hook.read_audit(path) for path in paths])
     counts = {}
     for epoch in np.unique(trained[:, 0]).tolist():
         _, times = np.unique(trained[trained[:, 0] == epoch, 1:], axis=0, return_counts=True)

@@ -5,7 +5,6 @@ What one session.run does (a single step, sync or not, or one of the levers) is 
 """
 
 import dataclasses
-import os
 from typing import NamedTuple
 
 import tensorflow as tf
@@ -108,8 +107,7 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
         syncing = next((hook for hook in built.hooks if isinstance(hook, sync.SyncReplicasHook)), None)
         if syncing:
             feed.end_op = syncing.close_token_queue
-        audit = os.path.join(cfg.train.model_dir, "workers", cluster.task_name.replace(":", "_"),
-                             queue_hook.AUDIT_FILE) if cfg.data.input_queue_audit else None
+        audit = queue_hook.audit_path(cfg.train.model_dir, cluster.task_dir) if cfg.data.input_queue_audit else None
         queue = queue_hook.InputQueueHook(feed, *tags, batches.initializer, cfg.data.input_queue_lease_secs,
                                           drops_first_step=syncing and (lambda: syncing.drops_next_push),
                                           audit_path=audit)

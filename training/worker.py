@@ -193,11 +193,10 @@ def log_startup(cfg, task_metrics=None) -> None:
 def make_hooks(cfg, graph, stop=None, task_metrics=None) -> WorkerHooks:
     """The step's own hooks, then progress, the stall watchdog, preemption, not-learning, profiling."""
     cluster, train_cfg = cfg.cluster, cfg.train
-    task_dir = cluster.task_name.replace(":", "_")
     progress = training_hooks.ProgressHook(
         cluster.task_name, graph.step.metrics.loss, graph.step.metrics.accuracy, train_cfg.train_steps,
         train_cfg.batch_size * train_cfg.accumulate_batches,
-        train_cfg.log_every_n_steps, summary_dir=os.path.join(train_cfg.model_dir, "workers", task_dir),
+        train_cfg.log_every_n_steps, summary_dir=os.path.join(train_cfg.model_dir, "workers", cluster.task_dir),
         steps_done=graph.step.steps_done, steps_per_run=train_cfg.steps_per_run,
         measure_staleness=cluster.is_distributed and not train_cfg.sync_replicas, metrics=task_metrics)
     stall_watchdog = watchdog.StallWatchdog(
@@ -220,7 +219,7 @@ def make_hooks(cfg, graph, stop=None, task_metrics=None) -> WorkerHooks:
         hooks.append(training_hooks.LiveRowsHook(cluster.task_name, live_rows, train_cfg.log_every_n_steps))
     if train_cfg.profile_steps:
         hooks.append(training_hooks.ProfileHook(cluster.task_name, *train_cfg.profile_steps,
-                                                os.path.join(train_cfg.model_dir, "profile", task_dir)))
+                                                os.path.join(train_cfg.model_dir, "profile", cluster.task_dir)))
     return WorkerHooks(hooks, progress, stall_watchdog, not_learning)
 
 
