@@ -9,8 +9,12 @@ import subprocess
 import pytest
 import tensorflow as tf
 
-from tests.support import run_trainer
-from training import checkpoints, exit_codes
+import input as inputs
+import model
+from cluster import spec
+from tests.support import run_trainer, train_one_worker
+from training import checkpoints, evaluator, exit_codes
+from training.config import RunConfig, TrainConfig
 
 v1 = tf.compat.v1
 ONE_PROCESS = ["--synthetic_examples=2000", "--export_saved_model=false", "--log_every_n_steps=100"]
@@ -94,6 +98,25 @@ def test_a_directory_of_only_unreadable_checkpoints_stops_rather_than_start_from
     assert re.search(r"no checkpoint in \S+ can be read \(model\.ckpt-100, model\.ckpt-0\); not starting from "
                      "scratch", again.stderr), again.stderr[-3000:]
     assert "Traceback" not in again.stderr
+
+
+@pytest.mark.inprocess
+def test_the_evaluator_names_a_checkpoint_it_cannot_read_and_waits_for_the_next(tmp_path, caplog):
+    data = inputs.DataConfig(synthetic_examples=2000)
+    train_one_worker(tmp_path, data, model.ModelConfig(), steps_per_run=1, train_steps=40)  # saves 0, 20, 40
+    newest = tf.train.latest_checkpoint(str(tmp_path))
+    data_file, = tf.io.gfile.glob(newest + ".data-*")
+    os.truncate(data_file, 100)
+    cfg = RunConfig(spec.ClusterConfig(), TrainConfig(model_dir=str(tmp_path), train_steps=40, eval_timeout_secs=2),
+                    model.ModelConfig(), data)
+    with tf.Graph().as_default(), pytest.raises(evaluator.EvaluationTimeout, match="last evaluated step: None"):
+        evaluator.run(cfg)  # the final step's checkpoint is the bad one: skipped, then no newer one comes
+    skipped = [r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()]
+    assert len(skipped) == 1 and skipped[0].startswith(f"evaluator: checkpoint {newest} cannot be read ("), skipped
+    assert skipped[0].endswith("): skipped; waiting for the next one"), skipped
+    # The one before it is read as ever.
+    step, figures = evaluator.evaluate(cfg, str(tmp_path / "model.ckpt-20"), max_examples=500)
+    assert step == 20 and 0 <= figures["accuracy"] <= 1
 
 
 @pytest.mark.inprocess

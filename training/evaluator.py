@@ -1,6 +1,8 @@
 """The evaluator role: outside the cluster, it follows --model_dir and evaluates each new checkpoint
 on the held-out split, writing summaries to <model_dir>/eval so TensorBoard shows them beside the
-training curves. It exits after evaluating the checkpoint of the final step. The run's model, data
+training curves. It exits after evaluating the checkpoint of the final step. A checkpoint it cannot
+read (a shard cut short, a missing index) is named in one line and skipped, and it waits for the
+next: it never stops on one, nor evaluates a model from scratch in its place. The run's model, data
 settings and last step come from <model_dir>/run.json (training/run_record.py), not from its own
 flags, so it builds the graph the checkpoints hold."""
 
@@ -11,7 +13,7 @@ from absl import logging
 
 import input as inputs
 import model
-from training import run_record
+from training import checkpoints, log_lines, run_record
 
 v1 = tf.compat.v1
 EVAL_BATCH = 500
@@ -21,6 +23,10 @@ FINAL_EVAL_EXAMPLES = 10000
 
 
 class EvaluationTimeout(Exception):
+    pass
+
+
+class UnreadableCheckpoint(Exception):
     pass
 
 
@@ -44,7 +50,11 @@ def evaluate(cfg, checkpoint: str, max_examples: int | None = None) -> tuple[int
         updates = [update for _, update in metrics.values()]
         results = {name: value for name, (value, _) in metrics.items()}
         with v1.Session() as sess:
-            saver.restore(sess, checkpoint)
+            try:
+                saver.restore(sess, checkpoint)
+            except checkpoints.UNREADABLE as err:
+                raise UnreadableCheckpoint(f"checkpoint {checkpoint} cannot be read "
+                                           f"({log_lines.error_cause(str(err))})") from err
             sess.run(init_metrics)
             step = int(sess.run(global_step))
             while True:
@@ -69,7 +79,11 @@ def run(cfg) -> None:
         for checkpoint in v1.train.checkpoints_iterator(train.model_dir, min_interval_secs=1,
                                                         timeout=train.eval_timeout_secs):
             run_cfg, followed = _following_the_run(cfg, followed)
-            step, metrics = evaluate(run_cfg, checkpoint)
+            try:
+                step, metrics = evaluate(run_cfg, checkpoint)
+            except UnreadableCheckpoint as err:
+                logging.error("evaluator: %s: skipped; waiting for the next one", err)
+                continue
             summary = v1.Summary(value=[v1.Summary.Value(tag=k, simple_value=v) for k, v in metrics.items()])
             writer.add_summary(summary, step)
             writer.flush()
