@@ -109,6 +109,18 @@ def test_a_learning_run_never_trips_and_one_good_interval_resets_the_count():
     assert not drive(intermittent, losses, lambda run: run).stop_requested
 
 
+def test_empty_batches_weigh_nothing_in_the_mean_a_run_at_chance_is_judged_by():
+    # Sync training with --input_queue: a worker with no file to read steps on an empty batch, loss 0.
+    hook = make_hook()
+    context = _RunContext()
+    for run in range(400):
+        empty = run % 2 == 1
+        hook.after_run(context, _RunValues([0.0 if empty else 2.31, [0] * 10 if empty else [1] * 10, run]))
+        if context.stop_requested:
+            break
+    assert context.stop_requested and "2.310" in hook.failure, hook.failure
+
+
 def test_a_loss_still_falling_near_chance_is_learning():
     # Weak signal: a few percent under chance, falling interval after interval (wide_deep on clicks).
     hook = make_hook(warmup=0)

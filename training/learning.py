@@ -82,12 +82,18 @@ class NotLearningHook(v1.train.SessionRunHook):
     def after_run(self, run_context, run_values):
         loss, counts, global_step = run_values.results
         self._runs += 1
-        self._loss_sum += float(loss)
+        # Weighed by the batch's examples: a sync worker's empty batch (--input_queue) has loss 0 and says nothing.
+        examples = int(np.sum(counts))
+        if examples:
+            self._loss_sum += float(loss) * examples
         self._counts += counts
         if self._runs % self._every_n_runs:
             return
-        mean, chance = self._loss_sum / self._every_n_runs, label_entropy(self._counts)
+        examples, chance = int(self._counts.sum()), label_entropy(self._counts)
+        mean = self._loss_sum / max(examples, 1)
         self._loss_sum, self._counts = 0.0, np.zeros_like(self._counts)
+        if not examples:  # an interval of empty batches only
+            return
         at_chance = global_step >= self._warmup and not (math.isfinite(mean) and mean < THRESHOLD * chance)
         self._strikes = self._strikes + [(mean, chance)] if at_chance else []
         if len(self._strikes) < PATIENCE:
