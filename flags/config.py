@@ -452,6 +452,7 @@ def read_data(f, cluster: spec.ClusterConfig, env) -> inputs.DataConfig:
         name = read_dataset_name(f, data_dir, "--data_dir" if f.data_dir else "SM_CHANNEL_TRAINING")
     data = inputs.DataConfig(name=name, data_dir=data_dir, eval_data_dir=eval_data_dir,
                              synthetic_examples=f.synthetic_examples, seed=f.seed, cache=cache,
+                             shuffle_buffer=f.shuffle_buffer,
                              skip_bad_records=f.skip_bad_records, label_column=f.label_column,
                              numeric_columns=tuple(f.numeric_columns),
                              categorical_columns=tuple(f.categorical_columns), num_classes=f.num_classes,

@@ -221,6 +221,11 @@ flags.DEFINE_boolean("input_queue_audit", DATA.input_queue_audit,
 flags.DEFINE_integer("input_queue_lease_secs", DATA.input_queue_lease_secs,
                      "--input_queue: a worker silent this long (dead, not restarted) loses the files it held to "
                      "the other workers.", lower_bound=1)
+flags.DEFINE_integer("shuffle_buffer", DATA.shuffle_buffer,
+                     "Training examples each worker shuffles among (tf.data's shuffle buffer): more mixes batches "
+                     "better and holds more in memory. With --input_queue, also the most examples of a file "
+                     "that can be trained again after its reader is killed (those trained past the file's "
+                     "trained prefix).", lower_bound=1)
 flags.DEFINE_string("cache", None, "What a worker keeps of the examples it reads: 'none' (streamed: memory holds "
                     "the shuffle buffer, not the data), 'memory' (its whole shard, decoded, in RAM after the "
                     "first epoch) or a directory (the shard written there in the first epoch, about its size on "

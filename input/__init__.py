@@ -33,7 +33,6 @@ DATASETS = {
     "idx": idx,
     "zipf_clicks": zipf_clicks,
 }
-SHUFFLE_BUFFER = 10000
 NO_CACHE, MEMORY = "none", "memory"
 GENERATED = "generated"
 
@@ -73,7 +72,7 @@ def batches(cfg: DataConfig, shard: Shard, batch_size: int, split: str = "train"
         return queued_batches(cfg, shard, batch_size)
     dataset = _cached(DATASETS[cfg.name].records(cfg, split, shard), cache_mode(cfg), split, shard)
     if split == "train":
-        dataset = dataset.shuffle(SHUFFLE_BUFFER, seed=cfg.seed + shard.index,
+        dataset = dataset.shuffle(cfg.shuffle_buffer, seed=cfg.seed + shard.index,
                                   reshuffle_each_iteration=True)
     if repeat:
         dataset = dataset.repeat()
@@ -92,7 +91,7 @@ def queued_batches(cfg: DataConfig, shard: Shard, batch_size: int) -> tf.data.Da
 
     def one_pass(_):
         records = source.records(cfg, "train", shard)
-        batches = records.shuffle(SHUFFLE_BUFFER, seed=cfg.seed + feed.queue.worker).batch(batch_size)
+        batches = records.shuffle(cfg.shuffle_buffer, seed=cfg.seed + feed.queue.worker).batch(batch_size)
         if not feed.empty_batches:
             return batches
         # Sync: a pass that took no file still gives the round this worker's share, an empty batch.

@@ -13,6 +13,9 @@ class DataConfig:
     eval_data_dir: str | None = None  # default: the held-out split of data_dir
     synthetic_examples: int = 60000
     seed: int = 42
+    # Training examples a worker shuffles among: the randomness of its batches, and (--input_queue)
+    # the most examples a file can have trained past its trained prefix.
+    shuffle_buffer: int = 10000
     skip_bad_records: bool = False
     cache: str | None = None  # "none", "memory" or a directory; None: the source's default
     # Tabular data (csv, and tfrecord written from it): the columns to read.

@@ -17,10 +17,22 @@ session (its own restart, or a ps restarted and the chief restored the checkpoin
 every file it held (release) and starts its input again. A worker silent for longer than
 --input_queue_lease_secs (a live one heartbeats) loses its files to the next worker that takes one.
 
+Beside the state, a second variable on ps 0 holds each open file's trained prefix: how many of its
+first examples (in the order the file is read) are trained. A worker reports the prefixes it
+advanced with each step it runs (the report rides on the step's own call to ps 0: no extra round
+trip), for the steps that returned before it; a take hands out a file with its prefix, and the
+reader skips that many examples. A prefix is packed as key * 2^32 + count in the slot
+key % (OPEN_EPOCHS * M), and reports are merged by max: a report of an older epoch's file, or a late
+one, can never lower or overwrite a newer file's prefix, so reports need no lock.
+
 The guarantee: each file of each epoch is finished exactly once, and only when every example read
-from it has been trained: none is lost. An example is trained twice only when its file is read
-again from the start: the part of a file trained before its worker was killed (or before the
-restore of a checkpoint that had it leased). The logs count those examples.
+from it has been trained: none is lost. An example is trained twice only when it was trained past
+its file's reported prefix before the file went to another reader (its worker killed, or a
+checkpoint restored that had the file leased): the examples of the last step a worker ran (its
+report was to ride on the next), and those the shuffle buffer had trained ahead of a file's first
+untrained example (about --shuffle_buffer's worth on average, not bounded by it; none with
+--shuffle_buffer=1, which reads each file in order). The logs count those examples; the prefixes
+are saved with the state, so a resumed run skips what its checkpoint had trained.
 """
 
 import collections
@@ -44,11 +56,14 @@ FILES_PER_PASS = 4
 # How long one call to the queue may take before it is retried (a ps restarting, a network fault).
 CALL_TIMEOUT_MS = 10000
 RETRY_SECS = 0.5
+# FailedPrecondition and NotFound: the queue's variables are not on ps 0 (restarted, not restored yet).
 RETRYABLE = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError,
-             tf.errors.DeadlineExceededError, tf.errors.FailedPreconditionError)
+             tf.errors.DeadlineExceededError, tf.errors.FailedPreconditionError, tf.errors.NotFoundError)
 
 
 STATE = "input_queue/state"  # the state variable's name in the checkpoints
+PREFIXES = "input_queue/trained_prefix"  # the trained prefixes' (absent from the last release's checkpoints)
+COUNT_BITS = 32  # a prefix's count in the low bits of its packed value, the file's key above them
 
 
 def saved_without_queue(checkpoint: str | None) -> bool:
@@ -97,11 +112,13 @@ def _pack(epoch, examples, owners):
 class WorkQueue:
     """The queue's state on `device` (ps 0) and the ops one worker runs on it.
 
-    take -> (key, every epoch done, leases reclaimed from silent workers); key -1: nothing to take now.
+    take -> (key, every epoch done, leases reclaimed from silent workers, the file's trained prefix);
+            key -1: nothing to take now.
     over -> every epoch of --num_epochs is done.
     finish(key, examples) -> (the lease was still this worker's, [epochs completed, -1 for none],
                               [examples trained of each], the global step).
     release -> files this worker held, now TODO again.   heartbeat: this worker is alive.
+    report (fed report_keys, report_counts) -> raises those files' trained prefixes to the counts.
     """
 
     def __init__(self, num_files: int, worker: int, num_workers: int, num_epochs: int, lease_secs: float,
@@ -114,6 +131,14 @@ class WorkQueue:
                                          use_resource=True)
             self.last_seen = v1.get_variable("last_seen", [num_workers], tf.float64, trainable=False,
                                              initializer=v1.zeros_initializer(), use_resource=True)
+            self.prefixes = v1.get_variable("trained_prefix", initializer=np.zeros(OPEN_EPOCHS * num_files, np.int64),
+                                            trainable=False, use_resource=True)
+            self.report_keys = v1.placeholder_with_default(tf.zeros([0], tf.int64), [None], "report_keys")
+            self.report_counts = v1.placeholder_with_default(tf.zeros([0], tf.int64), [None], "report_counts")
+            counts = tf.minimum(self.report_counts, (1 << COUNT_BITS) - 1)  # more never happens; less is safe
+            self.report = tf.raw_ops.ResourceScatterMax(
+                resource=self.prefixes.handle, indices=self.report_keys % (OPEN_EPOCHS * num_files),
+                updates=tf.bitwise.left_shift(self.report_keys, COUNT_BITS) + counts)
             section = tf.CriticalSection(name="lock", shared_name="input_queue_lock")
             self.take = section.execute(self._take)
             self.key = v1.placeholder(tf.int64, [], "finished_key")
@@ -148,7 +173,13 @@ class WorkQueue:
         with tf.control_dependencies(self._write(epoch, examples, flat, now)):
             key = tf.where(found, epoch * self.num_files + position, tf.constant(-1, tf.int64))
             over = tf.constant(False) if not self.num_epochs else epoch >= self.num_epochs
-            return key, over, tf.reduce_sum(tf.cast(expired, tf.int64))
+            return key, over, tf.reduce_sum(tf.cast(expired, tf.int64)), self._prefix(key)
+
+    def _prefix(self, key):
+        """The trained prefix reported for file `key` (0 for none, or for key -1)."""
+        packed = tf.gather(self.prefixes.read_value(), tf.maximum(key, 0) % (OPEN_EPOCHS * self.num_files))
+        ours = tf.equal(tf.bitwise.right_shift(packed, COUNT_BITS), key)
+        return tf.where(ours, tf.bitwise.bitwise_and(packed, (1 << COUNT_BITS) - 1), tf.constant(0, tf.int64))
 
     def _finish(self):
         now = tf.timestamp()
@@ -184,10 +215,11 @@ class WorkQueue:
 
 
 class EpochTally:
-    """What one worker trained of each epoch: files finished, examples, and examples trained twice."""
+    """What one worker finished of each epoch: files, their examples, of those the ones an earlier
+    reader had trained (skipped here), and the examples it trained of files then handed to another."""
 
     def __init__(self):
-        self.files, self.examples, self.again = (collections.Counter() for _ in range(3))
+        self.files, self.examples, self.skipped, self.again = (collections.Counter() for _ in range(4))
 
 
 class ItemFeed:
@@ -219,6 +251,10 @@ class ItemFeed:
         self._session = None
         self._read, self._trained = collections.Counter(), collections.Counter()
         self._ended = set()
+        # Each file's trained prefix (how many of its first examples are trained, those its take
+        # skipped included), the ordinals trained past it, and the files whose prefix moved since
+        # the last report.
+        self._prefix, self._skipped, self._ahead, self._moved = {}, {}, collections.defaultdict(set), set()
         self.finished_files = collections.deque()  # (key, examples, still ours, epochs completed, ..., step)
 
     def connect(self, make_session) -> None:
@@ -270,7 +306,8 @@ class ItemFeed:
             number += 1
 
     def items(self):
-        """(key, file index, generation) of each file this pass takes, until none is left to take now."""
+        """(key, file index, generation, trained prefix to skip) of each file this pass takes, until none
+        is left to take now."""
         generation, taken = self.generation, 0
         with self._lock:
             if self._skip_pass and generation == self.generation:
@@ -291,7 +328,7 @@ class ItemFeed:
                              _first_line(failure.message))
                 time.sleep(RETRY_SECS)
                 continue
-            key, over, reclaimed = (int(value) for value in result)
+            key, over, reclaimed, start = (int(value) for value in result)
             if reclaimed:
                 logging.warning("%s: input queue: took back %d file(s) from workers silent for more than %.0f s",
                                 self.task_name, reclaimed, self.queue.lease_secs)
@@ -302,7 +339,11 @@ class ItemFeed:
             if key < 0:
                 break
             taken += 1
-            yield key, key % self.queue.num_files, generation
+            with self._lock:
+                if generation != self.generation:  # given back by a restart() since the take
+                    return
+                self._prefix[key] = self._skipped[key] = start
+            yield key, key % self.queue.num_files, generation, start
             if taken == FILES_PER_PASS:
                 break
         self._took_nothing = not taken
@@ -313,33 +354,38 @@ class ItemFeed:
         """The pass that just ended took no file (the pipeline reads it after the pass's batches)."""
         return self._took_nothing
 
-    def read_block(self, generation, key, count):
-        """Counts a block of `count` examples read from file `key`; returns the ordinal of its first in
-        this reading of the file."""
+    def read_block(self, generation, key, count, start):
+        """Counts a block of `count` examples read from file `key` (those before `start`, its trained
+        prefix, as trained); returns the ordinal of its first in the file."""
+        key, count = int(key), int(count)
         with self._lock:
-            first = self._read[int(key)]
+            first = self._read[key]
             if int(generation) == self.generation:
-                self._read[int(key)] += int(count)
+                self._read[key] += count
+                self._trained[key] += min(max(int(start) - first, 0), count)
         return first
 
     def read_to_end(self, generation, key):
         with self._lock:
             if int(generation) == self.generation:
                 self._ended.add(int(key))
-            empty = not self._read[int(key)]
-        if empty:  # an empty file: no step will count it
-            self.trained(np.array([], np.int64), int(generation))
+        # A file empty, or trained to its end before it was taken (its prefix skipped all of it): no
+        # step will count it.
+        self.trained(np.array([], np.int64), generation=int(generation))
         return key
 
-    def counted(self, blocks: tf.data.Dataset, key, generation, skip: bool) -> tf.data.Dataset:
+    def counted(self, blocks: tf.data.Dataset, key, generation, skip: bool, start=0) -> tf.data.Dataset:
         """One file's resolved blocks (input/records.py), each example tagged with the file's key and its
-        ordinal among the file's examples, and counted as read; after its last block, the file is marked
-        read to its end."""
+        ordinal among the file's examples, and counted as read; the first `start` examples (the file's
+        trained prefix) are dropped; after its last block, the file is marked read to its end."""
         def tag(*element):
             problems, values = element if skip else (None, element)
             n = tf.size(values[1], out_type=tf.int64)
-            first = tf.py_function(self.read_block, [generation, key, n], tf.int64)
-            tagged = (*values, tf.fill(tf.reshape(n, [1]), key), tf.reshape(first, []) + tf.range(n))
+            first = tf.reshape(tf.py_function(self.read_block, [generation, key, n, start], tf.int64), [])
+            ordinals = first + tf.range(n)
+            untrained = ordinals >= start
+            values = tf.nest.map_structure(lambda value: tf.boolean_mask(value, untrained), values)
+            tagged = (*values, tf.fill(tf.shape(values[1]), key), tf.boolean_mask(ordinals, untrained))
             return (problems, tagged) if skip else tagged
 
         tagged = blocks.map(tag)
@@ -358,51 +404,87 @@ class ItemFeed:
             self._read.clear()
             self._trained.clear()
             self._ended.clear()
+            self._forget_prefixes()
             return int(self._call(self.queue.release))
+
+    def _forget_prefixes(self):
+        self._prefix.clear()
+        self._skipped.clear()
+        self._ahead.clear()
+        self._moved.clear()
 
     def stop(self) -> None:
         """The session ended: the pipeline stops taking files, and the files this worker held go back to
         the queue, for the peers still stepping (a run that ends at --train_steps ends on each worker
         at its own step, and a peer's last steps may need them)."""
+        keys, prefixes = self.report()  # what the last steps trained: the peers that take the files skip it
         with self._lock:
             self.generation += 1
             try:
-                self._call(self.queue.release)
+                self._call([self.queue.report, self.queue.release],
+                           {self.queue.report_keys: keys, self.queue.report_counts: prefixes})
             except RETRYABLE:  # ps 0 is down: the lease lapses, or the restore brings the files back
                 pass
+            self._forget_prefixes()
         self._close_session()
 
     def heartbeat(self) -> None:
         self._call(self.queue.heartbeat)
 
-    def trained(self, keys: np.ndarray, generation=None) -> None:
-        """Counts one step's examples by file, and finishes the files trained to their end: each is
-        added to finished_files as (key, examples, still ours, epochs completed, their examples,
-        global step). generation: the pipeline's, when the pipeline calls; nothing is done once the
-        session it belongs to has ended (its files went back to the queue)."""
-        keys, counts = np.unique(keys, return_counts=True)
+    def trained(self, keys: np.ndarray, ordinals: np.ndarray | None = None, generation=None) -> None:
+        """Counts one step's examples by file (ordinals: each one's in its file, which move the files'
+        trained prefixes), and finishes the files trained to their end: each is added to
+        finished_files as (key, examples, still ours, epochs completed, their examples, global step).
+        generation: the pipeline's, when the pipeline calls; nothing is done once the session it
+        belongs to has ended (its files went back to the queue)."""
         done = []
         with self._lock:
             if generation is not None and generation != self.generation:
                 return
-            for key, count in zip(keys.tolist(), counts.tolist()):
-                self._trained[key] += count
+            for key in np.unique(keys).tolist():
+                mine = keys == key
+                self._trained[key] += int(mine.sum())
+                if ordinals is not None and key in self._prefix:
+                    self._advance(key, ordinals[mine])
             for key in [k for k in self._ended if self._trained[k] >= self._read[k]]:
                 self._ended.discard(key)
                 examples = self._read.pop(key)
                 self._trained.pop(key, None)
-                done.append((key, examples))
-        for key, examples in done:
+                for held in (self._prefix, self._ahead):
+                    held.pop(key, None)
+                self._moved.discard(key)
+                done.append((key, examples, self._skipped.pop(key, 0)))
+        for key, examples, skipped in done:
             result = self._call(self.queue.finish, {self.queue.key: key, self.queue.examples: examples})
             mine, completed, completed_examples, step = result
             epoch = key // self.queue.num_files
             if mine:
                 self.tally.files[epoch] += 1
                 self.tally.examples[epoch] += examples
+                self.tally.skipped[epoch] += skipped
             else:
-                self.tally.again[epoch] += examples
+                self.tally.again[epoch] += examples - skipped
             self.finished_files.append((key, examples, bool(mine), [int(e) for e in completed if e >= 0],
                                         [int(n) for e, n in zip(completed, completed_examples) if e >= 0],
                                         int(step)))
             if self.queue.num_epochs and self.queue.num_epochs - 1 in completed:
                 self._over()
+
+    def _advance(self, key: int, ordinals: np.ndarray) -> None:
+        """Moves file `key`'s trained prefix over the ordinals just trained (under the lock)."""
+        ahead, prefix = self._ahead[key], self._prefix[key]
+        ahead.update(ordinals.tolist())
+        while prefix in ahead:
+            ahead.remove(prefix)
+            prefix += 1
+        if prefix != self._prefix[key]:
+            self._prefix[key] = prefix
+            self._moved.add(key)
+
+    def report(self) -> tuple[np.ndarray, np.ndarray]:
+        """(keys, trained prefixes) of the files whose prefix moved since the last report, for the
+        queue's report op; each is reported once."""
+        with self._lock:
+            keys = sorted(self._moved)
+            self._moved.clear()
+            return np.array(keys, np.int64), np.array([self._prefix[key] for key in keys], np.int64)

@@ -371,7 +371,7 @@ def rss_growth(cfg, records: int) -> int:
 
 def test_files_are_streamed_in_bounded_memory_and_memory_cache_holds_the_shard(tmp_path):
     # 64 MB of images, over six times the shuffle buffer.
-    records = 6 * inputs.SHUFFLE_BUFFER + 20000
+    records = 6 * inputs.DataConfig.shuffle_buffer + 20000
     rng = np.random.RandomState(0)
     images = ({"image": rng.randint(0, 256, (28, 28, 1), np.uint8)} for _ in range(records))
     tfrecord.write(((image, i % 10) for i, image in enumerate(images)), synthetic.spec(CFG), str(tmp_path),

@@ -49,6 +49,18 @@ def test_the_finished_line_reads_back_its_fields_and_the_last_one_counts(written
     assert log_lines.finished_values("I1123 07:00:00.000000 1 x.py:1] worker:0 step 1/2 loss 1\n") == {}
 
 
+def test_the_input_queues_epoch_lines_read_back(written):
+    log_lines.log_epoch_done("worker:1", 0, 250, 8000)
+    log_lines.log_epoch_tally("worker:1", 0, 4, 4000, 0, 0)
+    log_lines.log_epoch_tally("worker:1", 1, 3, 3000, 170, 0)
+    log_lines.log_epoch_tally("worker:1", 2, 5, 5000, 0, 96)
+    log_lines.log_epoch_tally("worker:1", 3, 2, 2000, 12, 40)
+    text = written.getvalue()
+    assert [(epoch, step, n) for epoch, step, n in log_lines.epochs_done(text)] == [(0, 250, 8000)]
+    assert log_lines.epoch_tallies(text) == {0: (4, 4000, 0, 0), 1: (3, 3000, 170, 0), 2: (5, 5000, 0, 96),
+                                            3: (2, 2000, 12, 40)}
+
+
 def test_examples_per_sec_counts_from_the_first_line_past_warmup():
     lines = [f"I0102 00:00:{second:02d}.000000 7 hooks.py:1] worker:0 step {step}/900 loss 1.0000 accuracy 0.500 "
              f"1 examples/sec 0:00:01 left" for second, step in ((0, 50), (10, 100), (20, 300))]

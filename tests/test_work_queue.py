@@ -14,7 +14,7 @@ import input as inputs
 from input import work_queue
 from input.work_queue import DONE, TODO
 from tests.support import read_flags, write_click_csvs, write_embedded_as_tfrecord
-from training import worker
+from training import checkpoints, queue_hook, worker
 
 pytestmark = pytest.mark.inprocess
 v1 = tf.compat.v1
@@ -36,8 +36,15 @@ class Worker:
         self.session = v1.Session(server.target, graph=self.graph)
 
     def take(self):
-        key, over, _ = self.session.run(self.queue.take)
+        key, over, _, _ = self.session.run(self.queue.take)
         return int(key), bool(over)
+
+    def take_with_prefix(self):
+        key, _, _, start = self.session.run(self.queue.take)
+        return int(key), int(start)
+
+    def report(self, keys, counts):
+        self.session.run(self.queue.report, {self.queue.report_keys: keys, self.queue.report_counts: counts})
 
     def finish(self, key, examples=10):
         mine, completed, counts, _ = self.session.run(self.queue.finish, {self.queue.key: key,
@@ -85,10 +92,36 @@ def test_a_worker_that_restarts_or_goes_silent_loses_its_files_to_the_others(clu
     later = second.take()[0]
     time.sleep(1.5)  # past the 1 s lease, with no call from the second worker
     first.session.run(first.queue.heartbeat)
-    key, _, reclaimed = first.session.run(first.queue.take)
+    key, _, reclaimed, _ = first.session.run(first.queue.take)
     assert reclaimed == 1 and key == later
     assert not second.finish(later)[0]
     assert first.finish(later)[0]
+
+
+def test_a_file_handed_out_again_comes_with_the_prefix_its_last_reader_trained(cluster):
+    first, second = Worker(cluster[0], 0), Worker(cluster[1], 1)
+    first.session.run(first.init)
+    assert [first.take_with_prefix() for _ in range(2)] == [(0, 0), (1, 0)]
+    first.report([0, 1], [7, 3])
+    first.report([0], [5])  # a late report of a shorter prefix lowers nothing
+    assert first.session.run(first.queue.release) == 2
+    assert [second.take_with_prefix() for _ in range(3)] == [(0, 7), (1, 3), (2, 0)]
+
+
+def test_a_prefix_of_an_ended_epoch_is_not_handed_out_with_the_next_epochs_file(cluster):
+    # Epoch 2's file 0 (key 10) takes the slot of epoch 0's file 0 (key 0) once epoch 0 is done.
+    worker = Worker(cluster[0], 0, num_epochs=3, num_workers=1)
+    worker.session.run(worker.init)
+    assert [worker.take()[0] for _ in range(2 * NUM_FILES)] == list(range(2 * NUM_FILES))
+    worker.report([0], [7])
+    for key in range(NUM_FILES):
+        worker.finish(key)
+    assert worker.take_with_prefix() == (2 * NUM_FILES, 0)
+    worker.report([2 * NUM_FILES], [2])
+    worker.report([0], [9])  # a late report for the file of the ended epoch
+    worker.session.run(worker.queue.release)
+    assert worker.take_with_prefix() == (NUM_FILES, 0)
+    assert [worker.take_with_prefix() for _ in range(NUM_FILES)][-1] == (2 * NUM_FILES, 2)
 
 
 def test_an_epoch_ends_with_its_last_file_and_the_run_with_its_last_epoch(cluster):
@@ -113,6 +146,7 @@ def test_the_queue_state_is_saved_and_restored_with_the_model(cluster, tmp_path)
     for _ in range(3):
         worker.take()
     worker.finish(0, examples=7)
+    worker.report([1], [4])
     saved = worker.state()
     with worker.graph.as_default():
         path = worker.saver.save(worker.session, str(tmp_path / "model.ckpt"))
@@ -127,7 +161,44 @@ def test_the_queue_state_is_saved_and_restored_with_the_model(cluster, tmp_path)
                                                                                             "/data")
     # The restarted worker gives back the files it held at the save; the epoch resumes where it was.
     assert worker.session.run(worker.queue.release) == 2
-    assert [worker.take()[0] for _ in range(4)] == [1, 2, 3, 4]
+    assert [worker.take_with_prefix() for _ in range(4)] == [(1, 4), (2, 0), (3, 0), (4, 0)]
+
+
+def _local_queue():
+    """A graph with the work queue of one worker, in a session of this process: (graph, queue, session)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        queue = work_queue.WorkQueue(NUM_FILES, 0, 1, 0, 60.0, "/cpu:0", v1.train.get_or_create_global_step())
+    return graph, queue, v1.Session(graph=graph)
+
+
+def test_a_checkpoint_of_the_queue_without_trained_prefixes_restores_them_from_zero(tmp_path):
+    # The last release's queue saved no prefixes: its checkpoints restore, and the prefixes start at 0.
+    graph, queue, session = _local_queue()
+    with graph.as_default(), session:
+        session.run(v1.global_variables_initializer())
+        key = session.run(queue.take)[0]
+        session.run(queue.finish, {queue.key: key, queue.examples: 7})
+        session.run(queue.report, {queue.report_keys: [1], queue.report_counts: [4]})
+        saved = session.run(queue.state)
+        without = [v for v in v1.global_variables() if v.op.name != work_queue.PREFIXES]
+        path = v1.train.Saver(without, sharded=True).save(session, str(tmp_path / "model.ckpt"), global_step=3,
+                                                           write_state=False)
+        assert checkpoints.older_layout(str(tmp_path), [queue.prefixes], sharded=True) is None  # not registered
+        v1.train.update_checkpoint_state(str(tmp_path), path)
+
+    graph, queue, session = _local_queue()  # a new run over the model_dir
+    with graph.as_default(), session:
+        older = checkpoints.older_layout(str(tmp_path), [queue.prefixes], sharded=True)
+        assert older.added == {work_queue.PREFIXES}
+        saver = checkpoints.LiveStateSaver(checkpoints.report_uninitialized(), sharded=True, older=older)
+        saver.restore(session, path)
+        np.testing.assert_array_equal(session.run(queue.state), saved)
+        assert (session.run(queue.prefixes) == 0).all()
+        # Once saved with them, the model_dir needs the older layout no more.
+        v1.train.update_checkpoint_state(str(tmp_path), saver.save(session, str(tmp_path / "model.ckpt"),
+                                                                   global_step=4, write_state=False))
+        assert checkpoints.older_layout(str(tmp_path), [queue.prefixes], sharded=True) is None
 
 
 def test_a_checkpoint_saved_without_the_queue_is_named_not_resumed(tmp_path):
@@ -201,3 +272,76 @@ def test_an_empty_file_is_finished_and_a_file_cut_short_is_named_or_skipped_as_c
     # Every example the two files hold, each once, by (file, ordinal); the empty file finished too.
     assert sorted(trained) == [(0, i) for i in range(40)] + [(2, i) for i in range(3)]
     assert feed.tally.files[0] == 3 and feed.tally.examples[0] == 43
+
+
+def _queued_pipeline(cluster, data_dir, index, num_files):
+    """Worker `index` of 2's queued input of the tfrecord files in data_dir (batches of 8, one epoch):
+    (feed, session, init, iterator initializer, (keys, ordinals))."""
+    cfg = inputs.DataConfig(name="tfrecord", data_dir=str(data_dir), input_queue=True)
+    graph = tf.Graph()
+    with graph.as_default():
+        with v1.device("/job:ps/task:0"):
+            global_step = v1.train.get_or_create_global_step()
+        queue = work_queue.WorkQueue(num_files, index, 2, 1, 60.0, "/job:ps/task:0", global_step)
+        feed = work_queue.ItemFeed(queue, f"worker:{index}")
+        batches = v1.data.make_initializable_iterator(inputs.queued_batches(cfg, inputs.Shard(0, 1, feed), 8))
+        _, _, keys, ordinals = batches.get_next()
+        init = v1.global_variables_initializer()
+    feed.connect(lambda: v1.Session(cluster[index].target, graph=graph))
+    return feed, v1.Session(cluster[index].target, graph=graph), init, batches.initializer, (keys, ordinals)
+
+
+def test_a_reader_killed_mid_file_leaves_its_trained_prefix_and_the_next_reads_only_the_rest(cluster, tmp_path):
+    write_embedded_as_tfrecord(tmp_path, examples=40)
+    first, first_session, init, first_iterator, first_tags = _queued_pipeline(cluster, tmp_path, 0, 1)
+    second, second_session, _, second_iterator, second_tags = _queued_pipeline(cluster, tmp_path, 1, 1)
+    first_session.run(init)
+    first.restart()
+    first_session.run(first_iterator)
+    trained_first = []
+    for _ in range(3):  # three steps, as the hook counts them once each returned
+        keys, ordinals = first_session.run(first_tags)
+        first.trained(keys, ordinals)
+        trained_first += ordinals.tolist()
+    first.stop()  # its session ends: what it trained is reported, its file given back
+    first_session.close()
+    # The shuffle buffer spreads the file over the steps: the prefix is the first ordinal not trained.
+    prefix = next(i for i in range(41) if i not in trained_first)
+    assert prefix > 0  # this seed's order trains ordinal 0 in the first three batches
+
+    second.restart()
+    second_session.run(second_iterator)
+    trained_second = []
+    try:
+        while True:
+            keys, ordinals = second_session.run(second_tags)
+            second.trained(keys, ordinals)
+            trained_second += ordinals.tolist()
+    except tf.errors.OutOfRangeError:  # the one epoch is done
+        pass
+    finally:
+        second.stop()
+        second_session.close()
+    assert sorted(trained_second) == list(range(prefix, 40))  # the rest of the file, each once
+    assert sorted(set(trained_first) | set(trained_second)) == list(range(40))
+    assert second.finished and second.tally.files[0] == 1 and second.tally.examples[0] == 40
+    assert second.tally.skipped[0] == prefix
+    *_, epochs, counts, _ = second.finished_files[-1]
+    assert epochs == [0] and counts == [40]  # the epoch counts every example of the file
+
+
+def test_a_queue_lost_while_the_session_was_made_makes_monitored_session_try_again(cluster):
+    # ps 0 restarted between the session's creation and the hook's first call (the chaos drill found
+    # it): the queue's variables are not there; MonitoredSession makes the session again on AbortedError.
+    worker = Worker(cluster[0], 0)
+    with worker.graph.as_default(), worker.session:
+        feed = work_queue.ItemFeed(worker.queue, "worker:0")
+        feed.connect(lambda: v1.Session(cluster[0].target, graph=worker.graph))
+        hook = queue_hook.InputQueueHook(feed, tf.zeros([0], tf.int64), tf.zeros([0], tf.int64), tf.no_op(), 60.0)
+        with pytest.raises(tf.errors.AbortedError, match="worker:0: input queue on ps 0 lost while the session was "
+                                                          "made"):
+            hook.after_create_session(worker.session, None)
+        worker.session.run(worker.init)  # restored: the next session goes on
+        hook.after_create_session(worker.session, None)
+        assert feed.generation == 2
+        feed.stop()

@@ -19,6 +19,7 @@ restores the newest one it can read, saying how many steps that went back.
 import os
 import re
 import shutil
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -134,6 +135,36 @@ def _disk_figures(model_dir: str, previous: str | None) -> str:
         f", {free:,} free" if free is not None else "")
 
 
+class OlderLayout(NamedTuple):
+    """How to restore the checkpoints of a model_dir saved before some variables were added (the
+    input queue's trained prefixes, new in 0.2): a Saver of every other variable, and the added
+    ones' initializer."""
+    added: frozenset[str]  # the added variables' names in the checkpoints
+    saver: tf.compat.v1.train.Saver
+    initializer: tf.Operation
+
+
+def older_layout(model_dir: str, added: list, **saver_kwargs) -> OlderLayout | None:
+    """An OlderLayout when a checkpoint registered in model_dir lacks any of the `added` variables,
+    else None (no second Saver in the graph)."""
+    names = frozenset(variable.op.name for variable in added)
+    state = tf.train.get_checkpoint_state(model_dir) if names else None
+    paths = [os.path.join(model_dir, os.path.basename(path)) for path in (state.all_model_checkpoint_paths if state
+                                                                           else [])]
+    if not any(_lacks(path, names) for path in paths):
+        return None
+    kept = [variable for variable in tf.compat.v1.global_variables() if variable.op.name not in names]
+    return OlderLayout(names, tf.compat.v1.train.Saver(kept, **saver_kwargs),
+                       tf.compat.v1.variables_initializer(list(added)))
+
+
+def _lacks(path: str, names: frozenset[str]) -> bool:
+    try:
+        return not names <= set(tf.train.load_checkpoint(path).get_variable_to_shape_map())
+    except (tf.errors.OpError, ValueError):  # unreadable: the restore names it
+        return False
+
+
 class LiveStateSaver(tf.compat.v1.train.Saver):
     """The chief's saver: checks each save before registering it, restores the newest checkpoint it
     can read, and restores only when a ps task lacks its variables.
@@ -148,12 +179,14 @@ class LiveStateSaver(tf.compat.v1.train.Saver):
     every variable comes from one step.
     """
 
-    def __init__(self, uninitialized, *args, before_save=None, **kwargs):
+    def __init__(self, uninitialized, *args, before_save=None, older: OlderLayout | None = None, **kwargs):
         """uninitialized: report_uninitialized() of this graph; before_save(session), if given, runs
-        before each save (the eviction of embedding rows, which the checkpoint then leaves out)."""
+        before each save (the eviction of embedding rows, which the checkpoint then leaves out);
+        older: how to restore a checkpoint that lacks variables added since (older_layout())."""
         super().__init__(*args, **kwargs)
         self._uninitialized = uninitialized
         self._before_save = before_save
+        self._older = older
         self._global_step = tf.compat.v1.train.get_global_step()
         self.failed_saves = 0
 
@@ -225,7 +258,14 @@ class LiveStateSaver(tf.compat.v1.train.Saver):
         for path in [save_path, *older]:
             path = path if os.path.isabs(path) or "://" in path else os.path.join(model_dir, path)
             try:
-                super().restore(sess, path)
+                if self._older and _lacks(path, self._older.added):
+                    self._older.saver.restore(sess, path)
+                    sess.run(self._older.initializer)
+                    logging.info("restored %s, saved without %s: %s start(s) from its initial value",
+                                 os.path.basename(path), ", ".join(sorted(self._older.added)),
+                                 "that" if len(self._older.added) == 1 else "they")
+                else:
+                    super().restore(sess, path)
             except UNREADABLE as err:
                 logging.error("checkpoint %s cannot be read (%s): trying the next older one", path,
                               log_lines.error_cause(str(err)))

@@ -29,7 +29,7 @@ _FINISHED = re.compile(_PREFIX + _TASK + r" finished: (.*)$")
 _EPOCH_DONE = re.compile(_PREFIX + _TASK
                          + r": input queue: epoch (\d+) done at global step (\d+): (\d+) examples")
 _EPOCH_TALLY = re.compile(_PREFIX + _TASK + r": input queue: trained (\d+) file\(s\), (\d+) examples of epoch (\d+)"
-                          r"(?:, (\d+) of them trained here before)?")
+                          r"(?:, (\d+) of them by an earlier reader)?(?:.*, (\d+) of them trained here before)?")
 _ANY_TASK_LINE = re.compile(_PREFIX + _TASK + r" (.*)$")
 _KEY_VALUE = re.compile(r"(\w+)=(\S+)")
 
@@ -71,10 +71,12 @@ def log_epoch_done(task: str, epoch: int, global_step: int, examples: int) -> No
                  global_step, examples)
 
 
-def log_epoch_tally(task: str, epoch: int, files: int, examples: int, again: int) -> None:
-    """--input_queue: what one worker trained of one epoch, at its end; `again`: examples it trained
-    of files that were then handed to another worker (read twice)."""
-    logging.info("%s: input queue: trained %d file(s), %d examples of epoch %d%s", task, files, examples, epoch,
+def log_epoch_tally(task: str, epoch: int, files: int, examples: int, skipped: int, again: int) -> None:
+    """--input_queue: what one worker finished of one epoch, at its end: files and their examples;
+    `skipped`: of those, the examples an earlier reader of a file had trained (its trained prefix);
+    `again`: examples it trained of files that were then handed to another worker."""
+    logging.info("%s: input queue: trained %d file(s), %d examples of epoch %d%s%s", task, files, examples, epoch,
+                 f", {skipped} of them by an earlier reader (skipped here)" if skipped else "",
                  f", {again} of them trained here before (a file read again)" if again else "")
 
 
@@ -99,9 +101,10 @@ def epochs_done(text: str) -> list[tuple[int, int, int]]:
     return [(int(m[4]), int(m[5]), int(m[6])) for m in map(_EPOCH_DONE.match, text.splitlines()) if m]
 
 
-def epoch_tallies(text: str) -> dict[int, tuple[int, int, int]]:
-    """{epoch: (files, examples, examples trained here before)} of the tally lines of one log (its last run's)."""
-    return {int(m[6]): (int(m[4]), int(m[5]), int(m[7] or 0))
+def epoch_tallies(text: str) -> dict[int, tuple[int, int, int, int]]:
+    """{epoch: (files, examples, of them skipped as an earlier reader's, examples trained here before)} of
+    the tally lines of one log (its last run's)."""
+    return {int(m[6]): (int(m[4]), int(m[5]), int(m[7] or 0), int(m[8] or 0))
             for m in map(_EPOCH_TALLY.match, text.splitlines()) if m}
 
 

@@ -49,23 +49,32 @@ class InputQueueHook(v1.train.SessionRunHook):
             self._audit = open(self._audit_path, "ab")  # pylint: disable=consider-using-with  # closed in end()
 
     def after_create_session(self, session, coord):
-        released = self.feed.restart(skip_first_pass=self._drops_first_step())
+        try:
+            released = self.feed.restart(skip_first_pass=self._drops_first_step())
+        except work_queue.RETRYABLE as err:
+            # ps 0 restarted since the session was made (its queue is not restored yet): an error that
+            # MonitoredSession takes for a preemption, so that it makes the session again.
+            raise tf.errors.AbortedError(None, None, f"{self.feed.task_name}: input queue on ps 0 lost while the "
+                                         f"session was made ({log_lines.error_cause(err.message)})") from err
         session.run(self._initializer)
         if released:
             logging.info("%s: input queue: gave back the %d file(s) this worker held (its input starts "
                          "afresh; what it had trained of them is read again)", self.feed.task_name, released)
 
     def before_run(self, run_context):
-        return v1.train.SessionRunArgs([self._keys, self._ordinals] if self._audit else self._keys)
+        # The trained prefixes that the steps before this one moved ride on its call to ps 0.
+        queue = self.feed.queue
+        keys, prefixes = self.feed.report()
+        return v1.train.SessionRunArgs([self._keys, self._ordinals, queue.report],
+                                       feed_dict={queue.report_keys: keys, queue.report_counts: prefixes})
 
     def after_run(self, run_context, run_values):
-        keys = run_values.results[0] if self._audit else run_values.results
+        keys, ordinals, _ = run_values.results
         if self._audit:  # written before the files are finished: a kill loses no line of a finished file
             num_files = self.feed.queue.num_files
-            self._audit.write(np.stack([keys // num_files, keys % num_files, run_values.results[1]], 1)
-                              .astype("<i8").tobytes())
+            self._audit.write(np.stack([keys // num_files, keys % num_files, ordinals], 1).astype("<i8").tobytes())
             self._audit.flush()
-        self.feed.trained(keys)
+        self.feed.trained(keys, ordinals)
         self._log_finished()
         if self.feed.finished:  # no further step: in sync mode it would join one more round
             run_context.request_stop()
@@ -82,7 +91,7 @@ class InputQueueHook(v1.train.SessionRunHook):
         tally = self.feed.tally
         for epoch in sorted(set(tally.files) | set(tally.again)):
             log_lines.log_epoch_tally(self.feed.task_name, epoch, tally.files[epoch], tally.examples[epoch],
-                                      tally.again[epoch])
+                                      tally.skipped[epoch], tally.again[epoch])
 
     def _log_finished(self):
         task, num_files = self.feed.task_name, self.feed.queue.num_files
