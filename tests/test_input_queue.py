@@ -114,14 +114,14 @@ def test_a_cluster_stopped_mid_epoch_resumes_the_epoch_from_its_checkpoint(make_
     logs = [second.log("worker", i) for i in (0, 1)]
     assert sorted({(e, n) for log in logs for e, _, n in log_lines.epochs_done(log)}) == [(0, EXAMPLES)]
     # The resumed run finished the rest of the epoch: the files not done at the checkpoint, and no file
-    # done before it; of the files it had leased, it trained what the checkpoint's prefixes had not.
+    # done before it; of those, it trained what the checkpoint's prefixes had not (the leased ones').
     tallies = [t[0] for t in (log_lines.epoch_tallies(log) for log in logs) if 0 in t]
     resumed, skipped = sum(t[1] for t in tallies), sum(t[2] for t in tallies)
     assert resumed == EXAMPLES - examples[0], (resumed, examples[0])
     packed = checkpoint.get_tensor(work_queue.PREFIXES)[:FILES]  # epoch 0's files' slots: their keys are 0..15
     prefixes = np.where(packed >> work_queue.COUNT_BITS == np.arange(FILES),
                         packed & ((1 << work_queue.COUNT_BITS) - 1), 0)
-    assert skipped == prefixes[owners[0] >= 0].sum(), (skipped, prefixes, owners)
+    assert skipped == prefixes[owners[0] != work_queue.DONE].sum(), (skipped, prefixes, owners)
     trained = resumed - skipped
     steps = int(finished(logs[0])["global_step"]) - saved_step
     assert trained / BATCH <= steps <= trained / BATCH + 2 * FILES, (steps, trained, leased)
@@ -147,8 +147,9 @@ def test_sync_training_on_uneven_files_ends_at_the_last_example_without_a_hang(m
     assert [(epoch, n) for epoch, _, n in done] == [(0, examples)], describe(cluster)
     tallies = [log_lines.epoch_tallies(log)[0] for log in logs]
     # Every example once: nothing read again, nothing left out, and both workers took files.
-    assert sum(files for files, _, _ in tallies) == len(rows) and all(files for files, _, _ in tallies), tallies
-    assert sum(n for _, n, _ in tallies) == examples and not any(again for _, _, again in tallies), tallies
+    assert sum(files for files, *_ in tallies) == len(rows) and all(files for files, *_ in tallies), tallies
+    assert sum(n for _, n, _, _ in tallies) == examples, tallies
+    assert not any(skipped or again for _, _, skipped, again in tallies), tallies
     assert chaos.count_audit(cluster.model_dir) == {0: [examples, 0, examples]}  # each example ID once
     final_step = int(finished(logs[0])["global_step"])
     # The run ended with the round that trained its last example. A round takes one batch of each
