@@ -383,9 +383,14 @@ class ItemFeed:
             n = tf.size(values[1], out_type=tf.int64)
             first = tf.reshape(tf.py_function(self.read_block, [generation, key, n, start], tf.int64), [])
             ordinals = first + tf.range(n)
-            untrained = ordinals >= start
-            values = tf.nest.map_structure(lambda value: tf.boolean_mask(value, untrained), values)
-            tagged = (*values, tf.fill(tf.shape(values[1]), key), tf.boolean_mask(ordinals, untrained))
+
+            def untrained():
+                keep = ordinals >= start
+                return tf.nest.map_structure(lambda value: tf.boolean_mask(value, keep), (values, ordinals))
+
+            # Only the blocks that reach into the prefix are masked (a file's first, after a handover).
+            values, ordinals = tf.cond(first >= start, lambda: (values, ordinals), untrained)
+            tagged = (*values, tf.fill(tf.shape(ordinals), key), ordinals)
             return (problems, tagged) if skip else tagged
 
         tagged = blocks.map(tag)
