@@ -23,7 +23,10 @@ advanced with each step it runs (the report rides on the step's own call to ps 0
 trip), for the steps that returned before it; a take hands out a file with its prefix, and the
 reader skips that many examples. A prefix is packed as key * 2^32 + count in the slot
 key % (OPEN_EPOCHS * M), and reports are merged by max: a report of an older epoch's file, or a late
-one, can never lower or overwrite a newer file's prefix, so reports need no lock.
+one, can never lower or overwrite a newer file's prefix, so reports need no lock. A report carries the
+global step its training reached, and is dropped where the global step is behind it: a restore rolled
+back that training (a worker that had not yet met the restore sends it), and its examples must be
+trained again.
 
 The guarantee: each file of each epoch is finished exactly once, and only when every example read
 from it has been trained: none is lost. An example is trained twice only when it was trained past
@@ -118,7 +121,8 @@ class WorkQueue:
     finish(key, examples) -> (the lease was still this worker's, [epochs completed, -1 for none],
                               [examples trained of each], the global step).
     release -> files this worker held, now TODO again.   heartbeat: this worker is alive.
-    report (fed report_keys, report_counts) -> raises those files' trained prefixes to the counts.
+    report (fed report_keys, report_counts, report_step) -> raises those files' trained prefixes to the
+            counts, unless the global step is behind report_step (a restore rolled that training back).
     """
 
     def __init__(self, num_files: int, worker: int, num_workers: int, num_epochs: int, lease_secs: float,
@@ -135,10 +139,17 @@ class WorkQueue:
                                             trainable=False, use_resource=True)
             self.report_keys = v1.placeholder_with_default(tf.zeros([0], tf.int64), [None], "report_keys")
             self.report_counts = v1.placeholder_with_default(tf.zeros([0], tf.int64), [None], "report_counts")
+            self.report_step = v1.placeholder_with_default(tf.constant(0, tf.int64), [], "report_step")
             counts = tf.minimum(self.report_counts, (1 << COUNT_BITS) - 1)  # more never happens; less is safe
-            self.report = tf.raw_ops.ResourceScatterMax(
-                resource=self.prefixes.handle, indices=self.report_keys % (OPEN_EPOCHS * num_files),
-                updates=tf.bitwise.left_shift(self.report_keys, COUNT_BITS) + counts)
+
+            def raise_prefixes():
+                with tf.control_dependencies([tf.raw_ops.ResourceScatterMax(
+                        resource=self.prefixes.handle, indices=self.report_keys % (OPEN_EPOCHS * num_files),
+                        updates=tf.bitwise.left_shift(self.report_keys, COUNT_BITS) + counts)]):
+                    return tf.constant(True)
+
+            self.report = tf.cond(tf.cast(tf.identity(global_step), tf.int64) >= self.report_step, raise_prefixes,
+                                  lambda: tf.constant(False))
             section = tf.CriticalSection(name="lock", shared_name="input_queue_lock")
             self.take = section.execute(self._take)
             self.key = v1.placeholder(tf.int64, [], "finished_key")
@@ -255,6 +266,7 @@ class ItemFeed:
         # skipped included), the ordinals trained past it, and the files whose prefix moved since
         # the last report.
         self._prefix, self._skipped, self._ahead, self._moved = {}, {}, collections.defaultdict(set), set()
+        self._moved_at = 0  # the global step the moves since the last report were trained by
         self.finished_files = collections.deque()  # (key, examples, still ours, epochs completed, ..., step)
 
     def connect(self, make_session) -> None:
@@ -413,6 +425,7 @@ class ItemFeed:
             return int(self._call(self.queue.release))
 
     def _forget_prefixes(self):
+        self._moved_at = 0
         self._prefix.clear()
         self._skipped.clear()
         self._ahead.clear()
@@ -422,12 +435,11 @@ class ItemFeed:
         """The session ended: the pipeline stops taking files, and the files this worker held go back to
         the queue, for the peers still stepping (a run that ends at --train_steps ends on each worker
         at its own step, and a peer's last steps may need them)."""
-        keys, prefixes = self.report()  # what the last steps trained: the peers that take the files skip it
+        report = self.report()  # what the last steps trained: the peers that take the files skip it
         with self._lock:
             self.generation += 1
             try:
-                self._call([self.queue.report, self.queue.release],
-                           {self.queue.report_keys: keys, self.queue.report_counts: prefixes})
+                self._call([self.queue.report, self.queue.release], report)
             except RETRYABLE:  # ps 0 is down: the lease lapses, or the restore brings the files back
                 pass
             self._forget_prefixes()
@@ -436,9 +448,10 @@ class ItemFeed:
     def heartbeat(self) -> None:
         self._call(self.queue.heartbeat)
 
-    def trained(self, keys: np.ndarray, ordinals: np.ndarray | None = None, generation=None) -> None:
+    def trained(self, keys: np.ndarray, ordinals: np.ndarray | None = None, generation=None, step: int = 0) -> None:
         """Counts one step's examples by file (ordinals: each one's in its file, which move the files'
-        trained prefixes), and finishes the files trained to their end: each is added to
+        trained prefixes; step: the global step that step reached), and finishes the files trained to
+        their end: each is added to
         finished_files as (key, examples, still ours, epochs completed, their examples, global step).
         generation: the pipeline's, when the pipeline calls; nothing is done once the session it
         belongs to has ended (its files went back to the queue)."""
@@ -450,7 +463,7 @@ class ItemFeed:
                 mine = keys == key
                 self._trained[key] += int(mine.sum())
                 if ordinals is not None and key in self._prefix:
-                    self._advance(key, ordinals[mine])
+                    self._advance(key, ordinals[mine], step)
             for key in [k for k in self._ended if self._trained[k] >= self._read[k]]:
                 self._ended.discard(key)
                 examples = self._read.pop(key)
@@ -475,8 +488,9 @@ class ItemFeed:
             if self.queue.num_epochs and self.queue.num_epochs - 1 in completed:
                 self._over()
 
-    def _advance(self, key: int, ordinals: np.ndarray) -> None:
-        """Moves file `key`'s trained prefix over the ordinals just trained (under the lock)."""
+    def _advance(self, key: int, ordinals: np.ndarray, step: int) -> None:
+        """Moves file `key`'s trained prefix over the ordinals just trained by global step `step` (under
+        the lock)."""
         ahead, prefix = self._ahead[key], self._prefix[key]
         ahead.update(ordinals.tolist())
         while prefix in ahead:
@@ -485,11 +499,15 @@ class ItemFeed:
         if prefix != self._prefix[key]:
             self._prefix[key] = prefix
             self._moved.add(key)
+            self._moved_at = max(self._moved_at, int(step))
 
-    def report(self) -> tuple[np.ndarray, np.ndarray]:
-        """(keys, trained prefixes) of the files whose prefix moved since the last report, for the
-        queue's report op; each is reported once."""
+    def report(self) -> dict:
+        """The feed of the queue's report op: the files whose trained prefix moved since the last report,
+        their prefixes, and the global step they were trained by; each move is reported once."""
         with self._lock:
             keys = sorted(self._moved)
+            step, self._moved_at = self._moved_at, 0
             self._moved.clear()
-            return np.array(keys, np.int64), np.array([self._prefix[key] for key in keys], np.int64)
+            return {self.queue.report_keys: np.array(keys, np.int64),
+                    self.queue.report_counts: np.array([self._prefix[key] for key in keys], np.int64),
+                    self.queue.report_step: step}

@@ -43,8 +43,14 @@ class Worker:
         key, _, _, start = self.session.run(self.queue.take)
         return int(key), int(start)
 
-    def report(self, keys, counts):
-        self.session.run(self.queue.report, {self.queue.report_keys: keys, self.queue.report_counts: counts})
+    def report(self, keys, counts, step=0):
+        return bool(self.session.run(self.queue.report, {self.queue.report_keys: keys,
+                                                         self.queue.report_counts: counts,
+                                                         self.queue.report_step: step}))
+
+    def set_global_step(self, step):
+        with self.graph.as_default():
+            self.session.run(self.global_step.assign(step))
 
     def finish(self, key, examples=10):
         mine, completed, counts, _ = self.session.run(self.queue.finish, {self.queue.key: key,
@@ -106,6 +112,21 @@ def test_a_file_handed_out_again_comes_with_the_prefix_its_last_reader_trained(c
     first.report([0], [5])  # a late report of a shorter prefix lowers nothing
     assert first.session.run(first.queue.release) == 2
     assert [second.take_with_prefix() for _ in range(3)] == [(0, 7), (1, 3), (2, 0)]
+
+
+def test_a_report_of_training_that_a_restore_rolled_back_is_dropped(cluster):
+    first, second = Worker(cluster[0], 0), Worker(cluster[1], 1)
+    first.session.run(first.init)
+    first.take()
+    first.set_global_step(50)
+    assert first.report([0], [30], step=50)
+    first.set_global_step(20)  # a restore of the checkpoint of step 20 (which held no prefix yet)
+    first.session.run(first.queue.prefixes.initializer)
+    # The first worker has not met the restore: its next step's report is of training the model lost.
+    assert not first.report([0], [45], step=50)
+    assert second.report([0], [12], step=20)  # trained since the restore
+    first.session.run(first.queue.release)
+    assert second.take_with_prefix() == (0, 12)
 
 
 def test_a_prefix_of_an_ended_epoch_is_not_handed_out_with_the_next_epochs_file(cluster):
@@ -179,7 +200,7 @@ def test_a_checkpoint_of_the_queue_without_trained_prefixes_restores_them_from_z
         session.run(v1.global_variables_initializer())
         key = session.run(queue.take)[0]
         session.run(queue.finish, {queue.key: key, queue.examples: 7})
-        session.run(queue.report, {queue.report_keys: [1], queue.report_counts: [4]})
+        session.run(queue.report, {queue.report_keys: [1], queue.report_counts: [4], queue.report_step: 0})
         saved = session.run(queue.state)
         without = [v for v in v1.global_variables() if v.op.name != work_queue.PREFIXES]
         path = v1.train.Saver(without, sharded=True).save(session, str(tmp_path / "model.ckpt"), global_step=3,

@@ -44,6 +44,7 @@ class InputQueueHook(v1.train.SessionRunHook):
         self._last_heartbeat = time.monotonic()
 
     def begin(self):
+        self._global_step = v1.train.get_global_step()
         if self._audit_path and self._audit is None:
             os.makedirs(os.path.dirname(self._audit_path), exist_ok=True)
             self._audit = open(self._audit_path, "ab")  # pylint: disable=consider-using-with  # closed in end()
@@ -63,18 +64,16 @@ class InputQueueHook(v1.train.SessionRunHook):
 
     def before_run(self, run_context):
         # The trained prefixes that the steps before this one moved ride on its call to ps 0.
-        queue = self.feed.queue
-        keys, prefixes = self.feed.report()
-        return v1.train.SessionRunArgs([self._keys, self._ordinals, queue.report],
-                                       feed_dict={queue.report_keys: keys, queue.report_counts: prefixes})
+        return v1.train.SessionRunArgs([self._keys, self._ordinals, self.feed.queue.report, self._global_step],
+                                       feed_dict=self.feed.report())
 
     def after_run(self, run_context, run_values):
-        keys, ordinals, _ = run_values.results
+        keys, ordinals, _, step = run_values.results
         if self._audit:  # written before the files are finished: a kill loses no line of a finished file
             num_files = self.feed.queue.num_files
             self._audit.write(np.stack([keys // num_files, keys % num_files, ordinals], 1).astype("<i8").tobytes())
             self._audit.flush()
-        self.feed.trained(keys, ordinals)
+        self.feed.trained(keys, ordinals, step=step)
         self._log_finished()
         if self.feed.finished:  # no further step: in sync mode it would join one more round
             run_context.request_stop()
