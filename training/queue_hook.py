@@ -60,7 +60,7 @@ class InputQueueHook(v1.train.SessionRunHook):
         session.run(self._initializer)
         if released:
             logging.info("%s: input queue: gave back the %d file(s) this worker held (its input starts "
-                         "afresh; what it had trained of them is read again)", self.feed.task_name, released)
+                         "afresh; each goes on from its reported trained prefix)", self.feed.task_name, released)
 
     def before_run(self, run_context):
         # The trained prefixes that the steps before this one moved ride on its call to ps 0.
