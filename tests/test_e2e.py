@@ -25,6 +25,7 @@ from tests.support import (
     wait_recording_exits,
     write_embedded_as_tfrecord,
 )
+from cluster import shutdown
 from training import evaluator, exit_codes, log_lines
 
 pytestmark = pytest.mark.e2e
@@ -118,6 +119,24 @@ def test_two_ps_split_the_variables_and_both_exit(make_cluster):
     assert set(sizes) == {"/job:ps/task:0", "/job:ps/task:1"}
     assert all(float(size) > 0.1 for size in sizes.values()), placed
     assert int(finished(cluster.log("worker", 0))["global_step"]) >= 200
+
+
+def test_a_chief_restarted_after_the_end_exits_0_when_a_peers_last_push_came_after_its_final_save(tmp_path):
+    # Async: the chief's final checkpoint is of --train_steps (200), and a peer's push landed after it,
+    # so the chief finished at 201 and marked that. Restarted by an orchestrator, the chief found
+    # "training over at 201" and exited 138 ("final checkpoint could not be saved") over model.ckpt-200.
+    model_dir = tmp_path / "model"
+    first = run_trainer(f"--model_dir={model_dir}", "--train_steps=200", "--synthetic_examples=2000",
+                        "--export_saved_model=false", "--log_every_n_steps=100")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert tf.train.latest_checkpoint(str(model_dir)).endswith("model.ckpt-200")
+    shutdown.mark_done(str(model_dir), 0, 201, 200)
+    ps, chief, other = free_ports(3)
+    again = run_trainer(f"--ps_hosts=127.0.0.1:{ps}", f"--worker_hosts=127.0.0.1:{chief},127.0.0.1:{other}",
+                        "--job_name=worker", "--task_index=0", f"--model_dir={model_dir}", "--train_steps=200",
+                        "--synthetic_examples=2000", "--export_saved_model=false")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "training is over (the chief finished at global step 201)" in again.stderr
 
 
 def test_a_rerun_with_more_steps_resumes_from_the_checkpoint(make_cluster):

@@ -141,7 +141,9 @@ def _train(cfg, server, stop, task_metrics) -> training_hooks.ProgressHook:
         # after its final checkpoint: a chief still exports and evaluates that, which needs no ps.
         logging.info("%s: training is over (the chief finished at global step %d); not waiting for the ps tasks",
                      cluster.task_name, over)
-        hooks.progress.global_step = hooks.progress.last_step = over
+        # The end is --train_steps (an async peer's last push can land after the chief's final save, so
+        # the mark's step may be past it and past that checkpoint), or where the epochs ended.
+        hooks.progress.global_step, hooks.progress.last_step = over, min(over, hooks.progress.last_step)
         hooks.progress.over_at_start = True
         return hooks.progress
     if cluster.is_distributed:
