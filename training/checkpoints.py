@@ -137,8 +137,8 @@ def _disk_figures(model_dir: str, previous: str | None) -> str:
 
 class OlderLayout(NamedTuple):
     """How to restore the checkpoints of a model_dir saved before some variables were added (the
-    input queue's trained prefixes, new in 0.2): a Saver of every other variable, and the added
-    ones' initializer."""
+    input queue's trained prefixes, added after the release at 7f2a350): a Saver of every other
+    variable, and the added ones' initializer."""
     added: frozenset[str]  # the added variables' names in the checkpoints
     saver: tf.compat.v1.train.Saver
     initializer: tf.Operation
@@ -149,9 +149,8 @@ def older_layout(model_dir: str, added: list, **saver_kwargs) -> OlderLayout | N
     else None (no second Saver in the graph)."""
     names = frozenset(variable.op.name for variable in added)
     state = tf.train.get_checkpoint_state(model_dir) if names else None
-    paths = [os.path.join(model_dir, os.path.basename(path)) for path in (state.all_model_checkpoint_paths if state
-                                                                           else [])]
-    if not any(_lacks(path, names) for path in paths):
+    registered = state.all_model_checkpoint_paths if state else []
+    if not any(_lacks(os.path.join(model_dir, os.path.basename(path)), names) for path in registered):
         return None
     kept = [variable for variable in tf.compat.v1.global_variables() if variable.op.name not in names]
     return OlderLayout(names, tf.compat.v1.train.Saver(kept, **saver_kwargs),
