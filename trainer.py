@@ -157,7 +157,8 @@ def describe(cluster) -> str:
             (("ps", cluster.ps_hosts), (cluster.chief_job, cluster.chief_hosts), ("worker", cluster.worker_hosts))
             if hosts]
     role = "evaluator (outside the cluster)" if cluster.job_name == spec.EVALUATOR else cluster.task_name
-    return f"{' '.join(jobs)}; this task: {role}{' (chief)' if cluster.is_chief else ''}"
+    joins = f" at {cluster.join_address}, joining the running job" if cluster.joins else ""
+    return f"{' '.join(jobs)}; this task: {role}{' (chief)' if cluster.is_chief else ''}{joins}"
 
 
 def parse_flags(argv):

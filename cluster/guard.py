@@ -26,7 +26,8 @@ def public_addresses(cluster: spec.ClusterConfig,
     A name that does not resolve yet (a pod not started) cannot be judged, and is logged.
     """
     public = []
-    for address in (*cluster.ps_hosts, *cluster.chief_hosts, *cluster.worker_hosts):
+    joining = (cluster.join_address,) if cluster.joins else ()
+    for address in (*cluster.ps_hosts, *cluster.chief_hosts, *cluster.worker_hosts, *joining):
         host, _ = spec.split_host_port(address)
         try:
             ips = [host] if _is_ip(host) else resolve(host)

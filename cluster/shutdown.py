@@ -12,11 +12,19 @@ forever. So a replica also leaves a mark in <model_dir>/done/ (the global step i
 its --train_steps), before it tells the queues, and a ps given --model_dir counts the marks made
 for its own --train_steps too: the marks of an earlier run to a smaller --train_steps, continued
 now with a larger one, are not this run's.
+
+Who is waited for: the replicas of the ps's own cluster, and the workers that joined the running job
+since (--join_address), each of which leaves its address in <model_dir>/members/ before it trains.
+Once the chief has finished, a replica whose address has refused connections for --worker_gone_secs
+(it left the job for good, or its host is gone) is no longer waited for: a worker restarted after that finds
+the chief's mark and exits at once, with no ps to talk to.
 """
 
 import os
+import socket
 import threading
 import time
+from collections.abc import Callable
 
 import tensorflow as tf
 from absl import logging
@@ -70,58 +78,140 @@ def finished_step(model_dir: str | None, replica: int, train_steps: int, num_epo
         return None
 
 
-def marked_done(model_dir: str | None, num_workers: int, train_steps: int, num_epochs: int = 0) -> set[int]:
-    """The replicas whose mark in model_dir says they finished a run to train_steps (and num_epochs)."""
-    return {replica for replica in range(num_workers)
-            if finished_step(model_dir, replica, train_steps, num_epochs) is not None}
+def marked_done(model_dir: str | None, replicas, train_steps: int, num_epochs: int = 0) -> set[int]:
+    """The replicas (of those given) whose mark in model_dir says they finished a run to train_steps
+    (and num_epochs)."""
+    return {replica for replica in replicas if finished_step(model_dir, replica, train_steps, num_epochs) is not None}
+
+
+MEMBERS_DIR = "members"
+
+
+def join(model_dir: str, replica: int, address: str) -> None:
+    """Records in model_dir that a worker joined the running job as `replica`, at address."""
+    storage.write_whole(os.path.join(model_dir, MEMBERS_DIR, f"replica-{replica}"), f"address={address}\n")
+
+
+def joined(model_dir: str | None) -> dict[int, str]:
+    """The workers that joined the job since it started: replica index -> host:port."""
+    if not model_dir or not tf.io.gfile.isdir(os.path.join(model_dir, MEMBERS_DIR)):
+        return {}
+    members = {}
+    for name in tf.io.gfile.listdir(os.path.join(model_dir, MEMBERS_DIR)):
+        if not name.startswith("replica-") or not name[len("replica-"):].isdigit():
+            continue  # a member being written (.tmp)
+        try:
+            with tf.io.gfile.GFile(os.path.join(model_dir, MEMBERS_DIR, name)) as record:
+                members[int(name[len("replica-"):])] = record.read().strip().removeprefix("address=")
+        except tf.errors.NotFoundError:
+            continue
+    return members
+
+
+PROBE_TIMEOUT_SECS = 2.0
+
+
+def serves(address: str) -> bool:
+    """Whether a server accepts connections at host:port."""
+    host, port = spec.split_host_port(address)
+    try:
+        with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_SECS):
+            return True
+    except OSError:
+        return False
+
+
+class Roll:
+    """One ps's roll of the training replicas it waits for: its cluster's, and those that joined since.
+    A replica is off the roll once done (told, or marked in model_dir), or once the chief is done and
+    the replica's address has refused connections for gone_secs."""
+
+    def __init__(self, cluster: spec.ClusterConfig, model_dir: str | None, train_steps: int, num_epochs: int = 0,
+                 gone_secs: float = 60.0, probe: Callable[[str], bool] = serves,
+                 clock: Callable[[], float] = time.monotonic):
+        self.who = f"ps {cluster.task_index}"
+        self.addresses = cluster.replica_addresses()
+        self.model_dir, self.train_steps, self.num_epochs = model_dir, train_steps, num_epochs
+        self.gone_secs, self.probe, self.clock = gone_secs, probe, clock
+        self.done: set[int] = set()
+        self.gone: set[int] = set()
+        self.silent_since: dict[int, float] = {}
+
+    def pending(self) -> set[int]:
+        return set(self.addresses) - self.done - self.gone
+
+    def reported(self, replica: int) -> None:
+        """`replica` told this ps it is done."""
+        self.done.add(replica)
+        logging.info("%s: training replica %d finished; waiting for %s", self.who, replica,
+                     sorted(self.pending()) or "nobody")
+
+    def check(self) -> None:
+        """Reads model_dir's members and marks, and, once the chief is done, probes the replicas left."""
+        for replica, address in joined(self.model_dir).items():
+            if replica not in self.addresses:
+                self.addresses[replica] = address
+                logging.info("%s: training replica %d joined the job at %s; waiting for it too", self.who, replica,
+                             address)
+        marked = marked_done(self.model_dir, self.pending(), self.train_steps, self.num_epochs)
+        if marked:
+            self.done |= marked
+            logging.info("%s: training replica(s) %s finished before this ps started (marked in model_dir); "
+                         "waiting for %s", self.who, sorted(marked), sorted(self.pending()) or "nobody")
+        if 0 not in self.done:
+            return
+        now = self.clock()
+        for replica in sorted(self.pending()):
+            if self.probe(self.addresses[replica]):
+                self.silent_since.pop(replica, None)
+                continue
+            since = self.silent_since.setdefault(replica, now)
+            if now - since >= self.gone_secs:
+                self.gone.add(replica)
+                logging.warning("%s: training replica %d (%s) has served nothing for %.0f s since the chief "
+                                "finished: it left the job; not waiting for it (waiting for %s)", self.who, replica,
+                                self.addresses[replica], now - since, sorted(self.pending()) or "nobody")
 
 
 def wait_for_every_replica(server, cluster: spec.ClusterConfig, model_dir: str | None, train_steps: int,
-                           stop: threading.Event, num_epochs: int = 0) -> bool:
-    """The ps's verb: blocks until every training replica has reported done (True) or `stop` is set
-    (False). Replicas with a mark in model_dir for this train_steps (read at once, then every
-    MARK_CHECK_SECS) count as reported.
+                           stop: threading.Event, num_epochs: int = 0, gone_secs: float = 60.0) -> Roll:
+    """The ps's verb: blocks until every training replica on the Roll is off it, or `stop` is set
+    (some are pending then); returns the Roll. It reads model_dir at once, then every MARK_CHECK_SECS.
 
     The dequeue blocks in a helper thread while this thread waits on events, so signal handlers
-    run. On stop, closing the queue ends the blocked dequeue; the helper is always joined, since
+    run. At the end, closing the queue ends the blocked dequeue; the helper is always joined, since
     a process that exits with a thread inside a TensorFlow call aborts.
     """
     graph = tf.Graph()
     with graph.as_default():
         queue = _done_queue(cluster.task_index, cluster.num_replicas)
         dequeue, close = queue.dequeue(), queue.close(cancel_pending_enqueues=True)
-    pending = set(range(cluster.num_replicas))
+    roll = Roll(cluster, model_dir, train_steps, num_epochs, gone_secs)
+    told = []  # replicas the queue named, for this thread to enter on the roll
     with tf.compat.v1.Session(server.target, graph=graph, config=spec.session_config(cluster)) as sess:
 
         def drain():
             try:
-                while pending:
-                    worker = int(sess.run(dequeue))
-                    pending.discard(worker)
-                    logging.info("ps %d: training replica %d finished; waiting for %s",
-                                 cluster.task_index, worker, sorted(pending) or "nobody")
+                while True:
+                    told.append(int(sess.run(dequeue)))
             except tf.errors.OutOfRangeError:
-                pass  # closed by stop
+                pass  # closed at the end
 
         drainer = threading.Thread(target=drain, name="ps_shutdown_queue")
         drainer.start()
         next_check = time.monotonic()
-        while drainer.is_alive() and not stop.is_set():
+        while not stop.is_set():
+            while told:
+                roll.reported(told.pop(0))
             if time.monotonic() >= next_check:
-                marked = marked_done(model_dir, cluster.num_replicas, train_steps, num_epochs) & pending
-                if marked:
-                    logging.info("ps %d: training replica(s) %s finished before this ps started (marked in "
-                                 "model_dir); waiting for %s", cluster.task_index, sorted(marked),
-                                 sorted(pending - marked) or "nobody")
-                    pending.difference_update(marked)
+                roll.check()
                 next_check = time.monotonic() + MARK_CHECK_SECS
-            if not pending:
+            if not roll.pending():
                 break
             drainer.join(WAIT_SLICE_SECS)
-        if drainer.is_alive():
-            sess.run(close)
-            drainer.join()
-    return not pending
+        sess.run(close)
+        drainer.join()
+    return roll
 
 
 def report_done(server, cluster: spec.ClusterConfig, model_dir: str | None, global_step: int, train_steps: int,

@@ -16,6 +16,11 @@ if typing.TYPE_CHECKING:
 
 PS, WORKER, CHIEF, MASTER, EVALUATOR = "ps", "worker", "chief", "master", "evaluator"
 CHIEF_JOBS = (CHIEF, MASTER)
+# The job a joining worker's server starts as. Its sessions name it worker K (their ClusterDef), and
+# TensorFlow refuses a session ClusterDef that names the server by the job and task it started as.
+JOINING = "joining"
+# Training replicas (chief and workers, joiners included) the input queue's per-replica state holds.
+MAX_REPLICAS = 1024
 
 
 def canonical_job(name: str | None) -> str | None:
@@ -42,6 +47,14 @@ class ClusterConfig:
     # --num_gpus: None leaves placement to TensorFlow; 0 keeps a worker on its CPU; N puts its compute
     # on GPU task_index % N of its host (one task per GPU). A ps never uses a GPU.
     num_gpus: int | None = None
+    # A worker joining a running async job (--join_address): its own host:port; its --task_index is
+    # past worker_hosts, which stay the job's as every other task has them. Its sessions carry a
+    # ClusterDef of the ps tasks and itself, so the ps tasks reach it without knowing it from start.
+    join_address: str = ""
+
+    @property
+    def joins(self) -> bool:
+        return bool(self.join_address)
 
     @property
     def is_distributed(self) -> bool:
@@ -55,7 +68,8 @@ class ClusterConfig:
 
     @property
     def num_replicas(self) -> int:
-        """Training replicas: the chief task, if any, and the workers."""
+        """Training replicas as the job started: the chief task, if any, and the workers (without those
+        that joined since, which keep the job's hyperparameters)."""
         return max(1, len(self.replicas))
 
     @property
@@ -63,6 +77,8 @@ class ClusterConfig:
         """This task's place among the training replicas (0 = chief); its data shard."""
         if not self.is_distributed:
             return 0
+        if self.joins:
+            return len(self.chief_hosts) + self.task_index
         return self.replicas.index((self.job_name, self.task_index))
 
     @property
@@ -84,9 +100,16 @@ class ClusterConfig:
         return self.task_name.replace(":", "_")
 
     def cluster_spec(self) -> tf.train.ClusterSpec:
+        """The cluster as this task's sessions see it (a joining worker: the ps tasks and itself)."""
         import tensorflow as tf  # pylint: disable=import-outside-toplevel,redefined-outer-name
+        if self.joins:
+            return tf.train.ClusterSpec({PS: list(self.ps_hosts), WORKER: {self.task_index: self.join_address}})
         jobs = {PS: self.ps_hosts, WORKER: self.worker_hosts, self.chief_job: self.chief_hosts}
         return tf.train.ClusterSpec({job: list(hosts) for job, hosts in jobs.items() if hosts})
+
+    def replica_addresses(self) -> dict[int, str]:
+        """The training replicas the task knows from start, by replica index -> host:port."""
+        return dict(enumerate((*self.chief_hosts, *self.worker_hosts)))
 
     def ps_devices(self) -> tuple[str, ...]:
         """The ps tasks' devices in order; none when this process trains alone."""
@@ -107,6 +130,8 @@ class ClusterConfig:
         return self.job_name == PS or self.num_gpus == 0
 
     def own_address(self) -> str:
+        if self.joins:
+            return self.join_address
         hosts = {PS: self.ps_hosts, WORKER: self.worker_hosts, self.chief_job: self.chief_hosts}
         return hosts[self.job_name][self.task_index]
 
@@ -141,6 +166,9 @@ def session_config(cluster: ClusterConfig) -> tf.compat.v1.ConfigProto:
         config.device_filters[:] = [f"/job:{PS}/task:{cluster.task_index}"]
     elif cluster.is_distributed:
         config.device_filters[:] = [f"/job:{PS}", cluster.worker_device()]
+    if cluster.joins:  # the ps tasks learn this worker's address from its sessions, and share their state
+        config.cluster_def.CopyFrom(cluster.cluster_spec().as_cluster_def())
+        config.experimental.share_session_state_in_clusterspec_propagation = True
     return config
 
 
@@ -167,6 +195,9 @@ def start_server(cluster: ClusterConfig, environ=os.environ) -> tf.distribute.Se
     environ[GRPC_OPTIONS_ENV] = grpc_options(environ.get(GRPC_OPTIONS_ENV))
     if cluster.hides_gpus:
         environ["CUDA_VISIBLE_DEVICES"] = ""
+    if cluster.joins:
+        return tf.compat.v1.train.Server(tf.train.ClusterSpec({JOINING: [cluster.join_address]}), job_name=JOINING,
+                                         task_index=0, start=True)
     return tf.compat.v1.train.Server(
         cluster.cluster_spec(),
         job_name=cluster.job_name,

@@ -212,12 +212,37 @@ def read_cluster(f) -> spec.ClusterConfig | None:
             f"{missing} is empty: --job_name={f.job_name} needs at least one ps and one worker "
             "(e.g. --ps_hosts=10.0.0.1:2222 --worker_hosts=10.0.0.2:2222,10.0.0.3:2222).")
     hosts = {spec.PS: ps_hosts, spec.WORKER: worker_hosts, spec.CHIEF: chief_hosts}[job]
+    if f.join_address is not None:
+        return read_joining_worker(f, ps_hosts, worker_hosts, chief_hosts, job, seen)
     if f.task_index >= len(hosts):
         flag = "chief_hosts" if job == spec.CHIEF else f"{job}_hosts"
+        joining = (" (a worker joining a running job gives its own address with --join_address)"
+                   if job == spec.WORKER else "")
         raise app.UsageError(
             f"--task_index={f.task_index} is out of range: --{flag} lists "
-            f"{len(hosts)} {job} task(s) (0..{len(hosts) - 1}).")
+            f"{len(hosts)} {job} task(s) (0..{len(hosts) - 1}){joining}.")
     return spec.ClusterConfig(ps_hosts, worker_hosts, job, f.task_index, chief_hosts)
+
+
+def read_joining_worker(f, ps_hosts, worker_hosts, chief_hosts, job, seen) -> spec.ClusterConfig:
+    """--join_address: a worker joining a running async job, at its own index past --worker_hosts."""
+    [address] = parse_hosts("join_address", [f.join_address])
+    if job != spec.WORKER:
+        raise app.UsageError(f"--join_address is for a worker joining a running job, not --job_name={f.job_name}.")
+    if f.task_index < len(worker_hosts):
+        raise app.UsageError(
+            f"--join_address with --task_index={f.task_index}: --worker_hosts lists that worker already "
+            f"(0..{len(worker_hosts) - 1}); a joining worker takes an index past the list, one of its own.")
+    if len(chief_hosts) + f.task_index >= spec.MAX_REPLICAS:
+        raise app.UsageError(f"--task_index={f.task_index}: a job holds at most {spec.MAX_REPLICAS} training "
+                             "replicas, the chief included.")
+    if address in seen:
+        raise app.UsageError(f"--join_address={address} is in --{seen[address]} already: a joining worker needs "
+                             "a host:port of its own.")
+    if f.sync_replicas:
+        raise app.UsageError("--join_address with --sync_replicas: a synchronous round waits for the workers it "
+                             "started with; only asynchronous jobs take joining workers.")
+    return spec.ClusterConfig(ps_hosts, worker_hosts, job, f.task_index, chief_hosts, join_address=address)
 
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
@@ -309,6 +334,7 @@ def read_train(f, cluster: spec.ClusterConfig, env) -> TrainConfig:
         replicas_to_aggregate=replicas,
         seed=f.seed,
         startup_timeout_secs=f.startup_timeout_secs,
+        worker_gone_secs=f.worker_gone_secs,
         eval_timeout_secs=f.eval_timeout_secs,
         stall_warning_secs=f.stall_warning_secs,
         stall_timeout_secs=f.stall_timeout_secs,
@@ -476,7 +502,17 @@ def read_data(f, cluster: spec.ClusterConfig, env) -> inputs.DataConfig:
         if unusable and needs:
             raise app.UsageError(f"--{needs} needs the input queue, and this run cannot use it: {unusable}.")
         data = dataclasses.replace(data, input_queue=not unusable, input_queue_by_default=not unusable)
+    if cluster.joins and not data.input_queue:
+        raise app.UsageError("--join_address: a joining worker takes its files from the input queue (fixed shards "
+                             f"are cut for the workers the job started with){_why_no_queue(f, name, cluster)}.")
     return data
+
+
+def _why_no_queue(f, name: str, cluster: spec.ClusterConfig) -> str:
+    if f.input_queue is False:
+        return "; drop --noinput_queue"
+    unusable = input_queue_unusable(f, name, cluster)
+    return f", and this run cannot use it: {unusable}" if unusable else ""
 
 
 def read_dataset_name(f, data_dir: str | None, source: str) -> str:

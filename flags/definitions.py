@@ -25,6 +25,9 @@ flags.DEFINE_enum("job_name", None, ["ps", "worker", "chief", "master", "evaluat
                   "localhost:2223,localhost:2224.")
 flags.DEFINE_integer("task_index", None, "Index of this task within its job; required with --job_name (a task "
                      "that took a default would be a second task 0, a second chief).", lower_bound=0)
+flags.DEFINE_string("join_address", None, "A worker joining a running asynchronous job: its own host:port, with "
+                    "--task_index past --worker_hosts (which stay the job's list, as its other tasks have it). "
+                    "Needs the input queue; the ps tasks need not list it. Docs: docs/faults.md#elastic-workers.")
 flags.DEFINE_integer("num_gpus", None, "GPUs per host: a worker puts its compute on GPU task_index % N (start one "
                      "worker per GPU); 0 keeps workers on the CPU. A ps never uses a GPU. Default: TensorFlow's "
                      "own placement.", lower_bound=0)
@@ -55,6 +58,10 @@ flags.DEFINE_integer("stall_warning_secs", TRAIN.stall_warning_secs,
 flags.DEFINE_integer("stall_timeout_secs", TRAIN.stall_timeout_secs,
                      "Exit (code 138, transient) when a worker completes no step for this long: in sync mode a "
                      "dead worker without a backup stalls every step.", lower_bound=1)
+flags.DEFINE_integer("worker_gone_secs", TRAIN.worker_gone_secs,
+                     "Once the chief has finished: how long a ps waits for a worker whose address refuses "
+                     "connections (it left the job for good, or its host is gone) before it exits without it.",
+                     lower_bound=1)
 
 # ---------------------------------------------------------------- optimization
 flags.DEFINE_integer("train_steps", TRAIN.train_steps, "Global step at which training stops (with --num_epochs "

@@ -51,7 +51,8 @@ def check(cfg):
         return "--dataset=criteo needs --data_dir: a directory of train* files in Criteo's tab-separated layout."
     for split in ("train", "eval") if cfg.eval_data_dir else ("train",):
         if not _files(cfg.split_dir(split), split):
-            return f"{cfg.split_dir(split)} holds no {split} files (nothing matches {pattern(cfg.split_dir(split), split)})."
+            directory = cfg.split_dir(split)
+            return f"{directory} holds no {split} files (nothing matches {pattern(directory, split)})."
     return None
 
 

@@ -16,6 +16,9 @@ read from it has been trained: the step that used it returned. When a worker (re
 session (its own restart, or a ps restarted and the chief restored the checkpoint) it gives back
 every file it held (release) and starts its input again. A worker silent for longer than
 --input_queue_lease_secs (a live one heartbeats) loses its files to the next worker that takes one.
+The heartbeats are wall-clock times, one slot per worker up to cluster.spec.MAX_REPLICAS (so that a
+worker joining a running job has one): no checkpoint holds them, and a restore starts them at 0, which
+makes each restored lease a silent worker's (its holder gives it back as its session is re-created).
 
 Beside the state, a second variable on ps 0 holds each open file's trained prefix: how many of its
 first examples (in the order the file is read) are trained. A worker reports the prefixes it
@@ -125,16 +128,21 @@ class WorkQueue:
             counts, unless the global step is behind report_step (a restore rolled that training back).
     """
 
-    def __init__(self, num_files: int, worker: int, num_workers: int, num_epochs: int, lease_secs: float,
-                 device, global_step):
+    def __init__(self, num_files: int, worker: int, max_workers: int, num_epochs: int, lease_secs: float,
+                 device, global_step, not_saved: str | None = None):
+        """worker: this worker's index (below max_workers, which sizes the heartbeats: joining workers
+        included). not_saved: a graph collection of variables that no checkpoint holds; the heartbeats,
+        wall-clock times, join it."""
         self.num_files, self.worker, self.num_epochs = num_files, worker, num_epochs
         self.lease_secs = float(lease_secs)
         # Not where replica_device_setter would put them: all on ps 0 (device None clears the scope).
         with v1.device(None), v1.device(device), v1.variable_scope("input_queue"):
             self.state = v1.get_variable("state", initializer=initial_state(num_files), trainable=False,
                                          use_resource=True)
-            self.last_seen = v1.get_variable("last_seen", [num_workers], tf.float64, trainable=False,
+            self.last_seen = v1.get_variable("last_seen", [max_workers], tf.float64, trainable=False,
                                              initializer=v1.zeros_initializer(), use_resource=True)
+            if not_saved:
+                v1.add_to_collection(not_saved, self.last_seen)
             self.prefixes = v1.get_variable("trained_prefix", initializer=np.zeros(OPEN_EPOCHS * num_files, np.int64),
                                             trainable=False, use_resource=True)
             self.report_keys = v1.placeholder_with_default(tf.zeros([0], tf.int64), [None], "report_keys")

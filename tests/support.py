@@ -291,3 +291,17 @@ def tensorboard(logdir, timeout: float = 120):
     finally:
         stop_process_group(proc)
         proc.stderr.close()
+
+
+def write_numbered_csvs(data_dir, rows, eval_rows: int) -> None:
+    """train-*.csv (rows[f] in file f) of numbered rows (id, x1, x2, label) whose label is learnable from
+    x1 + x2, and an eval split of eval_rows."""
+    rng = np.random.RandomState(0)
+    data_dir.mkdir(parents=True)
+    first = 0
+    for split, sizes in (("train", rows), ("eval", (eval_rows,))):
+        for f, size in enumerate(sizes):
+            x = rng.normal(size=(size, 2))
+            lines = ["id,x1,x2,label"] + [f"{first + i},{a:.4f},{b:.4f},{int(a + b > 0)}" for i, (a, b) in enumerate(x)]
+            (data_dir / f"{split}-{f:02d}.csv").write_text("\n".join(lines) + "\n")
+            first += size

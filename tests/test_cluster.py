@@ -33,3 +33,59 @@ def test_chief_is_worker_zero():
                                              ("ps-0.ns.svc:2222", ("ps-0.ns.svc", 2222))])
 def test_split_host_port(address, parsed):
     assert spec.split_host_port(address) == parsed
+
+
+JOINING = spec.ClusterConfig(("h0:1", "h1:1"), ("w0:1", "w1:1"), "worker", 3, join_address="w3:1")
+
+
+def test_a_joining_worker_names_the_ps_tasks_and_itself_to_its_sessions():
+    config = spec.session_config(JOINING)
+    assert list(config.device_filters) == ["/job:ps", "/job:worker/task:3"]
+    assert {job.name: dict(job.tasks) for job in config.cluster_def.job} == {
+        "ps": {0: "h0:1", 1: "h1:1"}, "worker": {3: "w3:1"}}
+    assert config.experimental.share_session_state_in_clusterspec_propagation  # the ps's variables, not copies
+    assert (JOINING.replica_index, JOINING.num_replicas, JOINING.own_address()) == (3, 2, "w3:1")
+    assert not spec.session_config(CLUSTER).HasField("cluster_def")  # the others' sessions: their server's cluster
+
+
+def _roll(tmp_path, probe, clock):
+    from cluster import shutdown  # pylint: disable=import-outside-toplevel
+    ps = spec.ClusterConfig(("h0:1",), ("w0:1", "w1:1"), "ps", 0)
+    return shutdown, shutdown.Roll(ps, str(tmp_path), 100, gone_secs=10, probe=probe, clock=clock)
+
+
+def test_the_ps_waits_for_joined_workers_and_not_for_one_gone_once_the_chief_is_done(tmp_path):
+    now, serving = [0.0], {"w0:1": True, "w1:1": False, "w2:1": True}
+    shutdown, roll = _roll(tmp_path, lambda address: serving[address], lambda: now[0])
+    shutdown.join(str(tmp_path), 2, "w2:1")
+    roll.check()
+    assert roll.pending() == {0, 1, 2}
+    now[0] = 60.0
+    roll.check()  # worker 1 serves nothing, but training is not over: a worker may come back
+    assert roll.pending() == {0, 1, 2}
+    roll.reported(0)
+    roll.reported(2)
+    roll.check()
+    now[0] = 69.0
+    roll.check()
+    assert roll.pending() == {1}  # refused for 9 s of the 10
+    serving["w1:1"] = True  # restarted: it serves again, and the count starts over
+    roll.check()
+    serving["w1:1"] = False
+    now[0] = 75.0
+    roll.check()
+    now[0] = 84.0
+    roll.check()
+    assert roll.pending() == {1}
+    now[0] = 85.0
+    roll.check()
+    assert roll.pending() == set() and roll.gone == {1}
+
+
+def test_a_joined_worker_that_reported_before_its_record_was_read_is_not_waited_for(tmp_path):
+    shutdown, roll = _roll(tmp_path, lambda address: True, lambda: 0.0)
+    roll.reported(2)
+    shutdown.join(str(tmp_path), 2, "w2:1")
+    shutdown.mark_done(str(tmp_path), 1, 100, 100)
+    roll.check()
+    assert roll.pending() == {0}

@@ -182,7 +182,8 @@ def test_eviction_frees_the_rows_untouched_for_steps_to_live_resets_them_and_the
 @pytest.mark.e2e
 def test_the_chief_evicts_before_each_checkpoint_which_leaves_the_evicted_ids_out(tmp_path):
     result = run_trainer(f"--model_dir={tmp_path}", "--model=wide_deep", "--dataset=clicks",
-                         "--synthetic_examples=8000", "--embedding=dynamic", "--embedding_steps_to_live=50", "--train_steps=400",
+                         "--synthetic_examples=8000", "--embedding=dynamic", "--embedding_steps_to_live=50",
+                         "--train_steps=400",
                          "--save_checkpoint_steps=200", "--export_saved_model=false", "--log_every_n_steps=200")
     assert result.returncode == 0, result.stderr[-3000:]
     evicted = re.findall(r"evicted the rows no step read in the last 50 global steps: .*wide_deep/user (\d+)",

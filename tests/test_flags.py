@@ -378,3 +378,40 @@ def test_local_steps_run_a_round_per_session_run_with_one_workers_momentum():
     # Two async workers get momentum 0.8; a round of local steps reads no stale values.
     assert cfg.train.local_steps == cfg.train.steps_per_run == 10 and cfg.train.momentum == 0.9
     assert read_flags(*WORKER).train.momentum == 0.8
+
+
+def _click_files(tmp_path) -> list[str]:
+    write_click_csvs(tmp_path / "csv")
+    return ["--dataset=csv", f"--data_dir={tmp_path / 'csv'}", "--label_column=clicked", "--numeric_columns=price",
+            "--model=wide_deep"]
+
+
+def test_a_worker_joining_a_running_job_reads_into_a_replica_past_the_list(tmp_path):
+    cfg = read_flags(*WORKER, *_click_files(tmp_path), "--task_index=2", "--join_address=127.0.0.1:2230")
+    cluster = cfg.cluster
+    assert cluster.joins and (cluster.replica_index, cluster.num_replicas, cluster.is_chief) == (2, 2, False)
+    assert cluster.own_address() == "127.0.0.1:2230" and cfg.data.input_queue
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--task_index=2"], "--task_index=2 is out of range: --worker_hosts lists 2 worker task(s) (0..1) (a worker "
+                         "joining a running job gives its own address with --join_address)"),
+    (["--task_index=1", "--join_address=127.0.0.1:2230"], "--join_address with --task_index=1: --worker_hosts lists "
+                                                          "that worker already (0..1)"),
+    (["--task_index=2", "--join_address=127.0.0.1:2224"], "--join_address=127.0.0.1:2224 is in --worker_hosts already"),
+    (["--task_index=2", "--join_address=127.0.0.1"], "--join_address: '127.0.0.1' is not host:port"),
+    (["--task_index=1024", "--join_address=127.0.0.1:2230"], "a job holds at most 1024 training replicas"),
+    (["--task_index=2", "--join_address=127.0.0.1:2230", "--sync_replicas"], "only asynchronous jobs take joining"),
+    (["--task_index=2", "--join_address=127.0.0.1:2230", "--noinput_queue"],
+     "a joining worker takes its files from the input queue (fixed shards are cut for the workers the job started "
+     "with); drop --noinput_queue"),
+    (["--task_index=2", "--join_address=127.0.0.1:2230", "--steps_per_run=4"],
+     "and this run cannot use it: --steps_per_run=4 trains several batches a step"),
+])
+def test_a_joining_worker_is_refused_what_cannot_join(tmp_path, args, expected):
+    assert expected in usage_error(*WORKER, *_click_files(tmp_path), *args)
+
+
+def test_only_a_worker_joins():
+    assert "--join_address is for a worker joining a running job, not --job_name=ps" in usage_error(
+        *CLUSTER, "--job_name=ps", "--task_index=0", "--join_address=127.0.0.1:2230")

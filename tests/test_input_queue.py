@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from input import work_queue
 from launch import chaos, faults
+from tests import support
 from tests.support import describe, finished
 from training import exit_codes, log_lines
 
@@ -22,17 +23,7 @@ EXAMPLES = FILES * ROWS_PER_FILE
 
 
 def write_numbered_csvs(data_dir, rows=(ROWS_PER_FILE,) * FILES) -> None:
-    """train-*.csv (rows[f] in file f) of numbered rows whose label is learnable from x1 + x2, and an
-    eval split."""
-    rng = np.random.RandomState(0)
-    data_dir.mkdir(parents=True)
-    first = 0
-    for split, sizes in (("train", rows), ("eval", (ROWS_PER_FILE,))):
-        for f, size in enumerate(sizes):
-            x = rng.normal(size=(size, 2))
-            lines = ["id,x1,x2,label"] + [f"{first + i},{a:.4f},{b:.4f},{int(a + b > 0)}" for i, (a, b) in enumerate(x)]
-            (data_dir / f"{split}-{f:02d}.csv").write_text("\n".join(lines) + "\n")
-            first += size
+    support.write_numbered_csvs(data_dir, rows, eval_rows=ROWS_PER_FILE)
 
 
 def test_a_worker_killed_mid_epoch_loses_no_example_and_the_run_ends_with_its_epochs(make_cluster, tmp_path):

@@ -88,8 +88,8 @@ def test_a_plain_kubernetes_job_fails_at_once_on_a_permanent_code_and_passes_kub
                     "template": {"spec": {"restartPolicy": "Never", "containers": [container]}}}}
     kubernetes_validate.validate(job, KUBERNETES, strict=True)
     # docs/engines.md shows this policy: the same rules.
-    documented = yaml.safe_load(re.search(r"```yaml\n(podFailurePolicy:.*?)```", (ROOT / "docs" / "engines.md").read_text(),
-                                          re.DOTALL).group(1))
+    engines = (ROOT / "docs" / "engines.md").read_text()
+    documented = yaml.safe_load(re.search(r"```yaml\n(podFailurePolicy:.*?)```", engines, re.DOTALL).group(1))
     assert documented["podFailurePolicy"] == policy
 
 

@@ -222,6 +222,32 @@ def test_a_checkpoint_of_the_queue_without_trained_prefixes_restores_them_from_z
         assert checkpoints.older_layout(str(tmp_path), [queue.prefixes], sharded=True) is None
 
 
+def test_the_heartbeats_are_no_checkpoints_and_a_checkpoint_that_held_them_for_fewer_workers_restores(tmp_path):
+    # The last release saved the heartbeats, one per worker the job started with; now they have a slot
+    # for every worker that may join, are saved by no checkpoint, and start at 0 after a restore.
+    graph = tf.Graph()
+    with graph.as_default(), v1.Session(graph=graph) as session:
+        queue = work_queue.WorkQueue(NUM_FILES, 1, 2, 0, 60.0, "/cpu:0", v1.train.get_or_create_global_step())
+        session.run(v1.global_variables_initializer())
+        session.run(queue.take)
+        saved = session.run(queue.state)
+        path = v1.train.Saver(sharded=True).save(session, str(tmp_path / "model.ckpt"), global_step=3)
+    assert tf.train.load_checkpoint(path).get_variable_to_shape_map()["input_queue/last_seen"] == [2]
+
+    graph = tf.Graph()
+    with graph.as_default(), v1.Session(graph=graph) as session:
+        queue = work_queue.WorkQueue(NUM_FILES, 5, 8, 0, 60.0, "/cpu:0", v1.train.get_or_create_global_step(),
+                                     not_saved=checkpoints.NOT_SAVED)
+        saver = checkpoints.LiveStateSaver(checkpoints.report_uninitialized(), sharded=True)
+        saver.restore(session, path)
+        np.testing.assert_array_equal(session.run(queue.state), saved)
+        np.testing.assert_array_equal(session.run(queue.last_seen), np.zeros(8))
+        session.run(queue.heartbeat)  # worker 5: past the two the checkpoint knew
+        assert session.run(queue.last_seen)[5] > 0
+        path = saver.save(session, str(tmp_path / "model.ckpt"), global_step=4)
+    assert "input_queue/last_seen" not in tf.train.load_checkpoint(path).get_variable_to_shape_map()
+
+
 def test_a_checkpoint_saved_without_the_queue_is_named_not_resumed(tmp_path):
     graph = tf.Graph()
     with graph.as_default(), v1.Session(graph=graph) as sess:

@@ -36,6 +36,10 @@ STATE_TEMP_FILE = re.compile(r"^checkpoint\.tmp[0-9a-f]*$")
 # the other workers start stepping as soon as the restore has initialized every variable, and would
 # meet that state before a reset run after it.
 RESET_BEFORE_RESTORE = "ps_trainer_reset_before_restore"
+# A graph collection: variables that no checkpoint holds, for state that means nothing at another time
+# (the input queue's heartbeat of each worker, a wall-clock time). The chief's savers leave them out,
+# and a restore initializes them.
+NOT_SAVED = "ps_trainer_not_saved"
 # Saves in a row that may fail (disk full, storage unwritable) before the run stops with a transient
 # code: a full disk that a cleanup frees within a few save intervals costs nothing, one that stays
 # full does not train on for hours with nothing saved.
@@ -144,6 +148,13 @@ class OlderLayout(NamedTuple):
     initializer: tf.Operation
 
 
+def saved_variables(leave_out: frozenset[str] = frozenset()) -> list:
+    """What the chief's savers save: every global variable but the NOT_SAVED ones (and those named
+    in leave_out)."""
+    unsaved = {variable.op.name for variable in tf.compat.v1.get_collection(NOT_SAVED)} | leave_out
+    return [variable for variable in tf.compat.v1.global_variables() if variable.op.name not in unsaved]
+
+
 def older_layout(model_dir: str, added: list, **saver_kwargs) -> OlderLayout | None:
     """An OlderLayout when a checkpoint registered in model_dir lacks any of the `added` variables,
     else None (no second Saver in the graph)."""
@@ -152,8 +163,7 @@ def older_layout(model_dir: str, added: list, **saver_kwargs) -> OlderLayout | N
     registered = state.all_model_checkpoint_paths if state else []
     if not any(_lacks(os.path.join(model_dir, os.path.basename(path)), names) for path in registered):
         return None
-    kept = [variable for variable in tf.compat.v1.global_variables() if variable.op.name not in names]
-    return OlderLayout(names, tf.compat.v1.train.Saver(kept, **saver_kwargs),
+    return OlderLayout(names, tf.compat.v1.train.Saver(saved_variables(names), **saver_kwargs),
                        tf.compat.v1.variables_initializer(list(added)))
 
 
@@ -181,8 +191,11 @@ class LiveStateSaver(tf.compat.v1.train.Saver):
     def __init__(self, uninitialized, *args, before_save=None, older: OlderLayout | None = None, **kwargs):
         """uninitialized: report_uninitialized() of this graph; before_save(session), if given, runs
         before each save (the eviction of embedding rows, which the checkpoint then leaves out);
-        older: how to restore a checkpoint that lacks variables added since (older_layout())."""
-        super().__init__(*args, **kwargs)
+        older: how to restore a checkpoint that lacks variables added since (older_layout()). Saves
+        saved_variables(); a restore initializes the NOT_SAVED ones."""
+        super().__init__(saved_variables(), *args, **kwargs)
+        not_saved = tf.compat.v1.get_collection(NOT_SAVED)
+        self._init_not_saved = tf.compat.v1.variables_initializer(not_saved) if not_saved else None
         self._uninitialized = uninitialized
         self._before_save = before_save
         self._older = older
@@ -243,7 +256,10 @@ class LiveStateSaver(tf.compat.v1.train.Saver):
             return None
         for reset in tf.compat.v1.get_collection(RESET_BEFORE_RESTORE):
             reset(sess)
-        return self._restore_newest_readable(sess, save_path)
+        restored = self._restore_newest_readable(sess, save_path)
+        if self._init_not_saved is not None:
+            sess.run(self._init_not_saved)
+        return restored
 
     def _restore_newest_readable(self, sess, save_path):
         """Restores save_path or, if it cannot be read, the newest older registered checkpoint that can."""

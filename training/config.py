@@ -45,6 +45,9 @@ class TrainConfig:
     eval_timeout_secs: int = 3600
     stall_warning_secs: int = 60
     stall_timeout_secs: int = 900
+    # Once the chief has finished: how long a ps waits for a training replica whose address refuses
+    # connections (it left the job for good, or its host is gone) before it exits without it.
+    worker_gone_secs: int = 60
     export_saved_model: bool = True
     export_copy_dir: str | None = None  # the chief also writes the export here (SageMaker's SM_MODEL_DIR)
     wire_dtype: str = "float32"

@@ -13,7 +13,7 @@ from absl import logging
 import input as inputs
 import model
 from model import embeddings
-from cluster import placement
+from cluster import placement, spec
 from input import work_queue
 from training import checkpoints, queue_hook, step
 from training.step import optimizers, schedules, sync
@@ -53,8 +53,9 @@ def _work_queue(cfg, global_step) -> work_queue.ItemFeed:
     this worker's feed of it; its session is connected when the worker knows its target."""
     cluster, train = cfg.cluster, cfg.train
     num_files = len(inputs.DATASETS[cfg.data.name].files(cfg.data, "train"))
-    queue = work_queue.WorkQueue(num_files, cluster.replica_index, cluster.num_replicas, train.num_epochs,
-                                 cfg.data.input_queue_lease_secs, cluster.ps_devices()[0], global_step)
+    queue = work_queue.WorkQueue(num_files, cluster.replica_index, spec.MAX_REPLICAS, train.num_epochs,
+                                 cfg.data.input_queue_lease_secs, cluster.ps_devices()[0], global_step,
+                                 not_saved=checkpoints.NOT_SAVED)
     return work_queue.ItemFeed(queue, cluster.task_name, empty_batches=train.sync_replicas)
 
 

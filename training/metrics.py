@@ -24,7 +24,8 @@ class TaskMetrics:
             return Gauge(f"pstrainer_{name}", documentation, ["task", *labels], registry=self.registry)
 
         self.task = task_name
-        gauge("task_info", "1 for a running task, labelled with its job", "job").labels(task_name, job or "local").set(1)
+        info = gauge("task_info", "1 for a running task, labelled with its job", "job")
+        info.labels(task_name, job or "local").set(1)
         self._global_step = gauge("global_step", "The global step this worker last read").labels(task_name)
         self._local_steps = gauge("local_steps", "Training steps this worker has run").labels(task_name)
         self._examples = gauge("examples_per_second", "This worker's examples/s over its last progress interval"

@@ -1,4 +1,5 @@
-"""The ps role: serve variables until every worker has finished, or until SIGTERM/SIGINT."""
+"""The ps role: serve variables until every worker has finished (or, once the chief has, left the job), or
+until SIGTERM/SIGINT."""
 
 import signal
 import threading
@@ -22,9 +23,11 @@ def run(cfg, server) -> int:
     signal.signal(signal.SIGINT, request_stop)
     logging.info("ps %d: serving on %s for %d training replica(s)", cluster.task_index,
                  cluster.ps_hosts[cluster.task_index], cluster.num_replicas)
-    if shutdown.wait_for_every_replica(server, cluster, cfg.train.model_dir, cfg.train.train_steps, stop,
-                                       cfg.train.num_epochs):
-        logging.info("ps %d: every training replica finished; exiting", cluster.task_index)
+    roll = shutdown.wait_for_every_replica(server, cluster, cfg.train.model_dir, cfg.train.train_steps, stop,
+                                           cfg.train.num_epochs, cfg.train.worker_gone_secs)
+    if not roll.pending():
+        left = f" (training replica(s) {sorted(roll.gone)} left the job)" if roll.gone else ""
+        logging.info("ps %d: every training replica finished%s; exiting", cluster.task_index, left)
         return exit_codes.OK
     logging.info("ps %d: stopped before every training replica finished", cluster.task_index)
     return exit_codes.PREEMPTED

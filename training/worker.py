@@ -121,6 +121,9 @@ def _settle_input(cfg):
     checkpoint = tf.train.latest_checkpoint(cfg.train.model_dir)
     if not work_queue.saved_without_queue(checkpoint):
         return cfg
+    if cfg.cluster.joins:
+        raise TrainingError(f"{cfg.cluster.task_name}: --join_address needs the input queue, and this job reads "
+                            f"fixed shards (its checkpoint {checkpoint} was saved with them)", exit_codes.BAD_FLAGS)
     logging.info("%s: the checkpoint to resume (%s) was saved by a run that read fixed shards: this run reads them "
                  "too, not the input queue (which needs a new --model_dir)", cfg.cluster.task_name, checkpoint)
     return dataclasses.replace(cfg, data=dataclasses.replace(data, input_queue=False, input_queue_by_default=False))
@@ -371,6 +374,8 @@ def run(cfg, server=None, task_metrics=None) -> int:
     """Trains, tells the ps tasks this worker is done, logs the outcome, returns the exit code."""
     start = time.monotonic()
     stop = preemption.Preemption(cfg.cluster.task_name, ps_hosts=cfg.cluster.ps_hosts).install()
+    if cfg.cluster.joins:  # before it trains: the ps tasks then wait for it to finish too
+        shutdown.join(cfg.train.model_dir, cfg.cluster.replica_index, cfg.cluster.join_address)
     progress = train(cfg, server, stop, task_metrics)
     if stop.requested.is_set():
         # Not done: the ps tasks keep serving for this worker's restart.

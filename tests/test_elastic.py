@@ -1,0 +1,60 @@
+"""Elastic async workers: a worker joins a running job with --join_address, another leaves it for good."""
+
+import time
+
+import pytest
+
+from launch import chaos, faults, processes
+from tests import support
+from tests.support import describe, finished
+from training import log_lines, queue_hook
+
+pytestmark = pytest.mark.e2e
+FILES, ROWS_PER_FILE, BATCH, STEPS = 16, 500, 32, 2500
+EXAMPLES = FILES * ROWS_PER_FILE
+
+
+def test_a_worker_joins_a_running_async_job_and_one_leaves_it_for_good(make_cluster, tmp_path):
+    data_dir = tmp_path / "data"
+    support.write_numbered_csvs(data_dir, (ROWS_PER_FILE,) * FILES, eval_rows=ROWS_PER_FILE)
+    cluster = make_cluster(num_ps=1, num_workers=2, trainer_args=[
+        "--dataset=csv", f"--data_dir={data_dir}", "--numeric_columns=x1,x2", "--model=wide_deep",
+        "--hidden_units=16", "--input_queue_audit", f"--batch_size={BATCH}", "--shuffle_buffer=1",
+        f"--train_steps={STEPS}", "--log_every_n_steps=20", "--save_checkpoint_steps=100000",
+        "--input_queue_lease_secs=5", "--worker_gone_secs=5"])
+    cluster.start_all()
+    deadline = time.monotonic() + 200
+
+    def global_step(job, index):
+        return max((s.step for s in log_lines.steps(cluster.log(job, index))), default=0)
+
+    faults.wait_until(cluster, lambda: global_step("worker", 0) >= 100, deadline, "global step 100")
+    # Worker 2: not in --worker_hosts of any task, the ps included; its own address only.
+    joined_at = global_step("worker", 0)
+    address = f"{processes.LOOPBACK}:{processes.free_ports(1)[0]}"
+    cluster.start("worker", 2, [f"--join_address={address}"])
+    faults.wait_until(cluster, lambda: any(not s.first for s in log_lines.steps(cluster.log("worker", 2))), deadline,
+                      "a progress line of the joining worker (20 steps of its own)")
+    # Worker 1 leaves for good: killed, never restarted. Its files go to the others once its lease lapses.
+    cluster.kill("worker", 1)
+    left_at = global_step("worker", 0)
+    assert left_at < STEPS - 500, f"too late to see the job go on without worker 1: {describe(cluster)}"
+    codes = cluster.wait(timeout=max(30, deadline - time.monotonic()))
+    assert codes == {("ps", 0): 0, ("worker", 0): 0, ("worker", 1): -9, ("worker", 2): 0}, describe(cluster)
+
+    assert int(finished(cluster.log("worker", 0))["global_step"]) >= STEPS
+    ps_log = cluster.log("ps", 0)
+    assert f"training replica 2 joined the job at {address}; waiting for it too" in ps_log, describe(cluster)
+    assert "training replica 1 (" in ps_log and "it left the job; not waiting for it" in ps_log, describe(cluster)
+    assert "every training replica finished (training replica(s) [1] left the job); exiting" in ps_log
+    # The joining worker's steps are global steps: its progress lines count past the step it joined at.
+    joined = log_lines.steps(cluster.log("worker", 2))
+    assert joined[0].step >= joined_at and joined[-1].step >= left_at, describe(cluster)
+    # And its examples count: it trained files of the queue, and the epochs done hold every example once
+    # (but for the last step of the worker that left, whose report was to ride on its next).
+    assert len(queue_hook.read_audit(queue_hook.audit_path(str(cluster.model_dir), "worker_2"))) > 20 * BATCH
+    done = {epoch for log in (cluster.log("worker", i) for i in range(3)) for epoch, _, _ in log_lines.epochs_done(log)}
+    audit = chaos.count_audit(cluster.model_dir)
+    assert done and all(audit[epoch][0] == EXAMPLES for epoch in done), (done, audit)
+    assert sum(audit[epoch][1] for epoch in done) <= BATCH, audit
+    assert float(finished(cluster.log("worker", 0))["heldout_accuracy"]) > 0.9
