@@ -305,3 +305,16 @@ def write_numbered_csvs(data_dir, rows, eval_rows: int) -> None:
             lines = ["id,x1,x2,label"] + [f"{first + i},{a:.4f},{b:.4f},{int(a + b > 0)}" for i, (a, b) in enumerate(x)]
             (data_dir / f"{split}-{f:02d}.csv").write_text("\n".join(lines) + "\n")
             first += size
+
+
+def scrape(port: int) -> dict[tuple[str, tuple], float]:
+    """{(sample name, sorted labels): value} from http://127.0.0.1:port/metrics (--metrics_port)."""
+    from prometheus_client.parser import text_string_to_metric_families  # pylint: disable=import-outside-toplevel
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def metric_value(samples, name, **labels):
+    return samples[(f"pstrainer_{name}", tuple(sorted(labels.items())))]

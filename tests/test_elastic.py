@@ -31,10 +31,14 @@ def test_a_worker_joins_a_running_async_job_and_one_leaves_it_for_good(make_clus
     faults.wait_until(cluster, lambda: global_step("worker", 0) >= 100, deadline, "global step 100")
     # Worker 2: not in --worker_hosts of any task, the ps included; its own address only.
     joined_at = global_step("worker", 0)
-    address = f"{processes.LOOPBACK}:{processes.free_ports(1)[0]}"
-    cluster.start("worker", 2, [f"--join_address={address}"])
+    port, metrics_port = processes.free_ports(2)
+    address = f"{processes.LOOPBACK}:{port}"
+    cluster.start("worker", 2, [f"--join_address={address}", f"--metrics_port={metrics_port}"])
     faults.wait_until(cluster, lambda: any(not s.first for s in log_lines.steps(cluster.log("worker", 2))), deadline,
                       "a progress line of the joining worker (20 steps of its own)")
+    served = support.scrape(metrics_port)  # its progress line set them; it trains on past the next
+    assert support.metric_value(served, "examples_per_second", task="worker:2") > 0
+    assert support.metric_value(served, "global_step", task="worker:2") >= joined_at
     # Worker 1 leaves for good: killed, never restarted. Its files go to the others once its lease lapses.
     cluster.kill("worker", 1)
     left_at = global_step("worker", 0)

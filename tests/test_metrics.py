@@ -2,27 +2,14 @@
 the values move while it trains."""
 
 import time
-import urllib.request
 
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from launch.processes import free_ports
-from tests.support import describe
+from tests.support import describe, metric_value as value, scrape
 from training import metrics
-
-
-def scrape(port: int) -> dict[tuple[str, tuple], float]:
-    """{(sample name, sorted labels): value} from http://127.0.0.1:port/metrics."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(text) for sample in family.samples}
-
-
-def value(samples, name, **labels):
-    return samples[(f"pstrainer_{name}", tuple(sorted(labels.items())))]
 
 
 @pytest.mark.pure

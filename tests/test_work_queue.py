@@ -228,6 +228,7 @@ def test_the_heartbeats_are_no_checkpoints_and_a_checkpoint_that_held_them_for_f
     graph = tf.Graph()
     with graph.as_default(), v1.Session(graph=graph) as session:
         queue = work_queue.WorkQueue(NUM_FILES, 1, 2, 0, 60.0, "/cpu:0", v1.train.get_or_create_global_step())
+        tf.lookup.experimental.MutableHashTable(tf.int64, tf.int64, -1, name="ids")
         session.run(v1.global_variables_initializer())
         session.run(queue.take)
         saved = session.run(queue.state)
@@ -238,14 +239,17 @@ def test_the_heartbeats_are_no_checkpoints_and_a_checkpoint_that_held_them_for_f
     with graph.as_default(), v1.Session(graph=graph) as session:
         queue = work_queue.WorkQueue(NUM_FILES, 5, 8, 0, 60.0, "/cpu:0", v1.train.get_or_create_global_step(),
                                      not_saved=checkpoints.NOT_SAVED)
+        table = tf.lookup.experimental.MutableHashTable(tf.int64, tf.int64, -1, name="ids")  # saved, as ever
         saver = checkpoints.LiveStateSaver(checkpoints.report_uninitialized(), sharded=True)
         saver.restore(session, path)
         np.testing.assert_array_equal(session.run(queue.state), saved)
         np.testing.assert_array_equal(session.run(queue.last_seen), np.zeros(8))
         session.run(queue.heartbeat)  # worker 5: past the two the checkpoint knew
         assert session.run(queue.last_seen)[5] > 0
+        session.run(table.insert([7], [1]))
         path = saver.save(session, str(tmp_path / "model.ckpt"), global_step=4)
-    assert "input_queue/last_seen" not in tf.train.load_checkpoint(path).get_variable_to_shape_map()
+    saved = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+    assert "input_queue/last_seen" not in saved and {work_queue.STATE, "ids-keys", "ids-values"} <= set(saved)
 
 
 def test_a_checkpoint_saved_without_the_queue_is_named_not_resumed(tmp_path):

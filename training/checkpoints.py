@@ -149,10 +149,12 @@ class OlderLayout(NamedTuple):
 
 
 def saved_variables(leave_out: frozenset[str] = frozenset()) -> list:
-    """What the chief's savers save: every global variable but the NOT_SAVED ones (and those named
+    """What the chief's savers save: what a Saver saves by default (every global variable, and the
+    saveable objects: the dynamic tables' ID -> row maps) but the NOT_SAVED variables (and those named
     in leave_out)."""
     unsaved = {variable.op.name for variable in tf.compat.v1.get_collection(NOT_SAVED)} | leave_out
-    return [variable for variable in tf.compat.v1.global_variables() if variable.op.name not in unsaved]
+    kept = [variable for variable in tf.compat.v1.global_variables() if variable.op.name not in unsaved]
+    return kept + tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS)
 
 
 def older_layout(model_dir: str, added: list, **saver_kwargs) -> OlderLayout | None:
