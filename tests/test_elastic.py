@@ -33,7 +33,7 @@ def test_a_worker_joins_a_running_async_job_and_one_leaves_it_for_good(make_clus
     faults.wait_until(cluster, lambda: global_step("worker", 0) >= 100, deadline, "global step 100")
     # The job holds still until the joining worker's first step: on a loaded machine its start (importing
     # TensorFlow, building its graph) took longer than the job's remaining 2,400 steps. Paused for less
-    # than their lease (--input_queue_lease_secs, 60 s), the workers keep their files.
+    # than their lease (--input_queue_lease_secs, 120 s), the workers keep their files.
     for index in (0, 1):
         cluster.kill("worker", index, signal.SIGSTOP)
     joined_at = global_step("worker", 0)
