@@ -447,7 +447,11 @@ class ItemFeed:
         with self._lock:
             self.generation += 1
             try:
-                self._call([self.queue.report, self.queue.release], report)
+                # Two calls, in this order: in one, a peer's take could run between the release and
+                # the report, and read the file's prefix without this worker's last steps (seen: the
+                # elastic test's joiner trained the last batch of a worker that left a second time).
+                self._call(self.queue.report, report)
+                self._call(self.queue.release)
             except RETRYABLE:  # ps 0 is down: the lease lapses, or the restore brings the files back
                 pass
             self._forget_prefixes()
