@@ -20,6 +20,7 @@ Once the chief has finished, a replica whose address has refused connections for
 the chief's mark and exits at once, with no ps to talk to.
 """
 
+import concurrent.futures
 import os
 import socket
 import threading
@@ -158,11 +159,14 @@ class Roll:
             self.done |= marked
             logging.info("%s: training replica(s) %s finished before this ps started (marked in model_dir); "
                          "waiting for %s", self.who, sorted(marked), sorted(self.pending()) or "nobody")
-        if 0 not in self.done:
+        left = sorted(self.pending())
+        if 0 not in self.done or not left:
             return
         now = self.clock()
-        for replica in sorted(self.pending()):
-            if self.probe(self.addresses[replica]):
+        with concurrent.futures.ThreadPoolExecutor(min(len(left), 32)) as pool:  # hosts gone time out at once
+            serving = dict(zip(left, pool.map(self.probe, [self.addresses[replica] for replica in left])))
+        for replica in left:
+            if serving[replica]:
                 self.silent_since.pop(replica, None)
                 continue
             since = self.silent_since.setdefault(replica, now)

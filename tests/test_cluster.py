@@ -2,7 +2,7 @@
 
 import pytest
 
-from cluster import spec
+from cluster import shutdown, spec
 
 pytestmark = pytest.mark.pure
 
@@ -49,14 +49,13 @@ def test_a_joining_worker_names_the_ps_tasks_and_itself_to_its_sessions():
 
 
 def _roll(tmp_path, probe, clock):
-    from cluster import shutdown  # pylint: disable=import-outside-toplevel
     ps = spec.ClusterConfig(("h0:1",), ("w0:1", "w1:1"), "ps", 0)
-    return shutdown, shutdown.Roll(ps, str(tmp_path), 100, gone_secs=10, probe=probe, clock=clock)
+    return shutdown.Roll(ps, str(tmp_path), 100, gone_secs=10, probe=probe, clock=clock)
 
 
 def test_the_ps_waits_for_joined_workers_and_not_for_one_gone_once_the_chief_is_done(tmp_path):
     now, serving = [0.0], {"w0:1": True, "w1:1": False, "w2:1": True}
-    shutdown, roll = _roll(tmp_path, lambda address: serving[address], lambda: now[0])
+    roll = _roll(tmp_path, lambda address: serving[address], lambda: now[0])
     shutdown.join(str(tmp_path), 2, "w2:1")
     roll.check()
     assert roll.pending() == {0, 1, 2}
@@ -83,7 +82,7 @@ def test_the_ps_waits_for_joined_workers_and_not_for_one_gone_once_the_chief_is_
 
 
 def test_a_joined_worker_that_reported_before_its_record_was_read_is_not_waited_for(tmp_path):
-    shutdown, roll = _roll(tmp_path, lambda address: True, lambda: 0.0)
+    roll = _roll(tmp_path, lambda address: True, lambda: 0.0)
     roll.reported(2)
     shutdown.join(str(tmp_path), 2, "w2:1")
     shutdown.mark_done(str(tmp_path), 1, 100, 100)
