@@ -93,6 +93,15 @@ def join(model_dir: str, replica: int, address: str) -> None:
     storage.write_whole(os.path.join(model_dir, MEMBERS_DIR, f"replica-{replica}"), f"address={address}\n")
 
 
+def held_elsewhere(model_dir: str, replica: int, address: str,
+                   probe: Callable[[str], bool] | None = None) -> str | None:
+    """The address of another live worker that joined as `replica` (a second joiner given the same
+    --task_index), else None. A record of this address, or of one that serves no more (a joiner
+    restarted elsewhere), is not another's."""
+    other = joined(model_dir).get(replica)
+    return other if other and other != address and (probe or serves)(other) else None
+
+
 def joined(model_dir: str | None) -> dict[int, str]:
     """The workers that joined the job since it started: replica index -> host:port."""
     if not model_dir or not tf.io.gfile.isdir(os.path.join(model_dir, MEMBERS_DIR)):

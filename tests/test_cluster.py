@@ -88,3 +88,11 @@ def test_a_joined_worker_that_reported_before_its_record_was_read_is_not_waited_
     shutdown.mark_done(str(tmp_path), 1, 100, 100)
     roll.check()
     assert roll.pending() == {0}
+
+
+def test_a_second_joiner_with_the_same_index_is_named_while_the_first_serves(tmp_path):
+    shutdown.join(str(tmp_path), 2, "w2:1")
+    assert shutdown.held_elsewhere(str(tmp_path), 2, "w9:1", probe=lambda address: True) == "w2:1"
+    assert shutdown.held_elsewhere(str(tmp_path), 2, "w9:1", probe=lambda address: False) is None  # it left
+    assert shutdown.held_elsewhere(str(tmp_path), 2, "w2:1", probe=lambda address: True) is None  # itself, restarted
+    assert shutdown.held_elsewhere(str(tmp_path), 3, "w9:1", probe=lambda address: True) is None

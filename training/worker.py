@@ -375,6 +375,11 @@ def run(cfg, server=None, task_metrics=None) -> int:
     start = time.monotonic()
     stop = preemption.Preemption(cfg.cluster.task_name, ps_hosts=cfg.cluster.ps_hosts).install()
     if cfg.cluster.joins:  # before it trains: the ps tasks then wait for it to finish too
+        other = shutdown.held_elsewhere(cfg.train.model_dir, cfg.cluster.replica_index, cfg.cluster.join_address)
+        if other:
+            raise TrainingError(f"--task_index={cfg.cluster.task_index}: a worker at {other} joined the job with that "
+                                "index and still serves; give each joining worker an index of its own",
+                                exit_codes.BAD_FLAGS)
         shutdown.join(cfg.train.model_dir, cfg.cluster.replica_index, cfg.cluster.join_address)
     progress = train(cfg, server, stop, task_metrics)
     if stop.requested.is_set():
