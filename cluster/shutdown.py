@@ -22,7 +22,6 @@ the chief's mark and exits at once, with no ps to talk to.
 
 import concurrent.futures
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -30,7 +29,7 @@ from collections.abc import Callable
 import tensorflow as tf
 from absl import logging
 
-from cluster import spec
+from cluster import peers, spec
 from input import storage
 
 WAIT_SLICE_SECS = 0.2
@@ -94,12 +93,12 @@ def join(model_dir: str, replica: int, address: str) -> None:
 
 
 def held_elsewhere(model_dir: str, replica: int, address: str,
-                   probe: Callable[[str], bool] | None = None) -> str | None:
+                   probe: Callable[[str], bool] = peers.is_listening) -> str | None:
     """The address of another live worker that joined as `replica` (a second joiner given the same
     --task_index), else None. A record of this address, or of one that serves no more (a joiner
     restarted elsewhere), is not another's."""
     other = joined(model_dir).get(replica)
-    return other if other and other != address and (probe or serves)(other) else None
+    return other if other and other != address and probe(other) else None
 
 
 def joined(model_dir: str | None) -> dict[int, str]:
@@ -118,26 +117,13 @@ def joined(model_dir: str | None) -> dict[int, str]:
     return members
 
 
-PROBE_TIMEOUT_SECS = 2.0
-
-
-def serves(address: str) -> bool:
-    """Whether a server accepts connections at host:port."""
-    host, port = spec.split_host_port(address)
-    try:
-        with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_SECS):
-            return True
-    except OSError:
-        return False
-
-
 class Roll:
     """One ps's roll of the training replicas it waits for: its cluster's, and those that joined since.
     A replica is off the roll once done (told, or marked in model_dir), or once the chief is done and
     the replica's address has refused connections for gone_secs."""
 
     def __init__(self, cluster: spec.ClusterConfig, model_dir: str | None, train_steps: int, num_epochs: int = 0,
-                 gone_secs: float = 60.0, probe: Callable[[str], bool] = serves,
+                 gone_secs: float = 60.0, probe: Callable[[str], bool] = peers.is_listening,
                  clock: Callable[[], float] = time.monotonic):
         self.who = f"ps {cluster.task_index}"
         self.addresses = cluster.replica_addresses()
