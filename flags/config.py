@@ -459,7 +459,7 @@ def read_model(f, cluster: spec.ClusterConfig) -> model.ModelConfig:
     return model.ModelConfig(name=f.model, hidden_units=units, hash_buckets=f.hash_buckets,
                              embedding_dim=f.embedding_dim, embedding=f.embedding,
                              embedding_capacity=f.embedding_capacity, embedding_min_count=f.embedding_min_count,
-                             embedding_steps_to_live=f.embedding_steps_to_live,
+                             embedding_steps_to_live=f.embedding_steps_to_live, embedding_growth=f.embedding_growth,
                              embedding_partitions=f.embedding_partitions or max(1, cluster.num_ps))
 
 

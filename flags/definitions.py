@@ -179,8 +179,14 @@ flags.DEFINE_enum("embedding", MODEL.embedding, ["hashed", "dynamic"],
                   "'dynamic': a row of its own for each raw value, made when training first meets it, cut "
                   "over the ps tasks by a hash of the value.")
 flags.DEFINE_integer("embedding_capacity", MODEL.embedding_capacity,
-                     "--embedding=dynamic: rows each table can hold, over all its pieces; a table that fills "
-                     "up stops training with a message naming it.", lower_bound=2)
+                     "--embedding=dynamic: the rows each table can hold, over all its pieces: allocated up front, "
+                     "or with --embedding_growth the limit its storage grows to; a table that fills up stops "
+                     "training with a message naming it.", lower_bound=2)
+flags.DEFINE_bool("embedding_growth", MODEL.embedding_growth,
+                  "--embedding=dynamic: each table's storage starts small and grows with the values training "
+                  "meets, up to --embedding_capacity (which a resume may then raise), instead of holding "
+                  "--embedding_capacity rows from the start. Memory follows the live rows; a step costs more "
+                  "(docs/data.md).")
 flags.DEFINE_integer("embedding_steps_to_live", MODEL.embedding_steps_to_live,
                      "--embedding=dynamic: before each checkpoint the chief evicts the values whose rows no "
                      "training step read in this many global steps (their rows are reset and reused); 0: never.",

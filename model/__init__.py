@@ -33,9 +33,11 @@ class ModelConfig:
     embedding_dim: int = 16
     embedding_partitions: int = 1
     # wide_deep: "hashed" (the tables above) or "dynamic" (model/embeddings.py: a row per raw ID, with
-    # embedding_capacity rows per table, an ID admitted at its embedding_min_count-th sighting).
+    # embedding_capacity rows per table, held from the start or, with embedding_growth, a limit that the
+    # storage grows to with the IDs met; an ID admitted at its embedding_min_count-th sighting).
     embedding: str = "hashed"
     embedding_capacity: int = 100000
+    embedding_growth: bool = False
     embedding_min_count: int = 1
     embedding_steps_to_live: int = 0
     # Where each piece of a table lives, the ps tasks in order: set for the training graph of a

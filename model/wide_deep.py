@@ -68,7 +68,7 @@ def dynamic_columns(features, names, cfg, num_classes, training):
     of rows back per trained value."""
     options = embeddings.TableOptions(capacity=cfg.embedding_capacity, shards=cfg.embedding_partitions,
                                       devices=cfg.table_devices, min_count=cfg.embedding_min_count,
-                                      steps_to_live=cfg.embedding_steps_to_live)
+                                      steps_to_live=cfg.embedding_steps_to_live, grow=cfg.embedding_growth)
     ids = tf.stack([features[name] for name in names], axis=1)
     tables = []
     for column, name in enumerate(names):

@@ -6,16 +6,19 @@ restore it.
     python scripts/table_scale.py --ids=1000000 --num_ps=1
 
 Starts --num_ps ps tasks of trainer.py on 127.0.0.1 (real processes) and is their one worker: one
-table of model/embeddings.py, sharded over them with room for --ids rows, trained by Adagrad. It
-admits --ids distinct IDs, --batch_ids per training step (each step gathers the batch's rows and
-applies Adagrad's sparse update on the ps that holds them), saves a checkpoint, kills and restarts
-every ps (they come back empty), restores the checkpoint onto them and checks that every sampled ID
-has the same row and the same values as before.
+table of model/embeddings.py, sharded over them, trained by Adagrad; its storage starts small and
+grows with the IDs (--embedding_growth: its upkeep, which training runs every few steps, runs after
+each step here). It admits --ids distinct IDs, --batch_ids per batch (each step gathers the batch's
+rows and applies Adagrad's sparse update on the ps that holds them; a batch larger than the rows left
+is trained twice, the second step admitting the IDs the first found no room for), saves a
+checkpoint, kills and restarts every ps (they come back
+empty), restores the checkpoint onto them and checks that every sampled ID has the same row and the
+same values as before.
 
-Prints each ps's resident memory at start (TensorFlow alone), once its block of rows and slots is
-initialized, and after the admissions (and its peak, before and with the save, which copies the map
-out); the bytes per live row over the start against the row's and
-its Adagrad slot's own bytes; and the step, save and restore times with the checkpoint's size.
+Prints each ps's resident memory at start (TensorFlow alone), once the table is initialized, and
+after the admissions (and its peak, before and with the save, which copies the map out); the bytes
+per live row over the start against the row's and its Adagrad slot's own bytes, and the rows the
+storage holds; and the step, save and restore times with the checkpoint's size.
 """
 
 import pathlib
@@ -29,6 +32,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 import tensorflow as tf  # noqa: E402
 
 from cluster import spec  # noqa: E402
+from training.step import optimizers  # noqa: E402
 from launch import faults  # noqa: E402
 from launch.processes import LocalCluster  # noqa: E402
 from model import embeddings  # noqa: E402
@@ -66,17 +70,21 @@ def start_ps_tasks(cluster, serving_count: int) -> None:
 
 
 def build(cfg, capacity: int):
-    """(ids, train op, the rows of ids): reading the rows of IDs already admitted changes nothing."""
+    """(ids, train op, the table's upkeep, the rows of ids, rows held): reading the rows of IDs
+    already admitted changes nothing."""
     ids = v1.placeholder(tf.int64, [None], name="ids")
-    options = embeddings.TableOptions(capacity=capacity, shards=FLAGS.num_ps, devices=cfg.ps_devices())
+    options = embeddings.TableOptions(capacity=capacity, shards=FLAGS.num_ps, devices=cfg.ps_devices(), grow=True)
     with v1.device(cfg.worker_device()):
         global_step = v1.train.get_or_create_global_step()
     table = embeddings.DynamicTable("scale", ids, options, training=True)
     rows = table.rows("embedding", FLAGS.width, v1.random_normal_initializer(stddev=0.01))
     with v1.device(cfg.worker_device()):
         loss = tf.reduce_mean(tf.square(rows - 1.0))
-    train = v1.train.AdagradOptimizer(0.1).minimize(loss, global_step=global_step)
-    return ids, train, rows
+    optimizer = optimizers.AdagradOptimizer(0.1)
+    train = optimizer.minimize(loss, global_step=global_step)
+    slots_of = lambda variable: optimizers.slots_and_starts(optimizer, variable)  # noqa: E731
+    held = tf.add_n([shard.held for shard in table._shards])  # pylint: disable=protected-access
+    return ids, train, embeddings.upkeep(slots_of), rows, held
 
 
 def main(argv):
@@ -90,13 +98,12 @@ def main(argv):
     checkpoint = str(out / "checkpoint" / "table.ckpt")
     all_ids = np.random.RandomState(0).permutation(FLAGS.ids).astype(np.int64) * 7919 + 13
     sample = all_ids[:: max(1, FLAGS.ids // FLAGS.sample)]
-    # IDs fall on the shards by a hash, not evenly: 1% of room more than the IDs, and a default row per shard.
-    capacity = int(FLAGS.ids * 1.01) + FLAGS.num_ps
+    capacity = 2 * FLAGS.ids  # a limit: the storage grows with the IDs
     try:
         start_ps_tasks(cluster, 1)
         at_start = ps_memory(cluster)
         with tf.Graph().as_default():
-            ids, train, served = build(cfg, capacity)
+            ids, train, upkeep, served, held = build(cfg, capacity)
             saver = v1.train.Saver(sharded=True)
             live = tf.add_n(v1.get_collection(embeddings.LIVE_ROWS))  # each shard's map size, read on its ps
             with v1.Session(server.target, config=spec.session_config(cfg)) as sess:
@@ -104,10 +111,17 @@ def main(argv):
                 sess.run(v1.global_variables_initializer())
                 init_secs, initialized = time.monotonic() - began, ps_memory(cluster)
                 began = time.monotonic()
+                steps = 0
                 for first in range(0, FLAGS.ids, FLAGS.batch_ids):
-                    sess.run(train, {ids: all_ids[first:first + FLAGS.batch_ids]})
-                steps_secs, steps = time.monotonic() - began, -(-FLAGS.ids // FLAGS.batch_ids)
-                filled, live_rows = ps_memory(cluster), int(sess.run(live))
+                    before_batch = int(sess.run(live))
+                    for _ in range(2):
+                        sess.run(train, {ids: all_ids[first:first + FLAGS.batch_ids]})
+                        upkeep.grow_as_needed(sess, sess.run(list(upkeep.needs)))
+                        steps += 1
+                        if int(sess.run(live)) - before_batch == len(all_ids[first:first + FLAGS.batch_ids]):
+                            break
+                steps_secs = time.monotonic() - began
+                filled, (live_rows, rows_held) = ps_memory(cluster), map(int, sess.run([live, held]))
                 before = sess.run(served, {ids: sample})
                 began = time.monotonic()
                 path = saver.save(sess, checkpoint, write_meta_graph=False)
@@ -119,22 +133,23 @@ def main(argv):
             with v1.Session(server.target, config=spec.session_config(cfg)) as sess:
                 began = time.monotonic()
                 saver.restore(sess, path)
+                upkeep.after_restore(sess)
                 restore_secs = time.monotonic() - began
                 after, restored_rows = sess.run(served, {ids: sample}), int(sess.run(live))
     finally:
         cluster.stop_all()
     size = sum(f.stat().st_size for f in (out / "checkpoint").glob("table.ckpt*"))
     row_bytes = 2 * FLAGS.width * 4  # the row and its Adagrad accumulator, float32
-    print(f"table: {FLAGS.ids:,} IDs over {FLAGS.num_ps} ps, room for {capacity:,} rows, width {FLAGS.width}, "
+    print(f"table: {FLAGS.ids:,} IDs over {FLAGS.num_ps} ps (a limit of {capacity:,} rows), width {FLAGS.width}, "
           f"Adagrad ({row_bytes} bytes of row and slot per ID)")
     for index in range(FLAGS.num_ps):
         print(f"ps {index} resident MiB: start {at_start[index][0]:.0f}, initialized {initialized[index][0]:.0f}, "
               f"after admission {filled[index][0]:.0f} (peak {filled[index][1]:.0f}; "
               f"with the save's {saved[index][1]:.0f})")
     grown = sum(f[0] - s[0] for f, s in zip(filled, at_start)) * 2**20
-    print(f"live rows {live_rows:,}; resident bytes per live row over the start: {grown / live_rows:.0f} "
-          f"({grown / live_rows / row_bytes:.2f}x the row and slot)")
-    print(f"initialize {init_secs:.1f} s; admit and train {steps} steps of {FLAGS.batch_ids:,} new IDs: "
+    print(f"live rows {live_rows:,}, rows held {rows_held:,} ({rows_held / live_rows:.3f}x); resident bytes per live "
+          f"row over the start: {grown / live_rows:.0f} ({grown / live_rows / row_bytes:.2f}x the row and slot)")
+    print(f"initialize {init_secs:.1f} s; admit and train {steps} steps of up to {FLAGS.batch_ids:,} new IDs: "
           f"{steps_secs:.1f} s ({FLAGS.ids / steps_secs:,.0f} IDs/s)")
     print(f"checkpoint {size / 2**20:.0f} MiB: save {save_secs:.1f} s, restore onto restarted ps tasks "
           f"{restore_secs:.1f} s")

@@ -16,17 +16,19 @@ from model import embeddings
 from tests.support import (describe, finished, in_process_cluster, join_all, read_flags, run_trainer,
                            serve_in_fresh_process)
 from training import export, run_record
+from training.config import TrainConfig
+from training.step import optimizers
 
 v1 = tf.compat.v1
 WIDTH = 3
 
 
 def table_graph(ids_dtype=tf.string, capacity=40, shards=2, min_count=1, training=True, devices=(),
-                steps_to_live=0, initializer=None):
+                steps_to_live=0, initializer=None, grow=False):
     """(ids placeholder, their rows of a WIDTH-wide variable 'embedding', the table) in the default graph."""
     ids = v1.placeholder(ids_dtype, [None], name="ids")
     options = embeddings.TableOptions(capacity=capacity, shards=shards, devices=devices, min_count=min_count,
-                                      steps_to_live=steps_to_live)
+                                      steps_to_live=steps_to_live, grow=grow)
     with v1.variable_scope("user"):
         table = embeddings.DynamicTable("user", ids, options, training)
         rows = table.rows("embedding", WIDTH, initializer or v1.random_normal_initializer(seed=1))
@@ -125,6 +127,169 @@ def test_a_full_table_stops_with_a_message_naming_the_table_and_the_flag():
                 sess.run(rows, {ids: ["a", "d"]})
 
 
+def train_and_keep_up(sess, train, upkeep, feed=None):
+    """A training run, then the tables' upkeep, as the training loop runs it (every few runs)."""
+    sess.run(train, feed)
+    upkeep.grow_as_needed(sess, sess.run(list(upkeep.needs)))
+
+
+def map_of(sess, table) -> dict:
+    """{ID: (shard, row)} of a table, read from its maps."""
+    found = {}
+    for shard, (keys, rows) in enumerate(sess.run(table.contents())):
+        found.update((int(key), (shard, int(row))) for key, row in zip(keys, rows))
+    return found
+
+
+@pytest.mark.inprocess
+def test_storage_grows_with_the_ids_met_keeping_every_row_value_and_slot_and_never_sharing_a_row():
+    batch = 3000
+    with tf.Graph().as_default():
+        ids, rows, table = table_graph(tf.int64, capacity=200_000, shards=2, grow=True)
+        optimizer = optimizers.AdagradOptimizer(0.1)
+        train = optimizer.minimize(tf.reduce_sum(rows))
+        upkeep = embeddings.upkeep(lambda variable: optimizers.slots_and_starts(optimizer, variable))
+        storages = sorted((v for v in v1.global_variables() if v.op.name.endswith("/embedding")),
+                          key=lambda v: v.op.name)
+        slots = [optimizer.get_slot(v, "accumulator") for v in storages]
+        assert storages[0].shape.as_list() == [None, WIDTH]  # rows grow; the width is known
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            assert [len(v) for v in sess.run(storages)] == [embeddings.GROWTH_ROWS] * 2
+            first = np.arange(batch, dtype=np.int64) * 7 + 1
+            train_and_keep_up(sess, train, upkeep, {ids: first})
+            trained = sess.run([storages, slots])
+            rows_then = map_of(sess, table)
+            for step in range(1, 12):  # 33,000 more IDs; the first batch's rows no step touches again
+                for _ in range(3):  # an ID that met no room gets a row at a later sighting
+                    train_and_keep_up(sess, train, upkeep, {ids: first + step * batch * 7})
+            rows_now = map_of(sess, table)
+            values, accumulators, next_rows = sess.run([storages, slots, table._shards[0].next_row])
+            lengths = [len(v) for v in values]
+            # The first batch's IDs keep their rows, and those rows their values and slots, through growths.
+            assert {key: rows_now[key] for key in rows_then} == rows_then
+            for key, (shard, row) in rows_then.items():
+                np.testing.assert_array_equal(values[shard][row], trained[0][shard][row])
+                np.testing.assert_array_equal(accumulators[shard][row], trained[1][shard][row])
+            # Every ID has a row of its own, within its shard's storage; the slots grew with the rows.
+            assert len(rows_now) == 12 * batch and len(set(rows_now.values())) == len(rows_now)
+            assert all(row < lengths[shard] for shard, row in rows_now.values())
+            assert [len(a) for a in accumulators] == lengths
+            # The storage holds what the IDs need, with a growth step of room at most.
+            for shard in (0, 1):
+                live = sum(1 for s, _ in rows_now.values() if s == shard)
+                assert live < lengths[shard] <= live + 1 + max(embeddings.GROWTH_ROWS, lengths[shard] // 8) * 2
+            # Rows a step finds no room for read the default row and get one at a later sighting.
+            burst = np.arange(20_000, dtype=np.int64) * 7 + 10_000_000
+            train_and_keep_up(sess, train, upkeep, {ids: burst})
+            admitted = len(map_of(sess, table)) - 12 * batch
+            assert 0 < admitted < len(burst)
+            for _ in range(3):
+                train_and_keep_up(sess, train, upkeep, {ids: burst})
+            rows_after = map_of(sess, table)
+            assert len(rows_after) == 12 * batch + len(burst) and len(set(rows_after.values())) == len(rows_after)
+            lengths = [len(v) for v in sess.run(storages)]
+            assert all(row < lengths[shard] for shard, row in rows_after.values())
+            assert next_rows > 1
+
+
+@pytest.mark.inprocess
+def test_a_full_table_resumes_from_its_checkpoint_with_a_higher_capacity(tmp_path):
+    def graph(capacity):
+        ids, rows, table = table_graph(capacity=capacity, shards=1, grow=True)
+        return ids, rows, table, embeddings.upkeep(lambda variable: [])
+
+    with tf.Graph().as_default():
+        ids, rows, table, _ = graph(capacity=4)
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            trained = sess.run(rows, {ids: ["a", "b", "c"]})
+            with pytest.raises(tf.errors.InvalidArgumentError, match="embedding table user is full"):
+                sess.run(rows, {ids: ["d"]})
+            checkpoint = v1.train.Saver().save(sess, str(tmp_path / "model.ckpt"))
+    with tf.Graph().as_default():
+        ids, rows, table, upkeep = graph(capacity=8)
+        with v1.Session() as sess:
+            v1.train.Saver().restore(sess, checkpoint)
+            upkeep.after_restore(sess)
+            np.testing.assert_array_equal(sess.run(rows, {ids: ["a", "b", "c"]}), trained)
+            train_and_keep_up(sess, [], upkeep)  # as training does every few steps
+            sess.run(rows, {ids: ["d", "e"]})
+            assert map_of_strings(sess, table) == {"a": 1, "b": 2, "c": 3, "d": 4, "e": 5}
+
+
+def map_of_strings(sess, table) -> dict:
+    (keys, rows), = sess.run(table.contents())
+    return {key.decode(): int(row) for key, row in zip(keys, rows)}
+
+
+@pytest.mark.inprocess
+def test_a_map_saved_by_the_last_release_restores_and_the_map_saves_the_same_pairs(tmp_path):
+    """Until 91c5922 a map was a MutableHashTable; its checkpoint holds its (ID, row) pairs under
+    "<name>-keys" and "-values", as the map of today saves them."""
+    with tf.Graph().as_default():
+        with v1.name_scope(None):
+            old = tf.lookup.experimental.MutableHashTable(tf.string, tf.int64, -1, name="user/shard0/rows_of_ids")
+        with v1.Session() as sess:
+            sess.run(old.insert(["a", "b", "c"], tf.constant([3, 1, 2], tf.int64)))
+            checkpoint = v1.train.Saver().save(sess, str(tmp_path / "old.ckpt"))
+    with tf.Graph().as_default():
+        ids, _, table = table_graph(shards=1)
+        maps = v1.get_collection(v1.GraphKeys.SAVEABLE_OBJECTS)
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            sess.run(table._shards[0].map.insert(["z"], tf.constant([9], tf.int64)))  # replaced by the restore
+            v1.train.Saver(maps).restore(sess, checkpoint)
+            assert map_of_strings(sess, table) == {"a": 3, "b": 1, "c": 2}
+            saved = v1.train.Saver(maps).save(sess, str(tmp_path / "new.ckpt"))
+    assert saved_maps(saved) == {0: {"a": 3, "b": 1, "c": 2}}
+
+
+@pytest.mark.inprocess
+def test_the_ids_the_map_keeps_for_itself_read_the_default_row_and_are_never_admitted():
+    with tf.Graph().as_default():
+        ids, rows, table = table_graph(tf.int64, shards=1)
+        lowest = np.iinfo(np.int64).min
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            storage = [v for v in v1.global_variables() if v.op.name == "user/shard0/embedding"][0]
+            default = sess.run(storage)[embeddings.DEFAULT_ROW]
+            got = sess.run(rows, {ids: [lowest, lowest + 1, lowest + 2, 5]})  # the 3 lowest int64s: no ID
+            np.testing.assert_array_equal(got[:3], [default, default, default])
+            assert sorted(map_of(sess, table)) == [5]
+
+
+@pytest.mark.inprocess
+def test_a_restore_of_a_save_caught_mid_growth_gives_every_row_variable_the_rows_the_map_names(tmp_path):
+    """A save is not atomic: one taken during a growth or an admission can hold a slot shorter than its
+    rows, or a map naming rows past next_row. The upkeep after the restore mends both."""
+    with tf.Graph().as_default():
+        ids, rows, table = table_graph(tf.int64, capacity=100_000, shards=1, grow=True)
+        optimizer = optimizers.AdagradOptimizer(0.1)
+        train = optimizer.minimize(tf.reduce_sum(rows))
+        slots_of = lambda variable: optimizers.slots_and_starts(optimizer, variable)  # noqa: E731
+        upkeep = embeddings.upkeep(slots_of)
+        shard = table._shards[0]
+        storage = [v for v in v1.global_variables() if v.op.name == "user/shard0/embedding"][0]
+        accumulator = optimizer.get_slot(storage, "accumulator")
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            sess.run(train, {ids: np.arange(100, dtype=np.int64)})
+            # As a save might catch it: the rows grown, their slot not yet; next_row read before an admission.
+            sess.run([storage.assign(tf.concat([storage, tf.ones([5000, WIDTH])], 0)), shard.next_row.assign(50)])
+            checkpoint = v1.train.Saver().save(sess, str(tmp_path / "model.ckpt"))
+            sess.run(v1.global_variables_initializer())
+            v1.train.Saver().restore(sess, checkpoint)
+            upkeep.after_restore(sess)
+            lengths = [len(v) for v in sess.run([storage, accumulator])]
+            assert lengths == [embeddings.GROWTH_ROWS + 5000] * 2
+            np.testing.assert_allclose(sess.run(accumulator)[embeddings.GROWTH_ROWS:], 0.1)  # fresh slot rows
+            assert sess.run([shard.next_row, shard.held]) == [101, lengths[0]]  # past the 100 rows named
+            sess.run(train, {ids: [1000, 1001]})  # new IDs get rows of their own, past those
+            new_rows = [row for key, (_, row) in map_of(sess, table).items() if key >= 1000]
+            assert sorted(new_rows) == [101, 102]
+
+
 @pytest.mark.inprocess
 def test_a_restored_table_serves_raw_ids_and_stores_none_it_does_not_know(tmp_path):
     with tf.Graph().as_default():
@@ -156,7 +321,7 @@ def test_eviction_frees_the_rows_untouched_for_steps_to_live_resets_them_and_the
         ids, rows, _ = table_graph(capacity=6, shards=1, steps_to_live=3, initializer=v1.zeros_initializer())
         optimizer = v1.train.AdagradOptimizer(0.5, initial_accumulator_value=0.1)
         train = optimizer.minimize(tf.reduce_sum(rows), global_step=global_step)
-        evict = embeddings.eviction(lambda variable: [optimizer.get_slot(variable, "accumulator")])
+        evict = embeddings.eviction(lambda variable: [(optimizer.get_slot(variable, "accumulator"), 0.1)])
         table = [v for v in v1.global_variables() if v.op.name == "user/shard0/embedding"][0]
         accumulator = optimizer.get_slot(table, "accumulator")
         live = v1.get_collection(embeddings.LIVE_ROWS)
@@ -232,6 +397,74 @@ def test_workers_admitting_the_same_new_ids_at_once_give_each_one_row_and_lose_n
 
 
 @pytest.mark.inprocess
+def test_workers_training_while_the_storage_grows_under_them_never_meet_a_slot_of_another_length():
+    """A growth replaces a shard's row variable and its slots one by one; an optimizer's update (in the
+    shard's lock, like the growth) never runs between: TensorFlow's sparse apply would refuse them."""
+    workers, _, configs = in_process_cluster(num_workers=2, num_ps=1)
+    devices = configs[0].ps_devices()
+    all_ids = np.arange(16_000, dtype=np.int64) * 3 + 5
+
+    def graph():
+        ids, rows, table = table_graph(tf.int64, capacity=100_000, shards=1, devices=devices, grow=True)
+        optimizer = optimizers.OPTIMIZERS["adagrad"](0.1, None)
+        train = optimizer.minimize(tf.reduce_sum(tf.square(rows)))
+        return ids, train, embeddings.upkeep(lambda v: optimizers.slots_and_starts(optimizer, v)), table, optimizer
+
+    with tf.Graph().as_default():
+        graph()
+        with v1.Session(workers[0].target) as sess:
+            sess.run(v1.global_variables_initializer())
+
+    def train(worker, order):
+        with tf.Graph().as_default():
+            ids, step, upkeep, _, _ = graph()
+            with v1.Session(worker.target) as sess:
+                start.wait(30)
+                for _ in range(2):  # twice: an ID that met no room gets a row at its next sighting
+                    for first in range(0, len(order), 400):
+                        train_and_keep_up(sess, step, upkeep, {ids: order[first:first + 400]})
+
+    start = threading.Barrier(4)
+    orders = [all_ids, all_ids[::-1], np.random.RandomState(1).permutation(all_ids), all_ids[1::2]]
+    threads = [threading.Thread(target=train, args=(worker, order))
+               for worker, order in zip((*workers, *workers), orders)]
+    for thread in threads:
+        thread.start()
+    join_all(threads, timeout=180)
+    with tf.Graph().as_default():
+        _, _, _, table, optimizer = graph()
+        storage = [v for v in v1.global_variables() if v.op.name == "user/shard0/embedding"][0]
+        with v1.Session(workers[0].target) as sess:
+            (keys, rows), = sess.run(table.contents())
+            lengths = [len(value) for value in sess.run([storage, optimizer.get_slot(storage, "accumulator")])]
+            held = sess.run(table._shards[0].held)
+    assert sorted(keys) == sorted(all_ids) and len(set(rows)) == len(rows)
+    assert lengths[0] == lengths[1] == held > max(rows) and held > embeddings.GROWTH_ROWS * 2
+
+
+@pytest.mark.inprocess
+@pytest.mark.parametrize("name", sorted([*optimizers.OPTIMIZERS, "ftrl"]))
+def test_rows_a_table_adds_start_their_slots_where_the_optimizer_starts_them(name):
+    with tf.Graph().as_default():
+        ids, rows, table = table_graph(tf.int64, capacity=100_000, shards=1, grow=True)
+        make = optimizers.OPTIMIZERS.get(name, lambda lr, cfg: optimizers.GrowableFtrlOptimizer(lr))  # wide_deep's
+        optimizer = make(0.1, TrainConfig(momentum=0.9))
+        train = optimizer.minimize(tf.reduce_sum(rows))
+        storage = [v for v in v1.global_variables() if v.op.name == "user/shard0/embedding"][0]
+        slots = optimizers.slots_and_starts(optimizer, storage)
+        upkeep = embeddings.upkeep(lambda v: optimizers.slots_and_starts(optimizer, v))
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            for slot, start in slots:  # as the optimizer made them
+                np.testing.assert_allclose(sess.run(slot), start)
+            train_and_keep_up(sess, train, upkeep, {ids: np.arange(5000)})
+            for slot, start in slots:  # the rows added by the growth, as the optimizer would have made them
+                value = sess.run(slot)
+                assert len(value) > embeddings.GROWTH_ROWS
+                np.testing.assert_allclose(value[embeddings.GROWTH_ROWS:], start)
+
+
+@pytest.mark.inprocess
 def test_shards_live_on_their_own_ps_and_every_worker_reads_the_same_rows():
     workers, _, configs = in_process_cluster(num_workers=2, num_ps=2)
     devices = configs[0].ps_devices()
@@ -240,7 +473,7 @@ def test_shards_live_on_their_own_ps_and_every_worker_reads_the_same_rows():
         with tf.Graph().as_default():  # each worker builds its own graph, as between-graph replication does
             ids, rows, _ = table_graph(devices=devices)
             placed = {op.name: op.device for op in v1.get_default_graph().get_operations()
-                      if op.type in ("MutableHashTableV2", "VarHandleOp")}
+                      if op.type in ("MutableDenseHashTableV2", "VarHandleOp")}
             with v1.Session(worker.target) as sess:
                 if not served:
                     sess.run(v1.global_variables_initializer())
@@ -288,8 +521,11 @@ def test_the_tables_of_several_columns_cross_to_each_ps_in_one_tensor_and_read_t
 
 @pytest.mark.e2e
 def test_dynamic_tables_on_two_ps_keep_their_rows_through_a_ps_restart_and_learn(make_cluster):
+    """With --embedding_growth: the upkeep and the optimizers' locks in a real cluster, and the
+    reconciliation after the chief restores the restarted ps."""
     cluster = make_cluster(num_ps=2, num_workers=2, trainer_args=[
-        "--model=wide_deep", "--dataset=clicks", "--embedding=dynamic", "--embedding_capacity=20000",
+        "--model=wide_deep", "--dataset=clicks", "--embedding=dynamic", "--embedding_growth",
+        "--embedding_capacity=20000",
         "--hidden_units=32", "--train_steps=1200", "--save_checkpoint_steps=200", "--keep_checkpoint_max=20",
         "--log_every_n_steps=200"])
     cluster.start_all()

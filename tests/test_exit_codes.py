@@ -46,7 +46,7 @@ PATHS = {
     "a NaN loss": (exit_codes.NON_FINITE_LOSS, lambda _: _raise_training_error(update.NON_FINITE_LOSS)),
     "a full embedding table": (exit_codes.TABLE_FULL, lambda _: _raise_training_error(
         "assertion failed: [embedding table wide_deep/user is full: shard 1 holds 50 rows (--embedding_capacity=100 "
-        "over 2 shards); raise --embedding_capacity] [Condition x <= y did not hold element-wise:]")),
+        "over 2 shards); raise --embedding_capacity and resume] [Condition x <= y did not hold element-wise:]")),
     "a bad record": (exit_codes.BAD_DATA, lambda _: _raise_training_error(
         "Name: /data/a.tfrecord record 7, Key: label, Index: 0.  Data types don't match.")),
     "this task's address is another host's": (exit_codes.OWN_ADDRESS, lambda monkeypatch: (

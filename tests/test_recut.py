@@ -86,10 +86,15 @@ def test_dynamic_tables_resume_only_into_as_many_shards_and_from_the_same_kind_o
     assert run_record.layout_refusal(record(**dynamic), run(embedding="dynamic", embedding_partitions=3)) == (
         "the checkpoints' dynamic tables have 2 shards each, this run's 3 (one per ps unless "
         "--embedding_partitions says): resume with --embedding_partitions=2")
-    assert run_record.layout_refusal(record(**dynamic), run(**dynamic, embedding_capacity=200000)) == (
+    assert run_record.layout_refusal(record(**dynamic), run(**dynamic, embedding_capacity=200000)).startswith(
         "--embedding_capacity=200000: the checkpoints' dynamic tables hold 100000 rows each, and a table's "
-        "capacity is fixed for its run: resume with --embedding_capacity=100000, or train with the new one in a "
-        "new --model_dir")
+        "capacity is fixed for its run: resume with --embedding_capacity=100000, or with --embedding_growth")
+    # With growth the capacity is a limit, not a layout: a full table's run resumes with a higher one; a
+    # run that held its rows from the start can go on growing, not the other way.
+    growing = dict(dynamic, embedding_growth=True)
+    assert run_record.layout_refusal(record(**growing), run(**growing, embedding_capacity=200000)) is None
+    assert run_record.layout_refusal(record(**dynamic), run(**growing)) is None
+    assert run_record.layout_refusal(record(**growing), run(**dynamic)).startswith("--noembedding_growth: ")
     assert run_record.layout_refusal(record(**dynamic, embedding_min_count=2),
                                      run(**dynamic, embedding_min_count=3)) is None  # counts kept either way
     assert run_record.layout_refusal(record(**dynamic), run(**dynamic, embedding_steps_to_live=100)).startswith(

@@ -190,16 +190,19 @@ class LiveStateSaver(tf.compat.v1.train.Saver):
     every variable comes from one step.
     """
 
-    def __init__(self, uninitialized, *args, before_save=None, older: OlderLayout | None = None, **kwargs):
+    def __init__(self, uninitialized, *args, before_save=None, after_restore=None, older: OlderLayout | None = None,
+                 **kwargs):
         """uninitialized: report_uninitialized() of this graph; before_save(session), if given, runs
         before each save (the eviction of embedding rows, which the checkpoint then leaves out);
-        older: how to restore a checkpoint that lacks variables added since (older_layout()). Saves
-        saved_variables(); a restore initializes the NOT_SAVED ones."""
+        after_restore(session), if given, runs after each restore, once the NOT_SAVED variables are
+        initialized (the dynamic tables' reconciliation); older: how to restore a checkpoint that lacks variables added
+        since (older_layout()). Saves saved_variables(); a restore initializes the NOT_SAVED ones."""
         super().__init__(saved_variables(), *args, **kwargs)
         not_saved = tf.compat.v1.get_collection(NOT_SAVED)
         self._init_not_saved = tf.compat.v1.variables_initializer(not_saved) if not_saved else None
         self._uninitialized = uninitialized
         self._before_save = before_save
+        self._after_restore = after_restore
         self._older = older
         self._global_step = tf.compat.v1.train.get_global_step()
         self.failed_saves = 0
@@ -261,6 +264,8 @@ class LiveStateSaver(tf.compat.v1.train.Saver):
         restored = self._restore_newest_readable(sess, save_path)
         if self._init_not_saved is not None:
             sess.run(self._init_not_saved)
+        if self._after_restore is not None:
+            self._after_restore(sess)
         return restored
 
     def _restore_newest_readable(self, sess, save_path):

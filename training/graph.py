@@ -21,11 +21,8 @@ from training.step import optimizers, schedules, sync
 v1 = tf.compat.v1
 
 
-def _eviction(optimizer, steps_to_live: int):
+def _eviction(slots_of, steps_to_live: int):
     """What the chief runs before each save when dynamic tables evict: the eviction, then a log line."""
-    def slots_of(variable):
-        return [slot for name in optimizer.get_slot_names() if (slot := optimizer.get_slot(variable, name)) is not None]
-
     counts = embeddings.eviction(slots_of)
     if counts is None:
         return None
@@ -46,6 +43,8 @@ class TrainGraph(NamedTuple):
     uninitialized: tf.Tensor
     # --input_queue: the hook that feeds this worker's input from the work queue, else None.
     input_queue: queue_hook.InputQueueHook | None = None
+    # Dynamic tables: their upkeep (model/embeddings.upkeep), run every few training steps.
+    tables: embeddings.Upkeep = embeddings.Upkeep()
 
 
 def _work_queue(cfg, global_step) -> work_queue.ItemFeed:
@@ -94,7 +93,13 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
         built = lever.build(step.StepContext(forward, first, first_labels, optimizer, global_step, cluster, train,
                                              reader, stop_requested))
         model.summarize(built.metrics)
-        evict = _eviction(optimizer, cfg.model.embedding_steps_to_live)
+        def slots_of(variable):
+            return optimizers.slots_and_starts(optimizer, variable)
+
+        evict = _eviction(slots_of, cfg.model.embedding_steps_to_live)
+        tables = embeddings.upkeep(slots_of)
+        for held in v1.get_collection(embeddings.ROWS_HELD):
+            v1.add_to_collection(checkpoints.NOT_SAVED, held)
     # CriticalSection's record of its executions (the work queue's, dynamic tables'), for access checks
     # while the graph is built: a MetaGraphDef cannot hold it, and every checkpoint's save warns of it.
     v1.get_collection_ref("critical_section_executions").clear()
@@ -104,7 +109,8 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
     # A checkpoint of the last release's input queue has no trained prefixes: it restores without them.
     older = checkpoints.older_layout(train.model_dir, [feed.queue.prefixes] if feed else [], sharded=True)
     saver = checkpoints.LiveStateSaver(uninitialized, sharded=True, max_to_keep=train.keep_checkpoint_max,
-                                       save_relative_paths=True, before_save=evict, older=older)
+                                       save_relative_paths=True, before_save=evict, after_restore=tables.after_restore,
+                                       older=older)
     queue = None
     if feed:
         syncing = next((hook for hook in built.hooks if isinstance(hook, sync.SyncReplicasHook)), None)
@@ -114,4 +120,4 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
         queue = queue_hook.InputQueueHook(feed, *tags, batches.initializer, cfg.data.input_queue_lease_secs,
                                           drops_first_step=syncing and (lambda: syncing.drops_next_push),
                                           audit_path=audit)
-    return TrainGraph(saver, built, uninitialized, queue)
+    return TrainGraph(saver, built, uninitialized, queue, tables)

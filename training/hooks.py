@@ -165,6 +165,23 @@ class ProfileHook(v1.train.SessionRunHook):
                      min(self._step, self._last), self._logdir)
 
 
+class TableUpkeepHook(v1.train.SessionRunHook):
+    """Every `every_n`-th training run also reads whether each dynamic table's shard needs room
+    (model/embeddings.Upkeep: a bool per shard, read on its ps), and the shards that do are grown in a
+    run of their own."""
+
+    def __init__(self, upkeep, every_n):
+        self._upkeep, self._every_n, self._runs = upkeep, every_n, 0
+
+    def before_run(self, run_context):
+        self._runs += 1
+        return v1.train.SessionRunArgs(list(self._upkeep.needs)) if self._runs % self._every_n == 0 else None
+
+    def after_run(self, run_context, run_values):
+        if run_values.results:
+            self._upkeep.grow_as_needed(run_context.session, run_values.results)
+
+
 class LiveRowsHook(v1.train.SessionRunHook):
     """Logs the live rows of each dynamic embedding table, per shard, every `every_n` runs and at the
     end: the chief's view of the tables growing (model/embeddings.py). Fetched only on those runs,

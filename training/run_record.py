@@ -55,9 +55,10 @@ def layout_change(record: dict | None, cfg) -> str | None:
 
 def layout_refusal(record: dict | None, cfg) -> str | None:
     """Why this run cannot resume the run that wrote `record`, or None: dynamic tables keep each ID in
-    the shard a hash of it picks among their shards, in row blocks of a fixed size, with admission
-    counts and eviction state only when those are on; so their checkpoint restores into the same kind
-    of table, the same number of shards, the same capacity, and the same state kept, only."""
+    the shard a hash of it picks among their shards, with admission counts and eviction state only
+    when those are on; so their checkpoint restores into the same kind
+    of table, the same number of shards, the same capacity (a limit a resume may change, with
+    --embedding_growth) and the same state kept, only."""
     if record is None:
         return None
     before = record["model"].get("embedding", "hashed")
@@ -72,11 +73,15 @@ def layout_refusal(record: dict | None, cfg) -> str | None:
         return (f"the checkpoints' dynamic tables have {shards} shards each, this run's "
                 f"{now.embedding_partitions} (one per ps unless --embedding_partitions says): resume with "
                 f"--embedding_partitions={shards}")
-    capacity = saved.get("embedding_capacity")
-    if capacity not in (None, now.embedding_capacity):
+    capacity, grew = saved.get("embedding_capacity"), saved.get("embedding_growth", False)
+    if grew and not now.embedding_growth:
+        return ("--noembedding_growth: the checkpoints' dynamic tables grew with the values they met, to "
+                "lengths of their own; resume with --embedding_growth")
+    if capacity not in (None, now.embedding_capacity) and not now.embedding_growth:
         return (f"--embedding_capacity={now.embedding_capacity}: the checkpoints' dynamic tables hold "
                 f"{capacity} rows each, and a table's capacity is fixed for its run: resume with "
-                f"--embedding_capacity={capacity}, or train with the new one in a new --model_dir")
+                f"--embedding_capacity={capacity}, or with --embedding_growth (whose capacity is a limit), "
+                f"or train with the new one in a new --model_dir")
     for flag, kept in (("embedding_min_count", lambda value: value > 1),
                        ("embedding_steps_to_live", lambda value: value > 0)):
         if flag in saved and kept(saved[flag]) != kept(getattr(now, flag)):

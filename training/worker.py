@@ -219,6 +219,8 @@ def make_hooks(cfg, graph, stop=None, task_metrics=None) -> WorkerHooks:
             warmup_global_steps=learning.warmup_steps(train_cfg.train_steps), action=train_cfg.not_learning,
             cause=learning.likely_cause(train_cfg))
         hooks.append(not_learning)
+    if graph.tables.needs:
+        hooks.append(training_hooks.TableUpkeepHook(graph.tables, embeddings.UPKEEP_EVERY_N_RUNS))
     live_rows = v1.get_collection(embeddings.LIVE_ROWS)
     if live_rows and cluster.is_chief:
         hooks.append(training_hooks.LiveRowsHook(cluster.task_name, live_rows, train_cfg.log_every_n_steps))

@@ -5,10 +5,49 @@ import re
 
 import tensorflow as tf
 
-from model import needs
+from model import embeddings, needs
 
 _v1 = tf.compat.v1.train
 PARTITION_SUFFIX = re.compile(r"/part_\d+$")  # TensorFlow's name for a piece of a partitioned variable
+
+
+class RowsLocked:
+    """Mixed into an optimizer: its sparse update of a dynamic table's rows runs inside the lock of the
+    table's shard (model/embeddings.py). A growth replaces the shard's row variable and its slots one by
+    one, inside that lock; an update in between would meet a variable and a slot of different lengths
+    (TensorFlow's sparse applies refuse them). The lock is taken once the gradient is computed, for the
+    update alone; other variables' updates do not take it."""
+
+    def _resource_apply_sparse_duplicate_indices(self, grad, handle, indices):
+        apply = super()._resource_apply_sparse_duplicate_indices
+        lock = embeddings.rows_lock(handle)
+        if lock is None:
+            return apply(grad, handle, indices)
+
+        def locked():
+            with tf.control_dependencies([apply(grad, handle, indices)]):
+                return tf.constant(True)
+        return lock.execute(locked).op
+
+
+class SgdOptimizer(RowsLocked, _v1.GradientDescentOptimizer):
+    pass
+
+
+class MomentumOptimizer(RowsLocked, _v1.MomentumOptimizer):
+    pass
+
+
+class AdamOptimizer(RowsLocked, _v1.AdamOptimizer):
+    pass
+
+
+class AdagradOptimizer(RowsLocked, _v1.AdagradOptimizer):
+    pass
+
+
+class RMSPropOptimizer(RowsLocked, _v1.RMSPropOptimizer):
+    pass
 
 
 class WideAndDeepOptimizer(_v1.Optimizer):
@@ -19,7 +58,7 @@ class WideAndDeepOptimizer(_v1.Optimizer):
 
     def __init__(self, learning_rate):
         super().__init__(use_locking=False, name="WideAndDeep")
-        self._deep = _v1.AdagradOptimizer(learning_rate)
+        self._deep = AdagradOptimizer(learning_rate)
         self._wide = None
 
     def compute_gradients(self, *args, **kwargs):
@@ -31,7 +70,7 @@ class WideAndDeepOptimizer(_v1.Optimizer):
         deep = [(g, v) for g, v in grads_and_vars if v.op.name not in wide_names]
         tables = {PARTITION_SUFFIX.sub("", v.op.name) for _, v in wide}
         if self._wide is None:
-            self._wide = _v1.FtrlOptimizer(min(0.2, 1 / math.sqrt(max(1, len(tables)))))
+            self._wide = GrowableFtrlOptimizer(min(0.2, 1 / math.sqrt(max(1, len(tables)))))
         updates = ([self._wide.apply_gradients(wide)] if wide else []) + (
             [self._deep.apply_gradients(deep)] if deep else [])
         with tf.control_dependencies(updates):
@@ -47,7 +86,24 @@ class WideAndDeepOptimizer(_v1.Optimizer):
         return sorted(set(self._deep.get_slot_names()) | set(self._wide.get_slot_names() if self._wide else ()))
 
 
-class LazyAdamOptimizer(_v1.AdamOptimizer):
+class GrowableFtrlOptimizer(RowsLocked, _v1.FtrlOptimizer):
+    """FTRL whose slots can be made for a variable of unknown length (a dynamic table's rows, [None,
+    width]): TensorFlow's makes its accumulator with an initializer that needs the whole shape. Such a
+    slot starts as Adagrad's does, filled to the variable's shape when it is initialized."""
+
+    def _create_slots(self, var_list):
+        for variable in var_list:
+            if variable.shape.is_fully_defined():
+                super()._create_slots([variable])
+                continue
+            start = tf.cast(self._initial_accumulator_value, variable.dtype.base_dtype)
+            self._get_or_make_slot_with_initializer(
+                variable, lambda v=variable: tf.fill(tf.shape(v), start), variable.shape, variable.dtype,
+                "accum", self._accum_name or self._name)
+            self._zeros_slot(variable, "linear", self._linear_name or self._name)
+
+
+class LazyAdamOptimizer(RowsLocked, _v1.AdamOptimizer):
     """Adam that, for a sparse gradient (an embedding lookup's), updates only the rows the batch
     touched: their moments, and their values. TensorFlow's Adam decays every row's moments at every
     step, so a step costs the whole table (tensorflow/tensorflow#6460). A row untouched for a while
@@ -75,14 +131,26 @@ class LazyAdamOptimizer(_v1.AdamOptimizer):
 
 
 OPTIMIZERS = {
-    "sgd": lambda lr, cfg: _v1.GradientDescentOptimizer(lr),
-    "momentum": lambda lr, cfg: _v1.MomentumOptimizer(lr, momentum=cfg.momentum),
-    "adam": lambda lr, cfg: _v1.AdamOptimizer(lr),
+    "sgd": lambda lr, cfg: SgdOptimizer(lr),
+    "momentum": lambda lr, cfg: MomentumOptimizer(lr, momentum=cfg.momentum),
+    "adam": lambda lr, cfg: AdamOptimizer(lr),
     "lazy_adam": lambda lr, cfg: LazyAdamOptimizer(lr),
-    "adagrad": lambda lr, cfg: _v1.AdagradOptimizer(lr),
-    "rmsprop": lambda lr, cfg: _v1.RMSPropOptimizer(lr, momentum=cfg.momentum),
+    "adagrad": lambda lr, cfg: AdagradOptimizer(lr),
+    "rmsprop": lambda lr, cfg: RMSPropOptimizer(lr, momentum=cfg.momentum),
     "ftrl_adagrad": lambda lr, cfg: WideAndDeepOptimizer(lr),
 }
+
+
+# The value each row of an optimizer slot starts at, by slot name (0 for the others): what the slot
+# initializers of the optimizers above give (tests/test_embeddings.py checks it). Rows that a dynamic table
+# adds or evicts start there again (model/embeddings.py).
+SLOT_START = {"accumulator": 0.1, "accum": 0.1, "rms": 1.0}
+
+
+def slots_and_starts(optimizer, variable) -> list:
+    """(slot, start value) of each slot the optimizer keeps for the variable."""
+    return [(slot, SLOT_START.get(name, 0.0)) for name in optimizer.get_slot_names()
+            if (slot := optimizer.get_slot(variable, name)) is not None]
 
 
 def make_optimizer(learning_rate, cfg) -> tf.compat.v1.train.Optimizer:
