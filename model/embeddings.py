@@ -60,8 +60,8 @@ UPKEEP_EVERY_N_RUNS = 4
 # Each shard's live rows (the IDs in its map), named <table>/shard<N>/live_rows: for the log and the
 # summaries.
 LIVE_ROWS = "ps_trainer_live_rows"
-# Each shard's rows_held and rows_wanted: state that a checkpoint should not hold (upkeep() sets it after a
-# restore).
+# Each growing shard's rows_held and rows_wanted: state that a checkpoint should not hold (the Upkeep's
+# reconciliation sets it after a restore).
 ROWS_HELD = "ps_trainer_rows_held"
 # The shards of each graph's trained tables, for upkeep() and eviction(): (table name, _Shard).
 _TRAINED = weakref.WeakKeyDictionary()
@@ -155,7 +155,7 @@ class DynamicTable:
                     if self.options.grow:
                         _LOCKS.setdefault(v1.get_default_graph(), {})[values.op.name] = rows.lock
                     found = self._found_rows[shard]
-                    if not self._training:  # a checkpoint's map may name rows its variables do not hold
+                    if self.options.grow and not self._training:  # a save may catch a map naming rows not held
                         found = tf.where(found < tf.shape(values, out_type=tf.int64)[0], found, DEFAULT_ROW)
                     gradients = {"ResourceGather": _ROWS_GATHER_GRADIENT} if self.options.grow else {}
                     with v1.get_default_graph().gradient_override_map(gradients):
