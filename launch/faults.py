@@ -79,7 +79,8 @@ class KillReport:
     checkpoint_at_restart: int | None
     lowest_step_after: int | None
     loss_before: float | None
-    loss_after: float | None
+    loss_after: float | None  # the mean of the progress lines' losses after the recovery, if any came
+    heldout_loss: float | None  # the chief's held-out evaluation of the final checkpoint
     time_lost_secs: float | None
     final_step: int | None
     restored_step: int | None
@@ -100,7 +101,8 @@ class KillReport:
             f"{self.checkpoint_at_kill}" + (f" (registered by the restart: {self.checkpoint_at_restart})"
                                             if self.checkpoint_at_restart != self.checkpoint_at_kill else ""),
             f"lowest global step after the kill: {self.lowest_step_after}",
-            f"loss before the kill {_fmt(self.loss_before)}, after recovery {_fmt(self.loss_after)}",
+            f"loss before the kill {_fmt(self.loss_before)}, after recovery {_fmt(self.loss_after)}; "
+            f"held-out loss at the end {_fmt(self.heldout_loss)}",
             f"time lost: {_fmt(self.time_lost_secs, 1)} s (from the kill until the global step passed "
             f"{self.killed_at_step} for good)",
             f"training finished: {'yes' if self.finished else 'NO'}; final step {self.final_step}; "
@@ -156,7 +158,10 @@ def kill_and_restart(cluster, model_dir, job: str, index: int, at_step: int, res
         checkpoint_at_restart=checkpoint_at_restart,
         lowest_step_after=min((s.step for s in after), default=None),
         loss_before=_mean(s.loss for s in before[-3:]),
-        loss_after=_mean(s.loss for s in recovered[:3]),
+        # Every progress line after the recovery (one batch each): on a loaded machine the job can end
+        # with only one or none; the held-out loss is what judges the model.
+        loss_after=_mean(s.loss for s in recovered),
+        heldout_loss=float(chief["heldout_loss"]) if "heldout_loss" in chief else None,
         time_lost_secs=(recovered[0].time - killed_at).total_seconds() if recovered else None,
         final_step=int(chief["global_step"]) if chief else None,
         restored_step=restorable_step(model_dir),

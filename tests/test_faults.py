@@ -48,8 +48,9 @@ def check_recovered(report, workers=2, steps_per_push=1):
     assert TRAIN_STEPS <= report["restored_step"] <= report["final_step"]
     # The global step never fell back past the checkpoint there was at the kill.
     assert report["lowest_step_after"] > report["checkpoint_at_kill"]
-    # Training after the recovery is no worse than before it (chance would be ln 10).
-    assert report["loss_after"] < 0.8 * LN10
+    # The model learned through the fault: the chief's held-out evaluation of the final checkpoint
+    # (chance would be ln 10). Not the progress lines after the recovery: under load there can be none.
+    assert report["heldout_loss"] < 0.8 * LN10, report
 
 
 @pytest.mark.e2e
