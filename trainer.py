@@ -69,7 +69,7 @@ with startup_notices_dropped(show_all=os.environ.get("TF_CPP_MIN_LOG_LEVEL") == 
     from absl import app, logging
     from absl.flags import FLAGS
 
-    from cluster import guard, own_address, spec
+    from cluster import allocator, guard, own_address, spec
     from flags import config as flag_config
     from flags import definitions  # noqa: F401  (defines every flag)
     from input import download
@@ -108,6 +108,10 @@ def run_role(argv):
     if not cluster.is_distributed:
         return worker.run(cfg, server=None, task_metrics=serve_metrics(cfg))
     refuse_unsafe_serving(cluster, FLAGS.allow_public_addresses, FLAGS.skip_own_address_check)
+    if cluster.job_name == spec.PS:  # before its server's threads exist
+        settings = allocator.give_back_freed_memory()
+        if settings:
+            logging.info("ps %d: malloc gives freed memory back: %s", cluster.task_index, " ".join(settings))
     server = spec.start_server(cluster)
     task_metrics = serve_metrics(cfg)
     if cluster.job_name == spec.PS:

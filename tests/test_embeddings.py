@@ -2,6 +2,8 @@
 steps, checkpoints and a ps restart; admission; a full table; serving raw IDs; a real cluster."""
 
 import re
+import subprocess
+import sys
 import threading
 import time
 
@@ -13,7 +15,7 @@ import input as inputs
 from cluster import spec
 from launch import measure
 from model import embeddings
-from tests.support import (describe, finished, in_process_cluster, join_all, read_flags, run_trainer,
+from tests.support import (ROOT, describe, finished, in_process_cluster, join_all, read_flags, run_trainer,
                            serve_in_fresh_process)
 from training import export, run_record
 from training.config import TrainConfig
@@ -608,3 +610,45 @@ def test_lazy_adam_updates_exactly_the_rows_a_batch_touched_and_adam_every_row()
     assert not np.allclose(results["adam"][1][1], results["adam"][0][1])
     np.testing.assert_array_equal(results["lazy_adam"][1][1], results["lazy_adam"][0][1])
     np.testing.assert_allclose(results["adam"][0], results["lazy_adam"][0], rtol=1e-5, atol=1e-6)  # same first step
+
+
+# In a process of its own: malloc's settings are the whole process's. It frees 64 blocks of 2 MiB that
+# sit between live small ones (as a grown shard's old copies sit among a ps's other tensors).
+MALLOC_PROBE = """
+import os, pathlib, sys
+import numpy as np
+from cluster import allocator
+environ = {"MALLOC_ARENA_MAX": "8"}  # the user's own setting: left alone
+if sys.argv[1] == "user-set-both":
+    environ["MALLOC_MMAP_THRESHOLD_"] = "131072"
+made = allocator.give_back_freed_memory(environ)
+
+def rss():
+    return int(pathlib.Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+warm = np.ones((4 << 20) // 8)  # mmapped, then freed: glibc's own threshold rises past 4 MiB
+del warm
+start = rss()
+big, small = [], []
+for _ in range(64):
+    big.append(np.ones((2 << 20) // 8))
+    small.append(np.ones(4096 // 8))
+held = rss()
+del big
+print(" ".join(made) or "-", (held - start) >> 20, (rss() - start) >> 20)
+"""
+
+
+@pytest.mark.e2e
+def test_a_ps_gives_back_the_memory_of_large_tensors_it_frees_unless_the_user_set_malloc():
+    def probe(case):
+        result = subprocess.run([sys.executable, "-c", MALLOC_PROBE, case], capture_output=True, text=True,
+                                timeout=60, cwd=ROOT)
+        assert result.returncode == 0, result.stderr[-2000:]
+        made, held_mib, kept_mib = result.stdout.split()
+        return made, int(held_mib), int(kept_mib)
+
+    made, held, kept = probe("ps")
+    assert made == "MALLOC_MMAP_THRESHOLD_=1048576" and held >= 128 and kept < 16  # given back
+    made, held, kept = probe("user-set-both")
+    assert made == "-" and held >= 128 and kept >= 120  # glibc's defaults: the freed blocks stay resident
