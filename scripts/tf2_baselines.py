@@ -38,8 +38,9 @@ flags.DEFINE_integer("num_workers", 2, "Workers.", lower_bound=1)
 flags.DEFINE_list("hidden_units", ["256"], "Hidden layers, as the trainer's --hidden_units.")
 flags.DEFINE_integer("hash_buckets", 10000, "wide_deep: rows of each column's tables, as the trainer's.", lower_bound=1)
 flags.DEFINE_integer("embedding_dim", 16, "wide_deep: width of the embeddings, as the trainer's.", lower_bound=1)
-flags.DEFINE_integer("synthetic_examples", 20000, "Training examples generated (each worker trains its shard, "
-                     "cached after its first pass, as the trainer caches generated data).", lower_bound=1)
+flags.DEFINE_integer("synthetic_examples", 20000, "Training examples generated, cached after a worker's first "
+                     "pass as the trainer caches generated data (mwms: each worker its shard; ps: each worker all of "
+                     "them, as create_per_worker_dataset gives no worker index).", lower_bound=1)
 flags.DEFINE_integer("batch_size", 128, "Examples per step on each worker.", lower_bound=1)
 flags.DEFINE_integer("warmup_steps", 100, "Steps (per worker) before measuring.", lower_bound=1)
 flags.DEFINE_integer("measure_steps", 400, "Steps (per worker) measured.", lower_bound=1)
