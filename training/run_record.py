@@ -56,9 +56,9 @@ def layout_change(record: dict | None, cfg) -> str | None:
 def layout_refusal(record: dict | None, cfg) -> str | None:
     """Why this run cannot resume the run that wrote `record`, or None: dynamic tables keep each ID in
     the shard a hash of it picks among their shards, with admission counts and eviction state only
-    when those are on; so their checkpoint restores into the same kind
-    of table, the same number of shards, the same capacity (a limit a resume may change, with
-    --embedding_growth) and the same state kept, only."""
+    when those are on; so their checkpoint restores into the same kind of table, the same number of
+    shards, the same capacity (a limit a resume may change, with --embedding_growth) and the same
+    state kept, only."""
     if record is None:
         return None
     before = record["model"].get("embedding", "hashed")
