@@ -66,6 +66,20 @@ def check_flags_alone(f) -> None:
     if f["save_checkpoint_steps"].present and f["save_checkpoint_secs"].present:
         raise app.UsageError(
             "--save_checkpoint_steps and --save_checkpoint_secs are both set: choose one.")
+    check_incremental(f)
+
+
+def check_incremental(f) -> None:
+    """--incremental_save_secs saves changed table rows between full checkpoints."""
+    if not f.incremental_save_secs:
+        return
+    if not model.needs_of(f.model).partitioned_tables:
+        raise app.UsageError(f"--incremental_save_secs saves the embedding table rows that changed: --model={f.model} "
+                             "has no tables; drop the flag (its checkpoints are full ones).")
+    if not f.save_checkpoint_steps and f.incremental_save_secs >= f.save_checkpoint_secs:
+        raise app.UsageError(f"--incremental_save_secs={f.incremental_save_secs} saves deltas between full "
+                             f"checkpoints, which come every --save_checkpoint_secs={f.save_checkpoint_secs}: "
+                             "make it smaller.")
 
 
 QUEUE_FLAGS = ("num_epochs", "input_queue_audit")  # what only the input queue does
@@ -372,6 +386,7 @@ def read_outputs(f, cluster: spec.ClusterConfig, env) -> dict:
                 save_checkpoint_steps=steps,
                 save_checkpoint_secs=None if steps else f.save_checkpoint_secs,
                 keep_checkpoint_max=f.keep_checkpoint_max,
+                incremental_save_secs=f.incremental_save_secs,
                 save_summaries_steps=f.save_summaries_steps,
                 log_every_n_steps=f.log_every_n_steps,
                 export_saved_model=f.export_saved_model,
@@ -460,7 +475,8 @@ def read_model(f, cluster: spec.ClusterConfig) -> model.ModelConfig:
                              embedding_dim=f.embedding_dim, embedding=f.embedding,
                              embedding_capacity=f.embedding_capacity, embedding_min_count=f.embedding_min_count,
                              embedding_steps_to_live=f.embedding_steps_to_live, embedding_growth=f.embedding_growth,
-                             embedding_partitions=f.embedding_partitions or max(1, cluster.num_ps))
+                             embedding_partitions=f.embedding_partitions or max(1, cluster.num_ps),
+                             mark_touched_rows=f.incremental_save_secs > 0)
 
 
 def read_data(f, cluster: spec.ClusterConfig, env) -> inputs.DataConfig:

@@ -143,6 +143,11 @@ flags.DEFINE_integer("save_checkpoint_steps", None,
                      lower_bound=1)
 flags.DEFINE_integer("save_checkpoint_secs", TRAIN.save_checkpoint_secs,
                      "Save a checkpoint every N seconds.", lower_bound=1)
+flags.DEFINE_integer("incremental_save_secs", TRAIN.incremental_save_secs,
+                     "Between full checkpoints, save every N seconds a delta: the embedding table rows changed "
+                     "since the last save, and every other variable whole (model.ckpt-<full step>-delta-<step>). "
+                     "A restore is the last full checkpoint plus its deltas. 0: full checkpoints only.",
+                     lower_bound=0)
 flags.DEFINE_integer("keep_checkpoint_max", TRAIN.keep_checkpoint_max,
                      "Newest checkpoints to keep; older ones are deleted.",
                      lower_bound=1)

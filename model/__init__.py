@@ -40,6 +40,8 @@ class ModelConfig:
     embedding_growth: bool = False
     embedding_min_count: int = 1
     embedding_steps_to_live: int = 0
+    # Training marks the table rows it changes, for incremental checkpoints (model/touched_rows.py).
+    mark_touched_rows: bool = False
     # Where each piece of a table lives, the ps tasks in order: set for the training graph of a
     # cluster only (the evaluator and the export build the model on no particular device).
     table_devices: tuple[str, ...] = ()

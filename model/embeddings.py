@@ -49,6 +49,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.training.saving import saveable_object  # the Saver's interface for a table
 
+from model import touched_rows
+
 v1 = tf.compat.v1
 
 DEFAULT_ROW = 0
@@ -84,6 +86,8 @@ class TableOptions:
     steps_to_live: int = 0
     # The storage grows with the IDs met, up to capacity; else it holds capacity rows from the start.
     grow: bool = False
+    # Training marks the rows it changes, for incremental checkpoints (model/touched_rows.py).
+    mark_changes: bool = False
 
     def shard_capacity(self) -> int:
         return -(-self.capacity // self.shards)
@@ -121,7 +125,7 @@ class DynamicTable:
                     counts = tf.boolean_mask(counts, held)
                 self._spread.append((mine, tf.size(unique, out_type=tf.int64), index))
                 # Each ID's occurrences in the batch, for admission (only counted with min_count > 1).
-                rows = _Shard(ids.dtype, options, shard, training)
+                rows = _Shard(ids.dtype, options, shard, training, device)
                 self._shards.append(rows)
                 self._found_rows.append(rows.rows_of(keys, counts if options.min_count > 1 else None, training, name))
                 live_rows.append(tf.identity(rows.map.size(), name="live_rows"))
@@ -154,6 +158,7 @@ class DynamicTable:
                     rows.storages.append((values, initializer))
                     if self.options.grow:
                         _LOCKS.setdefault(v1.get_default_graph(), {})[values.op.name] = rows.lock
+                    touched_rows.marks_rows_of(values, rows.marker)
                     found = self._found_rows[shard]
                     if self.options.grow and not self._training:  # a save may catch a map naming rows not held
                         found = tf.where(found < tf.shape(values, out_type=tf.int64)[0], found, DEFAULT_ROW)
@@ -198,7 +203,7 @@ class _Shard:
     lock on its ps), so that workers admitting IDs at once, and the chief evicting, never hand one row
     to two IDs and never lose one."""
 
-    def __init__(self, key_dtype, options: TableOptions, shard: int, training: bool):
+    def __init__(self, key_dtype, options: TableOptions, shard: int, training: bool, device: str | None):
         self.options, self.shard = options, shard
         self.scope = v1.get_variable_scope().name  # its name: a table built twice shares it
         self.capacity = options.shard_capacity()
@@ -226,6 +231,18 @@ class _Shard:
             # The global step at which each row was last read in training.
             self.last_seen = _row_variable("last_seen", [self.start_rows], v1.zeros_initializer(), tf.int64,
                                            trainable=False, grow=options.grow)
+        # The rows changed since the last checkpoint (None unless training marks them), and the group
+        # an incremental checkpoint saves them by.
+        self.marker = touched_rows.group(self.scope, device or "", self.row_variables, self.start_rows,
+                                         mark=training and options.mark_changes, grow=options.grow,
+                                         table_map=self.map)
+        if self.last_seen is not None:
+            touched_rows.marks_rows_of(self.last_seen, self.marker)
+
+    def locked(self, work):
+        """work() inside the shard's lock. The generation counter that marks changed rows is read under
+        every shard's lock on its ps (model/touched_rows.py): a read that needs no exclusion."""
+        return self.lock.execute(work, exclusive_resource_access=self.marker is None)
 
     def rows_of(self, keys, sightings, training: bool, table: str) -> tf.Tensor:
         if not training:
@@ -239,7 +256,7 @@ class _Shard:
             with tf.control_dependencies([count]):
                 new_keys = tf.boolean_mask(new_keys, seen >= self.options.min_count)
         # The lock only when there is something to admit: most steps of a warm table meet no new ID.
-        admitted = tf.cond(tf.size(new_keys) > 0, lambda: self.lock.execute(lambda: self._admit(new_keys, table)),
+        admitted = tf.cond(tf.size(new_keys) > 0, lambda: self.locked(lambda: self._admit(new_keys, table)),
                            lambda: tf.constant(0, tf.int64))
         with tf.control_dependencies([admitted]):
             rows = self._found(keys)
@@ -279,6 +296,9 @@ class _Shard:
             rows = tf.concat([reused, first + tf.range(more, dtype=tf.int64)], axis=0)
         admitted = fresh[:tf.size(rows)]
         changes.append(self.map.insert(admitted, rows))
+        if self.marker is not None:  # the map changed: the next delta holds these rows' IDs
+            with tf.control_dependencies(changes[-1:]):
+                changes.append(touched_rows.mark(self.marker, rows))
         if self.sightings is not None:  # counted until admitted, no longer
             changes.append(self.sightings.remove(admitted))
         with tf.control_dependencies(changes):
@@ -300,6 +320,8 @@ class _Shard:
                 latest = tf.reduce_max(tf.concat([self.last_seen, tf.zeros([1], tf.int64)], 0))
                 return tf.fill(tf.reshape(n, [1]), latest)
             found.append((self.last_seen, newest))
+        if self.marker is not None:  # rows added, or reset by an eviction, are changed rows
+            found.append((self.marker, lambda n, m=self.marker: tf.fill(tf.reshape(n, [1]), touched_rows.current(m))))
         return found
 
     def _grow_to(self, target, variables) -> tf.Operation:
@@ -335,7 +357,7 @@ class _Shard:
             grown = tf.minimum(tf.constant(self.capacity, tf.int64), tf.maximum(held, wanted) + step)
             return _done(self._grow_to(tf.where(need, grown, held), variables))
 
-        return self.lock.execute(grow).op
+        return self.locked(grow).op
 
     def reconcile(self, slots_of) -> tf.Operation:
         """After a restore: every row variable holding as many rows as the largest of them and as the map
@@ -351,7 +373,7 @@ class _Shard:
             with tf.control_dependencies([self.next_row.assign(next_row), self.wanted.assign(next_row)]):
                 return _done(self._grow_to(target, variables))
 
-        return self.lock.execute(reconciled).op
+        return self.locked(reconciled).op
 
     def evict(self, slots_of) -> tf.Tensor:
         """Removes the IDs whose rows no training step read for steps_to_live global steps, resets
@@ -375,7 +397,7 @@ class _Shard:
             with tf.control_dependencies(changes):
                 return tf.identity(count)
 
-        return self.lock.execute(evict_stale)
+        return self.locked(evict_stale)
 
     def _found(self, keys):
         found = self.map.lookup(keys)
@@ -505,6 +527,7 @@ class _Map(tf.lookup.experimental.DenseHashTable):
 
     def __init__(self, key_dtype, default_value: int, name: str):
         # checkpoint=True: the workers share it on its ps by its node name, as they do a MutableHashTable.
+        self.full_name = name  # its checkpoint keys' prefix (TensorFlow's `name` is the last part)
         super().__init__(key_dtype, tf.int64, default_value, empty_key=_EMPTY_KEY[key_dtype],
                          deleted_key=_DELETED_KEY[key_dtype], initial_num_buckets=_FIRST_BUCKETS, name=name,
                          checkpoint=True)

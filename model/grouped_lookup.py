@@ -17,7 +17,7 @@ import tensorflow as tf
 v1 = tf.compat.v1
 
 
-def _pieces(table) -> list:
+def pieces(table) -> list:
     """A table's pieces in row order: a PartitionedVariable's, or the variable alone."""
     return [table] if isinstance(table, tf.Variable) else list(table)
 
@@ -28,13 +28,13 @@ def lookup(tables, ids):
     tables: variables or PartitionedVariables (cut into row ranges) of one width; ids: int64 [batch,
     len(tables)], each a row of its column's table.
     """
-    pieces = [_pieces(table) for table in tables]
-    width = pieces[0][0].shape[1]
-    most = max(len(column) for column in pieces)
+    table_pieces = [pieces(table) for table in tables]
+    width = table_pieces[0][0].shape[1]
+    most = max(len(column) for column in table_pieces)
     # starts[c, p]: the first row of column c's piece p (past the last piece: never reached).
     starts = np.full([len(tables), most], np.iinfo(np.int64).max, np.int64)
     slot_base, slots = np.zeros([len(tables)], np.int64), []  # a slot is one piece of one table
-    for column, column_pieces in enumerate(pieces):
+    for column, column_pieces in enumerate(table_pieces):
         slot_base[column] = len(slots)
         starts[column, :len(column_pieces)] = np.cumsum([0] + [p.shape[0] for p in column_pieces[:-1]])
         slots += column_pieces

@@ -15,7 +15,7 @@ trains as the canonical wide-and-deep model does: FTRL for the wide part, Adagra
 
 import tensorflow as tf
 
-from model import embeddings, grouped_lookup, layers
+from model import embeddings, grouped_lookup, layers, touched_rows
 from model.needs import Needs, wide_part
 
 v1 = tf.compat.v1
@@ -34,7 +34,7 @@ def numeric_input(values):
     return tf.sign(values) * tf.math.log1p(tf.abs(values))
 
 
-def hashed_tables(cfg, num_classes):
+def hashed_tables(cfg, num_classes, training):
     """(embedding table, wide weight table) of the current column: --hash_buckets rows each."""
     partitioner = (v1.fixed_size_partitioner(cfg.embedding_partitions) if cfg.embedding_partitions > 1 else None)
     table = v1.get_variable("embedding", [cfg.hash_buckets, cfg.embedding_dim], partitioner=partitioner,
@@ -42,6 +42,12 @@ def hashed_tables(cfg, num_classes):
     with wide_part():
         weights = v1.get_variable("wide", [cfg.hash_buckets, num_classes], partitioner=partitioner,
                                   initializer=v1.zeros_initializer())
+    for piece in [*grouped_lookup.pieces(table), *grouped_lookup.pieces(weights)]:
+        # Each piece and its optimizer slots: a group of rows that incremental checkpoints save.
+        marker = touched_rows.group(piece.op.name, piece.device, lambda slots_of, p=piece: [
+            (p, None), *((slot, None) for slot, _ in slots_of(p))], piece.shape[0],
+            mark=training and cfg.mark_touched_rows)
+        touched_rows.marks_rows_of(piece, marker)
     return table, weights
 
 
@@ -49,11 +55,10 @@ def hashed_columns(features, names, cfg, num_classes, training):
     """(embeddings, wide weights) of every categorical column, each [batch, columns, width]. On the ps
     tasks every column's table is gathered from at once, one call per ps (model/grouped_lookup.py);
     alone, each with embedding_lookup ("div": fixed_size_partitioner gives a piece a range of rows)."""
-    del training  # the tables are the same size whatever they meet
     tables = []
     for name in names:
         with v1.variable_scope(name):
-            tables.append(hashed_tables(cfg, num_classes))
+            tables.append(hashed_tables(cfg, num_classes, training))
     ids = tf.stack([tf.strings.to_hash_bucket_fast(features[name], cfg.hash_buckets) for name in names], axis=1)
     deep, wide = zip(*tables)
     if cfg.table_devices:
@@ -68,7 +73,8 @@ def dynamic_columns(features, names, cfg, num_classes, training):
     of rows back per trained value."""
     options = embeddings.TableOptions(capacity=cfg.embedding_capacity, shards=cfg.embedding_partitions,
                                       devices=cfg.table_devices, min_count=cfg.embedding_min_count,
-                                      steps_to_live=cfg.embedding_steps_to_live, grow=cfg.embedding_growth)
+                                      steps_to_live=cfg.embedding_steps_to_live, grow=cfg.embedding_growth,
+                                      mark_changes=cfg.mark_touched_rows)
     ids = tf.stack([features[name] for name in names], axis=1)
     tables = []
     for column, name in enumerate(names):

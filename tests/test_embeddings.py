@@ -1,6 +1,7 @@
 """Dynamic embedding tables (model/embeddings.py): a row per raw ID, never shared, kept across
 steps, checkpoints and a ps restart; admission; a full table; serving raw IDs; a real cluster."""
 
+import os
 import re
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from launch import measure
 from model import embeddings
 from tests.support import (ROOT, describe, finished, in_process_cluster, join_all, read_flags, run_trainer,
                            serve_in_fresh_process)
-from training import export, run_record
+from training import export, incremental, run_record
 from training.config import TrainConfig
 from training.step import optimizers
 
@@ -524,16 +525,17 @@ def test_the_tables_of_several_columns_cross_to_each_ps_in_one_tensor_and_read_t
 @pytest.mark.e2e
 def test_dynamic_tables_on_two_ps_keep_their_rows_through_a_ps_restart_and_learn(make_cluster):
     """With --embedding_growth: the upkeep and the optimizers' locks in a real cluster, and the
-    reconciliation after the chief restores the restarted ps."""
+    reconciliation after the chief restores the restarted ps, from a full checkpoint and its deltas."""
     cluster = make_cluster(num_ps=2, num_workers=2, trainer_args=[
         "--model=wide_deep", "--dataset=clicks", "--embedding=dynamic", "--embedding_growth",
-        "--embedding_capacity=20000",
-        "--hidden_units=32", "--train_steps=1200", "--save_checkpoint_steps=200", "--keep_checkpoint_max=20",
+        "--embedding_capacity=20000", "--incremental_save_secs=1",
+        "--hidden_units=32", "--train_steps=1200", "--save_checkpoint_steps=400", "--keep_checkpoint_max=20",
         "--log_every_n_steps=200"])
     cluster.start_all()
     deadline = time.monotonic() + 180
-    while (checkpoint := tf.train.latest_checkpoint(str(cluster.model_dir))) is None or checkpoint.endswith("-0"):
-        assert time.monotonic() < deadline, f"no checkpoint past step 0 in 180 s\n{describe(cluster)}"
+    while ((checkpoint := tf.train.latest_checkpoint(str(cluster.model_dir))) is None or checkpoint.endswith("-0")
+           or not incremental.deltas_of(checkpoint)):
+        assert time.monotonic() < deadline, f"no delta of a checkpoint past step 0 in 180 s\n{describe(cluster)}"
         time.sleep(0.3)
     at_kill = tf.train.latest_checkpoint(str(cluster.model_dir))
     cluster.kill("ps", 1)
@@ -544,6 +546,7 @@ def test_dynamic_tables_on_two_ps_keep_their_rows_through_a_ps_restart_and_learn
     chief = cluster.log("worker", 0)
     assert "An error was raised" in chief  # the kill broke its steps, and the chief restored ps 1:
     assert re.search(r"Restoring parameters from .*model\.ckpt-\d+", chief.split("An error was raised")[-1])
+    assert re.search(rf"restored {os.path.basename(at_kill)} and its [1-9]\d* delta checkpoint", chief), chief[-3000:]
     assert re.search(r"live rows: .*wide_deep/user \d+ \(\d+ \+ \d+\)", chief), chief[-3000:]
     # Every ID with a row at the kill still has that row at the end (both shards: ps 1's was restored).
     before, after = saved_maps(at_kill), saved_maps(tf.train.latest_checkpoint(str(cluster.model_dir)))

@@ -167,6 +167,17 @@ def test_both_checkpoint_intervals_is_refused():
     assert "--save_checkpoint_steps and --save_checkpoint_secs are both set" in message
 
 
+def test_incremental_checkpoints_need_tables_and_come_between_full_ones():
+    cfg = read_flags(*WORKER, "--model=wide_deep", "--dataset=clicks", "--incremental_save_secs=60")
+    assert cfg.train.incremental_save_secs == 60 and cfg.model.mark_touched_rows
+    assert not read_flags(*WORKER, "--model=wide_deep", "--dataset=clicks").model.mark_touched_rows
+    assert "--model=mlp has no tables" in usage_error(*WORKER, "--incremental_save_secs=60")
+    assert "--save_checkpoint_secs=600: make it smaller" in usage_error(
+        *WORKER, "--model=wide_deep", "--dataset=clicks", "--incremental_save_secs=600")
+    assert read_flags(*WORKER, "--model=wide_deep", "--dataset=clicks", "--incremental_save_secs=600",
+                      "--save_checkpoint_steps=5000").train.incremental_save_secs == 600
+
+
 def test_checkpoint_steps_replace_the_default_seconds():
     cfg = read_flags(*WORKER, "--save_checkpoint_steps=10")
     assert (cfg.train.save_checkpoint_steps, cfg.train.save_checkpoint_secs) == (10, None)

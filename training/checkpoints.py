@@ -19,6 +19,7 @@ restores the newest one it can read, saying how many steps that went back.
 import os
 import re
 import shutil
+import time
 from typing import NamedTuple
 
 import numpy as np
@@ -26,7 +27,8 @@ import tensorflow as tf
 from absl import logging
 from tensorflow.python.checkpoint import checkpoint_management  # the Saver's own state-file writer
 
-from training import exit_codes, log_lines
+from model import touched_rows
+from training import exit_codes, incremental, log_lines
 
 CHECKPOINT_FILE = re.compile(r"^(model\.ckpt-\d+)(?:_temp.*|\.index|\.data-.*|\.meta)$")
 STATE_TEMP_FILE = re.compile(r"^checkpoint\.tmp[0-9a-f]*$")
@@ -69,8 +71,9 @@ def unfinished_save_files(model_dir: str) -> list[str]:
         return []
     keep = registered_prefixes(model_dir)
     names = [name.rstrip("/") for name in tf.io.gfile.listdir(model_dir)]
-    return sorted(name for name in names if STATE_TEMP_FILE.match(name) or (
-        CHECKPOINT_FILE.match(name) and CHECKPOINT_FILE.match(name).group(1) not in keep))
+    return sorted([name for name in names if STATE_TEMP_FILE.match(name) or (
+        CHECKPOINT_FILE.match(name) and CHECKPOINT_FILE.match(name).group(1) not in keep)]
+        + incremental.unfinished_or_orphaned(names, keep))
 
 
 def remove_interrupted_saves(model_dir: str, task_name: str, quiet: bool = False) -> list[str]:
@@ -139,6 +142,38 @@ def _disk_figures(model_dir: str, previous: str | None) -> str:
         f", {free:,} free" if free is not None else "")
 
 
+def restore_with_deltas(sess, restore_full, deltas: incremental.Deltas | None, path: str,
+                        remove_unreadable: bool = False) -> list[str]:
+    """Restores the full checkpoint `path` (restore_full(sess, path)) and then, with `deltas`, its deltas in
+    order of step. A delta that cannot be read ends the chain: the full checkpoint and the deltas before
+    it are restored anew (a delta that failed part-way may have changed some variables), and, with
+    remove_unreadable (the chief), that delta and the later ones, which build on it, are removed. Returns
+    the deltas restored."""
+    chain = incremental.deltas_of(path) if deltas is not None else []
+    restore_full(sess, path)
+    for index, delta in enumerate(chain):
+        try:
+            deltas.saver.restore(sess, delta)
+        except UNREADABLE as err:
+            logging.error("delta checkpoint %s cannot be read (%s): restoring %s and its %d delta(s) before it%s",
+                          os.path.basename(delta), log_lines.error_cause(str(err)), os.path.basename(path), index,
+                          f"; removed it and the {len(chain) - index - 1} after it" if remove_unreadable else "")
+            if remove_unreadable:
+                for unusable in chain[index:]:
+                    incremental.remove(unusable)
+            restore_full(sess, path)
+            for good in chain[:index]:
+                deltas.saver.restore(sess, good)
+            return chain[:index]
+    return chain
+
+
+def delta_restorer() -> incremental.Deltas | None:
+    """For a graph that only restores (the evaluator's, the export's): what restores its model's delta
+    checkpoints, or None for a model without tables (it has none)."""
+    return incremental.Deltas(saved_variables()) if touched_rows.groups() else None
+
+
 class OlderLayout(NamedTuple):
     """How to restore the checkpoints of a model_dir saved before some variables were added (the
     input queue's trained prefixes, added after the release at 7f2a350): a Saver of every other
@@ -191,12 +226,14 @@ class LiveStateSaver(tf.compat.v1.train.Saver):
     """
 
     def __init__(self, uninitialized, *args, before_save=None, after_restore=None, older: OlderLayout | None = None,
-                 **kwargs):
+                 slots_of=None, **kwargs):
         """uninitialized: report_uninitialized() of this graph; before_save(session), if given, runs
         before each save (the eviction of embedding rows, which the checkpoint then leaves out);
         after_restore(session), if given, runs after each restore, once the NOT_SAVED variables are
         initialized (the dynamic tables' reconciliation); older: how to restore a checkpoint that lacks variables added
-        since (older_layout()). Saves saved_variables(); a restore initializes the NOT_SAVED ones."""
+        since (older_layout()); slots_of, given when training marks the table rows it changes: the
+        optimizer's slots of a variable, for the delta checkpoints (save_delta()). Saves
+        saved_variables(); a restore initializes the NOT_SAVED ones."""
         super().__init__(saved_variables(), *args, **kwargs)
         not_saved = tf.compat.v1.get_collection(NOT_SAVED)
         self._init_not_saved = tf.compat.v1.variables_initializer(not_saved) if not_saved else None
@@ -205,6 +242,10 @@ class LiveStateSaver(tf.compat.v1.train.Saver):
         self._after_restore = after_restore
         self._older = older
         self._global_step = tf.compat.v1.train.get_global_step()
+        self.deltas = incremental.Deltas(saved_variables(), slots_of) if slots_of else None
+        # The full checkpoint that this run's deltas build on: the last saved or restored (None: the
+        # newest registered, which a chief restarted over live ps tasks continues).
+        self._base = None
         self.failed_saves = 0
 
     def save(self, sess, save_path, global_step=None, latest_filename=None, meta_graph_suffix="meta",
@@ -214,14 +255,57 @@ class LiveStateSaver(tf.compat.v1.train.Saver):
         model_dir = os.path.dirname(save_path)
         step = global_step if global_step is None or isinstance(global_step, (int, np.integer)) else (
             tf.compat.v1.train.global_step(sess, global_step))
+
+        def write():
+            return super(LiveStateSaver, self).save(
+                sess, save_path, global_step=step, latest_filename=latest_filename,
+                meta_graph_suffix=meta_graph_suffix, write_meta_graph=write_meta_graph, write_state=False,
+                strip_default_attrs=strip_default_attrs, save_debug_info=save_debug_info)
+
+        prefix = self._checked_save(sess, write, model_dir, step, "checkpoint")
+        if prefix is not None:
+            if write_state:
+                self._register(prefix, model_dir, latest_filename, meta_graph_suffix)
+            self._base = prefix
+        return prefix
+
+    def save_delta(self, sess, model_dir: str) -> str | None:
+        """Saves a delta of the newest full checkpoint: the table rows changed since the last save, every
+        other variable whole (training/incremental.py). Returns its prefix, or None if nothing was saved
+        (no full checkpoint yet, no step since the last save, or a save that failed for storage)."""
+        base = self._base or tf.train.latest_checkpoint(model_dir)
+        step = int(sess.run(self._global_step))
+        if base is None or step <= max([checkpoint_step(base) or 0] + [
+                checkpoint_step(delta) or 0 for delta in incremental.deltas_of(base)]):
+            return None
+        prefix = incremental.delta_prefix(base, step)
+        start = time.monotonic()
+
+        def write():
+            return self.deltas.saver.save(sess, prefix, write_meta_graph=False, write_state=False)
+
+        saved = self._checked_save(sess, write, model_dir, step, "delta checkpoint", remove_on_failure=prefix)
+        if saved is not None:
+            rows, written, full = (incremental.changed_rows(prefix), incremental.bytes_on_disk(prefix),
+                                   incremental.bytes_on_disk(base))
+            held = int(sess.run(self.deltas.rows))
+            logging.info("saved delta checkpoint %s in %.2f s: %d of the tables' %d rows changed (%.2f%%), %s bytes, "
+                         "%.1f%% of the full checkpoint's %s", os.path.basename(prefix), time.monotonic() - start,
+                         rows, held, 100 * rows / max(held, 1), f"{written:,}", 100 * written / max(full, 1),
+                         f"{full:,}")
+        return saved
+
+    def _checked_save(self, sess, write, model_dir, step, what, remove_on_failure=None):
+        """Runs write() (a save returning its prefix) between the generations of the marked table rows
+        (model/touched_rows.py), and checks what it wrote. Returns the prefix, or None for a save that
+        failed for storage or does not check: removed, logged in one line, counted toward MAX_FAILED_SAVES."""
         previous = tf.train.latest_checkpoint(model_dir)
         if self._before_save is not None:
             self._before_save(sess)
+        if self.deltas is not None:
+            sess.run(self.deltas.bump)
         try:
-            prefix = super().save(sess, save_path, global_step=step, latest_filename=latest_filename,
-                                  meta_graph_suffix=meta_graph_suffix, write_meta_graph=write_meta_graph,
-                                  write_state=False, strip_default_attrs=strip_default_attrs,
-                                  save_debug_info=save_debug_info)
+            prefix = write()
             problem = checkpoint_problem(prefix)
         except tf.errors.OpError as err:
             if not (isinstance(err, STORAGE_ERRORS) or any(text in err.message for text in STORAGE_MESSAGES)):
@@ -229,15 +313,17 @@ class LiveStateSaver(tf.compat.v1.train.Saver):
             problem = next((text for text in STORAGE_MESSAGES if text in err.message), None) or (
                 log_lines.error_cause(err.message))
         if problem is None:
-            if write_state:
-                self._register(prefix, model_dir, latest_filename, meta_graph_suffix)
+            if self.deltas is not None:
+                sess.run(self.deltas.commit)
             self.failed_saves = 0
             return prefix
         self.failed_saves += 1
+        if remove_on_failure:
+            incremental.remove(remove_on_failure)
         remove_interrupted_saves(model_dir, "chief", quiet=True)
         newest = os.path.basename(previous) if previous else "no checkpoint"
-        logging.error("checkpoint of global step %s not saved in %s: %s (%s); %s stays the newest; save %d of %d "
-                      "allowed to fail in a row", step, model_dir, problem, _disk_figures(model_dir, previous),
+        logging.error("%s of global step %s not saved in %s: %s (%s); %s stays the newest; save %d of %d "
+                      "allowed to fail in a row", what, step, model_dir, problem, _disk_figures(model_dir, previous),
                       newest, self.failed_saves, MAX_FAILED_SAVES)
         if self.failed_saves >= MAX_FAILED_SAVES:
             raise exit_codes.Failure(
@@ -253,6 +339,8 @@ class LiveStateSaver(tf.compat.v1.train.Saver):
             save_dir=model_dir, model_checkpoint_path=prefix, all_model_checkpoint_paths=self.last_checkpoints,
             latest_filename=latest_filename, save_relative_paths=self._save_relative_paths)
         self._MaybeDeleteOldCheckpoints(meta_graph_suffix=meta_graph_suffix)
+        if self.deltas is not None:  # the deltas of the full checkpoints just deleted
+            remove_interrupted_saves(model_dir, "chief", quiet=True)
 
     def restore(self, sess, save_path):
         if save_path is not None and not len(sess.run(self._uninitialized)):
@@ -287,7 +375,11 @@ class LiveStateSaver(tf.compat.v1.train.Saver):
                                  os.path.basename(path), ", ".join(sorted(self._older.added)),
                                  "that" if len(self._older.added) == 1 else "they")
                 else:
-                    super().restore(sess, path)
+                    deltas = restore_with_deltas(sess, super().restore, self.deltas, path, remove_unreadable=True)
+                    if deltas:
+                        logging.info("restored %s and its %d delta checkpoint(s), to global step %d",
+                                     os.path.basename(path), len(deltas), sess.run(self._global_step))
+                    self._base = path
             except UNREADABLE as err:
                 logging.error("checkpoint %s cannot be read (%s): trying the next older one", path,
                               log_lines.error_cause(str(err)))

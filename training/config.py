@@ -38,6 +38,7 @@ class TrainConfig:
     save_checkpoint_steps: int | None = None
     save_checkpoint_secs: int | None = 600
     keep_checkpoint_max: int = 5
+    incremental_save_secs: int = 0  # deltas between full checkpoints (training/incremental.py); 0: none
     save_summaries_steps: int = 100
     log_every_n_steps: int = 100
     seed: int = 42

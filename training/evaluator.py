@@ -46,12 +46,13 @@ def evaluate(cfg, checkpoint: str, max_examples: int | None = None) -> tuple[int
         if output.auc is not None:  # over the whole split, not averaged per batch
             metrics["auc"] = v1.metrics.auc(labels, output.probabilities[:, 1], num_thresholds=1000)
         saver = v1.train.Saver()  # the variables and the tables (model/embeddings.py's ID -> row maps)
+        deltas = checkpoints.delta_restorer()
         init_metrics = v1.local_variables_initializer()
         updates = [update for _, update in metrics.values()]
         results = {name: value for name, (value, _) in metrics.items()}
         with v1.Session() as sess:
             try:
-                saver.restore(sess, checkpoint)
+                checkpoints.restore_with_deltas(sess, saver.restore, deltas, checkpoint)
             except checkpoints.UNREADABLE as err:
                 raise UnreadableCheckpoint(f"checkpoint {checkpoint} cannot be read "
                                            f"({log_lines.error_cause(str(err))})") from err

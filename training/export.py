@@ -14,6 +14,7 @@ from absl import logging
 
 import input as inputs
 import model
+from training import checkpoints
 
 v1 = tf.compat.v1
 SIGNATURE = "serving_default"
@@ -39,7 +40,8 @@ def predict(cfg, checkpoint: str, features: dict) -> dict:
     """The outputs of `checkpoint` for a batch of raw features (numpy), in this process."""
     graph, placeholders, outputs = serving_graph(cfg)
     with graph.as_default(), v1.Session(graph=graph) as sess:
-        v1.train.Saver().restore(sess, checkpoint)
+        checkpoints.restore_with_deltas(sess, v1.train.Saver().restore, checkpoints.delta_restorer(),
+                                        checkpoint)
         return sess.run(outputs, {placeholders[name]: value for name, value in features.items()})
 
 
@@ -52,7 +54,8 @@ def export(cfg, checkpoint: str) -> str:
         tf.io.gfile.rmtree(partial)
     graph, features, outputs = serving_graph(cfg)
     with graph.as_default(), v1.Session(graph=graph) as sess:
-        v1.train.Saver().restore(sess, checkpoint)
+        checkpoints.restore_with_deltas(sess, v1.train.Saver().restore, checkpoints.delta_restorer(),
+                                        checkpoint)
         builder = v1.saved_model.Builder(partial)
         signature = v1.saved_model.predict_signature_def(inputs=features, outputs=outputs)
         builder.add_meta_graph_and_variables(sess, [v1.saved_model.tag_constants.SERVING],

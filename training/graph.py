@@ -12,7 +12,7 @@ from absl import logging
 
 import input as inputs
 import model
-from model import embeddings
+from model import embeddings, touched_rows
 from cluster import placement, spec
 from input import work_queue
 from training import checkpoints, queue_hook, step
@@ -98,7 +98,7 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
 
         evict = _eviction(slots_of, cfg.model.embedding_steps_to_live)
         tables = embeddings.upkeep(slots_of)
-        for held in v1.get_collection(embeddings.ROWS_HELD):
+        for held in v1.get_collection(embeddings.ROWS_HELD) + v1.get_collection(touched_rows.MARKS):
             v1.add_to_collection(checkpoints.NOT_SAVED, held)
     # CriticalSection's record of its executions (the work queue's, dynamic tables'), for access checks
     # while the graph is built: a MetaGraphDef cannot hold it, and every checkpoint's save warns of it.
@@ -110,7 +110,9 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
     older = checkpoints.older_layout(train.model_dir, [feed.queue.prefixes] if feed else [], sharded=True)
     saver = checkpoints.LiveStateSaver(uninitialized, sharded=True, max_to_keep=train.keep_checkpoint_max,
                                        save_relative_paths=True, before_save=evict, after_restore=tables.after_restore,
-                                       older=older)
+                                       older=older,
+                                       # The chief alone saves and restores: the others need no delta saver.
+                                       slots_of=slots_of if train.incremental_save_secs and cluster.is_chief else None)
     queue = None
     if feed:
         syncing = next((hook for hook in built.hooks if isinstance(hook, sync.SyncReplicasHook)), None)

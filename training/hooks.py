@@ -219,3 +219,30 @@ def describe_live_rows(counts: dict) -> str:
     return "live rows: " + ", ".join(
         f"{table} {sum(shards)}" + (f" ({' + '.join(map(str, shards))})" if len(shards) > 1 else "")
         for table, shards in tables.items())
+
+
+class DeltaSaverHook(v1.train.SessionRunHook):
+    """The chief's delta checkpoints (training/incremental.py): one every `every_secs` seconds, between
+    the full ones that MonitoredTrainingSession's saver writes; a delta at a step already saved is skipped.
+    The delta's failures count with the full saves' (checkpoints.LiveStateSaver)."""
+
+    def __init__(self, saver, model_dir: str, every_secs: int):
+        self._saver, self._model_dir = saver, model_dir
+        self._timer = v1.train.SecondOrStepTimer(every_secs=every_secs)
+        self._global_step = None
+
+    def begin(self):
+        self._global_step = v1.train.get_global_step()
+
+    def after_create_session(self, session, coord):
+        del coord
+        self._timer.update_last_triggered_step(int(session.run(self._global_step)))  # a full save begins a session
+
+    def before_run(self, run_context):
+        return v1.train.SessionRunArgs(self._global_step)
+
+    def after_run(self, run_context, run_values):
+        step = int(run_values.results)
+        if self._timer.should_trigger_for_step(step):
+            self._timer.update_last_triggered_step(step)
+            self._saver.save_delta(run_context.session, self._model_dir)

@@ -221,6 +221,8 @@ def make_hooks(cfg, graph, stop=None, task_metrics=None) -> WorkerHooks:
         hooks.append(not_learning)
     if graph.tables.needs:
         hooks.append(training_hooks.TableUpkeepHook(graph.tables, embeddings.UPKEEP_EVERY_N_RUNS))
+    if cluster.is_chief and graph.saver.deltas is not None:
+        hooks.append(training_hooks.DeltaSaverHook(graph.saver, train_cfg.model_dir, train_cfg.incremental_save_secs))
     live_rows = v1.get_collection(embeddings.LIVE_ROWS)
     if live_rows and cluster.is_chief:
         hooks.append(training_hooks.LiveRowsHook(cluster.task_name, live_rows, train_cfg.log_every_n_steps))

@@ -5,7 +5,7 @@ import re
 
 import tensorflow as tf
 
-from model import embeddings, needs
+from model import embeddings, needs, touched_rows
 
 _v1 = tf.compat.v1.train
 PARTITION_SUFFIX = re.compile(r"/part_\d+$")  # TensorFlow's name for a piece of a partitioned variable
@@ -13,21 +13,40 @@ PARTITION_SUFFIX = re.compile(r"/part_\d+$")  # TensorFlow's name for a piece of
 
 class RowsLocked:
     """Mixed into an optimizer: its sparse update of a dynamic table's rows runs inside the lock of the
-    table's shard (model/embeddings.py). A growth replaces the shard's row variable and its slots one by
-    one, inside that lock; an update in between would meet a variable and a slot of different lengths
-    (TensorFlow's sparse applies refuse them). The lock is taken once the gradient is computed, for the
-    update alone; other variables' updates do not take it."""
+    table's shard (model/embeddings.py), and an update of a table whose rows incremental checkpoints
+    track marks the rows it changed (model/touched_rows.py), once they are written.
+
+    A growth replaces the shard's row variable and its slots one by one, inside that lock; an update in
+    between would meet a variable and a slot of different lengths (TensorFlow's sparse applies refuse
+    them). The lock is taken once the gradient is computed, for the update alone; other variables'
+    updates do not take it."""
 
     def _resource_apply_sparse_duplicate_indices(self, grad, handle, indices):
         apply = super()._resource_apply_sparse_duplicate_indices
-        lock = embeddings.rows_lock(handle)
+        lock, marker = embeddings.rows_lock(handle), touched_rows.marker_of(handle)
+
+        def update():
+            applied = apply(grad, handle, indices)
+            if marker is None:
+                return applied
+            with tf.control_dependencies([applied]):
+                return touched_rows.mark(marker, indices)
+
         if lock is None:
-            return apply(grad, handle, indices)
+            return update()
 
         def locked():
-            with tf.control_dependencies([apply(grad, handle, indices)]):
+            with tf.control_dependencies([update()]):
                 return tf.constant(True)
-        return lock.execute(locked).op
+        return lock.execute(locked, exclusive_resource_access=marker is None).op
+
+    def _resource_apply_dense(self, grad, handle):
+        applied = super()._resource_apply_dense(grad, handle)
+        marker = touched_rows.marker_of(handle)
+        if marker is None:
+            return applied
+        with tf.control_dependencies([applied]):  # a dense gradient of a table: every row changed
+            return touched_rows.mark_all(marker)
 
 
 class SgdOptimizer(RowsLocked, _v1.GradientDescentOptimizer):

@@ -1,0 +1,151 @@
+"""Which rows of the embedding tables changed since the last checkpoint: what an incremental (delta)
+checkpoint saves (training/incremental.py).
+
+A table's rows come in groups that share row numbers: a hashed table's piece with its optimizer
+slots; a dynamic table's shard (its trained variables, their slots, its last-read steps and its
+ID -> row map). The model registers each group (`group()`), in every graph it builds, so that a
+graph that only restores (the evaluator's, the export's) can apply a delta too. When the run saves
+deltas, each group of the training graph also has a marker on its ps: per row, the generation in
+which the row last changed (int32, 4 bytes a row).
+
+Each ps holds a generation counter. A save (full or delta) bumps it first and then reads the rows
+marked at or after `since`, the generation of the last save that succeeded; once the save is on disk,
+`since` becomes the bumped value. A row is marked after it is written, with the generation read after
+the write: a write that a save's read missed was marked with the bumped generation or a later one, so
+the next delta has it. A failed save leaves `since` alone, so the next one saves its rows too. Everything
+a marker needs is on the ps of its rows: marking costs a step no round trip.
+
+The markers and generations are no checkpoint's: a restore starts them anew (every row unmarked, each
+equal to what is on disk).
+"""
+
+import dataclasses
+import weakref
+
+import tensorflow as tf
+
+v1 = tf.compat.v1
+
+# The markers and the generation counters: variables no checkpoint holds (training/graph.py adds them
+# to checkpoints.NOT_SAVED).
+MARKS = "ps_trainer_touched_rows_marks"
+MARK_DTYPE = tf.int32
+# Each graph's groups by name, and each graph's markers by the op name of a variable they mark rows of.
+_GROUPS = weakref.WeakKeyDictionary()
+_MARKERS = weakref.WeakKeyDictionary()
+# Each graph's generation counters, by device.
+_GENERATIONS = weakref.WeakKeyDictionary()
+
+
+@dataclasses.dataclass
+class RowGroup:
+    """Variables whose rows share row numbers, with the marker of their rows (None in a graph that does
+    not save deltas) and, for a dynamic table's shard, its ID -> row map."""
+
+    name: str
+    device: str
+    # (variable, fresh(n): n new rows) of the group's row variables; given the optimizer's
+    # slots_of(variable), its slots too: what a growth extends and what a delta saves.
+    row_variables: object
+    marker: tf.Variable | None = None
+    map: object = None
+
+    def members(self, slots_of) -> list[tf.Variable]:
+        return [variable for variable, _ in self.row_variables(slots_of) if variable is not self.marker]
+
+
+@dataclasses.dataclass
+class Generation:
+    """A ps's generation counter: the current one, the one bumped to before the save in progress, and
+    the one of the last save that succeeded."""
+
+    current: tf.Variable
+    bumped: tf.Variable
+    since: tf.Variable
+
+
+def group(name: str, device: str, row_variables, rows: int, mark: bool, grow: bool = False, table_map=None):
+    """Registers a group of the default graph (once by name); with `mark`, gives it a marker of `rows`
+    rows on `device` (its length unknown to the graph if the group's rows `grow`). Returns its marker,
+    or None."""
+    graph = v1.get_default_graph()
+    groups = _GROUPS.setdefault(graph, {})
+    if name in groups:
+        return groups[name].marker
+    marker = None
+    if mark:
+        with v1.device(device), v1.name_scope(None), v1.name_scope(f"{name}/"):
+            marker = v1.Variable(tf.zeros([rows], MARK_DTYPE), trainable=False, use_resource=True, name="touched",
+                                 shape=tf.TensorShape([None]) if grow else tf.TensorShape([rows]),
+                                 collections=[v1.GraphKeys.GLOBAL_VARIABLES, MARKS])
+        generation_of(device)
+    groups[name] = RowGroup(name, device, row_variables, marker, table_map)
+    return marker
+
+
+def marks_rows_of(variable, marker) -> None:
+    """Says that `marker` marks the rows of `variable`: the optimizers mark the rows they update
+    (training/step/optimizers.RowsLocked)."""
+    if marker is not None:
+        _MARKERS.setdefault(variable.graph, {})[variable.op.name] = marker
+
+
+def groups(graph=None) -> list[RowGroup]:
+    return list(_GROUPS.get(graph or v1.get_default_graph(), {}).values())
+
+
+def marker_of(variable) -> tf.Variable | None:
+    """The marker of the rows of `variable` (a table's row variable), or None."""
+    return _MARKERS.get(variable.graph, {}).get(variable.op.name)
+
+
+def generation_of(device: str) -> Generation:
+    """The default graph's generation counters on `device`, made the first time."""
+    graph = v1.get_default_graph()
+    found = _GENERATIONS.setdefault(graph, {})
+    if device not in found:
+        with v1.device(device), v1.name_scope(None), v1.name_scope(f"touched_rows/generation{len(found)}/"):
+            found[device] = Generation(*(
+                v1.Variable(1, dtype=MARK_DTYPE, trainable=False, use_resource=True, name=name,
+                            collections=[v1.GraphKeys.GLOBAL_VARIABLES, MARKS])
+                for name in ("current", "bumped", "since")))
+    return found[device]
+
+
+def generations(graph=None) -> dict[str, Generation]:
+    return dict(_GENERATIONS.get(graph or v1.get_default_graph(), {}))
+
+
+def current(marker) -> tf.Tensor:
+    """The generation to mark rows of `marker` with, read on its ps (after what the caller made it wait for)."""
+    return generation_of(marker.device).current.read_value()
+
+
+def mark(marker, rows) -> tf.Operation:
+    """Marks `rows` of `marker` as changed in the current generation."""
+    with v1.colocate_with(marker):
+        rows = tf.reshape(rows, [-1])
+        return v1.scatter_update(marker, rows, tf.fill(tf.shape(rows), current(marker))).op
+
+
+def mark_all(marker) -> tf.Operation:
+    """Marks every row of `marker` (a dense update of the whole table)."""
+    with v1.colocate_with(marker):
+        return marker.assign(tf.fill(tf.shape(marker), current(marker)), read_value=False)
+
+
+def changed_rows(marker) -> tf.Tensor:
+    """The rows marked since the last save that succeeded: int64, in order."""
+    with v1.colocate_with(marker):
+        since = generation_of(marker.device).since.read_value()
+        return tf.reshape(tf.where(marker >= since), [-1])
+
+
+def bump() -> list:
+    """Ops that start a save: each ps's generation moves on (rows changed from here on go in the next save)."""
+    return [g.bumped.assign(g.current.assign_add(1)).op for g in generations().values()]
+
+
+def commit() -> list:
+    """Ops that end a save that succeeded: each ps's `since` becomes the generation it bumped to."""
+    return [g.since.assign(g.bumped).op for g in generations().values()]
