@@ -14,7 +14,7 @@ import input as inputs
 import model
 from cluster import spec
 from model import embeddings
-from training import checkpoints, incremental
+from training import checkpoints, evaluator, export, incremental
 from training import graph as train_graph
 from training.config import RunConfig, TrainConfig
 
@@ -110,6 +110,16 @@ def test_a_full_checkpoint_and_its_deltas_restore_what_a_full_checkpoint_at_that
     # The deltas hold the changed rows only, and what was trained did change the tables.
     held = sum(np.shape(value)[0] for name, value in whole.items() if name.endswith(("/embedding", "/part_0")))
     assert 0 < incremental.changed_rows(second) < held
+    # The evaluator and the export restore the chain too (the same function; each case checks one): the
+    # same figures, and the same scores from the maps, as the full checkpoint.
+    reference_cfg = config(tmp_path / "reference", model_cfg)
+    if model_cfg.embedding == "hashed":
+        assert evaluator.evaluate(cfg, base, 1000) == evaluator.evaluate(reference_cfg, reference, 1000)
+    else:
+        features, _ = next(iter(inputs.batches(DATA, inputs.Shard(0, 1), 50, split="eval", repeat=False)))
+        features = {name: value.numpy() for name, value in features.items()}
+        np.testing.assert_array_equal(export.predict(cfg, base, features)["logits"],
+                                      export.predict(reference_cfg, reference, features)["logits"])
     if model_cfg.embedding_growth:  # what the deltas carried: grown storage, admissions and evictions
         assert whole["wide_deep/user/shard0/embedding"].shape[0] > embeddings.GROWTH_ROWS
         assert re.search(r"evicted the rows .*wide_deep/user [1-9]", caplog.text)

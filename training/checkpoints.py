@@ -168,10 +168,12 @@ def restore_with_deltas(sess, restore_full, deltas: incremental.Deltas | None, p
     return chain
 
 
-def delta_restorer() -> incremental.Deltas | None:
-    """For a graph that only restores (the evaluator's, the export's): what restores its model's delta
-    checkpoints, or None for a model without tables (it has none)."""
-    return incremental.Deltas(saved_variables()) if touched_rows.groups() else None
+def delta_restorer(checkpoint: str) -> incremental.Deltas | None:
+    """For a graph that only restores (the evaluator's, the export's): what restores the deltas of the
+    full checkpoint `checkpoint`, or None when it has none (built only then: a Saver of every table
+    takes seconds to build)."""
+    return incremental.Deltas(saved_variables()) if touched_rows.groups() and incremental.deltas_of(
+        checkpoint) else None
 
 
 class OlderLayout(NamedTuple):

@@ -46,7 +46,7 @@ def evaluate(cfg, checkpoint: str, max_examples: int | None = None) -> tuple[int
         if output.auc is not None:  # over the whole split, not averaged per batch
             metrics["auc"] = v1.metrics.auc(labels, output.probabilities[:, 1], num_thresholds=1000)
         saver = v1.train.Saver()  # the variables and the tables (model/embeddings.py's ID -> row maps)
-        deltas = checkpoints.delta_restorer()
+        deltas = checkpoints.delta_restorer(checkpoint)
         init_metrics = v1.local_variables_initializer()
         updates = [update for _, update in metrics.values()]
         results = {name: value for name, (value, _) in metrics.items()}

@@ -40,7 +40,7 @@ def predict(cfg, checkpoint: str, features: dict) -> dict:
     """The outputs of `checkpoint` for a batch of raw features (numpy), in this process."""
     graph, placeholders, outputs = serving_graph(cfg)
     with graph.as_default(), v1.Session(graph=graph) as sess:
-        checkpoints.restore_with_deltas(sess, v1.train.Saver().restore, checkpoints.delta_restorer(),
+        checkpoints.restore_with_deltas(sess, v1.train.Saver().restore, checkpoints.delta_restorer(checkpoint),
                                         checkpoint)
         return sess.run(outputs, {placeholders[name]: value for name, value in features.items()})
 
@@ -54,7 +54,7 @@ def export(cfg, checkpoint: str) -> str:
         tf.io.gfile.rmtree(partial)
     graph, features, outputs = serving_graph(cfg)
     with graph.as_default(), v1.Session(graph=graph) as sess:
-        checkpoints.restore_with_deltas(sess, v1.train.Saver().restore, checkpoints.delta_restorer(),
+        checkpoints.restore_with_deltas(sess, v1.train.Saver().restore, checkpoints.delta_restorer(checkpoint),
                                         checkpoint)
         builder = v1.saved_model.Builder(partial)
         signature = v1.saved_model.predict_signature_def(inputs=features, outputs=outputs)
