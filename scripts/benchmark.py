@@ -4,7 +4,8 @@
     python scripts/benchmark.py                         # every model and layout, 3 repetitions
     python scripts/benchmark.py --models=mlp --repetitions=5 --output_dir=bench/
 
-For each model (the default mlp at batch 128, a 10M-parameter mlp, the cnn) it runs the same model
+For each model (the default mlp at batch 128, a 10M-parameter mlp, the cnn; wide_deep and
+wide_deep_dynamic, on --models) it runs the same model
 and data as single-process training (trainer.py with no cluster) and as clusters of 1 ps + 1
 worker, 1 ps + 2 workers and 2 ps + 2 workers, async and sync, plus two levers (10 steps per run;
 float16 on the wire), one repetition of every layout before the next repetition, so that machine
@@ -61,9 +62,19 @@ MODELS = {
     "mlp": ["--model=mlp", "--hidden_units=256", "--batch_size=128"],
     "mlp10m": ["--model=mlp", "--hidden_units=4096,1600", "--batch_size=128"],  # 9.8M parameters
     "cnn": ["--model=cnn", "--batch_size=64"],
+    # Click-log models on zipf_clicks (13 numeric and 26 categorical columns, Zipf-distributed IDs):
+    # hashed tables of 10,000 rows a column, and dynamic tables that grow with the IDs met.
+    "wide_deep": ["--model=wide_deep", "--dataset=zipf_clicks", "--synthetic_examples=200000", "--batch_size=256"],
+    "wide_deep_dynamic": ["--model=wide_deep", "--dataset=zipf_clicks", "--synthetic_examples=200000",
+                          "--batch_size=256", "--embedding=dynamic", "--embedding_growth",
+                          "--embedding_capacity=4000000"],
 }
 # Fewer measured steps for the slow models, so that a run takes tens of seconds, not minutes.
-STEP_SCALE = {"mlp": 1.0, "mlp10m": 0.25, "cnn": 0.25}
+STEP_SCALE = {"mlp": 1.0, "mlp10m": 0.25, "cnn": 0.25, "wide_deep": 0.5, "wide_deep_dynamic": 0.5}
+# Models with tables partitioned across the ps: the levers that keep worker-side copies of every
+# variable refuse them (flags/config.check_dense_lever), so those layouts are not run for them.
+TABLE_MODELS = {"wide_deep", "wide_deep_dynamic"}
+DENSE_LEVERS = ("--local_steps=", "--accumulate_batches=")
 # Time-to-accuracy mode: how long a reference layout trains (a target it misses in this time is too high).
 REFERENCE_BUDGET_SECS = 40
 
@@ -447,6 +458,9 @@ def main(argv):
         for model in FLAGS.models:
             done = {}
             for layout in layouts:
+                if model in TABLE_MODELS and any(arg.startswith(DENSE_LEVERS) for arg in layout.trainer_args):
+                    results.append(Result(model, layout.name, repetition, None, None, None, None, True))
+                    continue
                 result = run_once(model, layout, repetition, argv[1:], out / "logs", budget(layout, done))
                 if repetition == 0:  # counted once, in this process, after the run (never beside one)
                     result.rpcs_per_step = rpcs_per_step(model, layout)

@@ -19,11 +19,15 @@ from input import storage
 
 FILE = "run.json"
 _DATA_OWN = ("data_dir", "eval_data_dir", "cache", "skip_bad_records")
+# What only the training graph of this run does (mark the rows it changes for its delta checkpoints):
+# no reader's graph takes it.
+_MODEL_OWN = ("mark_touched_rows",)
 
 
 def write(cfg) -> None:
     data = {k: v for k, v in dataclasses.asdict(cfg.data).items() if k not in _DATA_OWN}
-    record = {"train_steps": cfg.train.train_steps, "model": dataclasses.asdict(cfg.model), "data": data,
+    model_settings = {k: v for k, v in dataclasses.asdict(cfg.model).items() if k not in _MODEL_OWN}
+    record = {"train_steps": cfg.train.train_steps, "model": model_settings, "data": data,
               "num_ps": cfg.cluster.num_ps}
     storage.write_whole(os.path.join(cfg.train.model_dir, FILE), json.dumps(record, indent=1))
 
