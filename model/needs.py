@@ -23,6 +23,9 @@ class Needs:
     # the levers that keep worker-side copies of every variable (--local_steps, --accumulate_batches)
     # refuse such a model.
     partitioned_tables: bool = False
+    # pieces(model_cfg, data_spec, num_ps): how many pieces each of its tables is cut into when
+    # --embedding_partitions is not given (None: one per ps task).
+    table_pieces: object = None
 
 
 @contextlib.contextmanager

@@ -19,7 +19,22 @@ from model import embeddings, grouped_lookup, layers, touched_rows
 from model.needs import Needs, wide_part
 
 v1 = tf.compat.v1
-NEEDS = Needs(default_optimizer="ftrl_adagrad", partitioned_tables=True)
+
+
+def table_pieces(cfg, data_spec, num_ps: int) -> int:
+    """How many pieces each table is cut into by default. Every gather and sparse update of a piece is an
+    op of its own on its ps, whatever the piece's size: two ps tasks that each hold a piece of every
+    table each cost a step as much as one ps holding them all (measured: docs/data.md). So hashed tables
+    stay whole and are spread over the ps tasks by size, unless whole tables would load one ps more than
+    a quarter above its share (fewer tables than ps tasks, or a few); then each is cut into one piece per
+    ps. A dynamic table's shard is chosen by a hash of the ID: one per ps."""
+    if cfg.embedding == "dynamic" or num_ps <= 1:
+        return max(1, num_ps)
+    num_tables = len(categorical_columns(data_spec))
+    return 1 if -(-num_tables // num_ps) <= 1.25 * num_tables / num_ps else num_ps
+
+
+NEEDS = Needs(default_optimizer="ftrl_adagrad", partitioned_tables=True, table_pieces=table_pieces)
 
 
 def check(data_spec):
@@ -93,8 +108,12 @@ def _embedding_initializer(cfg):
     return v1.truncated_normal_initializer(stddev=cfg.embedding_dim ** -0.5)
 
 
+def categorical_columns(data_spec) -> list[str]:
+    return sorted(n for n, s in data_spec.features.items() if s.dtype == tf.string)
+
+
 def logits(features, cfg, data_spec, training):
-    categorical = sorted(n for n, s in data_spec.features.items() if s.dtype == tf.string)
+    categorical = categorical_columns(data_spec)
     numeric = sorted(n for n, s in data_spec.features.items() if s.dtype == tf.float32)
     num_classes = data_spec.num_classes
     deep_inputs, wide_terms = [], []

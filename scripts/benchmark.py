@@ -169,16 +169,21 @@ def trainer_args(model: str, layout: Layout, extra_args, directory: pathlib.Path
 
 def layout_config(model: str, layout: Layout) -> RunConfig:
     """The RunConfig of one worker of an async layout, for counting its round trips."""
-    args = dict(arg[2:].split("=", 1) for arg in [*MODELS[model], *layout.trainer_args])
+    args = dict((*arg[2:].split("=", 1), True)[:2] for arg in [*MODELS[model], *layout.trainer_args])
     model_cfg = mdl.ModelConfig(name=args["model"], **({"hidden_units": tuple(int(u) for u in args["hidden_units"]
                                                                              .split(","))}
-                                                      if "hidden_units" in args else {}))
+                                                      if "hidden_units" in args else {}),
+                                embedding=args.get("embedding", "hashed"),
+                                embedding_growth=bool(args.get("embedding_growth", False)),
+                                embedding_capacity=int(args.get("embedding_capacity", 100000)),
+                                embedding_partitions=max(1, layout.num_ps))
     local = int(args.get("local_steps", 1))
     train = TrainConfig(batch_size=BATCH[model], local_steps=local,
                         steps_per_run=local if local > 1 else int(args.get("steps_per_run", 1)),
                         wire_dtype=args.get("wire_dtype", "float32"))
     cluster = spec.ClusterConfig(("ps",) * layout.num_ps, ("worker",), "worker", 0)
-    return RunConfig(cluster, train, model_cfg, inputs.DataConfig(synthetic_examples=2000))
+    return RunConfig(cluster, train, model_cfg, inputs.DataConfig(name=args.get("dataset", "synthetic"),
+                                                                  synthetic_examples=2000))
 
 
 def rpcs_per_step(model: str, layout: Layout) -> float | None:

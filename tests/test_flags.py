@@ -178,6 +178,16 @@ def test_incremental_checkpoints_need_tables_and_come_between_full_ones():
                       "--save_checkpoint_steps=5000").train.incremental_save_secs == 600
 
 
+def test_hashed_tables_stay_whole_when_they_spread_evenly_over_the_ps_tasks():
+    two_ps = ("--ps_hosts=localhost:2222,localhost:2223", "--worker_hosts=localhost:2224", "--job_name=worker",
+              "--task_index=0", "--model=wide_deep")
+    assert read_flags(*two_ps, "--dataset=zipf_clicks").model.embedding_partitions == 1  # 26 tables: 13 a ps
+    assert read_flags(*two_ps, "--dataset=clicks").model.embedding_partitions == 2  # 3 tables: 2 and 1, cut
+    assert read_flags(*two_ps, "--dataset=zipf_clicks", "--embedding=dynamic").model.embedding_partitions == 2
+    assert read_flags(*two_ps, "--dataset=zipf_clicks", "--embedding_partitions=3").model.embedding_partitions == 3
+    assert read_flags("--model=wide_deep", "--dataset=clicks").model.embedding_partitions == 1
+
+
 def test_checkpoint_steps_replace_the_default_seconds():
     cfg = read_flags(*WORKER, "--save_checkpoint_steps=10")
     assert (cfg.train.save_checkpoint_steps, cfg.train.save_checkpoint_secs) == (10, None)
