@@ -4,6 +4,7 @@ checkpoint and of its deltas, and the time to restore a full checkpoint alone an
 
     python scripts/run_local.py --num_ps=2 -- --model_dir=/tmp/big --model=wide_deep \\
         --dataset=zipf_clicks --synthetic_examples=200000 --hash_buckets=300000 --batch_size=256 \\
+        --embedding_partitions=2 \\
         --incremental_save_secs=5 --save_checkpoint_secs=60 --keep_checkpoint_max=20 --train_steps=3000
     python scripts/delta_checkpoints.py --model_dir=/tmp/big --model=wide_deep --dataset=zipf_clicks
 
