@@ -23,6 +23,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import shutil
 import statistics
 import subprocess
 import sys
@@ -199,6 +200,8 @@ def run_once(model: str, layout: Layout, repetition: int, extra_args, run_dir: p
     if layout.tf2_strategy:
         return run_tf2(model, layout, repetition)
     directory = run_dir / f"{model}-{layout.name.replace(' ', '_').replace('+', '').replace(',', '')}-{repetition}"
+    # Fresh: a run into the directory of an earlier one would resume its checkpoint and append to its logs.
+    shutil.rmtree(directory, ignore_errors=True)
     args = trainer_args(model, layout, extra_args, directory)
     if layout.single:
         cluster = SingleProcess(directory, args)
