@@ -89,7 +89,7 @@ def restored(trainer, prefix) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("model_cfg", [DYNAMIC, HASHED], ids=["dynamic", "hashed"])
 def test_a_full_checkpoint_and_its_deltas_restore_what_a_full_checkpoint_at_that_step_holds(tmp_path, model_cfg,
                                                                                               caplog):
-    caplog.set_level("INFO")
+    caplog.set_level("INFO", logger="absl")  # its own level (flags parsed in this process may have set it)
     cfg = config(tmp_path / "run", model_cfg)
     trainer = Trainer(cfg)
     trainer.steps(3)
