@@ -5,8 +5,9 @@ picks among --hash_buckets (distinct values can share one); with --embedding=dyn
 own, made the first time training meets it (model/embeddings.py). The deep part reads an embedding
 of --embedding_dim columns from the row and feeds the embeddings and the numeric features through
 --hidden_units; the wide part adds a learned weight per row (and per numeric feature).
-The tables are the model's bulk, so each is cut into --embedding_partitions pieces (one per ps by
-default) spread over the ps tasks: hashed tables into row ranges with fixed_size_partitioner,
+The tables are the model's bulk, spread over the ps tasks: each cut into --embedding_partitions
+pieces (by default table_pieces() below: hashed tables whole when they spread evenly, else one piece
+per ps; dynamic ones one shard per ps), hashed tables into row ranges with fixed_size_partitioner,
 dynamic ones by a hash of the ID. Lookups gather only the rows a batch touches, on the ps that
 holds them, and their gradients are sparse: a step moves those rows, whatever the table's size. It
 trains as the canonical wide-and-deep model does: FTRL for the wide part, Adagrad for the deep part
@@ -24,7 +25,7 @@ v1 = tf.compat.v1
 def table_pieces(cfg, data_spec, num_ps: int) -> int:
     """How many pieces each table is cut into by default. Every gather and sparse update of a piece is an
     op of its own on its ps, whatever the piece's size: two ps tasks that each hold a piece of every
-    table each cost a step as much as one ps holding them all (measured: docs/data.md). So hashed tables
+    table each cost a step nearly as much as one ps holding them all (measured: docs/data.md). So hashed tables
     stay whole and are spread over the ps tasks by size, unless whole tables would load one ps more than
     a quarter above its share (fewer tables than ps tasks, or a few); then each is cut into one piece per
     ps. A dynamic table's shard is chosen by a hash of the ID: one per ps."""
