@@ -78,7 +78,7 @@ def group(name: str, device: str, row_variables, rows: int, mark: bool, grow: bo
             marker = v1.Variable(tf.zeros([rows], MARK_DTYPE), trainable=False, use_resource=True, name="touched",
                                  shape=tf.TensorShape([None]) if grow else tf.TensorShape([rows]),
                                  collections=[v1.GraphKeys.GLOBAL_VARIABLES, MARKS])
-        generation_of(device)
+        generation_of(marker.device)  # where current() and changed_rows() look for it
     groups[name] = RowGroup(name, device, row_variables, marker, table_map)
     return marker
 

@@ -168,9 +168,15 @@ def trainer_args(model: str, layout: Layout, extra_args, directory: pathlib.Path
     return args + (["--sync_replicas"] if layout.sync else [])
 
 
+def _name_and_value(arg: str):
+    """('name', 'value') of --name=value; ('name', True) of a bare --name."""
+    name, _, value = arg[2:].partition("=")
+    return name, value or True
+
+
 def layout_config(model: str, layout: Layout) -> RunConfig:
     """The RunConfig of one worker of an async layout, for counting its round trips."""
-    args = dict((*arg[2:].split("=", 1), True)[:2] for arg in [*MODELS[model], *layout.trainer_args])
+    args = dict(_name_and_value(arg) for arg in [*MODELS[model], *layout.trainer_args])
     model_cfg = mdl.ModelConfig(name=args["model"], **({"hidden_units": tuple(int(u) for u in args["hidden_units"]
                                                                              .split(","))}
                                                       if "hidden_units" in args else {}),

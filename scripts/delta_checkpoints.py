@@ -51,10 +51,10 @@ def main(argv):
     fulls = [os.path.join(model_dir, os.path.basename(path)) for path in state.all_model_checkpoint_paths]
     for full in fulls:
         deltas = incremental.deltas_of(full)
-        sizes = [incremental.bytes_on_disk(delta) for delta in deltas]
-        print(f"{os.path.basename(full)}: {incremental.bytes_on_disk(full):,} bytes; {len(deltas)} deltas"
-              + (f" of {min(sizes):,} to {max(sizes):,} bytes, {incremental.changed_rows(deltas[0]):,} to "
-                 f"{max(incremental.changed_rows(d) for d in deltas):,} rows" if deltas else ""))
+        sizes = [checkpoints.bytes_on_disk(delta) for delta in deltas]
+        rows = [incremental.rows_held(delta) for delta in deltas]
+        print(f"{os.path.basename(full)}: {checkpoints.bytes_on_disk(full):,} bytes; {len(deltas)} deltas"
+              + (f" of {min(sizes):,} to {max(sizes):,} bytes, {min(rows):,} to {max(rows):,} rows" if deltas else ""))
     chained = [full for full in fulls if incremental.deltas_of(full)]
     if not chained:
         print("no full checkpoint with deltas")

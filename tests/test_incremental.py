@@ -109,7 +109,7 @@ def test_a_full_checkpoint_and_its_deltas_restore_what_a_full_checkpoint_at_that
     assert whole["global_step"] == 13
     # The deltas hold the changed rows only, and what was trained did change the tables.
     held = sum(np.shape(value)[0] for name, value in whole.items() if name.endswith(("/embedding", "/part_0")))
-    assert 0 < incremental.changed_rows(second) < held
+    assert 0 < incremental.rows_held(second) < held
     # The evaluator and the export restore the chain too (the same function; each case checks one): the
     # same figures, and the same scores from the maps, as the full checkpoint.
     reference_cfg = config(tmp_path / "reference", model_cfg)

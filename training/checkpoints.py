@@ -130,10 +130,15 @@ def checkpoint_step(prefix: str | None) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def bytes_on_disk(prefix: str) -> int:
+    """The bytes of a written checkpoint's files (full or delta)."""
+    return sum(tf.io.gfile.stat(path).length for path in tf.io.gfile.glob(prefix + ".*"))
+
+
 def _disk_figures(model_dir: str, previous: str | None) -> str:
     """'needs about N bytes, M free' from the previous checkpoint's size and the filesystem, as far
     as they can be had (object stores have no free space to ask)."""
-    needed = sum(tf.io.gfile.stat(path).length for path in tf.io.gfile.glob(previous + ".*")) if previous else None
+    needed = bytes_on_disk(previous) if previous else None
     try:
         free = shutil.disk_usage(model_dir).free
     except OSError:
@@ -288,8 +293,7 @@ class LiveStateSaver(tf.compat.v1.train.Saver):
 
         saved = self._checked_save(sess, write, model_dir, step, "delta checkpoint", remove_on_failure=prefix)
         if saved is not None:
-            rows, written, full = (incremental.changed_rows(prefix), incremental.bytes_on_disk(prefix),
-                                   incremental.bytes_on_disk(base))
+            rows, written, full = incremental.rows_held(prefix), bytes_on_disk(prefix), bytes_on_disk(base)
             held = int(sess.run(self.deltas.rows))
             logging.info("saved delta checkpoint %s in %.2f s: %d of the tables' %d rows changed (%.2f%%), %s bytes, "
                          "%.1f%% of the full checkpoint's %s", os.path.basename(prefix), time.monotonic() - start,

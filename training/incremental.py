@@ -151,12 +151,9 @@ class Deltas:
         self.rows = tf.add_n(sizes) if sizes else tf.constant(0, tf.int64)
 
 
-def changed_rows(prefix: str) -> int:
-    """The rows a delta holds, over every group."""
+def rows_held(prefix: str) -> int:
+    """The rows the delta checkpoint `prefix` holds, over every group."""
     reader = tf.train.load_checkpoint(prefix)
     return sum(shape[0] for name, shape in reader.get_variable_to_shape_map().items()
                if name.endswith("/delta_rows"))
 
-
-def bytes_on_disk(prefix: str) -> int:
-    return sum(tf.io.gfile.stat(path).length for path in tf.io.gfile.glob(prefix + ".*"))
