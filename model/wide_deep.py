@@ -69,7 +69,7 @@ def hashed_tables(cfg, num_classes, training):
 
 def hashed_columns(features, names, cfg, num_classes, training):
     """(embeddings, wide weights) of every categorical column, each [batch, columns, width]. On the ps
-    tasks every column's table is gathered from at once, one call per ps (model/grouped_lookup.py);
+    tasks every column's tables are gathered from at once, one call per ps (model/grouped_lookup.py);
     alone, each with embedding_lookup ("div": fixed_size_partitioner gives a piece a range of rows)."""
     tables = []
     for name in names:
@@ -78,7 +78,7 @@ def hashed_columns(features, names, cfg, num_classes, training):
     ids = tf.stack([tf.strings.to_hash_bucket_fast(features[name], cfg.hash_buckets) for name in names], axis=1)
     deep, wide = zip(*tables)
     if cfg.table_devices:
-        return grouped_lookup.lookup(deep, ids), grouped_lookup.lookup(wide, ids)
+        return tuple(grouped_lookup.lookup([deep, wide], ids))
     return tuple(tf.stack([v1.nn.embedding_lookup(table, ids[:, c], partition_strategy="div")
                            for c, table in enumerate(column_tables)], axis=1) for column_tables in (deep, wide))
 

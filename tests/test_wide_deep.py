@@ -19,7 +19,7 @@ from tests.support import SCRIPTS, describe, finished, in_process_cluster, read_
 from training import export
 from training import graph as train_graph
 from training.config import RunConfig, TrainConfig
-from training.step import update
+from training.step import optimizers, update
 
 v1 = tf.compat.v1
 
@@ -133,43 +133,66 @@ def tags(directory) -> set:
 
 
 @pytest.mark.inprocess
-@pytest.mark.parametrize("grouped", [True, False])
-def test_one_gather_per_ps_reads_and_updates_exactly_the_rows_embedding_lookup_does(grouped):
-    # Three tables over 2 ps: cut in 2 pieces of 4 and 3 rows, whole, cut in 3 pieces; ids with repeats.
+@pytest.mark.parametrize("grouped,optimizer,placed", [(True, "sgd", "alike"), (False, "sgd", "alike"),
+                                                      (True, "adagrad", "alike"), (True, "adagrad", "apart")])
+def test_one_gather_per_ps_reads_and_updates_exactly_the_rows_embedding_lookup_does(grouped, optimizer, placed):
+    # Two families of three tables (widths 4 and 2, as wide_deep's embeddings and wide weights) over
+    # 2 ps: cut in 2 pieces of 4 and 3 rows, whole, cut in 3 pieces; ids with repeats. Their pieces
+    # sit on the same ps, or (a variable between them moves the round robin on) on the other one.
     workers, _, (hosts,) = in_process_cluster(num_workers=1, num_ps=2)
-    shapes, cuts = ([7, 4], [5, 4], [9, 4]), (2, 1, 3)
+    rows_and_cuts, widths = ((7, 2), (5, 1), (9, 3)), (4, 2)
     ids = np.array([[0, 4, 8], [3, 4, 0], [6, 1, 5], [0, 2, 3], [4, 0, 8]], np.int64)
-    upstream = np.random.default_rng(3).normal(size=(5, 3, 4)).astype(np.float32)
+    upstream = [np.random.default_rng(width).normal(size=(5, 3, width)).astype(np.float32) for width in widths]
     with tf.Graph().as_default():
         with v1.device(v1.train.replica_device_setter(ps_tasks=2, worker_device=hosts.worker_device(),
                                                       cluster=hosts.cluster_spec())):
-            tables = [v1.get_variable(f"t{i}", shape, initializer=v1.random_uniform_initializer(seed=i),
-                                      partitioner=v1.fixed_size_partitioner(cut) if cut > 1 else None)
-                      for i, (shape, cut) in enumerate(zip(shapes, cuts))]
+            families = []
+            for width in widths:
+                families.append([v1.get_variable(f"f{width}_t{i}", [count, width],
+                                                 initializer=v1.random_uniform_initializer(seed=i),
+                                                 partitioner=v1.fixed_size_partitioner(cut) if cut > 1 else None)
+                                 for i, (count, cut) in enumerate(rows_and_cuts)])
+                if placed == "apart":
+                    v1.get_variable(f"spacer{width}", [1], trainable=False)
+            fed = v1.placeholder(tf.int64, [None, 3])  # fed, so that no graph pass folds the lookup away
             if grouped:
-                rows = grouped_lookup.lookup(tables, tf.constant(ids))
+                rows = grouped_lookup.lookup(families, fed)
             else:
-                rows = tf.stack([v1.nn.embedding_lookup(t, ids[:, c], partition_strategy="div")
-                                 for c, t in enumerate(tables)], axis=1)
-            loss = tf.reduce_sum(rows * upstream)
+                rows = [tf.stack([v1.nn.embedding_lookup(t, fed[:, c], partition_strategy="div")
+                                  for c, t in enumerate(tables)], axis=1) for tables in families]
+            loss = tf.add_n([tf.reduce_sum(family_rows * up) for family_rows, up in zip(rows, upstream)])
             grads_and_vars = v1.train.GradientDescentOptimizer(0.5).compute_gradients(
                 loss, colocate_gradients_with_ops=True)
             norm = update.global_norm([g for g, _ in grads_and_vars])
-            train = v1.train.GradientDescentOptimizer(0.5).apply_gradients(update.guard_finite(loss, grads_and_vars))
+            # Adagrad's sparse update is TensorFlow's own, given distinct rows: a row named twice in the
+            # batch must arrive with its gradients summed, or one occurrence would overwrite the other.
+            rule = (v1.train.GradientDescentOptimizer(0.5) if optimizer == "sgd"
+                    else optimizers.AdagradOptimizer(0.5))
+            train = rule.apply_gradients(update.guard_finite(loss, grads_and_vars))
+        tables = [table for tables in families for table in tables]
         with v1.Session(workers[0].target, config=spec.session_config(hosts)) as sess:
             sess.run(v1.global_variables_initializer())
             before = [sess.run(t.as_tensor() if not isinstance(t, tf.Variable) else t) for t in tables]
-            got, got_norm, want_norm = sess.run([rows, norm, tf.linalg.global_norm([g for g, _ in grads_and_vars])])
+            got, got_norm, want_norm = sess.run([rows, norm, tf.linalg.global_norm([g for g, _ in grads_and_vars])],
+                                                {fed: ids})
             metadata = v1.RunMetadata()
-            sess.run(train, options=v1.RunOptions(output_partition_graphs=True), run_metadata=metadata)
+            sess.run(train, {fed: ids}, options=v1.RunOptions(output_partition_graphs=True), run_metadata=metadata)
             after = [sess.run(t.as_tensor() if not isinstance(t, tf.Variable) else t) for t in tables]
-    for c, table in enumerate(before):
-        np.testing.assert_array_equal(got[:, c], table[ids[:, c]])
-        expected = table.copy()
-        np.subtract.at(expected, ids[:, c], 0.5 * upstream[:, c])  # every occurrence's gradient, summed
-        np.testing.assert_allclose(after[c], expected, rtol=1e-6, atol=1e-6)
+    for index, table in enumerate(before):
+        family, c = divmod(index, 3)
+        np.testing.assert_array_equal(got[family][:, c], table[ids[:, c]])
+        gradient = np.zeros_like(table)
+        np.add.at(gradient, ids[:, c], upstream[family][:, c])  # every occurrence's gradient, summed
+        step = gradient if optimizer == "sgd" else gradient / np.sqrt(optimizers.SLOT_START["accumulator"]
+                                                                       + gradient ** 2)
+        np.testing.assert_allclose(after[index], table - 0.5 * step, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(got_norm, want_norm, rtol=1e-5)
     recvs = measure.cross_task_recvs(metadata)
     print(f"\n{'grouped' if grouped else 'embedding_lookup'}: {recvs} tensors cross per step")
-    # One tensor of ids to each ps, one of rows back, one of gradients in (and the learning rate): or, per piece, many.
-    assert (recvs <= 4 * 2) == grouped
+    # Per ps: its (piece, row) pairs in (once for both families placed alike), each family's rows back and
+    # gradients in, the finite-loss check's go-ahead in and the update's end back. Per piece, many more.
+    assert (recvs <= (7 if placed == "alike" else 8) * 2) == grouped
+    # Each row crosses once, so no ps runs a unique of its own (TensorFlow's Adagrad would, per piece).
+    uniques = [node.name for graph in metadata.partition_graphs for node in graph.node
+               if node.op == "Unique" and "/job:ps" in node.device]
+    assert not uniques

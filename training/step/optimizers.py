@@ -5,7 +5,7 @@ import re
 
 import tensorflow as tf
 
-from model import embeddings, needs, touched_rows
+from model import embeddings, grouped_lookup, needs, touched_rows
 
 _v1 = tf.compat.v1.train
 PARTITION_SUFFIX = re.compile(r"/part_\d+$")  # TensorFlow's name for a piece of a partitioned variable
@@ -23,6 +23,11 @@ class RowsLocked:
 
     def _resource_apply_sparse_duplicate_indices(self, grad, handle, indices):
         apply = super()._resource_apply_sparse_duplicate_indices
+        if apply.__func__ is _v1.Optimizer._resource_apply_sparse_duplicate_indices and (
+                grouped_lookup.rows_are_distinct(indices)):
+            # Rows a grouped lookup read name no row twice (their gradients summed on the worker): applied
+            # as they come, without the unique and segment sum that TensorFlow's method runs per piece.
+            apply = self._resource_apply_sparse
         lock, marker = embeddings.rows_lock(handle), touched_rows.marker_of(handle)
 
         def update():
