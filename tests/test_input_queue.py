@@ -2,6 +2,7 @@
 through the work queue on ps 0, through a worker killed mid-epoch and restarted, and end when
 --num_epochs are trained, every example of each epoch in it."""
 
+import pathlib
 import time
 
 import numpy as np
@@ -12,7 +13,7 @@ from input import work_queue
 from launch import chaos, faults
 from tests import support
 from tests.support import describe, finished
-from training import exit_codes, log_lines
+from training import exit_codes, log_lines, queue_hook
 
 pytestmark = pytest.mark.e2e
 FILES, ROWS_PER_FILE, BATCH = 16, 500, 32
@@ -36,10 +37,20 @@ def test_a_worker_killed_mid_epoch_loses_no_example_and_the_run_ends_with_its_ep
         "--save_checkpoint_steps=100000"])
     cluster.start_all()
     deadline = time.monotonic() + 180
-    # Worker 1 killed once it has trained a while (a progress line: 20 steps of its own) a fifth of the
-    # way into the run, with files of the first epoch leased and partly trained, and restarted.
-    faults.wait_until(cluster, lambda: any(not s.first and s.step >= 100 for s in log_lines.steps(
-        cluster.log("worker", 1))), deadline, "worker 1's progress line past global step 100")
+    audit = pathlib.Path(queue_hook.audit_path(str(cluster.model_dir), "worker_1"))
+
+    def mid_file() -> bool:
+        """Worker 1 has trained a while (a progress line: 20 steps of its own), a fifth of the way into the
+        run, and its last step ended two batches or more into a file and six or more before its end: the
+        prefix its next step reports is past the file's start, whatever steps it takes before the kill
+        lands. (Killed just as it began a file, it would have reported no prefix to go on from.)"""
+        if not any(not s.first and s.step >= 100 for s in log_lines.steps(cluster.log("worker", 1))):
+            return False
+        written = audit.read_bytes() if audit.exists() else b""
+        trained = np.frombuffer(written[:len(written) // 24 * 24], "<i8").reshape(-1, 3)
+        return trained.size > 0 and 2 * BATCH <= trained[-1, 2] < ROWS_PER_FILE - 6 * BATCH
+
+    faults.wait_until(cluster, mid_file, deadline, "worker 1 past global step 100, two batches into a file")
     cluster.kill("worker", 1)
     cluster.start("worker", 1)
     codes = cluster.wait(timeout=max(30, deadline - time.monotonic()))
