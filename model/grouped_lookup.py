@@ -6,10 +6,11 @@ columns, each with an embedding and a wide table, made 485 calls between a worke
 (launch/measure.round_trips), each a fixed cost (docs/speed.md). Here each device that holds pieces
 receives one tensor of (piece, row) pairs for all the tables at once, gathers from its pieces there,
 and returns one tensor of rows per family of tables cut alike (wide_deep's embeddings and wide
-weights: one tensor of pairs for both); the gradient takes the same way back, one tensor per device, and is
-split into each piece's sparse gradient on the device (gradients are colocated with their ops). The
-variables, their pieces and their rows are the same as embedding_lookup's ("div": a piece holds a
-range of rows), so checkpoints, the evaluator and the export do not change.
+weights: one tensor of pairs for both where they sit on the same ps); the gradient takes the same way
+back, one tensor per device, and is split into each piece's sparse gradient on the device
+(gradients are colocated with their ops). The variables, their pieces and their rows are the same
+as embedding_lookup's ("div": a piece holds a range of rows), so checkpoints, the evaluator and the
+export do not change.
 
 Each (table, row) a batch names crosses once: click-log IDs repeat (Zipf's law; on zipf_clicks a batch
 of 256 names about 37% distinct rows), so the worker sends each ps the distinct rows only and repeats

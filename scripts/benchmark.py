@@ -7,16 +7,16 @@
 For each model (the default mlp at batch 128, a 10M-parameter mlp, the cnn; wide_deep and
 wide_deep_dynamic, on --models) it runs the same model and data as single-process training
 (trainer.py with no cluster) and as clusters of 1 ps + 1 worker, 1 ps + 2 workers and 2 ps + 2
-workers, async and sync, plus the levers (10 steps per run, on 1 and 2 ps and in one process; float16
-on the wire; 10 local steps; 4 accumulated batches), one repetition of every layout before the next
-repetition, so that machine noise hits them all alike. Each run is real processes on 127.0.0.1.
-Throughput is steady state: examples per second from the chief's progress lines after a warm-up.
-Startup is measured too: launch to every worker's first step, the chief's first step to every worker's ("lag"), and the
-last step to every process gone. TF2's ParameterServerStrategy and MultiWorkerMirroredStrategy run
-the default MLP (scripts/tf2_baselines.py), each compared with the trainer's 1 ps + 2 workers
-("trainer x"). Prints medians and ratios to single-process; writes results.json and results.png
-into --output_dir. Trainer flags after '--' go to every run (e.g. --wire_dtype=bfloat16);
---layouts picks layouts by name.
+workers, async and sync, plus the levers (10 steps per run, on 1 and 2 ps and in one process;
+float16 on the wire; 10 local steps; 4 accumulated batches), one repetition of every layout before
+the next repetition, so that machine noise hits them all alike. Each run is real processes on
+127.0.0.1. Throughput is steady state: examples per second from the chief's progress lines after a
+warm-up. Startup is measured too: launch to every worker's first step, the chief's first step to
+every worker's ("lag"), and the last step to every process gone. TF2's ParameterServerStrategy and
+MultiWorkerMirroredStrategy run the default MLP (scripts/tf2_baselines.py), each compared with the
+trainer's 1 ps + 2 workers ("trainer x"). Prints medians and ratios to single-process; writes
+results.json and results.png into --output_dir. Trainer flags after '--' go to every run (e.g.
+--wire_dtype=bfloat16); --layouts picks layouts by name.
 """
 
 import dataclasses

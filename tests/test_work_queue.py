@@ -396,3 +396,11 @@ def test_a_queue_lost_while_the_session_was_made_makes_monitored_session_try_aga
         hook.after_create_session(worker.session, None)
         assert feed.generation == 2
         feed.stop()
+
+
+def test_an_audit_file_cut_mid_record_reads_its_whole_records(tmp_path):
+    # A worker killed while it wrote a step's records, or read while it writes them, leaves a record cut short.
+    path = tmp_path / queue_hook.AUDIT_FILE
+    whole = np.array([[0, 3, 10], [0, 3, 11]], "<i8")
+    path.write_bytes(whole.tobytes() + np.array([1, 4], "<i8").tobytes())
+    np.testing.assert_array_equal(queue_hook.read_audit(str(path)), whole)

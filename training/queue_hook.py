@@ -22,8 +22,10 @@ def audit_path(model_dir: str, task_dir: str) -> str:
 
 
 def read_audit(path: str) -> np.ndarray:
-    """[examples, 3] int64 (epoch, file, ordinal) of an --input_queue_audit file, as trained, in order."""
-    return np.fromfile(path, "<i8").reshape(-1, 3)
+    """[examples, 3] int64 (epoch, file, ordinal) of an --input_queue_audit file, as trained, in order.
+    A record cut short (its worker killed mid-write, or still writing it) is left out."""
+    values = np.fromfile(path, "<i8")
+    return values[:values.size // 3 * 3].reshape(-1, 3)
 
 
 class InputQueueHook(v1.train.SessionRunHook):
