@@ -3,10 +3,17 @@ launcher and the tests (LocalCluster), or the base of the SSH cluster (launch/ss
 
 Every task is a local process in its own process group, logging to <run_dir>/<job>-<index>.log,
 and is stopped by that group's id: SIGTERM first, SIGKILL after a grace period.
+
+With preload=True a task is forked from a server process that has imported trainer.py, and
+TensorFlow with it, once (multiprocessing's forkserver), instead of starting a Python of its own: it
+skips the 3-4 s of CPU that `import tensorflow` costs each process, which is most of what a short
+test cluster spends on two cores. It then runs trainer.py's main as `python trainer.py` would.
 """
 
 import contextlib
 import json
+import multiprocessing
+import multiprocessing.forkserver
 import os
 import pathlib
 import random
@@ -14,11 +21,16 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 import portpicker
 
 TRAINER = pathlib.Path(__file__).resolve().parent.parent / "trainer.py"
 LOOPBACK = "127.0.0.1"
+# What a forked task's server imports before it forks: the trainer and TensorFlow.
+PRELOADED_MODULES = ["trainer"]
+# Every task's output: unbuffered, as it happens, and no INFO from TensorFlow's C++ side.
+TASK_OUTPUT = {"PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "1"}
 
 
 # Where free_ports looks: below Linux's default range of ephemeral ports (32768-60999), from which
@@ -55,7 +67,7 @@ class ProcessCluster:
     stdin = subprocess.DEVNULL  # what a task reads; the SSH cluster gives each a pipe
 
     def __init__(self, run_dir, ps_hosts, worker_hosts, trainer_args=(), env=None, chief_hosts=(),
-                 evaluator_hosts=(), tf_config=False, python=None):
+                 evaluator_hosts=(), tf_config=False, python=None, preload=False):
         self.run_dir = pathlib.Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.ps_hosts, self.worker_hosts = list(ps_hosts), list(worker_hosts)
@@ -63,10 +75,11 @@ class ProcessCluster:
         self.tf_config = tf_config
         self.python = python or sys.executable
         self.trainer_args = list(trainer_args)
-        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "1", **(env or {})}
+        self.env = {**os.environ, **TASK_OUTPUT, **(env or {})}
         # Variables of one task only ((job, index) -> {name: value}), such as a shifted clock.
         self.env_of_task: dict[tuple[str, int], dict[str, str]] = {}
-        self.procs: dict[tuple[str, int], subprocess.Popen] = {}
+        self.procs: dict[tuple[str, int], subprocess.Popen | ForkedTask] = {}
+        self.preload = preload
 
     def __enter__(self):
         return self
@@ -111,11 +124,15 @@ class ProcessCluster:
         old = self.procs.get((job, index))
         if old is not None and old.poll() is None:
             raise RuntimeError(f"{job} {index} is still running (pid {old.pid})")
-        with open(self.log_path(job, index), "ab") as log:
-            proc = subprocess.Popen(self.command(job, index, extra_args), stdout=log,
-                                    stderr=subprocess.STDOUT,
-                                    stdin=self.stdin,
-                                    env=self.task_env(job, index), start_new_session=True)
+        command, env = self.command(job, index, extra_args), self.task_env(job, index)
+        # A variable of one task (LD_PRELOAD for a shifted clock) acts as its process starts: exec it.
+        if (self.preload and command[:2] == [sys.executable, str(TRAINER)] and self.stdin == subprocess.DEVNULL
+                and not self.env_of_task.get((job, index))):
+            proc = ForkedTask(command[1:], env, self.log_path(job, index))
+        else:
+            with open(self.log_path(job, index), "ab") as log:
+                proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=self.stdin, env=env,
+                                        start_new_session=True)
         self.procs[(job, index)] = proc
         return proc
 
@@ -178,6 +195,88 @@ class ProcessCluster:
                 proc.wait(timeout=30)
 
 
+def _run_trainer_here(argv, env, log_path, err_path, cwd) -> None:
+    """A forked task's body: a session of its own, its log as stdout and stderr (or stderr to a file of
+    its own), its environment and directory, then trainer.py's main on argv, whose exit code it exits
+    with, as `python trainer.py` does."""
+    os.setsid()
+    for fd, path in ((1, log_path), (2, err_path or log_path)):
+        opened = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(opened, fd)
+        os.close(opened)
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    sys.argv = list(argv)
+    import trainer  # pylint: disable=import-outside-toplevel  (preloaded: already imported)
+    trainer.app.run(trainer.main, argv=argv, flags_parser=trainer.parse_flags)
+
+
+class ForkedTask:
+    """A task forked from the preloaded server, with the part of subprocess.Popen's interface that
+    ProcessCluster and its callers use: pid, poll, wait and returncode (negative: killed by that signal)."""
+
+    stdin = None
+
+    _server_started = False
+
+    def __init__(self, argv, env, log_path, err_path=None, cwd=None):
+        context = multiprocessing.get_context("forkserver")
+        if not ForkedTask._server_started:
+            self._start_server(context)
+        self._process = context.Process(target=_run_trainer_here, name=str(argv[0]), args=(
+            list(argv), dict(env), str(log_path), err_path and str(err_path), str(cwd or os.getcwd())))
+        # multiprocessing runs the starting program's __main__ again in each child, as its own spawn
+        # method needs. A task needs none of it, and a script's top level (a fault drill's absl flags)
+        # would clash with the trainer's: the child is told of a __main__ with nothing to run.
+        program = sys.modules["__main__"]
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            self._process.start()
+        finally:
+            sys.modules["__main__"] = program
+        self.pid = self._process.pid
+        # Stopped by its process group's id, which exists once the child's first line has run.
+        deadline = time.monotonic() + 30
+        while not self._leads_its_group() and self._process.exitcode is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{argv[0]} (pid {self.pid}) did not start a session of its own in 30 s")
+            time.sleep(0.005)
+
+    def _leads_its_group(self) -> bool:
+        try:
+            return os.getpgid(self.pid) == self.pid
+        except ProcessLookupError:
+            return False
+
+    @staticmethod
+    def _start_server(context) -> None:
+        """Starts this process's forkserver with the tasks' unbuffered output and TensorFlow log level
+        (TASK_OUTPUT): the server reads both as it starts, and the tasks it forks keep what it read."""
+        context.set_forkserver_preload(PRELOADED_MODULES)
+        own = dict(os.environ)
+        os.environ.update(TASK_OUTPUT)
+        try:
+            multiprocessing.forkserver.ensure_running()
+        finally:
+            os.environ.clear()
+            os.environ.update(own)
+        ForkedTask._server_started = True
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.exitcode
+
+    def poll(self) -> int | None:
+        return self._process.exitcode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._process.join(timeout)
+        if self._process.exitcode is None:
+            raise subprocess.TimeoutExpired(self._process.name, timeout)
+        return self._process.exitcode
+
+
 class SingleProcess(ProcessCluster):
     """trainer.py with no cluster flags, run and stopped like a cluster's task (as "worker 0")."""
 
@@ -192,9 +291,9 @@ class LocalCluster(ProcessCluster):
     """num_ps ps tasks and num_workers workers (and optionally a chief) on free loopback ports."""
 
     def __init__(self, run_dir, num_ps=1, num_workers=2, trainer_args=(), env=None, chief=False,
-                 tf_config=False):
+                 tf_config=False, preload=False):
         ports = free_ports(num_ps + num_workers + 2)
         hosts = [f"{LOOPBACK}:{p}" for p in ports]
         super().__init__(run_dir, hosts[:num_ps], hosts[num_ps:num_ps + num_workers], trainer_args, env,
                          chief_hosts=[hosts[-2]] if chief else [], evaluator_hosts=[hosts[-1]],
-                         tf_config=tf_config)
+                         tf_config=tf_config, preload=preload)

@@ -62,10 +62,10 @@ def make_cluster(tmp_path):
     from tests.support import FAST_ARGS  # pylint: disable=import-outside-toplevel
     clusters = []
 
-    def make(num_ps=1, num_workers=2, trainer_args=(), name="run", **options):
+    def make(num_ps=1, num_workers=2, trainer_args=(), name="run", preload=True, **options):
         model_dir = tmp_path / name / "model"
         args = [f"--model_dir={model_dir}", *FAST_ARGS, *trainer_args]
-        cluster = LocalCluster(tmp_path / name, num_ps, num_workers, args, **options)
+        cluster = LocalCluster(tmp_path / name, num_ps, num_workers, args, preload=preload, **options)
         cluster.model_dir = model_dir
         clusters.append(cluster)
         return cluster

@@ -9,6 +9,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
@@ -21,7 +22,7 @@ from cluster import spec
 from flags import config as flag_config
 from flags import definitions  # noqa: F401  (defines the trainer's flags)
 from input import synthetic, tfrecord
-from launch.processes import free_ports
+from launch.processes import ForkedTask, free_ports
 from training import graph as train_graph
 from training import hooks as training_hooks
 from training import evaluator, log_lines
@@ -46,10 +47,27 @@ def read_flags(*args):
     return flag_config.read(FLAGS, argv)
 
 
-def run_trainer(*args, timeout: float = 120, env=None) -> subprocess.CompletedProcess:
-    """trainer.py in a process of its own, run to its end (env: variables added to this one's)."""
-    return subprocess.run([sys.executable, str(TRAINER), *args], capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL, env={**os.environ, **env} if env else None, cwd=ROOT)
+def run_trainer(*args, timeout: float = 120, env=None, preload=True) -> subprocess.CompletedProcess:
+    """trainer.py in a process of its own, run to its end (env: variables added to this one's).
+
+    The process is forked from one that has imported the trainer (launch.processes.ForkedTask);
+    preload=False starts a new Python, as a user's shell does, for what happens before main runs."""
+    command = [sys.executable, str(TRAINER), *args]
+    env = {**os.environ, **(env or {})}
+    if not preload:
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                              env=env, cwd=ROOT)
+    with tempfile.TemporaryDirectory() as captured:
+        out, err = pathlib.Path(captured, "stdout"), pathlib.Path(captured, "stderr")
+        task = ForkedTask(command[1:], env, out, err, cwd=ROOT)
+        try:
+            code = task.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(task.pid, signal.SIGKILL)
+            task.wait(timeout=30)
+            raise
+        return subprocess.CompletedProcess(command, code, out.read_text(errors="replace"),
+                                           err.read_text(errors="replace"))
 
 
 def run_script(name: str, *args, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -12,7 +12,7 @@ import time
 import pytest
 import tensorflow as tf
 
-from launch.processes import free_ports
+from launch.processes import ForkedTask, free_ports
 from tests.support import (
     SCRIPTS,
     describe,
@@ -176,13 +176,34 @@ def test_a_ps_stopped_by_sigterm_exits_cleanly(make_cluster):
 
 
 def test_a_bad_flag_exits_non_zero_with_its_message():
-    result = run_trainer("--ps_hosts=ps0", "--worker_hosts=w0:2222", "--job_name=ps")
+    result = run_trainer("--ps_hosts=ps0", "--worker_hosts=w0:2222", "--job_name=ps", preload=False)
     assert result.returncode == exit_codes.FAILED  # README: 1, an error with its one-line reason
     assert "--ps_hosts: 'ps0' is not host:port" in result.stderr
     assert "Traceback" not in result.stderr
     # TensorFlow's C++ start-up notices are held back: the usage and the error are what a user reads.
     assert "oneDNN" not in result.stderr and "InitializeLog" not in result.stderr, result.stderr[:500]
     assert result.stderr.startswith("ps-trainer: one script for every host")
+
+
+def test_a_forked_task_fails_serves_and_dies_as_a_started_one(make_cluster):
+    # The tests fork their tasks from a process that has imported the trainer (launch.processes.
+    # ForkedTask). The same bad command line, forked and started: the same exit code and error line.
+    bad = ("--ps_hosts=ps0", "--worker_hosts=w0:2222", "--job_name=ps")
+    forked, started = run_trainer(*bad), run_trainer(*bad, preload=False)
+    assert forked.returncode == started.returncode == exit_codes.FAILED
+    assert lines_with(forked.stderr, "--ps_hosts:") == lines_with(started.stderr, "--ps_hosts:") != []
+    # Its environment reaches it (its cluster from TF_CONFIG); it leads a process group of its own, by
+    # whose id it is stopped; SIGKILL reads as a negative code, as subprocess.Popen gives it.
+    cluster = make_cluster(num_ps=1, num_workers=1, tf_config=True)
+    proc = cluster.start("ps", 0)
+    assert isinstance(proc, ForkedTask) and os.getpgid(proc.pid) == proc.pid
+    deadline = time.monotonic() + 60  # the ps logs its address once it serves
+    while f"serving on {cluster.address('ps', 0)}" not in cluster.log("ps", 0) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert proc.poll() is None, describe(cluster)
+    assert "from TF_CONFIG" in cluster.log("ps", 0), cluster.log("ps", 0)
+    cluster.kill("ps", 0)
+    assert proc.returncode == -signal.SIGKILL
 
 
 def test_download_only_needs_a_directory():

@@ -56,7 +56,8 @@ def check_recovered(report, workers=2, steps_per_push=1):
 @pytest.mark.e2e
 @pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
 def test_a_killed_worker_restarts_and_rejoins(tmp_path, sync):
-    report = inject(tmp_path, "--kill=worker:1", "--at_step=100",
+    # Sync: back 5 s after the kill, past the 3 s after which the chief says why it waits.
+    report = inject(tmp_path, "--kill=worker:1", "--at_step=100", *(["--restart_delay_secs=5"] if sync else []),
                     trainer_args=["--sync_replicas", "--stall_warning_secs=3"] if sync else [])
     check_recovered(report)
     if sync:  # the chief waited for it, saying why, and resumed when it came back
