@@ -200,8 +200,9 @@ def test_a_forked_task_fails_serves_and_dies_as_a_started_one(make_cluster):
     deadline = time.monotonic() + 60  # the ps logs its address once it serves
     while f"serving on {cluster.address('ps', 0)}" not in cluster.log("ps", 0) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert proc.poll() is None, describe(cluster)
-    assert "from TF_CONFIG" in cluster.log("ps", 0), cluster.log("ps", 0)
+    log = cluster.log("ps", 0)
+    assert proc.poll() is None and f"serving on {cluster.address('ps', 0)}" in log, describe(cluster)
+    assert "from TF_CONFIG" in log, log
     cluster.kill("ps", 0)
     assert proc.returncode == -signal.SIGKILL
 
