@@ -374,10 +374,10 @@ def rss_growth(cfg, records: int) -> int:
 def test_files_are_streamed_in_bounded_memory_and_memory_cache_holds_the_shard(tmp_path):
     # 64 MB of images, over six times the shuffle buffer.
     records = 6 * inputs.DataConfig.shuffle_buffer + 20000
-    rng = np.random.RandomState(0)
-    images = ({"image": rng.randint(0, 256, (28, 28, 1), np.uint8)} for _ in range(records))
-    tfrecord.write(((image, i % 10) for i, image in enumerate(images)), synthetic.spec(CFG), str(tmp_path),
-                   "train", num_files=4)
+    # 1,000 random images over and over: each record is still decoded (and cached) as its own tensor.
+    pool = np.random.RandomState(0).randint(0, 256, (1000, 28, 28, 1), np.uint8)
+    tfrecord.write((({"image": pool[i % len(pool)]}, i % 10) for i in range(records)), synthetic.spec(CFG),
+                   str(tmp_path), "train", num_files=4)
     streamed = inputs.DataConfig(name="tfrecord", data_dir=str(tmp_path))
     assert inputs.cache_mode(streamed) == "none"
     assert rss_growth(streamed, records) < 16 * 2**20

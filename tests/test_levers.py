@@ -49,7 +49,7 @@ def test_several_steps_per_run_stop_exactly_at_train_steps(tmp_path, name, data)
 def test_training_converges_with_16_bit_variables_and_gradients_on_the_wire(tmp_path, wire_dtype):
     servers, _, (cluster,) = in_process_cluster(num_workers=1, num_ps=1)
     data = inputs.DataConfig(synthetic_examples=2000)
-    _, _, saved, _ = train_one_worker(tmp_path, data, model.ModelConfig(), 1, 300, wire_dtype,
+    _, _, saved, _ = train_one_worker(tmp_path, data, model.ModelConfig(), 1, 150, wire_dtype,
                                              (cluster, servers[0].target))
     assert (figures := held_out(tmp_path, data, model.ModelConfig()))["accuracy"] > 0.3, figures  # chance: 0.1
     # Every dense variable is read through a cast to the wire type on the ps, and its gradient comes back
@@ -66,7 +66,7 @@ def test_training_converges_with_16_bit_variables_and_gradients_on_the_wire(tmp_
     # The ps kept float32 masters: the checkpoint holds float32 variables.
     reader = tf.train.load_checkpoint(str(tmp_path))
     dtypes = reader.get_variable_to_dtype_map()
-    assert dtypes["mlp/hidden0/kernel"] == tf.float32 and saved[-1] == 300
+    assert dtypes["mlp/hidden0/kernel"] == tf.float32 and saved[-1] == 150
 
 
 # ---------------------------------------------------------------- --local_steps
