@@ -358,8 +358,8 @@ def read_train(f, cluster: spec.ClusterConfig, env) -> TrainConfig:
         stall_warning_secs=f.stall_warning_secs,
         stall_timeout_secs=f.stall_timeout_secs,
         wire_dtype=f.wire_dtype,
-        # A session.run is one round of --local_steps steps.
-        steps_per_run=f.local_steps if f.local_steps > 1 else f.steps_per_run,
+        # A session.run is one round of --local_steps steps; one step, with tables (training/step/local_steps.py).
+        steps_per_run=f.local_steps if f.local_steps > 1 and not has_tables(f) else f.steps_per_run,
         local_steps=f.local_steps,
         accumulate_batches=f.accumulate_batches,
         profile_steps=read_profile_steps(f),
@@ -419,13 +419,18 @@ def check_accumulation(f):
     check_dense_lever(f, "accumulate_batches")
 
 
+def has_tables(f) -> bool:
+    """Whether --model declares embedding tables on the ps (model/needs.py)."""
+    return model.needs_of(f.model).partitioned_tables
+
+
 def check_dense_lever(f, lever: str):
-    """What both round-trip levers refuse: 16-bit wire variables (each lever already moves each variable
-    once per several batches) and a model with tables partitioned across the ps (a step moves only the
-    rows it touches)."""
+    """What --accumulate_batches refuses: 16-bit wire variables (it already moves each variable once per
+    several batches) and a model with tables on the ps (a step moves only the rows it touches).
+    --local_steps refuses the first only: it keeps a model's tables on the ps (training/step/local_steps.py)."""
     if f.wire_dtype != "float32":
         raise app.UsageError(f"--wire_dtype={f.wire_dtype} with --{lever}: choose one of the two.")
-    if model.needs_of(f.model).partitioned_tables:
+    if has_tables(f):
         raise app.UsageError(f"--{lever} with --model={f.model}: its embedding tables are partitioned across the "
                              "ps tasks and move only the rows a step touches; the lever is for dense models.")
 
@@ -438,10 +443,16 @@ def check_local_steps(f) -> None:
         raise app.UsageError(
             f"--local_steps={f.local_steps} is for asynchronous training: a synchronous round already averages "
             "the workers' gradients; --accumulate_batches sends one gradient per several batches instead.")
-    if f["steps_per_run"].present and f.steps_per_run != f.local_steps:
+    if has_tables(f):
+        if f.steps_per_run > 1:
+            raise app.UsageError(f"--steps_per_run={f.steps_per_run} with --local_steps={f.local_steps} and "
+                                 f"--model={f.model}: its tables' rows are read a step at a time; drop "
+                                 "--steps_per_run.")
+    elif f["steps_per_run"].present and f.steps_per_run != f.local_steps:
         raise app.UsageError(f"--steps_per_run={f.steps_per_run} with --local_steps={f.local_steps}: a session.run "
                              "is one round of --local_steps steps; drop --steps_per_run.")
-    check_dense_lever(f, "local_steps")
+    if f.wire_dtype != "float32":
+        raise app.UsageError(f"--wire_dtype={f.wire_dtype} with --local_steps: choose one of the two.")
 
 
 def read_schedule(f) -> dict:

@@ -17,7 +17,7 @@ trains as the canonical wide-and-deep model does: FTRL for the wide part, Adagra
 import tensorflow as tf
 
 from model import embeddings, grouped_lookup, layers, touched_rows
-from model.needs import Needs, wide_part
+from model.needs import Needs, table_part, wide_part
 
 v1 = tf.compat.v1
 
@@ -53,11 +53,12 @@ def numeric_input(values):
 def hashed_tables(cfg, num_classes, training):
     """(embedding table, wide weight table) of the current column: --hash_buckets rows each."""
     partitioner = (v1.fixed_size_partitioner(cfg.embedding_partitions) if cfg.embedding_partitions > 1 else None)
-    table = v1.get_variable("embedding", [cfg.hash_buckets, cfg.embedding_dim], partitioner=partitioner,
-                            initializer=_embedding_initializer(cfg))
-    with wide_part():
-        weights = v1.get_variable("wide", [cfg.hash_buckets, num_classes], partitioner=partitioner,
-                                  initializer=v1.zeros_initializer())
+    with table_part():
+        table = v1.get_variable("embedding", [cfg.hash_buckets, cfg.embedding_dim], partitioner=partitioner,
+                                initializer=_embedding_initializer(cfg))
+        with wide_part():
+            weights = v1.get_variable("wide", [cfg.hash_buckets, num_classes], partitioner=partitioner,
+                                      initializer=v1.zeros_initializer())
     for piece in [*grouped_lookup.pieces(table), *grouped_lookup.pieces(weights)]:
         # Each piece and its optimizer slots: a group of rows that incremental checkpoints save.
         marker = touched_rows.group(piece.op.name, piece.device, lambda slots_of, p=piece: [
@@ -93,12 +94,13 @@ def dynamic_columns(features, names, cfg, num_classes, training):
                                       mark_changes=cfg.mark_touched_rows)
     ids = tf.stack([features[name] for name in names], axis=1)
     tables = []
-    for column, name in enumerate(names):
-        with v1.variable_scope(name):
-            tables.append(embeddings.DynamicTable(v1.get_variable_scope().name, ids, options, training, column))
-    deep = embeddings.rows_of_columns(tables, "embedding", cfg.embedding_dim, _embedding_initializer(cfg))
-    with wide_part():
-        wide = embeddings.rows_of_columns(tables, "wide", num_classes, v1.zeros_initializer())
+    with table_part():
+        for column, name in enumerate(names):
+            with v1.variable_scope(name):
+                tables.append(embeddings.DynamicTable(v1.get_variable_scope().name, ids, options, training, column))
+        deep = embeddings.rows_of_columns(tables, "embedding", cfg.embedding_dim, _embedding_initializer(cfg))
+        with wide_part():
+            wide = embeddings.rows_of_columns(tables, "wide", num_classes, v1.zeros_initializer())
     return deep, wide
 
 

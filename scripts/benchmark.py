@@ -72,10 +72,10 @@ MODELS = {
 }
 # Fewer measured steps for the slow models, so that a run takes tens of seconds, not minutes.
 STEP_SCALE = {"mlp": 1.0, "mlp10m": 0.25, "cnn": 0.25, "wide_deep": 0.5, "wide_deep_dynamic": 0.5}
-# Models with tables partitioned across the ps: the levers that keep worker-side copies of every
-# variable refuse them (flags/config.check_dense_lever), so those layouts are not run for them.
+# Models with tables on the ps: --accumulate_batches refuses them (flags/config.check_dense_lever), so
+# its layouts are not run for them; --local_steps keeps their tables on the ps and copies the rest.
 TABLE_MODELS = {"wide_deep", "wide_deep_dynamic"}
-DENSE_LEVERS = ("--local_steps=", "--accumulate_batches=")
+DENSE_LEVERS = ("--accumulate_batches=",)
 # Time-to-accuracy mode: how long a reference layout trains (a target it misses in this time is too high).
 REFERENCE_BUDGET_SECS = 40
 
@@ -190,7 +190,8 @@ def layout_config(model: str, layout: Layout) -> RunConfig:
                                 embedding_partitions=max(1, layout.num_ps))
     local = int(args.get("local_steps", 1))
     train = TrainConfig(batch_size=BATCH[model], local_steps=local,
-                        steps_per_run=local if local > 1 else int(args.get("steps_per_run", 1)),
+                        steps_per_run=local if local > 1 and model not in TABLE_MODELS
+                        else int(args.get("steps_per_run", 1)),
                         wire_dtype=args.get("wire_dtype", "float32"))
     cluster = spec.ClusterConfig(("ps",) * layout.num_ps, ("worker",), "worker", 0)
     return RunConfig(cluster, train, model_cfg, inputs.DataConfig(name=args.get("dataset", "synthetic"),
@@ -201,6 +202,8 @@ def rpcs_per_step(model: str, layout: Layout) -> float | None:
     """RPCs per global step of one worker (launch/measure.round_trips), for async trainer layouts."""
     if layout.single or layout.sync or layout.tf2_strategy:
         return None
+    if model in TABLE_MODELS and any(arg.startswith("--local_steps=") for arg in layout.trainer_args):
+        return None  # a run is one step, and every Kth run's push rides on it: one run's count would mislead
     return measure.round_trips(layout_config(model, layout)).per_step
 
 

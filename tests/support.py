@@ -175,6 +175,7 @@ def train_one_worker(tmp_path, data_cfg, model_cfg, steps_per_run, train_steps, 
         global_step = v1.train.get_global_step()
         with v1.train.MonitoredTrainingSession(master=target, checkpoint_dir=str(tmp_path),
                                                hooks=[*step.hooks, progress],
+                                               chief_only_hooks=list(step.chief_only_hooks),
                                                save_checkpoint_steps=20, save_summaries_steps=None,
                                                save_summaries_secs=None, log_step_count_steps=0) as sess:
             while not sess.should_stop():

@@ -386,7 +386,10 @@ def test_the_evaluator_follows_the_runs_record_not_its_own_flags(tmp_path):
     (["--sync_replicas", "--local_steps=10"], "--local_steps=10 is for asynchronous training"),
     (["--local_steps=10", "--steps_per_run=5"], "--steps_per_run=5 with --local_steps=10"),
     (["--local_steps=10", "--wire_dtype=bfloat16"], "--wire_dtype=bfloat16 with --local_steps"),
-    (["--local_steps=10", "--model=wide_deep", "--dataset=clicks"], "--local_steps with --model=wide_deep"),
+    (["--local_steps=10", "--steps_per_run=5", "--model=wide_deep", "--dataset=clicks"],
+     "--steps_per_run=5 with --local_steps=10 and --model=wide_deep: its tables' rows are read a step at a time"),
+    (["--sync_replicas", "--accumulate_batches=4", "--model=wide_deep", "--dataset=clicks"],
+     "--accumulate_batches with --model=wide_deep"),
     (["--accumulate_batches=4"], "--accumulate_batches=4 is for --sync_replicas"),
     (["--sync_replicas", "--accumulate_batches=4", "--wire_dtype=float16"], "--wire_dtype=float16 with --accumulate"),
 ])
@@ -399,6 +402,9 @@ def test_local_steps_run_a_round_per_session_run_with_one_workers_momentum():
     # Two async workers get momentum 0.8; a round of local steps reads no stale values.
     assert cfg.train.local_steps == cfg.train.steps_per_run == 10 and cfg.train.momentum == 0.9
     assert read_flags(*WORKER).train.momentum == 0.8
+    # A model with tables: a run is one step (its rows are read as each batch names them).
+    tables = read_flags(*WORKER, "--local_steps=10", "--model=wide_deep", "--dataset=clicks").train
+    assert tables.local_steps == 10 and tables.steps_per_run == 1
 
 
 def _click_files(tmp_path) -> list[str]:

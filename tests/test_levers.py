@@ -169,6 +169,28 @@ def test_one_worker_with_local_steps_trains_the_model_as_plain_sgd_and_resumes_f
     assert saved[-1] == 40
 
 
+def test_with_tables_one_worker_with_local_steps_trains_as_plain_sgd_pushing_its_dense_copies_every_k_steps(tmp_path):
+    data = inputs.DataConfig(name="clicks", synthetic_examples=2000)
+    wide_deep = model.ModelConfig(name="wide_deep", hidden_units=(8,), hash_buckets=1000, embedding_dim=4)
+    servers, _, (cluster,) = in_process_cluster(num_workers=1, num_ps=2)
+    runs, progress, saved, variables = train_one_worker(tmp_path / "local", data, wide_deep, 1, 23,
+                                                        cluster=(cluster, servers[0].target), local_steps=5,
+                                                        optimizer="sgd")
+    _, _, plain_saved, plain_variables = train_one_worker(tmp_path / "plain", data, wide_deep, 1, 23, optimizer="sgd")
+    # A run is one step: the tables' rows are read and updated on the ps every step.
+    assert runs == [(1, step) for step in range(1, 24)] and progress.local_steps == 23
+    assert variables == plain_variables  # no copies or slots of theirs in the checkpoint
+    assert 20 in saved and 20 in plain_saved and saved[-1] == plain_saved[-1] == 23
+    tables = ("wide_deep/user/embedding", "wide_deep/item/wide")
+    dense = ("wide_deep/hidden0/kernel", "wide_deep/deep_logits/bias", "wide_deep/wide_numeric/kernel")
+    for step in (20, 23):  # step 20 holds the push that rode on it; 23, the one at the end, before the last save
+        local, plain = (tf.train.load_checkpoint(str(tmp_path / run / f"model.ckpt-{step}"))
+                        for run in ("local", "plain"))
+        for name in tables + dense:
+            np.testing.assert_allclose(local.get_tensor(name), plain.get_tensor(name), rtol=1e-4, atol=1e-6,
+                                       err_msg=f"{name} at step {step}")
+
+
 # ---------------------------------------------------------------- --accumulate_batches
 MICRO_BATCH_GRADIENTS = [[[0.1, 0.3], [0.2, 0.0], [1.0, 2.0]], [[0.5, 0.7], [0.0, 0.4], [3.0, 1.0]]]
 

@@ -1,6 +1,6 @@
 """A model declares what it needs of the trainer (model/needs.py), and the trainer reads only that: a
-sparse model added as one module and one MODELS line gets its optimizer, its wide part and the
-levers' refusal, with no rule about it outside model/."""
+sparse model added as one module and one MODELS line gets its optimizer, its wide part, its tables
+kept on the ps by --local_steps and --accumulate_batches' refusal, with no rule about it outside model/."""
 
 import types
 
@@ -16,6 +16,7 @@ from model import layers, needs
 from tests.support import read_flags
 from training import graph as train_graph
 from training.config import RunConfig
+from training.step import local_steps
 
 pytestmark = pytest.mark.inprocess
 
@@ -30,7 +31,7 @@ def tiny_sparse_logits(features, cfg, data_spec, training):
     terms = [layers.dense(tf.stack([features[n] for n in numeric], axis=1), data_spec.num_classes, "deep")]
     for name in categorical:
         ids = tf.strings.to_hash_bucket_fast(features[name], 64)
-        with needs.wide_part():
+        with needs.table_part(), needs.wide_part():
             table = v1.get_variable(f"ids_{name}", [64, data_spec.num_classes], initializer=v1.zeros_initializer(),
                                     partitioner=v1.fixed_size_partitioner(2))
         terms.append(v1.nn.embedding_lookup(table, ids, partition_strategy="div"))
@@ -75,9 +76,26 @@ def test_a_sparse_model_added_in_one_module_trains_its_declared_wide_part_with_f
             assert any(np.any(after != start) for after, start in zip(sess.run(wide), before))
 
 
-@pytest.mark.parametrize("lever", ["--local_steps=5", "--accumulate_batches=2 --sync_replicas"])
-def test_the_levers_refuse_a_model_that_declares_partitioned_tables(tiny_sparse_model, lever):
-    hosts = ["--ps_hosts=127.0.0.1:1", "--worker_hosts=127.0.0.1:2", "--job_name=worker", "--task_index=0"]
+HOSTS = ["--ps_hosts=127.0.0.1:1", "--worker_hosts=127.0.0.1:2", "--job_name=worker", "--task_index=0"]
+
+
+def test_accumulated_batches_refuse_a_model_that_declares_partitioned_tables(tiny_sparse_model):
     with pytest.raises(app.UsageError, match=f"--model={tiny_sparse_model}: its embedding tables are partitioned"):
-        read_flags(*hosts, f"--model={tiny_sparse_model}", "--dataset=clicks", "--model_dir=/tmp/unused-tiny-sparse",
-                   *lever.split())
+        read_flags(*HOSTS, f"--model={tiny_sparse_model}", "--dataset=clicks", "--model_dir=/tmp/unused-tiny-sparse",
+                   "--accumulate_batches=2", "--sync_replicas")
+
+
+def test_local_steps_copy_a_table_models_dense_variables_and_leave_its_declared_tables_on_the_ps(tiny_sparse_model):
+    cfg = read_flags(*HOSTS, f"--model={tiny_sparse_model}", "--dataset=clicks", "--model_dir=/tmp/unused-tiny-sparse",
+                     "--local_steps=5")
+    with tf.Graph().as_default():
+        graph = train_graph.build_graph(RunConfig(cfg.cluster, cfg.train, cfg.model, cfg.data))
+        copies = {v.op.name for v in v1.local_variables() if v.op.name.startswith(local_steps.SCOPE)}
+        tables = v1.get_collection(needs.TABLE_VARIABLES)
+        slots = {v.op.name for v in v1.global_variables()}
+    # The deep layer's copies and the Adagrad slots of the copies, on the worker; nothing of the tables.
+    assert copies == {f"{local_steps.SCOPE}/tiny_sparse/deep/{name}/{role}" for name in ("kernel", "bias")
+                      for role in ("copy", "anchor", "copy/Adagrad")}
+    # Each piece of the tables is read where it is, and updated there by FTRL (its slots beside it, saved).
+    assert tables and all(v.device.startswith("/job:ps/") and f"{v.op.name}/Ftrl" in slots for v in tables)
+    assert graph.step.steps_done is None  # a run is one step

@@ -6,6 +6,7 @@ import tensorflow as tf
 import input as inputs
 import model
 from cluster import placement, spec
+from model import needs
 from training import graph as train_graph
 from training.step import sync as sync_training
 from training.config import RunConfig, TrainConfig
@@ -94,6 +95,26 @@ def test_sync_accumulators_stay_with_their_variables():
     for op in accumulators:
         assert op.device.startswith("/job:ps/task:"), op.name
     assert set(devices.values()) == {"/job:ps/task:0", "/job:ps/task:1"}
+
+
+@pytest.mark.parametrize("embedding", ["hashed", "dynamic"])
+def test_the_wire_casts_a_table_models_dense_variables_and_leaves_its_tables_whole_or_not_alone(embedding):
+    # One ps holds every hashed table whole (not partitioned): the model's declaration tells a table, not a
+    # partitioner. Casting a table's value would read all of it every step (and broke the graph's build).
+    model_cfg = model.ModelConfig(name="wide_deep", hidden_units=(8,), hash_buckets=1000, embedding_dim=4,
+                                  embedding=embedding, embedding_capacity=4000)
+    cfg = RunConfig(cluster(1), TrainConfig(wire_dtype="bfloat16"), model_cfg,
+                    inputs.DataConfig(name="clicks", synthetic_examples=100))
+    graph = tf.Graph()
+    with graph.as_default():
+        train_graph.build_graph(cfg)
+        tables = {v.op.name for v in v1.get_collection(needs.TABLE_VARIABLES)}
+        dense = {v.op.name for v in v1.trainable_variables()} - tables
+    to_wire = [op for op in graph.get_operations() if op.type == "Cast" and op.name.startswith("to_wire")
+               and not op.name.startswith("gradients")]
+    assert tables and dense
+    assert {op.inputs[0].op.inputs[0].op.name for op in to_wire} == dense
+    assert all(op.device == "/job:ps/task:0" and op.get_attr("DstT") == tf.bfloat16 for op in to_wire)
 
 
 def test_bfloat16_wire_casts_on_the_ps_both_ways():

@@ -15,10 +15,19 @@ SGD to the digit.
 A global step counts one worker's batch, as in plain asynchronous training: a round adds the steps
 it took, and --train_steps cuts the round that reaches it (read at the round's start). The learning
 rate schedule is read once per round; the optimizer's slots (momentum) are the worker's own.
+
+A model with embedding tables (model/needs.table_part) keeps them on the ps: a step reads and updates
+only the rows its batch names, there, every step, as without the lever. Its dense variables (the deep
+part's layers, the wide part's numeric weights: most of the bytes a step moves) get worker-side copies
+as above, pushed and fetched every K steps. A session.run is then one step, not a round: the tables'
+rows cannot be read ahead of the batches that name them. The push rides on every Kth step's run
+(PushEveryK), and the last, partial round is pushed when the session ends; on the chief that comes
+before the final checkpoint.
 """
 
 import tensorflow as tf
 
+from model import needs
 from training.step import update
 from training.step.base import Step, StepContext
 from training.step.loop import Iteration, Metrics, training_loop
@@ -37,20 +46,33 @@ class LocalCopies:
         self.device = device  # this worker's device: where the copies (and their slots) live
         self.push_scale = 1.0 / num_workers  # the ps moves by the mean of the workers' rounds
         self.copies = {}  # global variable's name: (global variable, copy, anchor: its value at the last fetch)
+        self.tables = {}  # name: a table's variable (whole or partitioned), read as it is
 
     def getter(self, getter, name, *args, **kwargs):  # TensorFlow passes the next getter as `getter`
         variable = getter(name, *args, **kwargs)
         if not kwargs.get("trainable", True):
             return variable
-        if kwargs.get("partitioner") is not None:  # flags/config.py refuses models that declare such tables
-            raise ValueError(f"--local_steps: {name} is partitioned; local copies are for dense variables")
+        if needs.is_table(variable):
+            self.tables[name] = variable
+            return variable
+        if kwargs.get("partitioner") is not None:
+            raise ValueError(f"--local_steps: {name} is partitioned but not a table (model/needs.table_part); "
+                             "local copies are for dense variables")
         if name not in self.copies:
             with v1.device(self.device), v1.name_scope(None):
                 initial = variable.read_value()  # the ps's value, once the chief has set it
                 copy, anchor = (v1.Variable(initial, trainable=False, collections=[v1.GraphKeys.LOCAL_VARIABLES],
                                             name=f"{SCOPE}/{name}/{role}") for role in ("copy", "anchor"))
+            if any(variable is wide for wide in v1.get_collection(needs.WIDE_VARIABLES)):
+                v1.add_to_collection(needs.WIDE_VARIABLES, copy)  # trained as its variable is (FTRL)
             self.copies[name] = (variable, copy, anchor)
         return self.copies[name][1]
+
+    @property
+    def table_variables(self) -> list:
+        """The tables' trainable variables (each piece of a partitioned one)."""
+        return [piece for table in self.tables.values()
+                for piece in ([table] if isinstance(table, tf.Variable) else list(table))]
 
     @property
     def local_variables(self) -> list:
@@ -96,11 +118,55 @@ def reader(cluster, train) -> LocalCopies:
     return LocalCopies(cluster.compute_device() if cluster.is_distributed else None, cluster.num_replicas)
 
 
-def build(ctx: StepContext) -> Step:
-    """One round: up to --local_steps steps on the copies (cut at --train_steps as read at the round's
-    start), then one push and fetch, then global step + the steps taken. The single step's update
-    built first makes the optimizer's slots of the copies (a loop body cannot), as local variables."""
+class PushEveryK(v1.train.SessionRunHook):
+    """Runs the push and fetch with every Kth step (`after_step`: the push that waits for the step's
+    update), and alone at the end for the steps since the last (`alone`)."""
+
+    def __init__(self, every: int, after_step, alone):
+        self._every, self._after_step, self._alone = every, after_step, alone
+        self._since_push = 0
+
+    def after_create_session(self, session, coord):
+        self._since_push = 0  # a new session fetched the copies afresh (their local init)
+
+    def before_run(self, run_context):
+        return v1.train.SessionRunArgs(self._after_step if self._since_push + 1 == self._every else None)
+
+    def after_run(self, run_context, run_values):
+        self._since_push = (self._since_push + 1) % self._every
+
+    def end(self, session):
+        if self._since_push:
+            session.run(self._alone)
+
+
+def build_with_tables(ctx: StepContext) -> Step:
+    """One step a session.run: the tables' rows updated on the ps, the dense copies here; every Kth
+    step's run pushes and fetches the copies."""
     copies, train = ctx.reader, ctx.train
+    if train.steps_per_run != 1:  # flags/config.py makes a run one step for a model with tables
+        raise ValueError("--local_steps with embedding tables: a session.run is one step")
+    with v1.variable_creator_scope(slots_stay_local):
+        train_op = update.apply_update(ctx.first.loss, ctx.optimizer, ctx.global_step, train.clip_gradient_norm,
+                                       var_list=copies.local_variables + copies.table_variables)
+    with tf.control_dependencies([train_op]):
+        after_step = copies.push_and_fetch()
+    push = PushEveryK(train.local_steps, after_step, copies.push_and_fetch())
+    stop = v1.train.StopAtStepHook(last_step=train.train_steps)
+    # MonitoredTrainingSession puts the chief-only hooks before its CheckpointSaverHook: there, the end's
+    # push lands before the final checkpoint is written.
+    hooks, chief_only = ((stop,), (push,)) if ctx.cluster.is_chief else ((push, stop), ())
+    return Step(train_op, Metrics.of(ctx.first), ctx.first_labels, None, hooks, chief_only)
+
+
+def build(ctx: StepContext) -> Step:
+    """A model with tables: build_with_tables. Otherwise one round: up to --local_steps steps on the
+    copies (cut at --train_steps as read at the round's start), then one push and fetch, then global
+    step + the steps taken. The single step's update built first makes the optimizer's slots of the
+    copies (a loop body cannot), as local variables."""
+    copies, train = ctx.reader, ctx.train
+    if copies.tables:
+        return build_with_tables(ctx)
     with v1.variable_creator_scope(slots_stay_local):
         update.apply_update(ctx.first.loss, ctx.optimizer, None, train.clip_gradient_norm, summaries=False,
                             var_list=copies.local_variables)
