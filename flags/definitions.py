@@ -134,7 +134,9 @@ flags.DEFINE_integer("local_steps", TRAIN.local_steps,
                      "Asynchronous training: each worker takes this many steps on its own copy of the dense "
                      "variables, in one session.run, then adds its change, divided by the number of workers, "
                      "to the ps and fetches fresh values (Downpour SGD, averaged): one round trip per N batches. "
-                     "A global step still counts one batch. 1: a round trip every step.", lower_bound=1)
+                     "A global step still counts one batch. A model with embedding tables keeps them on the ps, "
+                     "read and updated every step; only its dense variables are copied and pushed every N steps. "
+                     "1: a round trip every step.", lower_bound=1)
 
 # ---------------------------------------------------------------- checkpoints and logs
 flags.DEFINE_string("model_dir", None, "Directory for checkpoints and summaries; workers resume from it.")
