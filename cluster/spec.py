@@ -51,6 +51,9 @@ class ClusterConfig:
     # past worker_hosts, which stay the job's as every other task has them. Its sessions carry a
     # ClusterDef of the ps tasks and itself, so the ps tasks reach it without knowing it from start.
     join_address: str = ""
+    # --nothread_spinning: TensorFlow's thread pools sleep when out of work instead of spin-waiting
+    # first, for tasks that share a host's cores (launch/processes.LocalCluster sets it when they must).
+    thread_spinning: bool = True
 
     @property
     def joins(self) -> bool:
@@ -158,10 +161,12 @@ def session_config(cluster: ClusterConfig) -> tf.compat.v1.ConfigProto:
 
     device_filters make a task see only the devices it talks to: a training replica (chief or
     worker) sees every ps and itself, never another replica or the evaluator, so none waits for
-    another to come up; a ps sees only itself.
+    another to come up; a ps sees only itself. The server's thread pools are made from it too
+    (start_server): with --nothread_spinning they sleep when out of work.
     """
     import tensorflow as tf  # pylint: disable=import-outside-toplevel,redefined-outer-name
     config = tf.compat.v1.ConfigProto(allow_soft_placement=True)
+    config.experimental.disable_thread_spinning = not cluster.thread_spinning
     if cluster.job_name == PS:
         config.device_filters[:] = [f"/job:{PS}/task:{cluster.task_index}"]
     elif cluster.is_distributed:

@@ -151,6 +151,8 @@ def read_resolved_cluster(f, env) -> resolve.Resolved:
         raise app.UsageError(str(err)) from None
     if f.num_gpus is not None:
         resolved = resolved._replace(cluster=dataclasses.replace(resolved.cluster, num_gpus=f.num_gpus))
+    if not f.thread_spinning:
+        resolved = resolved._replace(cluster=dataclasses.replace(resolved.cluster, thread_spinning=False))
     return resolved
 
 

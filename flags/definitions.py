@@ -31,6 +31,10 @@ flags.DEFINE_string("join_address", None, "A worker joining a running asynchrono
 flags.DEFINE_integer("num_gpus", None, "GPUs per host: a worker puts its compute on GPU task_index % N (start one "
                      "worker per GPU); 0 keeps workers on the CPU. A ps never uses a GPU. Default: TensorFlow's "
                      "own placement.", lower_bound=0)
+flags.DEFINE_boolean("thread_spinning", True, "TensorFlow's thread pools spin-wait for work before they sleep (its "
+                     "default). --nothread_spinning for tasks that share a host's cores: a spinning task takes "
+                     "CPU the others need (scripts/run_local.py sets it when there are more tasks than cores; "
+                     "docs/speed.md).")
 flags.DEFINE_boolean("existing_servers", False, "mnist_replica's flag, accepted as false only: every task of "
                      "ps-trainer starts its own server (run one trainer.py per task).")
 flags.DEFINE_integer("num_ps", 1, "Slurm and AWS Batch: how many of the tasks are ps tasks.", lower_bound=1)

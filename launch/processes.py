@@ -288,12 +288,18 @@ class SingleProcess(ProcessCluster):
 
 
 class LocalCluster(ProcessCluster):
-    """num_ps ps tasks and num_workers workers (and optionally a chief) on free loopback ports."""
+    """num_ps ps tasks and num_workers workers (and optionally a chief) on free loopback ports.
+
+    More training tasks than this host has cores: they run with --nothread_spinning (before the
+    caller's flags, which can say otherwise), so that no task spin-waits on a core another needs;
+    `share_cores=False` leaves that out (a release older than the flag: scripts/compare_releases.py)."""
 
     def __init__(self, run_dir, num_ps=1, num_workers=2, trainer_args=(), env=None, chief=False,
-                 tf_config=False, preload=False):
+                 tf_config=False, preload=False, share_cores=True):
         ports = free_ports(num_ps + num_workers + 2)
         hosts = [f"{LOOPBACK}:{p}" for p in ports]
+        if share_cores and num_ps + num_workers + int(chief) > (os.cpu_count() or 1):
+            trainer_args = ["--nothread_spinning", *trainer_args]
         super().__init__(run_dir, hosts[:num_ps], hosts[num_ps:num_ps + num_workers], trainer_args, env,
                          chief_hosts=[hosts[-2]] if chief else [], evaluator_hosts=[hosts[-1]],
                          tf_config=tf_config, preload=preload)

@@ -47,10 +47,12 @@ class Timing:
 
 
 class TreeCluster(LocalCluster):
-    """A LocalCluster whose tasks run another checkout's trainer.py."""
+    """A LocalCluster whose tasks run another checkout's trainer.py (with --nothread_spinning where the
+    cores are short, if that tree has the flag)."""
 
     def __init__(self, tree: pathlib.Path, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+        knows_spinning = '"thread_spinning"' in (tree / "flags" / "definitions.py").read_text()
+        super().__init__(*args, share_cores=knows_spinning, **kwargs)
         self.trainer = str(tree / "trainer.py")
 
     def command(self, job, index, extra_args=(), trainer=None):

@@ -22,6 +22,12 @@ def test_ps_sees_only_itself():
     assert list(spec.session_config(ps).device_filters) == ["/job:ps/task:1"]
 
 
+def test_thread_pools_spin_as_tensorflow_has_them_unless_told_not_to():
+    assert not spec.session_config(CLUSTER).experimental.disable_thread_spinning
+    sharing = spec.ClusterConfig(CLUSTER.ps_hosts, CLUSTER.worker_hosts, "ps", 0, thread_spinning=False)
+    assert spec.session_config(sharing).experimental.disable_thread_spinning
+
+
 def test_chief_is_worker_zero():
     assert spec.ClusterConfig(("p:1",), ("w:1",), "worker", 0).is_chief
     assert not CLUSTER.is_chief

@@ -397,6 +397,20 @@ def test_fewer_round_trips_are_refused_where_they_do_not_apply(args, expected):
     assert expected in usage_error(*WORKER, *args)
 
 
+def test_nothread_spinning_reaches_the_cluster_config_and_a_local_cluster_sets_it_when_cores_are_short(
+        tmp_path, monkeypatch):
+    assert read_flags(*WORKER).cluster.thread_spinning
+    assert not read_flags(*WORKER, "--nothread_spinning").cluster.thread_spinning
+    from launch import processes  # pylint: disable=import-outside-toplevel
+    monkeypatch.setattr(processes, "free_ports", lambda count: list(range(20000, 20000 + count)))  # no socket
+    for cores, expected in ((2, False), (8, True)):  # 1 ps + 2 workers: three tasks
+        monkeypatch.setattr(processes.os, "cpu_count", lambda cores=cores: cores)
+        cluster = processes.LocalCluster(tmp_path / str(cores), 1, 2, ["--train_steps=5"])
+        hosts = [f"--ps_hosts={','.join(cluster.ps_hosts)}", f"--worker_hosts={','.join(cluster.worker_hosts)}",
+                 "--job_name=worker", "--task_index=0", "--model_dir=/tmp/unused"]
+        assert read_flags(*cluster.trainer_args, *hosts).cluster.thread_spinning is expected, cluster.trainer_args
+
+
 def test_local_steps_run_a_round_per_session_run_with_one_workers_momentum():
     cfg = read_flags(*WORKER, "--local_steps=10")
     # Two async workers get momentum 0.8; a round of local steps reads no stale values.
