@@ -27,7 +27,7 @@ before the final checkpoint.
 
 import tensorflow as tf
 
-from model import needs
+from model import grouped_lookup, needs
 from training.step import update
 from training.step.base import Step, StepContext
 from training.step.loop import Iteration, Metrics, training_loop
@@ -71,8 +71,7 @@ class LocalCopies:
     @property
     def table_variables(self) -> list:
         """The tables' trainable variables (each piece of a partitioned one)."""
-        return [piece for table in self.tables.values()
-                for piece in ([table] if isinstance(table, tf.Variable) else list(table))]
+        return [piece for table in self.tables.values() for piece in grouped_lookup.pieces(table)]
 
     @property
     def local_variables(self) -> list:
