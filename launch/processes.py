@@ -290,7 +290,7 @@ class SingleProcess(ProcessCluster):
 class LocalCluster(ProcessCluster):
     """num_ps ps tasks and num_workers workers (and optionally a chief) on free loopback ports.
 
-    More training tasks than this host has cores: they run with --nothread_spinning (before the
+    More training tasks than the cores this process may run on: they run with --nothread_spinning (before the
     caller's flags, which can say otherwise), so that no task spin-waits on a core another needs;
     `share_cores=False` leaves that out (a release older than the flag: scripts/compare_releases.py)."""
 
@@ -298,7 +298,8 @@ class LocalCluster(ProcessCluster):
                  tf_config=False, preload=False, share_cores=True):
         ports = free_ports(num_ps + num_workers + 2)
         hosts = [f"{LOOPBACK}:{p}" for p in ports]
-        if share_cores and num_ps + num_workers + int(chief) > (os.cpu_count() or 1):
+        # The cores this process may run on (a container's or taskset's share), not the host's count.
+        if share_cores and num_ps + num_workers + int(chief) > len(os.sched_getaffinity(0)):
             trainer_args = ["--nothread_spinning", *trainer_args]
         super().__init__(run_dir, hosts[:num_ps], hosts[num_ps:num_ps + num_workers], trainer_args, env,
                          chief_hosts=[hosts[-2]] if chief else [], evaluator_hosts=[hosts[-1]],

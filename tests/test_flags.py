@@ -404,7 +404,7 @@ def test_nothread_spinning_reaches_the_cluster_config_and_a_local_cluster_sets_i
     from launch import processes  # pylint: disable=import-outside-toplevel
     monkeypatch.setattr(processes, "free_ports", lambda count: list(range(20000, 20000 + count)))  # no socket
     for cores, expected in ((2, False), (8, True)):  # 1 ps + 2 workers: three tasks
-        monkeypatch.setattr(processes.os, "cpu_count", lambda cores=cores: cores)
+        monkeypatch.setattr(processes.os, "sched_getaffinity", lambda pid, cores=cores: set(range(cores)))
         cluster = processes.LocalCluster(tmp_path / str(cores), 1, 2, ["--train_steps=5"])
         hosts = [f"--ps_hosts={','.join(cluster.ps_hosts)}", f"--worker_hosts={','.join(cluster.worker_hosts)}",
                  "--job_name=worker", "--task_index=0", "--model_dir=/tmp/unused"]
