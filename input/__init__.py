@@ -64,10 +64,7 @@ def describe(cfg: DataConfig, shard: Shard, split: str = "train") -> str:
             f" (worker shard {shard.index} of {shard.count}); cache: {cache_mode(cfg)}")
 
 
-# The functions of a pipeline (map, filter, interleave, flat_map) are graph code with no Python control
-# flow on tensors: tf.data would have AutoGraph convert each (parse, transform, and write a module to the
-# temporary directory), about 0.15 s of every worker's start per pipeline, for nothing.
-@tf.autograph.experimental.do_not_convert
+@tuning.pipeline
 def batches(cfg: DataConfig, shard: Shard, batch_size: int, split: str = "train",
             repeat: bool = True) -> tf.data.Dataset:
     """(features, int64 labels) batches of this shard, shuffled with a per-shard seed; with a feed
@@ -81,9 +78,10 @@ def batches(cfg: DataConfig, shard: Shard, batch_size: int, split: str = "train"
     if repeat:
         dataset = dataset.repeat()
     dataset = dataset.batch(batch_size, drop_remainder=repeat)
-    return tuning.without_autotune(dataset.prefetch(tuning.PREFETCH_BATCHES))
+    return dataset.prefetch(tuning.PREFETCH_BATCHES)
 
 
+@tuning.pipeline
 def queued_batches(cfg: DataConfig, shard: Shard, batch_size: int) -> tf.data.Dataset:
     """--input_queue: (features, int64 labels, int64 file keys, int64 ordinals of the examples in their
     files) batches of the files the work queue
@@ -104,7 +102,7 @@ def queued_batches(cfg: DataConfig, shard: Shard, batch_size: int) -> tf.data.Da
             lambda *_: tf.reshape(tf.py_function(feed.took_nothing, [], tf.bool), [])))
 
     passes = tf.data.Dataset.from_generator(feed.passes, output_signature=tf.TensorSpec([], tf.int64))
-    return tuning.without_autotune(passes.flat_map(one_pass).prefetch(tuning.PREFETCH_BATCHES))
+    return passes.flat_map(one_pass).prefetch(tuning.PREFETCH_BATCHES)
 
 
 def _empty(spec: tf.TensorSpec) -> tf.Tensor:

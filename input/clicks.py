@@ -36,6 +36,7 @@ def _affinity(seed, kind, ids):
     return tf.random.stateless_normal([], [seed * 7 + kind, ids])
 
 
+@tuning.pipeline
 def records(cfg, split: str, shard) -> tf.data.Dataset:
     first = 0 if split == "train" else cfg.synthetic_examples
     count = cfg.synthetic_examples if split == "train" else EVAL_EXAMPLES

@@ -16,6 +16,7 @@ import os
 import tensorflow as tf
 
 from input import records as record_files
+from input import tuning
 from input.specs import DataSpec
 
 KIND = "files"
@@ -92,6 +93,7 @@ def parse_block(path, indices, lines, numeric_default: float):
     return bad, problems, (features, labels)
 
 
+@tuning.pipeline
 def records(cfg, split: str, shard) -> tf.data.Dataset:
     files = _files(cfg.split_dir(split), split)
     if not files:

@@ -16,6 +16,7 @@ import os
 import tensorflow as tf
 
 from input import records as record_files
+from input import tuning
 from input.specs import tabular_spec
 
 KIND = "files"
@@ -62,6 +63,7 @@ def spec(cfg):
     return tabular_spec(cfg)
 
 
+@tuning.pipeline
 def records(cfg, split: str, shard) -> tf.data.Dataset:
     data_dir = cfg.split_dir(split)
     files = sorted(tf.io.gfile.glob(pattern(data_dir, split)))

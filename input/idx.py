@@ -104,6 +104,7 @@ def spec(cfg):
     return synthetic.spec(cfg)
 
 
+@tuning.pipeline
 def records(cfg, split: str, shard) -> tf.data.Dataset:
     images_path, labels_path = paths(cfg, split)
 

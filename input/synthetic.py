@@ -49,6 +49,7 @@ def prototypes(seed: int) -> np.ndarray:
     return out[..., None]
 
 
+@tuning.pipeline
 def records(cfg, split: str, shard) -> tf.data.Dataset:
     """Unbatched ({'image': uint8 image}, int64 label) of `split`, only the blocks of `shard`."""
     count = cfg.synthetic_examples if split == "train" else EVAL_EXAMPLES

@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from input import records as record_files
-from input import synthetic
+from input import synthetic, tuning
 from input.specs import tabular_spec
 
 KIND = "files"
@@ -136,6 +136,7 @@ def decoder(data_spec, label_name: str):
     return decode
 
 
+@tuning.pipeline
 def records(cfg, split: str, shard) -> tf.data.Dataset:
     data_dir = cfg.split_dir(split)
     files = sorted(tf.io.gfile.glob(pattern(data_dir, split)))

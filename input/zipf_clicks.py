@@ -55,6 +55,7 @@ def _ids_and_affinities(uniform):
     return ids, affinities
 
 
+@tuning.pipeline
 def records(cfg, split: str, shard) -> tf.data.Dataset:
     first = 0 if split == "train" else cfg.synthetic_examples
     count = cfg.synthetic_examples if split == "train" else EVAL_EXAMPLES
