@@ -269,6 +269,28 @@ def test_criteo_layout_reads_empty_fields_as_defaults_and_shards_by_row(tmp_path
     assert [len(criteo_epoch(cfg, inputs.Shard(i, 2))) for i in (0, 1)] == [2, 1]  # one file: every other row
 
 
+def test_every_source_reads_its_records_without_the_autotuner(tfrecord_dir, tmp_path):
+    # tf.data's autotuner wakes on a timer that grows toward a minute, and deleting an iterator waits for
+    # it: a script's or a test's read of a source's records stalled up to a minute at its end.
+    from input import idx
+    for name in ("csv", "criteo", "idx"):
+        (tmp_path / name).mkdir()
+    write_csv(tmp_path / "csv" / "train-0.csv", range(4))
+    (tmp_path / "criteo" / "train.txt").write_text(criteo_row())
+    idx.write(np.zeros((2, 28, 28), np.uint8), np.zeros(2, np.int64), str(tmp_path / "idx"), "train", False)
+    configs = {"synthetic": CFG, "clicks": inputs.DataConfig(name="clicks", synthetic_examples=10),
+               "zipf_clicks": inputs.DataConfig(name="zipf_clicks", synthetic_examples=10),
+               "tfrecord": inputs.DataConfig(name="tfrecord", data_dir=str(tfrecord_dir)),
+               "csv": inputs.DataConfig(data_dir=str(tmp_path / "csv"), **CSV),
+               "criteo": inputs.DataConfig(name="criteo", data_dir=str(tmp_path / "criteo")),
+               "idx": inputs.DataConfig(name="idx", data_dir=str(tmp_path / "idx"))}
+    assert sorted(configs) == sorted(inputs.DATASETS)
+    for name, cfg in configs.items():
+        records = inputs.DATASETS[name].records(cfg, "train", inputs.Shard(0, 1))
+        assert records.options().autotune.enabled is False, name
+        assert next(iter(records)), name
+
+
 CRITEO_BAD = {
     "a field missing": (criteo_row()[:-3] + "\n", "has 39 tab-separated fields, not 40 (label, I1..I13, C1..C26)"),
     "an empty label": (criteo_row(label=""), "'label' is empty"),
