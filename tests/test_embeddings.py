@@ -529,7 +529,7 @@ def test_dynamic_tables_on_two_ps_keep_their_rows_through_a_ps_restart_and_learn
     cluster = make_cluster(num_ps=2, num_workers=2, trainer_args=[
         "--model=wide_deep", "--dataset=clicks", "--embedding=dynamic", "--embedding_growth",
         "--embedding_capacity=20000", "--incremental_save_secs=1",
-        "--hidden_units=32", "--train_steps=1200", "--save_checkpoint_steps=400", "--keep_checkpoint_max=20",
+        "--hidden_units=32", "--train_steps=900", "--save_checkpoint_steps=300", "--keep_checkpoint_max=20",
         "--log_every_n_steps=200"])
     cluster.start_all()
     deadline = time.monotonic() + 180
