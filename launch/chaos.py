@@ -9,15 +9,13 @@ where the last one ended.
 
 import dataclasses
 import datetime
-import glob
 import random
 import signal
 import time
 
-import numpy as np
-
 from launch import faults
-from training import log_lines, queue_hook
+from launch.processes import call_with_tensorflow
+from training import log_lines
 
 POLL_SECS = 0.1
 PS_EXIT_SECS = 60  # after the workers: a ps that has not exited by then is left running (a violation)
@@ -173,15 +171,7 @@ def run(cluster, model_dir, train_steps: int, chaos_secs: float, interval_secs=(
 def count_audit(model_dir) -> dict:
     """{epoch: [distinct examples, examples trained more than once, trained in all]} from every
     worker's --input_queue_audit file under model_dir (empty without one)."""
-    paths = sorted(glob.glob(queue_hook.audit_path(str(model_dir), "*")))
-    if not paths:
-        return {}
-    trained = np.concatenate([queue_hook.read_audit(path) for path in paths])
-    counts = {}
-    for epoch in np.unique(trained[:, 0]).tolist():
-        _, times = np.unique(trained[trained[:, 0] == epoch, 1:], axis=0, return_counts=True)
-        counts[epoch] = [int(times.size), int((times > 1).sum()), int(times.sum())]
-    return counts
+    return call_with_tensorflow("launch.checkpoint_reads", "count_audit", str(model_dir))
 
 
 def _killed(kills, key, proc) -> bool:

@@ -14,9 +14,8 @@ import re
 import signal
 import time
 
-import tensorflow as tf
-
-from training import checkpoints, log_lines
+from launch.processes import call_with_tensorflow
+from training import log_lines
 
 
 class FaultError(Exception):
@@ -32,21 +31,12 @@ def progress(cluster) -> list[log_lines.Step]:
 
 def registered_step(model_dir) -> int | None:
     """The step of the latest checkpoint in the state file, or None before the first."""
-    state = tf.compat.v1.train.get_checkpoint_state(str(model_dir))
-    if state is None or not state.model_checkpoint_path:
-        return None
-    return int(state.model_checkpoint_path.rpartition("-")[2])
+    return call_with_tensorflow("launch.checkpoint_reads", "registered_step", str(model_dir))
 
 
 def restorable_step(model_dir) -> int | None:
     """Reads every tensor of the latest checkpoint; its global step, or None if any cannot be read."""
-    try:
-        reader = tf.train.load_checkpoint(str(model_dir))
-        for name in reader.get_variable_to_shape_map():
-            reader.get_tensor(name)
-        return int(reader.get_tensor("global_step"))
-    except (tf.errors.OpError, ValueError):
-        return None
+    return call_with_tensorflow("launch.checkpoint_reads", "restorable_step", str(model_dir))
 
 
 def chief_key(cluster) -> tuple[str, int]:
@@ -222,10 +212,7 @@ class SaveReport:
 
 def save_leftovers(model_dir) -> int:
     """Files of a save in progress or never completed: written, but not (yet) in the state file."""
-    try:
-        return len(checkpoints.unfinished_save_files(str(model_dir)))
-    except tf.errors.OpError:  # the state file was being replaced as we read it
-        return 1
+    return call_with_tensorflow("launch.checkpoint_reads", "save_leftovers", str(model_dir))
 
 
 def kill_during_saves(cluster, model_dir, rounds: int, steps_after: int, keep_checkpoint_max: int,

@@ -10,7 +10,9 @@ skips the 3-4 s of CPU that `import tensorflow` costs each process, which is mos
 test cluster spends on two cores. It then runs trainer.py's main as `python trainer.py` would.
 """
 
+import atexit
 import contextlib
+import importlib
 import json
 import multiprocessing
 import multiprocessing.forkserver
@@ -212,6 +214,42 @@ def _run_trainer_here(argv, env, log_path, err_path, cwd) -> None:
     trainer.app.run(trainer.main, argv=argv, flags_parser=trainer.parse_flags)
 
 
+@contextlib.contextmanager
+def _main_hidden():
+    """multiprocessing runs the starting program's __main__ again in each child, as its own spawn
+    method needs. A forked task or helper needs none of it, and a script's top level (a fault drill's
+    absl flags) would clash with the trainer's: while it starts one, it is told of a __main__ with
+    nothing to run."""
+    program = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = program
+
+
+_helper_pool = None
+
+
+def call_with_tensorflow(module: str, function: str, *args):
+    """module.function(*args), for a module that imports TensorFlow: in this process if it has
+    imported TensorFlow already or has forked no task, else in a helper process forked from the
+    preloaded server (ForkedTask), which has. A script that forks its tasks (scripts/inject_fault.py)
+    then never pays the 3-4 s of CPU of an `import tensorflow` of its own."""
+    global _helper_pool  # pylint: disable=global-statement
+    if "tensorflow" in sys.modules or not ForkedTask._server_started:  # pylint: disable=protected-access
+        return _call(module, function, args)
+    if _helper_pool is None:
+        with _main_hidden():
+            _helper_pool = multiprocessing.get_context("forkserver").Pool(1)
+        atexit.register(_helper_pool.terminate)
+    return _helper_pool.apply(_call, (module, function, args))
+
+
+def _call(module: str, function: str, args):
+    return getattr(importlib.import_module(module), function)(*args)
+
+
 class ForkedTask:
     """A task forked from the preloaded server, with the part of subprocess.Popen's interface that
     ProcessCluster and its callers use: pid, poll, wait and returncode (negative: killed by that signal)."""
@@ -226,15 +264,8 @@ class ForkedTask:
             self._start_server(context)
         self._process = context.Process(target=_run_trainer_here, name=str(argv[0]), args=(
             list(argv), dict(env), str(log_path), err_path and str(err_path), str(cwd or os.getcwd())))
-        # multiprocessing runs the starting program's __main__ again in each child, as its own spawn
-        # method needs. A task needs none of it, and a script's top level (a fault drill's absl flags)
-        # would clash with the trainer's: the child is told of a __main__ with nothing to run.
-        program = sys.modules["__main__"]
-        sys.modules["__main__"] = types.ModuleType("__main__")
-        try:
+        with _main_hidden():
             self._process.start()
-        finally:
-            sys.modules["__main__"] = program
         self.pid = self._process.pid
         # Stopped by its process group's id, which exists once the child's first line has run.
         deadline = time.monotonic() + 30
