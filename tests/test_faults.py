@@ -140,6 +140,19 @@ def test_a_worker_started_before_its_ps_waits_for_it_then_trains(make_cluster):
 
 
 @pytest.mark.e2e
+def test_the_fault_script_imports_no_tensorflow_of_its_own():
+    # Its tasks are forked from a server that has imported the trainer; its checkpoint reads run in a
+    # helper forked from that server (launch/checkpoint_reads.py): 3-4 s of CPU less a drill.
+    result = subprocess.run([sys.executable, "-X", "importtime", str(SCRIPTS / "inject_fault.py"), "--helpshort"],
+                            capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert "--chaos_secs" in result.stdout, result.stderr[-2000:]  # its help (absl exits 1 after it)
+    imported = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()
+                if line.startswith("import time:")]
+    assert "launch.faults" in imported and "launch.chaos" in imported, imported
+    assert not [name for name in imported if name.split(".")[0] == "tensorflow"], imported
+
+
+@pytest.mark.e2e
 def test_a_ps_that_never_comes_up_is_named_after_the_timeout(make_cluster):
     cluster = make_cluster(num_ps=1, num_workers=1, trainer_args=["--startup_timeout_secs=3"])
     cluster.start("worker", 0)
