@@ -169,8 +169,8 @@ def run(cluster, model_dir, train_steps: int, chaos_secs: float, interval_secs=(
 
 
 def count_audit(model_dir) -> dict:
-    """{epoch: [distinct examples, examples trained more than once, trained in all]} from every
-    worker's --input_queue_audit file under model_dir (empty without one)."""
+    """launch/checkpoint_reads.py's count_audit: {epoch: [distinct examples, examples trained more than
+    once, trained in all]}."""
     return call_with_tensorflow("launch.checkpoint_reads", "count_audit", str(model_dir))
 
 

@@ -30,12 +30,12 @@ def progress(cluster) -> list[log_lines.Step]:
 
 
 def registered_step(model_dir) -> int | None:
-    """The step of the latest checkpoint in the state file, or None before the first."""
+    """launch/checkpoint_reads.py's registered_step."""
     return call_with_tensorflow("launch.checkpoint_reads", "registered_step", str(model_dir))
 
 
 def restorable_step(model_dir) -> int | None:
-    """Reads every tensor of the latest checkpoint; its global step, or None if any cannot be read."""
+    """launch/checkpoint_reads.py's restorable_step."""
     return call_with_tensorflow("launch.checkpoint_reads", "restorable_step", str(model_dir))
 
 
@@ -211,7 +211,7 @@ class SaveReport:
 
 
 def save_leftovers(model_dir) -> int:
-    """Files of a save in progress or never completed: written, but not (yet) in the state file."""
+    """launch/checkpoint_reads.py's save_leftovers."""
     return call_with_tensorflow("launch.checkpoint_reads", "save_leftovers", str(model_dir))
 
 

@@ -8,6 +8,8 @@ With preload=True a task is forked from a server process that has imported train
 TensorFlow with it, once (multiprocessing's forkserver), instead of starting a Python of its own: it
 skips the 3-4 s of CPU that `import tensorflow` costs each process, which is most of what a short
 test cluster spends on two cores. It then runs trainer.py's main as `python trainer.py` would.
+A script that forks its tasks does its own TensorFlow work in a helper forked the same way
+(call_with_tensorflow) and never imports TensorFlow itself.
 """
 
 import atexit
