@@ -230,14 +230,20 @@ def _main_hidden():
         sys.modules["__main__"] = program
 
 
+class HelperTimeout(RuntimeError):
+    pass
+
+
 _helper_pool = None
+HELPER_CALL_SECS = 300  # a checkpoint read back whole, on a slow disk; past it the helper is taken for stuck
 
 
 def call_with_tensorflow(module: str, function: str, *args):
     """module.function(*args), for a module that imports TensorFlow: in this process if it has
     imported TensorFlow already or has forked no task, else in a helper process forked from the
     preloaded server (ForkedTask), which has. A script that forks its tasks (scripts/inject_fault.py)
-    then never pays the 3-4 s of CPU of an `import tensorflow` of its own."""
+    then never pays the 3-4 s of CPU of an `import tensorflow` of its own. The helper lives as long as
+    this process, in its process group."""
     global _helper_pool  # pylint: disable=global-statement
     if "tensorflow" in sys.modules or not ForkedTask._server_started:  # pylint: disable=protected-access
         return _call(module, function, args)
@@ -245,7 +251,11 @@ def call_with_tensorflow(module: str, function: str, *args):
         with _main_hidden():
             _helper_pool = multiprocessing.get_context("forkserver").Pool(1)
         atexit.register(_helper_pool.terminate)
-    return _helper_pool.apply(_call, (module, function, args))
+    try:
+        return _helper_pool.apply_async(_call, (module, function, args)).get(timeout=HELPER_CALL_SECS)
+    except multiprocessing.TimeoutError:
+        raise HelperTimeout(f"{module}.{function}({', '.join(map(repr, args))}): no answer from the TensorFlow "
+                           f"helper in {HELPER_CALL_SECS} s") from None
 
 
 def _call(module: str, function: str, args):

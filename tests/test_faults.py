@@ -152,6 +152,32 @@ def test_the_fault_script_imports_no_tensorflow_of_its_own():
     assert not [name for name in imported if name.split(".")[0] == "tensorflow"], imported
 
 
+HELPER_PROBE = """
+import multiprocessing, sys, time
+from launch import processes
+processes.ForkedTask._start_server(multiprocessing.get_context("forkserver"))  # as the first forked task does
+print(processes.call_with_tensorflow("launch.checkpoint_reads", "registered_step", sys.argv[1]))
+print("tensorflow here:", "tensorflow" in sys.modules)
+processes.HELPER_CALL_SECS = 2
+started = time.monotonic()
+try:
+    processes.call_with_tensorflow("time", "sleep", 30)
+except processes.HelperTimeout as err:
+    print(f"after {time.monotonic() - started:.0f} s: {err}")
+"""
+
+
+@pytest.mark.e2e
+def test_the_tensorflow_helper_answers_and_a_call_it_never_answers_fails_naming_it(tmp_path):
+    result = subprocess.run([sys.executable, "-c", HELPER_PROBE, str(tmp_path)], capture_output=True, text=True,
+                            timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
+    # No checkpoint in tmp_path yet, read in the helper, not here; the stuck call given up after 2 s.
+    assert result.stdout.splitlines() == [
+        "None", "tensorflow here: False",
+        "after 2 s: time.sleep(30): no answer from the TensorFlow helper in 2 s"], result.stdout + result.stderr[-2000:]
+
+
 @pytest.mark.e2e
 def test_a_ps_that_never_comes_up_is_named_after_the_timeout(make_cluster):
     cluster = make_cluster(num_ps=1, num_workers=1, trainer_args=["--startup_timeout_secs=3"])
