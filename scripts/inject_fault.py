@@ -21,7 +21,8 @@ import random
 
 from absl import app, flags
 
-from launch import chaos, faults, processes, terminal
+from launch import chaos, faults, terminal
+from launch.processes import HelperTimeout, LocalCluster
 
 flags.DEFINE_string("kill", "worker:1", "Task to kill: job:index (worker:1, ps:0), 'chief', or 'random'.")
 flags.DEFINE_string("at_step", "random", "Global step at which to kill it, or 'random' (10%..60% of "
@@ -79,7 +80,7 @@ def main(argv):
     run_dir = terminal.run_dir("fault-")
     try:
         return run(argv[1:], run_dir)
-    except (faults.FaultError, processes.HelperTimeout) as err:
+    except (faults.FaultError, HelperTimeout) as err:
         print(f"FAILED: {err}; see the logs in {run_dir}")
         return 1
 
@@ -92,7 +93,7 @@ def run(trainer_args, run_dir):
     if FLAGS.chaos_secs:
         epochs = ["--input_queue", "--input_queue_audit", f"--num_epochs={FLAGS.num_epochs}"] \
             if FLAGS.num_epochs else []
-        cluster = processes.LocalCluster(run_dir, FLAGS.num_ps, FLAGS.num_workers,
+        cluster = LocalCluster(run_dir, FLAGS.num_ps, FLAGS.num_workers,
                                [*trainer_args, f"--save_checkpoint_steps={FLAGS.save_checkpoint_steps}",
                                 f"--train_steps={FLAGS.train_steps}", *epochs], preload=FLAGS.preload)
         print(f"chaos: killing random tasks for {FLAGS.chaos_secs:g} s; logs in {run_dir}", flush=True)
@@ -102,7 +103,7 @@ def run(trainer_args, run_dir):
                                FLAGS.seed, FLAGS.timeout_secs, num_epochs=FLAGS.num_epochs)
         ok = not report.violations
     elif FLAGS.during_saves:
-        cluster = processes.LocalCluster(run_dir, FLAGS.num_ps, 1, [*trainer_args, "--save_checkpoint_steps=1",
+        cluster = LocalCluster(run_dir, FLAGS.num_ps, 1, [*trainer_args, "--save_checkpoint_steps=1",
                                                           "--train_steps=1000000000"], preload=FLAGS.preload)
         print(f"killing the chief during checkpoint saves, {FLAGS.during_saves} times; logs in {run_dir}",
               flush=True)
@@ -114,7 +115,7 @@ def run(trainer_args, run_dir):
         job, index = target(rng, FLAGS.num_ps, FLAGS.num_workers)
         at_step = (int(FLAGS.at_step) if FLAGS.at_step != "random"
                    else rng.randint(FLAGS.train_steps // 10, FLAGS.train_steps * 6 // 10))
-        cluster = processes.LocalCluster(run_dir, FLAGS.num_ps, FLAGS.num_workers,
+        cluster = LocalCluster(run_dir, FLAGS.num_ps, FLAGS.num_workers,
                                [*trainer_args, f"--save_checkpoint_steps={FLAGS.save_checkpoint_steps}",
                                 f"--train_steps={FLAGS.train_steps}"], preload=FLAGS.preload)
         print(f"killing {job} {index} at global step {at_step}; logs in {run_dir}", flush=True)
