@@ -20,7 +20,7 @@ import os
 
 import tensorflow as tf
 
-from input import clicks, criteo, csv_files, idx, synthetic, tfrecord, tuning, zipf_clicks
+from input import clicks, criteo, csv_files, idx, packing, synthetic, tfrecord, tuning, zipf_clicks
 from input.records import bad_record_message  # noqa: F401  (the trainer reports input errors)
 from input.specs import DataConfig, DataSpec, Shard  # noqa: F401
 
@@ -71,14 +71,17 @@ def batches(cfg: DataConfig, shard: Shard, batch_size: int, split: str = "train"
     (--input_queue), queued_batches()."""
     if shard.feed is not None:
         return queued_batches(cfg, shard, batch_size)
-    dataset = _cached(DATASETS[cfg.name].records(cfg, split, shard), cache_mode(cfg), split, shard)
-    if split == "train":
-        dataset = dataset.shuffle(cfg.shuffle_buffer, seed=cfg.seed + shard.index,
-                                  reshuffle_each_iteration=True)
-    if repeat:
-        dataset = dataset.repeat()
-    dataset = dataset.batch(batch_size, drop_remainder=repeat)
-    return dataset.prefetch(tuning.PREFETCH_BATCHES)
+
+    def batch(records):
+        dataset = _cached(records, cache_mode(cfg), split, shard)
+        if split == "train":
+            dataset = dataset.shuffle(cfg.shuffle_buffer, seed=cfg.seed + shard.index,
+                                      reshuffle_each_iteration=True)
+        if repeat:
+            dataset = dataset.repeat()
+        return dataset.batch(batch_size, drop_remainder=repeat)
+
+    return packing.batched(DATASETS[cfg.name].records(cfg, split, shard), batch).prefetch(tuning.PREFETCH_BATCHES)
 
 
 @tuning.pipeline
@@ -92,8 +95,8 @@ def queued_batches(cfg: DataConfig, shard: Shard, batch_size: int) -> tf.data.Da
     source, feed = DATASETS[cfg.name], shard.feed
 
     def one_pass(_):
-        records = source.records(cfg, "train", shard)
-        batches = records.shuffle(cfg.shuffle_buffer, seed=cfg.seed + feed.queue.worker).batch(batch_size)
+        batches = packing.batched(source.records(cfg, "train", shard), lambda records: records.shuffle(
+            cfg.shuffle_buffer, seed=cfg.seed + feed.queue.worker).batch(batch_size))
         if not feed.empty_batches:
             return batches
         # Sync: a pass that took no file still gives the round this worker's share, an empty batch.
@@ -117,7 +120,9 @@ def _cached(dataset: tf.data.Dataset, mode: str, split: str, shard: Shard) -> tf
     # evaluation and by an evaluator process at once, and often only in part.
     if mode == NO_CACHE or split != "train":
         return dataset
-    prefix = os.path.join(mode, f"{split}-shard-{shard.index}-of-{shard.count}")
+    # "packed": its examples as input/packing.py stacks them; a cache of unpacked examples (written
+    # before 2026-11-27) holds other tensors, and TensorFlow would refuse it.
+    prefix = os.path.join(mode, f"{split}-packed-shard-{shard.index}-of-{shard.count}")
     tf.io.gfile.makedirs(mode)
     # A cache written by a process that died keeps its lock file, and TensorFlow then refuses the
     # prefix. A training shard has one reader, this worker: the lock is its own predecessor's.

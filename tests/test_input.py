@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import input as inputs
-from input import synthetic, tfrecord, zipf_clicks
+from input import packing, synthetic, tfrecord, zipf_clicks
 from tests.support import write_records
 
 pytestmark = pytest.mark.pure
@@ -90,6 +90,32 @@ def test_batches_are_raw_features_and_full():
     features, labels = next(iter(inputs.batches(CFG, inputs.Shard(1, 2), batch_size=16)))
     assert features["image"].shape == (16, 28, 28, 1) and features["image"].dtype == tf.uint8
     assert labels.shape == (16,)
+
+
+def test_batches_of_packed_examples_are_the_batches_of_the_examples_as_they_come():
+    # zipf_clicks: 26 string and 13 float features and a label, 40 components an example; packed, 3.
+    cfg = inputs.DataConfig(name="zipf_clicks", synthetic_examples=500, seed=3, shuffle_buffer=100)
+    shard = inputs.Shard(1, 2)
+    records = zipf_clicks.records(cfg, "train", shard)
+    given = []
+    packing.batched(records, lambda packed: given.append(packed.element_spec) or packed.batch(8))
+    assert [spec.shape.as_list() for spec in tf.nest.flatten(given[0])] == [[26], [13], []]
+    reference = records.cache().shuffle(cfg.shuffle_buffer, seed=cfg.seed + shard.index).batch(32)
+    batches = list(inputs.batches(cfg, shard, 32, repeat=False))
+    assert len(batches) == 8  # 250 examples, the last batch short
+    for (features, labels), (expected_features, expected_labels) in zip(batches, reference, strict=True):
+        assert features.keys() == expected_features.keys()
+        for name, column in features.items():
+            assert column.dtype == expected_features[name].dtype
+            np.testing.assert_array_equal(column.numpy(), expected_features[name].numpy(), err_msg=name)
+        np.testing.assert_array_equal(labels.numpy(), expected_labels.numpy())
+
+
+def test_an_example_with_no_two_scalars_of_a_dtype_is_batched_as_it_comes():
+    records = inputs.DATASETS["synthetic"].records(CFG, "train", inputs.Shard(0, 1))
+    given = []
+    packing.batched(records, lambda dataset: given.append(dataset) or dataset.batch(8))
+    assert given == [records]
 
 
 # ---------------------------------------------------------------- bad records
@@ -412,10 +438,10 @@ def test_a_cache_directory_is_written_once_and_reread(tmp_path, tfrecord_dir):
     cache = tmp_path / "cache"
     cache.mkdir()
     # The lock file of a writer that died does not stop the next one (TensorFlow alone refuses).
-    (cache / "train-shard-0-of-1_0.lockfile").write_text("")
+    (cache / "train-packed-shard-0-of-1_0.lockfile").write_text("")
     cfg = inputs.DataConfig(name="tfrecord", data_dir=str(tfrecord_dir), cache=str(cache))
     first = sorted(epoch_of_batches(cfg))
-    assert list(cache.glob("train-shard-0-of-1*.index"))
+    assert list(cache.glob("train-packed-shard-0-of-1*.index"))
     # New files, all labels 0: the next pass still reads the cache.
     tfrecord.write([({"image": np.zeros((28, 28, 1), np.uint8)}, 0)] * 120, synthetic.spec(CFG),
                    str(tfrecord_dir), "train", num_files=3)
