@@ -16,7 +16,7 @@ import os
 import tensorflow as tf
 
 from input import records as record_files
-from input import tuning
+from input import packing, tuning
 from input.specs import DataSpec
 
 KIND = "files"
@@ -94,7 +94,7 @@ def parse_block(path, indices, lines, numeric_default: float):
 
 
 @tuning.pipeline
-def records(cfg, split: str, shard) -> tf.data.Dataset:
+def blocks(cfg, split: str, shard) -> tf.data.Dataset:
     files = _files(cfg.split_dir(split), split)
     if not files:
         raise FileNotFoundError(f"no {split} files match {pattern(cfg.split_dir(split), split)}")
@@ -115,6 +115,9 @@ def records(cfg, split: str, shard) -> tf.data.Dataset:
     blocks = record_files.read_files(files[shard.index::shard.count] if by_file else files, PARALLEL_FILES, read_file,
                                      checked, cfg.skip_bad_records, feed=shard.feed)
     return record_files.settle(blocks, cfg.skip_bad_records)
+
+
+records = packing.unbatched(blocks)
 
 
 def shard_description(cfg, split: str, shard) -> str:

@@ -16,7 +16,7 @@ import os
 import tensorflow as tf
 
 from input import records as record_files
-from input import tuning
+from input import packing, tuning
 from input.specs import tabular_spec
 
 KIND = "files"
@@ -64,7 +64,7 @@ def spec(cfg):
 
 
 @tuning.pipeline
-def records(cfg, split: str, shard) -> tf.data.Dataset:
+def blocks(cfg, split: str, shard) -> tf.data.Dataset:
     data_dir = cfg.split_dir(split)
     files = sorted(tf.io.gfile.glob(pattern(data_dir, split)))
     if not files:
@@ -101,6 +101,9 @@ def records(cfg, split: str, shard) -> tf.data.Dataset:
     blocks = record_files.read_files(files[shard.index::shard.count] if by_file else files, PARALLEL_FILES, read_file,
                                      check_labels, cfg.skip_bad_records, feed=shard.feed)
     return record_files.settle(blocks, cfg.skip_bad_records)
+
+
+records = packing.unbatched(blocks)
 
 
 def shard_description(cfg, split: str, shard) -> str:

@@ -14,7 +14,7 @@ import struct
 import tensorflow as tf
 
 from input import records as record_files
-from input import synthetic, tuning
+from input import packing, synthetic, tuning
 
 IMAGE_MAGIC, LABEL_MAGIC = 0x00000803, 0x00000801
 IMAGE_HEADER_BYTES, LABEL_HEADER_BYTES = 16, 8
@@ -105,7 +105,7 @@ def spec(cfg):
 
 
 @tuning.pipeline
-def records(cfg, split: str, shard) -> tf.data.Dataset:
+def blocks(cfg, split: str, shard) -> tf.data.Dataset:
     images_path, labels_path = paths(cfg, split)
 
     def fixed(path, size, header):
@@ -129,6 +129,9 @@ def records(cfg, split: str, shard) -> tf.data.Dataset:
     blocks = pairs.batch(record_files.BLOCK).enumerate().map(
         decode, num_parallel_calls=tuning.PARALLEL_CALLS, deterministic=True)
     return record_files.settle(blocks, cfg.skip_bad_records)
+
+
+records = packing.unbatched(blocks)
 
 
 def shard_description(cfg, split: str, shard) -> str:

@@ -4,32 +4,46 @@ and batches it, and unpacked once per batch.
 tf.data's cache, shuffle buffer and batch handle each component of each example on its own: a
 click-log example of 26 categorical strings, 13 numbers and a label is 40 copies into every batch.
 Packed, it is three (one [26] string, one [13] float, the label), and a batch is cut back into
-columns with one unstack per dtype. On zipf_clicks (batches of 256, after the first epoch) the
-pipeline's CPU fell from 5.6 to 1.8 ms a batch (docs/speed.md). The batches are the same, example
-for example: the shuffle's order depends on the count of elements only.
+columns with one unstack per dtype. A source that makes its examples in blocks (blocks(): every
+file source and the generated ones but clicks) has them packed a block at a time, before they are
+unbatched; the others one example at a time. The batches are the same, example for example: the
+shuffle's order depends on the count of elements only. Measured in docs/speed.md and docs/data.md.
 """
 
 import tensorflow as tf
 
 
-def batched(records: tf.data.Dataset, batch) -> tf.data.Dataset:
+def unbatched(blocks):
+    """A source's records(cfg, split, shard): its blocks(cfg, split, shard), a record per element."""
+
+    def records(cfg, split: str, shard) -> tf.data.Dataset:
+        return blocks(cfg, split, shard).unbatch()
+
+    records.__doc__ = f"The records of {blocks.__module__}.blocks(), one per element."
+    return records
+
+
+def batched(examples: tf.data.Dataset, batch, in_blocks: bool = False) -> tf.data.Dataset:
     """batch(dataset) -> its batches (cached, shuffled, batched as the caller wants), applied to the
-    records packed; its batches come out in the records' own structure, each component batched."""
-    structure = records.element_spec
+    examples packed, a record per element; its batches come out in the examples' own structure.
+    in_blocks: `examples` are blocks of records (a source's blocks()), each component [n, ...]."""
+    structure = examples.element_spec
     specs = tf.nest.flatten(structure)
-    groups = {}  # dtype: positions in the flat element of its scalar components
+    groups = {}  # dtype: positions in the flat element of a record's scalar components
     for position, spec in enumerate(specs):
-        if isinstance(spec, tf.TensorSpec) and spec.shape.rank == 0:
+        if isinstance(spec, tf.TensorSpec) and spec.shape.rank == (1 if in_blocks else 0):
             groups.setdefault(spec.dtype, []).append(position)
     groups = [positions for positions in groups.values() if len(positions) > 1]
     if not groups:
-        return batch(records)
+        return batch(examples.unbatch() if in_blocks else examples)
     packed = {position for positions in groups for position in positions}
     alone = [position for position in range(len(specs)) if position not in packed]
+    axis = 1 if in_blocks else 0
 
     def to_packed(*element):  # map passes a tuple's parts as arguments; flat, they are the same
         flat = tf.nest.flatten(element)
-        return tuple(tf.stack([flat[p] for p in positions]) for positions in groups), tuple(flat[p] for p in alone)
+        return (tuple(tf.stack([flat[p] for p in positions], axis) for positions in groups),
+                tuple(flat[p] for p in alone))
 
     def unpacked(stacked, rest):
         flat = [None] * len(specs)
@@ -40,4 +54,5 @@ def batched(records: tf.data.Dataset, batch) -> tf.data.Dataset:
             flat[position] = column
         return tf.nest.pack_sequence_as(structure, flat)
 
-    return batch(records.map(to_packed)).map(unpacked)
+    records = examples.map(to_packed)
+    return batch(records.unbatch() if in_blocks else records).map(unpacked)

@@ -5,7 +5,7 @@ whole block at once (batched ops, no per-record function), several blocks in par
 then, in the same step, fails the input pipeline on the block's first bad record with a message
 that bad_record_message() finds in the error TensorFlow raises, or (skip) drops the bad records,
 keeping one description each ('<file> record <n>: <problem>'); settle() logs those with a running
-count for this worker and unbatches the good values for the shuffle buffer. Nothing but the
+count for this worker and passes on blocks of the good values. Nothing but the
 shuffle buffer, the blocks in flight and the prefetched batches is held in memory.
 
 TFRecord files end early without an error when they are cut inside a record's header, and a
@@ -137,10 +137,10 @@ def tfrecord_blocks(paths: list[str], parallel_files: int, decode: Callable, ski
 
 
 def settle(blocks: tf.data.Dataset, skip: bool) -> tf.data.Dataset:
-    """Resolved blocks -> the good values, one record per element; with skip, each bad record is
-    logged with a running count for this worker."""
+    """Resolved blocks -> blocks of the good values; with skip, each bad record is logged with a
+    running count for this worker."""
     if not skip:
-        return blocks.unbatch()
+        return blocks
 
     def count_and_log(skipped, block):
         problems, values = block
@@ -157,7 +157,7 @@ def settle(blocks: tf.data.Dataset, skip: bool) -> tf.data.Dataset:
         logged = tf.cond(k > 0, log, lambda: tf.constant(0, tf.int64))
         return skipped + logged, values
 
-    return blocks.scan(tf.constant(0, tf.int64), count_and_log).unbatch()
+    return blocks.scan(tf.constant(0, tf.int64), count_and_log)
 
 
 def file_shard_description(files: list[str], shard, unit: str = "records") -> str:

@@ -10,7 +10,7 @@ constant in the graph.
 import numpy as np
 import tensorflow as tf
 
-from input import tuning
+from input import packing, tuning
 from input.specs import DataSpec
 
 KIND = "generated"
@@ -50,8 +50,8 @@ def prototypes(seed: int) -> np.ndarray:
 
 
 @tuning.pipeline
-def records(cfg, split: str, shard) -> tf.data.Dataset:
-    """Unbatched ({'image': uint8 image}, int64 label) of `split`, only the blocks of `shard`."""
+def blocks(cfg, split: str, shard) -> tf.data.Dataset:
+    """Blocks of ({'image': uint8 images}, int64 labels) of `split`, only the blocks of `shard`."""
     count = cfg.synthetic_examples if split == "train" else EVAL_EXAMPLES
     stream = 0 if split == "train" else 1  # the split's own random numbers: no example in both
     templates = tf.constant(prototypes(cfg.seed))
@@ -75,8 +75,11 @@ def records(cfg, split: str, shard) -> tf.data.Dataset:
         image = image * contrast + noise
         return {"image": tf.cast(tf.round(tf.clip_by_value(image, 0.0, 1.0) * 255.0), tf.uint8)}, label
 
-    blocks = tf.data.Dataset.range(-(-count // BLOCK)).shard(shard.count, shard.index)
-    return blocks.map(make, num_parallel_calls=tuning.PARALLEL_CALLS, deterministic=True).unbatch()
+    numbers = tf.data.Dataset.range(-(-count // BLOCK)).shard(shard.count, shard.index)
+    return numbers.map(make, num_parallel_calls=tuning.PARALLEL_CALLS, deterministic=True)
+
+
+records = packing.unbatched(blocks)
 
 
 def shard_description(cfg, split: str, shard) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from input import records as record_files
-from input import synthetic, tuning
+from input import packing, synthetic, tuning
 from input.specs import tabular_spec
 
 KIND = "files"
@@ -137,7 +137,7 @@ def decoder(data_spec, label_name: str):
 
 
 @tuning.pipeline
-def records(cfg, split: str, shard) -> tf.data.Dataset:
+def blocks(cfg, split: str, shard) -> tf.data.Dataset:
     data_dir = cfg.split_dir(split)
     files = sorted(tf.io.gfile.glob(pattern(data_dir, split)))
     if not files:
@@ -150,6 +150,9 @@ def records(cfg, split: str, shard) -> tf.data.Dataset:
         blocks = record_files.tfrecord_blocks(files, PARALLEL_FILES, decode, skip,
                                               keep=lambda indices: tf.equal(indices % shard.count, shard.index))
     return record_files.settle(blocks, skip)
+
+
+records = packing.unbatched(blocks)
 
 
 def shard_description(cfg, split: str, shard) -> str:

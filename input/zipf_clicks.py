@@ -13,7 +13,7 @@ pure function of (seed, i): each worker makes exactly its own shard, with no fil
 import numpy as np
 import tensorflow as tf
 
-from input import criteo, tuning
+from input import criteo, packing, tuning
 from input.specs import generated_shard_description
 
 KIND = "generated"
@@ -56,7 +56,7 @@ def _ids_and_affinities(uniform):
 
 
 @tuning.pipeline
-def records(cfg, split: str, shard) -> tf.data.Dataset:
+def blocks(cfg, split: str, shard) -> tf.data.Dataset:
     first = 0 if split == "train" else cfg.synthetic_examples
     count = cfg.synthetic_examples if split == "train" else EVAL_EXAMPLES
     seed = cfg.seed
@@ -73,8 +73,10 @@ def records(cfg, split: str, shard) -> tf.data.Dataset:
         return features, labels
 
     indices = tf.data.Dataset.range(first, first + count).shard(shard.count, shard.index)
-    blocks = indices.batch(BLOCK).map(make, num_parallel_calls=tuning.PARALLEL_CALLS, deterministic=True)
-    return blocks.unbatch()
+    return indices.batch(BLOCK).map(make, num_parallel_calls=tuning.PARALLEL_CALLS, deterministic=True)
+
+
+records = packing.unbatched(blocks)
 
 
 def shard_description(cfg, split: str, shard) -> str:

@@ -92,18 +92,29 @@ def test_batches_are_raw_features_and_full():
     assert labels.shape == (16,)
 
 
-def test_batches_of_packed_examples_are_the_batches_of_the_examples_as_they_come():
+@pytest.mark.parametrize("in_blocks", [True, False], ids=["blocks", "records"])
+def test_batches_of_packed_examples_are_the_batches_of_the_examples_as_they_come(in_blocks):
     # zipf_clicks: 26 string and 13 float features and a label, 40 components an example; packed, 3.
     cfg = inputs.DataConfig(name="zipf_clicks", synthetic_examples=500, seed=3, shuffle_buffer=100)
     shard = inputs.Shard(1, 2)
     records = zipf_clicks.records(cfg, "train", shard)
+    examples = zipf_clicks.blocks(cfg, "train", shard) if in_blocks else records
     given = []
-    packing.batched(records, lambda packed: given.append(packed.element_spec) or packed.batch(8))
-    assert [spec.shape.as_list() for spec in tf.nest.flatten(given[0])] == [[26], [13], []]
-    reference = records.cache().shuffle(cfg.shuffle_buffer, seed=cfg.seed + shard.index).batch(32)
-    batches = list(inputs.batches(cfg, shard, 32, repeat=False))
+
+    def shuffled_batches(packed):
+        given.append(packed.element_spec)
+        return packed.cache().shuffle(cfg.shuffle_buffer, seed=cfg.seed + shard.index).batch(32)
+
+    batches = list(packing.batched(examples, shuffled_batches, in_blocks))
+    assert [spec.shape.as_list() for spec in tf.nest.flatten(given)] == [[26], [13], []]
     assert len(batches) == 8  # 250 examples, the last batch short
-    for (features, labels), (expected_features, expected_labels) in zip(batches, reference, strict=True):
+    assert_same_batches(batches, records.cache().shuffle(cfg.shuffle_buffer, seed=cfg.seed + shard.index).batch(32))
+    if in_blocks:  # the trainer's own pipeline takes this way
+        assert_same_batches(inputs.batches(cfg, shard, 32, repeat=False), batches)
+
+
+def assert_same_batches(batches, expected):
+    for (features, labels), (expected_features, expected_labels) in zip(batches, expected, strict=True):
         assert features.keys() == expected_features.keys()
         for name, column in features.items():
             assert column.dtype == expected_features[name].dtype
