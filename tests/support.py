@@ -116,6 +116,13 @@ def lines_with(log: str, needle: str) -> list[str]:
     return [line for line in log.splitlines() if needle in line]
 
 
+def logged_step(log: str) -> int:
+    """The highest global step a first-step or progress line of this log names (0 before any).
+    A line's step is read in the run that increments it, so it can be one past the step its line
+    stands for: wait for a step with this, not for a line's text."""
+    return max((step.step for step in log_lines.steps(log)), default=0)
+
+
 def finished(log: str) -> dict[str, str]:
     """key=value pairs of a worker's 'finished:' line, read as the launchers read it."""
     values = log_lines.finished_values(log)

@@ -18,6 +18,7 @@ from tests.support import (
     describe,
     finished,
     lines_with,
+    logged_step,
     read_flags,
     run_launcher,
     run_trainer,
@@ -392,7 +393,7 @@ def test_sigterm_to_the_chief_saves_a_checkpoint_and_a_restart_resumes_from_it(m
                                                                   "--save_checkpoint_steps=1000000"])
     cluster.start_all()
     deadline = time.monotonic() + TIMEOUT
-    while "step 100/" not in cluster.log("worker", 0) and time.monotonic() < deadline:
+    while logged_step(cluster.log("worker", 0)) < 100 and time.monotonic() < deadline:
         time.sleep(0.3)
     cluster.kill("worker", 0, signal.SIGTERM)
     assert cluster.wait("worker", timeout=60) == {("worker", 0): exit_codes.PREEMPTED}, describe(cluster)

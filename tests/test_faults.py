@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from cluster import peers, shutdown
 from launch import faults
-from tests.support import ROOT, SCRIPTS, describe, finished, run_launcher
+from tests.support import ROOT, SCRIPTS, describe, finished, logged_step, run_launcher
 from training import checkpoints, exit_codes, log_lines, watchdog, worker
 
 TRAIN_STEPS = 300
@@ -114,7 +114,7 @@ def test_a_sync_worker_that_stays_dead_makes_the_others_exit_with_a_clear_messag
         "--sync_replicas", "--train_steps=100000", "--stall_warning_secs=2", "--stall_timeout_secs=8"])
     cluster.start_all()
     deadline = time.monotonic() + 240
-    while "step 50/" not in cluster.log("worker", 0) and time.monotonic() < deadline:
+    while logged_step(cluster.log("worker", 0)) < 50 and time.monotonic() < deadline:
         time.sleep(0.2)
     cluster.kill("worker", 1)
     assert cluster.wait("worker", timeout=60) == {("worker", 0): exit_codes.STALLED.code,
