@@ -9,11 +9,12 @@ sum, so the model has something to learn from the ids themselves. Example i is a
 
 import tensorflow as tf
 
-from input import tuning
+from input import packing, tuning
 from input.specs import DataSpec, generated_shard_description
 
 USERS, ITEMS, CATEGORIES = 5000, 2000, 50
 EVAL_EXAMPLES = 5000
+BLOCK = 1024  # examples made by one call
 NUMERIC = ("hour", "price")
 CATEGORICAL = ("user", "item", "category")
 
@@ -32,26 +33,29 @@ def spec(cfg):
 
 
 def _affinity(seed, kind, ids):
-    """A fixed N(0, 1) per id, the same in every process."""
-    return tf.random.stateless_normal([], [seed * 7 + kind, ids])
+    """A fixed N(0, 1) per id, the same in every process: each id's own draw."""
+    return tf.map_fn(lambda id_: tf.random.stateless_normal([], [seed * 7 + kind, id_]), ids,
+                     fn_output_signature=tf.float32)
 
 
 @tuning.pipeline
-def records(cfg, split: str, shard) -> tf.data.Dataset:
+def blocks(cfg, split: str, shard) -> tf.data.Dataset:
     first = 0 if split == "train" else cfg.synthetic_examples
     count = cfg.synthetic_examples if split == "train" else EVAL_EXAMPLES
     seed = cfg.seed
 
-    def make(index):
-        draws = tf.random.stateless_uniform([5], [seed, index])
-        user = tf.cast(draws[0] ** 2 * USERS, tf.int64)  # a few users are much more active
-        item = tf.cast(draws[1] * ITEMS, tf.int64)
+    def make(indices):
+        # Each example's draws from its own index, as made one at a time (the same examples).
+        draws = tf.map_fn(lambda index: tf.random.stateless_uniform([5], [seed, index]), indices,
+                          fn_output_signature=tf.float32)
+        user = tf.cast(draws[:, 0] ** 2 * USERS, tf.int64)  # a few users are much more active
+        item = tf.cast(draws[:, 1] * ITEMS, tf.int64)
         category = item % CATEGORIES
-        hour = tf.floor(draws[2] * 24)
-        price = tf.exp(draws[3] * 4.0)
+        hour = tf.floor(draws[:, 2] * 24)
+        price = tf.exp(draws[:, 3] * 4.0)
         score = (_affinity(seed, 1, user) + _affinity(seed, 2, item) + _affinity(seed, 3, category)
                  + 0.5 * tf.cos(hour / 24 * 6.283) - 0.3 * tf.math.log(price) + 0.3)
-        label = tf.cast(draws[4] < tf.sigmoid(score), tf.int64)
+        label = tf.cast(draws[:, 4] < tf.sigmoid(score), tf.int64)
         features = {
             "hour": hour,
             "price": price,
@@ -62,7 +66,10 @@ def records(cfg, split: str, shard) -> tf.data.Dataset:
         return features, label
 
     indices = tf.data.Dataset.range(first, first + count).shard(shard.count, shard.index)
-    return indices.map(make, num_parallel_calls=tuning.PARALLEL_CALLS, deterministic=True)
+    return indices.batch(BLOCK).map(make, num_parallel_calls=tuning.PARALLEL_CALLS, deterministic=True)
+
+
+records = packing.unbatched(blocks)
 
 
 def shard_description(cfg, split: str, shard) -> str:
