@@ -8,7 +8,7 @@ import pytest
 
 from launch import chaos, faults, processes
 from tests import support
-from tests.support import describe, finished
+from tests.support import describe, finished, logged_step
 from training import log_lines, queue_hook
 
 pytestmark = pytest.mark.e2e
@@ -28,7 +28,7 @@ def test_a_worker_joins_a_running_async_job_and_one_leaves_it_for_good(make_clus
     deadline = time.monotonic() + 200
 
     def global_step(job, index):
-        return max((s.step for s in log_lines.steps(cluster.log(job, index))), default=0)
+        return logged_step(cluster.log(job, index))
 
     faults.wait_until(cluster, lambda: global_step("worker", 0) >= 100, deadline, "global step 100")
     # The job holds still until the joining worker's first step: on a loaded machine its start (importing
