@@ -49,7 +49,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.training.saving import saveable_object  # the Saver's interface for a table
 
-from model import touched_rows
+from model import layers, touched_rows
 
 v1 = tf.compat.v1
 
@@ -121,8 +121,8 @@ class DynamicTable:
                     keys, mine = unique, None
                 else:  # this shard's IDs, and where they sit among the batch's unique IDs
                     held = tf.equal(_shard_of(unique, options.shards), shard)
-                    keys, mine = tf.boolean_mask(unique, held), tf.where(held)
-                    counts = tf.boolean_mask(counts, held)
+                    keys, mine = layers.masked(unique, held), tf.where(held)
+                    counts = layers.masked(counts, held)
                 self._spread.append((mine, tf.size(unique, out_type=tf.int64), index))
                 # Each ID's occurrences in the batch, for admission (only counted with min_count > 1).
                 rows = _Shard(ids.dtype, options, shard, training, device)
@@ -249,12 +249,12 @@ class _Shard:
             return self._found(keys)
         found = self.map.lookup(keys)
         missing = tf.logical_and(found < 0, tf.not_equal(keys, _NO_ID[keys.dtype]))
-        new_keys = tf.boolean_mask(keys, missing)
+        new_keys = layers.masked(keys, missing)
         if self.sightings is not None:
-            seen = self.sightings.lookup(new_keys) + tf.boolean_mask(sightings, missing)
+            seen = self.sightings.lookup(new_keys) + layers.masked(sightings, missing)
             count = self.sightings.insert(new_keys, seen)
             with tf.control_dependencies([count]):
-                new_keys = tf.boolean_mask(new_keys, seen >= self.options.min_count)
+                new_keys = layers.masked(new_keys, seen >= self.options.min_count)
         # The lock only when there is something to admit: most steps of a warm table meet no new ID.
         admitted = tf.cond(tf.size(new_keys) > 0, lambda: self.locked(lambda: self._admit(new_keys, table)),
                            lambda: tf.constant(0, tf.int64))
@@ -270,7 +270,7 @@ class _Shard:
         """Rows for the IDs of new_keys still without one (another worker may have admitted some since),
         as many as the storage holds; inside the lock. Returns how many were admitted, once every
         change is made."""
-        fresh = tf.boolean_mask(new_keys, self.map.lookup(new_keys) < 0)
+        fresh = layers.masked(new_keys, self.map.lookup(new_keys) < 0)
         count = tf.size(fresh, out_type=tf.int64)
         changes = []
         reused = tf.zeros([0], tf.int64)
@@ -385,7 +385,7 @@ class _Shard:
         def evict_stale():
             keys, rows = self.map.pairs()
             stale = tf.gather(self.last_seen, rows) < oldest
-            stale_keys, stale_rows = tf.boolean_mask(keys, stale), tf.boolean_mask(rows, stale)
+            stale_keys, stale_rows = layers.masked(keys, stale), layers.masked(rows, stale)
             count = tf.size(stale_rows, out_type=tf.int64)
             free = tf.concat([self.free_rows[:self.free_count.read_value()], stale_rows], 0)
             changes = [self.map.remove(stale_keys), self.free_rows.assign(free, read_value=False)]

@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.training.saving import saveable_object  # the Saver's interface for a table
 
-from model import touched_rows
+from model import layers, touched_rows
 
 v1 = tf.compat.v1
 
@@ -88,7 +88,7 @@ class _DeltaRows(saveable_object.SaveableObject):
         def pairs():
             keys, named_rows = group.map.pairs()
             mine = _isin(named_rows, rows())
-            return tf.boolean_mask(keys, mine), tf.boolean_mask(named_rows, mine)
+            return layers.masked(keys, mine), layers.masked(named_rows, mine)
 
         device = group.device
         specs = [saveable_object.SaveSpec(rows, "", f"{group.name}/delta_rows", tf.int64, device)]
@@ -123,7 +123,7 @@ class _DeltaRows(saveable_object.SaveableObject):
         if self._map is not None:
             with v1.colocate_with(self._map.resource_handle):
                 held_keys, held_rows = self._map.pairs()
-                removed = self._map.remove(tf.boolean_mask(held_keys, _isin(held_rows, rows)))
+                removed = self._map.remove(layers.masked(held_keys, _isin(held_rows, rows)))
                 with tf.control_dependencies([removed]):
                     updates.append(self._map.insert(keys, key_rows))
         return tf.group(*updates)
