@@ -35,10 +35,11 @@ def restored(model_dir, partitions) -> dict[str, np.ndarray]:
         graph = train_graph.build_graph(cfg)
         with v1.Session() as sess:
             graph.saver.restore(sess, tf.train.latest_checkpoint(str(model_dir)))
-            for variable in v1.global_variables():
+            variables = v1.global_variables()
+            for variable, value in zip(variables, sess.run(variables)):  # one run: each costs a prune of the graph
                 info = variable._save_slice_info  # pylint: disable=protected-access
                 name = info.full_name if info else variable.op.name
-                pieces.setdefault(name, []).append((info.var_offset[0] if info else 0, sess.run(variable)))
+                pieces.setdefault(name, []).append((info.var_offset[0] if info else 0, value))
     return {name: parts[0][1] if len(parts) == 1 else np.concatenate(
         [value for _, value in sorted(parts, key=lambda part: part[0])]) for name, parts in pieces.items()}
 
