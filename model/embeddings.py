@@ -441,9 +441,10 @@ class Upkeep(NamedTuple):
             session.run(list(self.reconciles))
 
 
-def upkeep(slots_of) -> Upkeep:
+def upkeep(slots_of, restores: bool = True) -> Upkeep:
     """The Upkeep of the default graph's trained tables. `slots_of(variable)`: the optimizer's (slot,
-    start value) pairs, whose rows grow with the variable's."""
+    start value) pairs, whose rows grow with the variable's. restores=False (a graph that never restores
+    a checkpoint: a non-chief worker's) builds no reconciliation, a fifth of a table's graph."""
     by_device = {}
     for _, shard in _trained_shards():
         by_device.setdefault(shard.map.resource_handle.device, []).append(shard)
@@ -453,7 +454,8 @@ def upkeep(slots_of) -> Upkeep:
             needs.append(tf.stack([shard.need() for shard in shards]))
             for shard in shards:
                 grows.append(shard.grow(slots_of))
-                reconciles.append(shard.reconcile(slots_of))
+                if restores:
+                    reconciles.append(shard.reconcile(slots_of))
     return Upkeep(tuple(needs), tuple(grows), tuple(reconciles))
 
 

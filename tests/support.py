@@ -199,6 +199,14 @@ def train_one_worker(tmp_path, data_cfg, model_cfg, steps_per_run, train_steps, 
     return runs, progress, saved, variables
 
 
+def trained_runs(runs):
+    """train_one_worker's (steps, global step) runs without a last run that took no step. StopAtStepHook
+    reads the global step in the same session.run as the steps, unordered with them: a read taken before
+    the run's last step makes it ask for one more run to see the step reached, and that run takes none
+    (the loop is at --train_steps); a read taken after it stops the session at once."""
+    return runs[:-1] if runs and runs[-1][0] == 0 else runs
+
+
 def held_out(checkpoint_dir, data_cfg, model_cfg, max_examples=2000) -> dict[str, float]:
     """{'loss', 'accuracy'[, 'auc']} of the newest checkpoint in `checkpoint_dir` over the held-out
     split: what a test judges training by (never one batch's loss)."""

@@ -1,6 +1,7 @@
 """Dynamic embedding tables (model/embeddings.py): a row per raw ID, never shared, kept across
 steps, checkpoints and a ps restart; admission; a full table; serving raw IDs; a real cluster."""
 
+import dataclasses
 import os
 import re
 import signal
@@ -20,6 +21,7 @@ from model import embeddings
 from tests.support import (ROOT, describe, finished, in_process_cluster, join_all, logged_step, read_flags,
                            run_trainer, serve_in_fresh_process)
 from training import export, incremental, run_record
+from training import graph as train_graph
 from training.config import TrainConfig
 from training.step import optimizers
 
@@ -521,6 +523,28 @@ def test_the_tables_of_several_columns_cross_to_each_ps_in_one_tensor_and_read_t
     # From each ps one tensor of rows for every column (table by table: 3 each). The IDs, fed, ride in
     # the call that runs each ps's part of the step.
     assert measure.cross_task_recvs(metadata) == 2
+
+
+@pytest.mark.pure
+def test_only_the_chief_builds_the_reconciliation_and_the_eviction_of_its_tables(tmp_path):
+    """Only the chief restores and saves: a non-chief worker's graph, built at each of its starts, leaves
+    both out (a fifth of a table's graph) and grows its tables as the chief does."""
+    flags = read_flags(f"--model_dir={tmp_path}", "--model=wide_deep", "--dataset=clicks", "--embedding=dynamic",
+                       "--embedding_growth", "--embedding_steps_to_live=100", "--embedding_partitions=1",
+                       "--hidden_units=8", "--embedding_dim=2")
+    built = {}
+    for task in (0, 1):
+        cluster = spec.ClusterConfig(("ps0:1",), ("worker0:1", "worker1:1"), "worker", task)
+        with tf.Graph().as_default() as graph:
+            train = train_graph.build_graph(dataclasses.replace(flags, cluster=cluster))
+            built[task] = train, len(graph.get_operations())
+    (chief, chief_ops), (other, other_ops) = built[0], built[1]
+    tables = 3  # user, item, category: a shard each
+    assert len(chief.tables.reconciles) == len(chief.tables.grows) == len(other.tables.grows) == tables
+    assert other.tables.reconciles == ()
+    assert chief.saver._before_save is not None and other.saver._before_save is None  # pylint: disable=protected-access
+    print(f"\ngraph ops: chief {chief_ops}, another worker {other_ops}")
+    assert other_ops < 0.9 * chief_ops
 
 
 @pytest.mark.e2e

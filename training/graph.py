@@ -96,8 +96,9 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
         def slots_of(variable):
             return optimizers.slots_and_starts(optimizer, variable)
 
-        evict = _eviction(slots_of, cfg.model.embedding_steps_to_live)
-        tables = embeddings.upkeep(slots_of)
+        # Only the chief restores and saves: a non-chief worker's graph has no reconciliation, no eviction.
+        evict = _eviction(slots_of, cfg.model.embedding_steps_to_live) if cluster.is_chief else None
+        tables = embeddings.upkeep(slots_of, restores=cluster.is_chief)
         for held in v1.get_collection(embeddings.ROWS_HELD) + v1.get_collection(touched_rows.MARKS):
             v1.add_to_collection(checkpoints.NOT_SAVED, held)
     # CriticalSection's record of its executions (the work queue's, dynamic tables'), for access checks
