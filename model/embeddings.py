@@ -444,7 +444,7 @@ class Upkeep(NamedTuple):
 def upkeep(slots_of, restores: bool = True) -> Upkeep:
     """The Upkeep of the default graph's trained tables. `slots_of(variable)`: the optimizer's (slot,
     start value) pairs, whose rows grow with the variable's. restores=False (a graph that never restores
-    a checkpoint: a non-chief worker's) builds no reconciliation, a fifth of a table's graph."""
+    a checkpoint: a non-chief worker's) builds no reconciliation: a third of a dynamic model's graph."""
     by_device = {}
     for _, shard in _trained_shards():
         by_device.setdefault(shard.map.resource_handle.device, []).append(shard)

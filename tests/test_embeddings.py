@@ -528,7 +528,7 @@ def test_the_tables_of_several_columns_cross_to_each_ps_in_one_tensor_and_read_t
 @pytest.mark.pure
 def test_only_the_chief_builds_the_reconciliation_and_the_eviction_of_its_tables(tmp_path):
     """Only the chief restores and saves: a non-chief worker's graph, built at each of its starts, leaves
-    both out (a fifth of a table's graph) and grows its tables as the chief does."""
+    both out (a third of a dynamic model's graph) and grows its tables as the chief does."""
     flags = read_flags(f"--model_dir={tmp_path}", "--model=wide_deep", "--dataset=clicks", "--embedding=dynamic",
                        "--embedding_growth", "--embedding_steps_to_live=100", "--embedding_partitions=1",
                        "--hidden_units=8", "--embedding_dim=2")
