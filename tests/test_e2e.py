@@ -12,6 +12,7 @@ import time
 import pytest
 import tensorflow as tf
 
+from launch import faults
 from launch.processes import ForkedTask, free_ports
 from tests.support import (
     SCRIPTS,
@@ -392,9 +393,8 @@ def test_sigterm_to_the_chief_saves_a_checkpoint_and_a_restart_resumes_from_it(m
     cluster = make_cluster(num_ps=1, num_workers=1, trainer_args=["--train_steps=100000",
                                                                   "--save_checkpoint_steps=1000000"])
     cluster.start_all()
-    deadline = time.monotonic() + TIMEOUT
-    while logged_step(cluster.log("worker", 0)) < 100 and time.monotonic() < deadline:
-        time.sleep(0.3)
+    faults.wait_until(cluster, lambda: logged_step(cluster.log("worker", 0)) >= 100, time.monotonic() + TIMEOUT,
+                      "the chief's global step 100")
     cluster.kill("worker", 0, signal.SIGTERM)
     assert cluster.wait("worker", timeout=60) == {("worker", 0): exit_codes.PREEMPTED}, describe(cluster)
     log = cluster.log("worker", 0)

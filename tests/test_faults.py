@@ -113,9 +113,8 @@ def test_a_sync_worker_that_stays_dead_makes_the_others_exit_with_a_clear_messag
     cluster = make_cluster(num_ps=1, num_workers=2, trainer_args=[
         "--sync_replicas", "--train_steps=100000", "--stall_warning_secs=2", "--stall_timeout_secs=8"])
     cluster.start_all()
-    deadline = time.monotonic() + 240
-    while logged_step(cluster.log("worker", 0)) < 50 and time.monotonic() < deadline:
-        time.sleep(0.2)
+    faults.wait_until(cluster, lambda: logged_step(cluster.log("worker", 0)) >= 50, time.monotonic() + 240,
+                      "the chief's global step 50")
     cluster.kill("worker", 1)
     assert cluster.wait("worker", timeout=60) == {("worker", 0): exit_codes.STALLED.code,
                                                   ("worker", 1): -9}, describe(cluster)

@@ -167,7 +167,8 @@ def test_one_worker_with_local_steps_trains_the_model_as_plain_sgd_and_resumes_f
     servers, _, (cluster,) = in_process_cluster(num_workers=1, num_ps=2)
     runs, progress, saved, _ = train_one_worker(tmp_path / "local", data, mlp, 5, 40,
                                                 cluster=(cluster, servers[0].target), local_steps=5, optimizer="sgd")
-    assert trained_runs(runs)[0] == (5, 28) and trained_runs(runs)[-1] == (2, 40)
+    runs = trained_runs(runs)
+    assert runs[0] == (5, 28) and runs[-1] == (2, 40)
     assert saved[-1] == 40
 
 
