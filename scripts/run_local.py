@@ -17,6 +17,8 @@ from launch.processes import LocalCluster
 
 flags.DEFINE_integer("num_ps", 1, "Number of ps tasks.", lower_bound=1)
 flags.DEFINE_integer("num_workers", 2, "Number of worker tasks.", lower_bound=1)
+flags.DEFINE_bool("preload", True, "Fork every task from one process that has imported the trainer (3-4 s of CPU "
+                  "less each, and a first step sooner); --nopreload starts each as `python trainer.py`.")
 terminal.define_flags("runs/<timestamp> (model_dir goes there too)", timeout_secs=1800, ps_exit_secs=30)
 FLAGS = flags.FLAGS
 
@@ -26,7 +28,7 @@ def main(argv):
     run_dir = terminal.run_dir()
     if not any(a.startswith("--model_dir") for a in trainer_args):
         trainer_args.append(f"--model_dir={run_dir / 'model'}")
-    cluster = LocalCluster(run_dir, FLAGS.num_ps, FLAGS.num_workers, trainer_args)
+    cluster = LocalCluster(run_dir, FLAGS.num_ps, FLAGS.num_workers, trainer_args, preload=FLAGS.preload)
     code = terminal.launch(cluster, FLAGS.timeout_secs, FLAGS.ps_exit_secs)
     if code == 0:
         print(f"checkpoints and summaries in {run_dir / 'model'}")

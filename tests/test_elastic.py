@@ -12,7 +12,7 @@ from tests.support import describe, finished, logged_step
 from training import log_lines, queue_hook
 
 pytestmark = pytest.mark.e2e
-FILES, ROWS_PER_FILE, BATCH, STEPS = 16, 500, 32, 2500
+FILES, ROWS_PER_FILE, BATCH, STEPS = 16, 500, 32, 1200
 EXAMPLES = FILES * ROWS_PER_FILE
 
 

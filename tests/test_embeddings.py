@@ -554,18 +554,18 @@ def test_dynamic_tables_on_two_ps_keep_their_rows_through_a_ps_restart_and_learn
     cluster = make_cluster(num_ps=2, num_workers=2, trainer_args=[
         "--model=wide_deep", "--dataset=clicks", "--embedding=dynamic", "--embedding_growth",
         "--embedding_capacity=20000", "--incremental_save_secs=1",
-        "--hidden_units=32", "--train_steps=900", "--save_checkpoint_steps=300", "--keep_checkpoint_max=20",
-        "--log_every_n_steps=200"])
+        "--hidden_units=32", "--train_steps=600", "--save_checkpoint_steps=200", "--keep_checkpoint_max=20",
+        "--log_every_n_steps=100"])
     cluster.start_all()
     # The chief writes the checkpoints and their deltas at its own steps, which its saves slow down: on
     # a loaded machine worker 1 once ran the job to its end while the chief made 3 steps. Worker 1 holds
-    # still from global step 400 until the chief has saved a checkpoint past step 0 and a delta of it.
+    # still from global step 250 until the chief has saved a checkpoint past step 0 and a delta of it.
     deadline, paused = time.monotonic() + 180, False
     try:
         while ((checkpoint := tf.train.latest_checkpoint(str(cluster.model_dir))) is None
                or checkpoint.endswith("-0") or not incremental.deltas_of(checkpoint)):
             assert time.monotonic() < deadline, f"no delta of a checkpoint past step 0 in 180 s\n{describe(cluster)}"
-            if not paused and max(logged_step(cluster.log("worker", index)) for index in (0, 1)) >= 400:
+            if not paused and max(logged_step(cluster.log("worker", index)) for index in (0, 1)) >= 250:
                 cluster.kill("worker", 1, signal.SIGSTOP)
                 paused = True
             time.sleep(0.3)

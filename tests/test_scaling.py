@@ -21,12 +21,14 @@ def summary_tags(directory: pathlib.Path) -> set:
     (["--local_steps=10"], "momentum 0.9, learning rate 0.05 (the defaults for 4 local-step worker(s)"),
 ])
 def test_four_async_workers_at_the_default_flags_learn(make_cluster, lever, optimizer_line):
-    # The default optimizer settings and data size; 3000 global steps, where one process reaches 0.875
-    # (4 async workers, measured: 0.84-0.85 alone, 0.79 with another test's cluster on the same two
-    # cores, where staleness grows; with --local_steps=10, 0.84). The bar is far from what this test
-    # guards against: momentum 0.9 with 4 async workers stays at chance, 0.1.
+    # The default optimizer settings and data size, 1500 global steps: 4 async workers reached 0.79 held
+    # out there, 0.77 with --local_steps=10 (measured alone; at 3000 steps 0.84-0.85, and 0.79 with
+    # another test's cluster on the same two cores, where staleness grows). The bar is far from what
+    # this test guards against, momentum 0.9 with 4 async workers staying at chance (0.1), and far
+    # enough below what it reaches for a loaded machine.
+    steps = 1500
     cluster = make_cluster(num_ps=1, num_workers=4, trainer_args=[
-        "--train_steps=3000", "--synthetic_examples=60000", "--save_checkpoint_steps=1000", *lever])
+        f"--train_steps={steps}", "--synthetic_examples=60000", "--save_checkpoint_steps=1000", *lever])
     cluster.start_all()
     exits = wait_recording_exits(cluster, TIMEOUT)
     assert all(code == 0 for code, _ in exits.values()), describe(cluster)
@@ -35,8 +37,8 @@ def test_four_async_workers_at_the_default_flags_learn(make_cluster, lever, opti
     assert lines_with(chief_log, optimizer_line)
     # Judged on held-out data: the chief evaluates the final checkpoint on the held-out split.
     result = finished(chief_log)
-    assert int(result["global_step"]) >= 3000
-    assert float(result["heldout_accuracy"]) >= 0.7, describe(cluster)
+    assert int(result["global_step"]) >= steps
+    assert float(result["heldout_accuracy"]) >= 0.6, describe(cluster)
     # Staleness is measured: in the progress lines and in the summaries of every worker that took two
     # runs or more. A worker's first run has no earlier read to compare with; under CI's load a chief's
     # first run once outlasted the other workers' 3000 steps (it finished with local_steps=10).
