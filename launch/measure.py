@@ -144,11 +144,12 @@ def round_trips(cfg) -> RoundTrips:
 
 def cross_task_recvs(metadata) -> int:
     """Tensors a session.run pulled from another task (each a RecvTensor call), from the partition
-    graphs in its RunMetadata (RunOptions(output_partition_graphs=True))."""
+    graphs in its RunMetadata (RunOptions(output_partition_graphs=True)): _Recv, and _HostRecv for the
+    tensors that stay in host memory (strings: a dynamic table's IDs)."""
     recv = 0
     for partition in metadata.partition_graphs:
         for node in partition.node:
-            if node.op == "_Recv":
+            if node.op in ("_Recv", "_HostRecv"):
                 sender, receiver = (node.attr[name].s.decode() for name in ("send_device", "recv_device"))
                 recv += sender.split("/device:")[0] != receiver.split("/device:")[0]
     return recv

@@ -93,6 +93,45 @@ class TableOptions:
         return -(-self.capacity // self.shards)
 
 
+class DistinctIds:
+    """A batch's distinct IDs, found on the worker, for every column at once, and what crosses to each
+    ps holding a shard of the columns' tables in place of the batch: one tensor, the IDs column after
+    column and then where each column's start (written as IDs: a string's digits, or the int64 itself).
+    With admission (--embedding_min_count) each ID's count in the batch crosses too."""
+
+    def __init__(self, ids: tf.Tensor):
+        found = [tf.unique_with_counts(_unreserved(ids[:, c]), out_idx=tf.int64) for c in range(ids.shape[1])]
+        self.columns = len(found)
+        sizes = tf.stack([tf.size(f.y, out_type=tf.int64) for f in found])
+        self.bounds = bounds = tf.concat([[0], tf.cumsum(sizes)], 0)  # where each column's start, and the end
+        # [batch, columns]: each ID's place among the distinct IDs of every column.
+        self.positions = tf.stack([bounds[c] + f.idx for c, f in enumerate(found)], axis=1)
+        self.counts = tf.concat([f.count for f in found], 0)  # each distinct ID's occurrences in its column
+        written = tf.strings.as_string(bounds) if ids.dtype == tf.string else bounds
+        self._crossing = tf.concat([f.y for f in found] + [written], 0)
+        self._received = {}
+
+    def on(self, device) -> tuple[tf.Tensor, tf.Tensor]:
+        """(distinct IDs, [columns + 1] where each column's start and the end) read on `device` from
+        the one tensor that crossed there."""
+        if device not in self._received:
+            with v1.device(device):
+                ends = tf.size(self._crossing, out_type=tf.int64) - (self.columns + 1)
+                written = self._crossing[ends:]
+                bounds = tf.strings.to_number(written, tf.int64) if written.dtype == tf.string else written
+                self._received[device] = self._crossing[:ends], bounds
+        return self._received[device]
+
+
+def distinct_ids(ids: tf.Tensor) -> DistinctIds:
+    """The DistinctIds of ids [batch, columns], on the caller's device; each built once per tensor of
+    IDs, which every table of its columns shares."""
+    built = _DISTINCT.setdefault(ids.graph, {})
+    if ids.name not in built:
+        built[ids.name] = DistinctIds(ids)
+    return built[ids.name]
+
+
 class DynamicTable:
     """The rows of a batch of raw IDs: `DynamicTable(name, ids, options, training).rows(...)`.
 
@@ -100,30 +139,35 @@ class DynamicTable:
     wide weight) sharing the same ID -> row map. With `training`, an ID not in the map is admitted
     (given the next free row of its shard); without, it reads the default row and nothing is stored.
 
-    Each shard does all of its work on its own device: it reads the whole batch of IDs, keeps those a
-    hash gives it, and returns a [batch, width] part holding their rows (zeros for the others'), so a
-    shard's ps is sent the IDs once and sends one tensor back. Given the IDs of several columns
-    ([batch, columns]) and a `column`, the table reads its column there: rows_of_columns then stacks
-    every column's part on the ps before it crosses, one tensor per ps for all the tables.
+    The worker finds the batch's distinct IDs (distinct_ids); each shard, on its own device, is sent
+    them, keeps those a hash gives it, and returns a part holding their rows, a row per distinct ID
+    (zeros for the other shards'). The worker adds the shards' parts and spreads the rows over the
+    batch, and the gradient takes the same way back: a row crosses once, however often the batch
+    names its ID. Given the IDs of several columns ([batch, columns]) and a `column`, the table reads
+    its column's distinct IDs there: rows_of_columns then joins every column's part on the ps before
+    it crosses, one tensor per ps for all the tables.
     """
 
     def __init__(self, name: str, ids: tf.Tensor, options: TableOptions, training: bool, column: int | None = None):
         self.name, self.options, self._training = name, options, training
         self._scope = v1.get_variable_scope()
+        self.distinct = distinct_ids(ids if column is not None else tf.reshape(ids, [-1, 1]))
+        self.column = column or 0
         self._shards, self._found_rows, self._devices, self._spread, live_rows = [], [], [], [], []
         for shard in range(options.shards):
             device = options.devices[shard % len(options.devices)] if options.devices else None
             self._devices.append(device)
             with v1.device(device), v1.variable_scope(f"shard{shard}"):
-                column_ids = _unreserved(tf.reshape(ids if column is None else ids[:, column], [-1]))
-                unique, index, counts = tf.unique_with_counts(column_ids, out_idx=tf.int64)
+                distinct, bounds = self.distinct.on(device)
+                start, end = bounds[self.column], bounds[self.column + 1]
+                unique, counts = distinct[start:end], self.distinct.counts[start:end]
                 if options.shards == 1:
                     keys, mine = unique, None
-                else:  # this shard's IDs, and where they sit among the batch's unique IDs
+                else:  # this shard's IDs, and where they sit among the column's distinct IDs
                     held = tf.equal(_shard_of(unique, options.shards), shard)
                     keys, mine = layers.masked(unique, held), tf.where(held)
                     counts = layers.masked(counts, held)
-                self._spread.append((mine, tf.size(unique, out_type=tf.int64), index))
+                self._spread.append((mine, end - start))
                 # Each ID's occurrences in the batch, for admission (only counted with min_count > 1).
                 rows = _Shard(ids.dtype, options, shard, training, device)
                 self._shards.append(rows)
@@ -144,11 +188,12 @@ class DynamicTable:
 
     def rows(self, storage: str, width: int, initializer) -> tf.Tensor:
         """[batch, width]: each ID's row of the trained variable `storage` (one per shard)."""
-        return tf.add_n(self.shard_parts(storage, width, initializer))
+        found = _crossed(tf.add_n(self.shard_parts(storage, width, initializer)))
+        return tf.gather(found, self.distinct.positions[:, self.column] - self.distinct.bounds[self.column])
 
     def shard_parts(self, storage: str, width: int, initializer) -> list[tf.Tensor]:
-        """Each shard's [batch, width] part of rows(), made on its device: the rows of the IDs it holds,
-        zeros for the others'."""
+        """Each shard's [distinct IDs of the column, width] part, made on its device: the rows of the IDs
+        it holds, zeros for the others'."""
         parts = []
         with v1.variable_scope(self._scope, auxiliary_name_scope=False):
             for shard, device in enumerate(self._devices):
@@ -165,14 +210,17 @@ class DynamicTable:
                     gradients = {"ResourceGather": _ROWS_GATHER_GRADIENT} if self.options.grow else {}
                     with v1.get_default_graph().gradient_override_map(gradients):
                         gathered = tf.gather(values, found)
-                    mine, unique, index = self._spread[shard]
+                    mine, distinct = self._spread[shard]
                     if mine is not None:
-                        gathered = tf.scatter_nd(mine, gathered, tf.stack([unique, width]))
-                    parts.append(tf.gather(gathered, index))
+                        gathered = tf.scatter_nd(mine, gathered, tf.stack([distinct, width]))
+                    parts.append(gathered)
         return parts
 
 
 _ROWS_GATHER_GRADIENT = "PsTrainerRowsGather"
+_DENSE_GRADIENT = "PsTrainerDenseGradient"
+# Each graph's DistinctIds, by the name of their tensor of IDs.
+_DISTINCT = weakref.WeakKeyDictionary()
 
 
 @tf.RegisterGradient(_ROWS_GATHER_GRADIENT)
@@ -185,15 +233,34 @@ def _rows_gather_gradient(op, grad):
     return tf.IndexedSlices(tf.reshape(grad, [-1, width]), tf.reshape(op.inputs[1], [-1])), None
 
 
+@tf.RegisterGradient(_DENSE_GRADIENT)
+def _dense_gradient(op, grad):
+    """An Identity's gradient made dense where the Identity is: the batch's gradients summed per
+    distinct ID on the worker, before they cross."""
+    del op
+    return tf.convert_to_tensor(grad)
+
+
+def _crossed(rows) -> tf.Tensor:
+    """rows, the distinct IDs' rows come from the ps tasks, as the worker's: the gradient of the gather
+    that spreads them over the batch is summed per row here (a dense tensor of the distinct rows), not
+    sent to each ps as a row per ID of the batch."""
+    with v1.get_default_graph().gradient_override_map({"Identity": _DENSE_GRADIENT}):
+        return tf.identity(rows)
+
+
 def rows_of_columns(tables: list[DynamicTable], storage: str, width: int, initializer) -> tf.Tensor:
-    """[batch, len(tables), width]: each table's rows() of `storage`, stacked on each shard's device
-    before they cross: one tensor per ps for all the tables (each table built with `column`)."""
+    """[batch, len(tables), width]: each table's rows() of `storage`, from one tensor per ps for all the
+    tables: each shard's parts joined on its device before they cross (each table built with `column`
+    of one tensor of IDs)."""
+    if any(table.column != column or table.distinct is not tables[0].distinct for column, table in enumerate(tables)):
+        raise ValueError("rows_of_columns: the tables are not the columns of one tensor of IDs, in order")
     parts = [table.shard_parts(storage, width, initializer) for table in tables]
-    stacked = []
+    joined = []
     for shard, device in enumerate(tables[0]._devices):  # pylint: disable=protected-access
         with v1.device(device):
-            stacked.append(tf.stack([table_parts[shard] for table_parts in parts], axis=1))
-    return tf.add_n(stacked)
+            joined.append(tf.concat([table_parts[shard] for table_parts in parts], axis=0))
+    return tf.gather(_crossed(tf.add_n(joined)), tables[0].distinct.positions)
 
 
 class _Shard:

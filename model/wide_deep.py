@@ -86,8 +86,8 @@ def hashed_columns(features, names, cfg, num_classes, training):
 
 def dynamic_columns(features, names, cfg, num_classes, training):
     """(embeddings, wide weights) of every categorical column, each [batch, columns, width], from rows
-    of their own (model/embeddings.py); each ps is sent every column's IDs at once and sends one tensor
-    of rows back per trained value."""
+    of their own (model/embeddings.py); each ps is sent the batch's distinct IDs of every column at once
+    and sends one tensor of rows back per trained value, a row per distinct ID."""
     options = embeddings.TableOptions(capacity=cfg.embedding_capacity, shards=cfg.embedding_partitions,
                                       devices=cfg.table_devices, min_count=cfg.embedding_min_count,
                                       steps_to_live=cfg.embedding_steps_to_live, grow=cfg.embedding_growth,

@@ -509,8 +509,10 @@ def test_the_tables_of_several_columns_cross_to_each_ps_in_one_tensor_and_read_t
         with v1.Session(workers[0].target, config=spec.session_config(hosts)) as sess:
             sess.run(v1.global_variables_initializer())
             metadata = v1.RunMetadata()
-            got = sess.run(rows, {ids: batch}, options=v1.RunOptions(output_partition_graphs=True),
-                           run_metadata=metadata)
+            # What came from the ps tasks, before the worker spread it over the batch: a row per distinct ID.
+            crossed = rows.op.inputs[0]
+            got, distinct_rows = sess.run((rows, crossed), {ids: batch}, options=v1.RunOptions(
+                output_partition_graphs=True), run_metadata=metadata)
             maps, stored = sess.run(contents), sess.run(values)
     for column, name in enumerate(("user", "item", "query")):
         row_of = {}  # ID -> (shard, row), from the maps on the ps
@@ -520,9 +522,11 @@ def test_the_tables_of_several_columns_cross_to_each_ps_in_one_tensor_and_read_t
         for example in range(len(batch)):
             shard, row = row_of[batch[example, column]]
             np.testing.assert_array_equal(got[example, column], stored[f"{name}/shard{shard}/embedding"][row])
-    # From each ps one tensor of rows for every column (table by table: 3 each). The IDs, fed, ride in
-    # the call that runs each ps's part of the step.
-    assert measure.cross_task_recvs(metadata) == 2
+    # Each ID once per column, however often the batch names it: 9 rows for the batch's 12 IDs.
+    assert distinct_rows.shape == (sum(len(set(batch[:, column])) for column in range(3)), WIDTH)
+    # To each ps one tensor of the batch's distinct IDs for every column, and from each one tensor of
+    # rows for every column (table by table: 3 each way).
+    assert measure.cross_task_recvs(metadata) == 4
 
 
 @pytest.mark.pure
