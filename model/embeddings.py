@@ -96,14 +96,14 @@ class TableOptions:
 class DistinctIds:
     """A batch's distinct IDs, found on the worker, for every column at once, and what crosses to each
     ps holding a shard of the columns' tables in place of the batch: one tensor, the IDs column after
-    column and then where each column's start (written as IDs: a string's digits, or the int64 itself).
+    column and then where each column starts (written as IDs: a string's digits, or the int64 itself).
     With admission (--embedding_min_count) each ID's count in the batch crosses too."""
 
     def __init__(self, ids: tf.Tensor):
         found = [tf.unique_with_counts(_unreserved(ids[:, c]), out_idx=tf.int64) for c in range(ids.shape[1])]
         self.columns = len(found)
         sizes = tf.stack([tf.size(f.y, out_type=tf.int64) for f in found])
-        self.bounds = bounds = tf.concat([[0], tf.cumsum(sizes)], 0)  # where each column's start, and the end
+        self.bounds = bounds = tf.concat([[0], tf.cumsum(sizes)], 0)  # where each column starts, and the end
         # [batch, columns]: each ID's place among the distinct IDs of every column.
         self.positions = tf.stack([bounds[c] + f.idx for c, f in enumerate(found)], axis=1)
         self.counts = tf.concat([f.count for f in found], 0)  # each distinct ID's occurrences in its column
@@ -112,7 +112,7 @@ class DistinctIds:
         self._received = {}
 
     def on(self, device) -> tuple[tf.Tensor, tf.Tensor]:
-        """(distinct IDs, [columns + 1] where each column's start and the end) read on `device` from
+        """(distinct IDs, [columns + 1]: where each column starts, and the end) read on `device` from
         the one tensor that crossed there."""
         if device not in self._received:
             with v1.device(device):
