@@ -160,18 +160,19 @@ class DynamicTable:
             with v1.device(device), v1.variable_scope(f"shard{shard}"):
                 distinct, bounds = self.distinct.on(device)
                 start, end = bounds[self.column], bounds[self.column + 1]
-                unique, counts = distinct[start:end], self.distinct.counts[start:end]
+                unique = distinct[start:end]
+                # Each ID's occurrences in the batch, for admission (only counted with min_count > 1).
+                counts = self.distinct.counts[start:end] if options.min_count > 1 else None
                 if options.shards == 1:
                     keys, mine = unique, None
                 else:  # this shard's IDs, and where they sit among the column's distinct IDs
                     held = tf.equal(_shard_of(unique, options.shards), shard)
                     keys, mine = layers.masked(unique, held), tf.where(held)
-                    counts = layers.masked(counts, held)
+                    counts = None if counts is None else layers.masked(counts, held)
                 self._spread.append((mine, end - start))
-                # Each ID's occurrences in the batch, for admission (only counted with min_count > 1).
                 rows = _Shard(ids.dtype, options, shard, training, device)
                 self._shards.append(rows)
-                self._found_rows.append(rows.rows_of(keys, counts if options.min_count > 1 else None, training, name))
+                self._found_rows.append(rows.rows_of(keys, counts, training, name))
                 live_rows.append(tf.identity(rows.map.size(), name="live_rows"))
                 v1.add_to_collection(LIVE_ROWS, live_rows[-1])
         if training:
