@@ -17,6 +17,7 @@ import input as inputs
 import model
 from cluster import rendezvous, resolve, spec
 from input import storage
+from training import run_record
 from training.step import momentum
 from training.config import NO_STEP_LIMIT, RunConfig, TrainConfig
 
@@ -48,8 +49,9 @@ def read(flag_values, argv, env=None) -> RunConfig:
             raise app.UsageError(f"--model={run.model.name} with --dataset={run.data.name}: {problem}")
         pieces = model.needs_of(run.model.name).table_pieces
         if pieces and flag_values.embedding_partitions is None:  # the model's default cut of its tables
+            shards = (run_record.dynamic_shards(run.train.model_dir) if run.model.embedding == "dynamic" else None)
             run = dataclasses.replace(run, model=dataclasses.replace(
-                run.model, embedding_partitions=pieces(run.model, data_spec, cluster.num_ps)))
+                run.model, embedding_partitions=shards or pieces(run.model, data_spec, cluster.num_ps)))
     return run
 
 

@@ -184,9 +184,9 @@ flags.DEFINE_integer("hash_buckets", MODEL.hash_buckets, "wide_deep: rows of eac
                      "embedding table (1000000 with --embedding_dim=32 is 128 MB per table).", lower_bound=1)
 flags.DEFINE_integer("embedding_dim", MODEL.embedding_dim, "wide_deep: width of the embeddings.", lower_bound=1)
 flags.DEFINE_integer("embedding_partitions", None, "wide_deep: pieces each table is cut into "
-                     "(fixed_size_partitioner). Default: hashed tables whole, spread over the ps tasks by size (one "
-                     "piece per ps when there are too few tables to spread evenly); dynamic ones one shard per "
-                     "ps.", lower_bound=1)
+                     "(fixed_size_partitioner; dynamic tables by a hash of the ID). Default: tables whole, spread "
+                     "over the ps tasks (hashed ones by size), one piece per ps when there are too few tables to "
+                     "spread evenly; a dynamic run resumes with its checkpoint's shards.", lower_bound=1)
 flags.DEFINE_enum("embedding", MODEL.embedding, ["hashed", "dynamic"],
                   "wide_deep: 'hashed' tables of --hash_buckets rows (distinct values may share a row), or "
                   "'dynamic': a row of its own for each raw value, made when training first meets it, cut "

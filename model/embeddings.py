@@ -4,8 +4,9 @@ TF 2.21 cannot train the values of a hash table (lookups have no gradient), so a
 shard: an ID -> row map (MutableHashTable) beside ordinary trainable row variables, and a counter of
 rows handed out. The model gathers rows by index, so the gradient is the usual IndexedSlices and any
 optimizer's sparse apply updates just the rows a batch touched, on the ps that holds them. IDs are
-spread over the shards by a hash of the ID (one shard per ps in a cluster, each pinned to its ps);
-a lookup, its gradient and its update all run on that shard's ps. The map, the counter and the rows
+spread over a table's shards by a hash of the ID, each shard pinned to a ps (TableOptions.part: whole
+tables, one shard each, spread over the ps tasks a column each in turn); a lookup, its gradient and
+its update all run on that shard's ps. The map, the counter and the rows
 are saved by the ps that holds them with every checkpoint, and a ps restarted alone gets them back
 with the rest of the variables.
 
@@ -92,44 +93,96 @@ class TableOptions:
     def shard_capacity(self) -> int:
         return -(-self.capacity // self.shards)
 
+    @property
+    def parts(self) -> int:
+        """How many tensors of IDs a batch's distinct IDs are cut into: one per ps (per shard when
+        there are more shards than ps tasks, or no devices), each holding the IDs of the shards there."""
+        return max(self.shards, len(self.devices))
+
+    def part(self, column: int, shard: int) -> int:
+        """Which part holds `shard` of the table of `column`: the shards of consecutive columns start on
+        consecutive ps tasks, so that whole tables (one shard each) spread over them."""
+        return (column + shard) % self.parts
+
+    def device(self, part: int) -> str | None:
+        return self.devices[part % len(self.devices)] if self.devices else None
+
 
 class DistinctIds:
-    """A batch's distinct IDs, found on the worker, for every column at once, and what crosses to each
-    ps holding a shard of the columns' tables in place of the batch: one tensor, the IDs column after
-    column and then where each column starts (written as IDs: a string's digits, or the int64 itself).
-    With admission (--embedding_min_count) each ID's count in the batch crosses too."""
+    """A batch's distinct IDs, found on the worker for every column at once, and cut there into parts by
+    where their shard lives (TableOptions.part): in place of the batch, each ps holding shards of the
+    columns' tables is sent one tensor per part: the part's IDs column after column, then where each
+    column starts (written as IDs: a string's digits, or the int64 itself). With admission
+    (--embedding_min_count) each ID's count in the batch crosses too."""
 
-    def __init__(self, ids: tf.Tensor):
+    def __init__(self, ids: tf.Tensor, options: TableOptions):
         found = [tf.unique_with_counts(_unreserved(ids[:, c]), out_idx=tf.int64) for c in range(ids.shape[1])]
         self.columns = len(found)
+        parts = options.parts
         sizes = tf.stack([tf.size(f.y, out_type=tf.int64) for f in found])
         self.bounds = bounds = tf.concat([[0], tf.cumsum(sizes)], 0)  # where each column starts, and the end
-        # [batch, columns]: each ID's place among the distinct IDs of every column.
+        # [batch, columns]: each ID's place among the distinct IDs of every column, column after column.
         self.positions = tf.stack([bounds[c] + f.idx for c, f in enumerate(found)], axis=1)
-        self.counts = tf.concat([f.count for f in found], 0)  # each distinct ID's occurrences in its column
-        written = tf.strings.as_string(bounds) if ids.dtype == tf.string else bounds
-        self._crossing = tf.concat([f.y for f in found] + [written], 0)
+        every = tf.concat([f.y for f in found], 0)
+        counts = tf.concat([f.count for f in found], 0)  # each distinct ID's occurrences in its column
+        if parts == 1:
+            self.places, self._parts, self._counts = None, [every], [counts]
+            part_bounds = [bounds]
+        else:
+            column = tf.repeat(tf.range(self.columns), sizes)
+            part = tf.math.floormod(column + _shard_of(every, options.shards), parts)  # TableOptions.part
+            # Where each part's IDs sit among all the distinct IDs (dynamic_stitch puts its rows back there).
+            self.places = tf.dynamic_partition(tf.range(tf.size(every)), part, parts)
+            self._parts = tf.dynamic_partition(every, part, parts)
+            self._counts = tf.dynamic_partition(counts, part, parts)
+            held = tf.reshape(tf.math.bincount(part * self.columns + column, minlength=parts * self.columns,
+                                               maxlength=parts * self.columns, dtype=tf.int64),
+                              [parts, self.columns])  # each part's IDs of each column
+            part_bounds = tf.unstack(tf.concat([tf.zeros([parts, 1], tf.int64), tf.cumsum(held, axis=1)], 1))
+        self.part_bounds = part_bounds
+        self._crossing = [tf.concat([part, tf.strings.as_string(b) if ids.dtype == tf.string else b], 0)
+                          for part, b in zip(self._parts, part_bounds)]
         self._received = {}
 
-    def on(self, device) -> tuple[tf.Tensor, tf.Tensor]:
-        """(distinct IDs, [columns + 1]: where each column starts, and the end) read on `device` from
-        the one tensor that crossed there."""
-        if device not in self._received:
+    def on(self, part: int, device) -> tuple[tf.Tensor, tf.Tensor]:
+        """(the part's distinct IDs, [columns + 1]: where each column starts among them, and the end),
+        read on `device` from the one tensor that crossed there."""
+        if part not in self._received:
+            crossing = self._crossing[part]
             with v1.device(device):
-                ends = tf.size(self._crossing, out_type=tf.int64) - (self.columns + 1)
-                written = self._crossing[ends:]
+                ends = tf.size(crossing, out_type=tf.int64) - (self.columns + 1)
+                written = crossing[ends:]
                 bounds = tf.strings.to_number(written, tf.int64) if written.dtype == tf.string else written
-                self._received[device] = self._crossing[:ends], bounds
-        return self._received[device]
+                self._received[part] = crossing[:ends], bounds
+        return self._received[part]
+
+    def counts_of(self, part: int) -> tf.Tensor:
+        """Each of the part's distinct IDs' occurrences in the batch (on the worker)."""
+        return self._counts[part]
+
+    def joined(self, rows: dict[int, tf.Tensor], column: int | None = None) -> tf.Tensor:
+        """{part: a row per distinct ID of the part (of every column, or of `column`)}, put together on
+        the worker in the order of the distinct IDs (of every column, or of `column`). A part missing
+        from `rows` holds none of them."""
+        if self.places is None:
+            return rows[0]
+        if column is None:
+            places = [self.places[part] for part in rows]
+        else:
+            start = tf.cast(self.bounds[column], tf.int32)
+            places = [self.places[part][self.part_bounds[part][column]:self.part_bounds[part][column + 1]] - start
+                      for part in rows]
+        return tf.dynamic_stitch(places, list(rows.values()))
 
 
-def distinct_ids(ids: tf.Tensor) -> DistinctIds:
-    """The DistinctIds of ids [batch, columns], on the caller's device; each built once per tensor of
-    IDs, which every table of its columns shares."""
+def distinct_ids(ids: tf.Tensor, options: TableOptions) -> DistinctIds:
+    """The DistinctIds of ids [batch, columns] for tables of `options`, on the caller's device; each
+    built once per tensor of IDs and cut into parts, which every table of its columns shares."""
     built = _DISTINCT.setdefault(ids.graph, {})
-    if ids.name not in built:
-        built[ids.name] = DistinctIds(ids)
-    return built[ids.name]
+    key = (ids.name, options.shards, options.devices)
+    if key not in built:
+        built[key] = DistinctIds(ids, options)
+    return built[key]
 
 
 class DynamicTable:
@@ -139,37 +192,32 @@ class DynamicTable:
     wide weight) sharing the same ID -> row map. With `training`, an ID not in the map is admitted
     (given the next free row of its shard); without, it reads the default row and nothing is stored.
 
-    The worker finds the batch's distinct IDs (distinct_ids); each shard, on its own device, is sent
-    them, keeps those a hash gives it, and returns a part holding their rows, a row per distinct ID
-    (zeros for the other shards'). The worker adds the shards' parts and spreads the rows over the
-    batch, and the gradient takes the same way back: a row crosses once, however often the batch
-    names its ID. Given the IDs of several columns ([batch, columns]) and a `column`, the table reads
-    its column's distinct IDs there: rows_of_columns then joins every column's part on the ps before
-    it crosses, one tensor per ps for all the tables.
+    The worker finds the batch's distinct IDs and the shard that holds each (distinct_ids); each shard,
+    on its own device, is sent its own and returns their rows, a row per distinct ID. The worker puts the
+    shards' parts together and spreads the rows over the batch, and the gradient takes the same way
+    back: a row crosses once, to and from its own ps only, however often the batch names its ID. Given
+    the IDs of several columns ([batch, columns]) and a `column`, the table reads its column's IDs
+    among a shard's: rows_of_columns then joins every column's part on the ps before it crosses, one
+    tensor per ps for all the tables.
     """
 
     def __init__(self, name: str, ids: tf.Tensor, options: TableOptions, training: bool, column: int | None = None):
         self.name, self.options, self._training = name, options, training
         self._scope = v1.get_variable_scope()
-        self.distinct = distinct_ids(ids if column is not None else tf.reshape(ids, [-1, 1]))
+        self.distinct = distinct_ids(ids if column is not None else tf.reshape(ids, [-1, 1]), options)
         self.column = column or 0
-        self._shards, self._found_rows, self._devices, self._spread, live_rows = [], [], [], [], []
-        for shard in range(options.shards):
-            device = options.devices[shard % len(options.devices)] if options.devices else None
+        self._shards, self._found_rows, self._devices, live_rows = [], [], [], []
+        # The part of the distinct IDs that each shard reads (and the ps it lives on).
+        self.parts = [options.part(self.column, shard) for shard in range(options.shards)]
+        for shard, part in enumerate(self.parts):
+            device = options.device(part)
             self._devices.append(device)
             with v1.device(device), v1.variable_scope(f"shard{shard}"):
-                distinct, bounds = self.distinct.on(device)
+                distinct, bounds = self.distinct.on(part, device)
                 start, end = bounds[self.column], bounds[self.column + 1]
-                unique = distinct[start:end]
+                keys = distinct[start:end]  # the column's IDs that this shard holds
                 # Each ID's occurrences in the batch, for admission (only counted with min_count > 1).
-                counts = self.distinct.counts[start:end] if options.min_count > 1 else None
-                if options.shards == 1:
-                    keys, mine = unique, None
-                else:  # this shard's IDs, and where they sit among the column's distinct IDs
-                    held = tf.equal(_shard_of(unique, options.shards), shard)
-                    keys, mine = layers.masked(unique, held), tf.where(held)
-                    counts = None if counts is None else layers.masked(counts, held)
-                self._spread.append((mine, end - start))
+                counts = self.distinct.counts_of(part)[start:end] if options.min_count > 1 else None
                 rows = _Shard(ids.dtype, options, shard, training, device)
                 self._shards.append(rows)
                 self._found_rows.append(rows.rows_of(keys, counts, training, name))
@@ -189,12 +237,12 @@ class DynamicTable:
 
     def rows(self, storage: str, width: int, initializer) -> tf.Tensor:
         """[batch, width]: each ID's row of the trained variable `storage` (one per shard)."""
-        found = _crossed(tf.add_n(self.shard_parts(storage, width, initializer)))
+        found = _crossed(self.distinct.joined(dict(zip(self.parts, self.shard_parts(storage, width, initializer))),
+                                              self.column))
         return tf.gather(found, self.distinct.positions[:, self.column] - self.distinct.bounds[self.column])
 
     def shard_parts(self, storage: str, width: int, initializer) -> list[tf.Tensor]:
-        """Each shard's [distinct IDs of the column, width] part, made on its device: the rows of the IDs
-        it holds, zeros for the others'."""
+        """Each shard's part, made on its device: [the column's distinct IDs it holds, width], their rows."""
         parts = []
         with v1.variable_scope(self._scope, auxiliary_name_scope=False):
             for shard, device in enumerate(self._devices):
@@ -210,17 +258,13 @@ class DynamicTable:
                         found = tf.where(found < tf.shape(values, out_type=tf.int64)[0], found, DEFAULT_ROW)
                     gradients = {"ResourceGather": _ROWS_GATHER_GRADIENT} if self.options.grow else {}
                     with v1.get_default_graph().gradient_override_map(gradients):
-                        gathered = tf.gather(values, found)
-                    mine, distinct = self._spread[shard]
-                    if mine is not None:
-                        gathered = tf.scatter_nd(mine, gathered, tf.stack([distinct, width]))
-                    parts.append(gathered)
+                        parts.append(tf.gather(values, found))
         return parts
 
 
 _ROWS_GATHER_GRADIENT = "PsTrainerRowsGather"
 _DENSE_GRADIENT = "PsTrainerDenseGradient"
-# Each graph's DistinctIds, by the name of their tensor of IDs.
+# Each graph's DistinctIds, by the name of their tensor of IDs and the tables' shards and devices.
 _DISTINCT = weakref.WeakKeyDictionary()
 
 
@@ -252,16 +296,19 @@ def _crossed(rows) -> tf.Tensor:
 
 def rows_of_columns(tables: list[DynamicTable], storage: str, width: int, initializer) -> tf.Tensor:
     """[batch, len(tables), width]: each table's rows() of `storage`, from one tensor per ps for all the
-    tables: each shard's parts joined on its device before they cross (each table built with `column`
-    of one tensor of IDs)."""
+    tables: the parts of the shards on a ps joined there before they cross (each table built with
+    `column` of one tensor of IDs), and put together on the worker."""
     if any(table.column != column or table.distinct is not tables[0].distinct for column, table in enumerate(tables)):
         raise ValueError("rows_of_columns: the tables are not the columns of one tensor of IDs, in order")
-    parts = [table.shard_parts(storage, width, initializer) for table in tables]
-    joined = []
-    for shard, device in enumerate(tables[0]._devices):  # pylint: disable=protected-access
-        with v1.device(device):
-            joined.append(tf.concat([table_parts[shard] for table_parts in parts], axis=0))
-    return tf.gather(_crossed(tf.add_n(joined)), tables[0].distinct.positions)
+    by_part = {}  # part: the rows of each table's shard there, column after column (as its IDs crossed)
+    for table in tables:
+        for part, rows in zip(table.parts, table.shard_parts(storage, width, initializer)):
+            by_part.setdefault(part, []).append(rows)
+    joined = {}
+    for part, rows in sorted(by_part.items()):
+        with v1.device(tables[0].options.device(part)):
+            joined[part] = tf.concat(rows, axis=0) if len(rows) > 1 else rows[0]
+    return tf.gather(_crossed(tables[0].distinct.joined(joined)), tables[0].distinct.positions)
 
 
 class _Shard:

@@ -6,8 +6,8 @@ own, made the first time training meets it (model/embeddings.py). The deep part 
 of --embedding_dim columns from the row and feeds the embeddings and the numeric features through
 --hidden_units; the wide part adds a learned weight per row (and per numeric feature).
 The tables are the model's bulk, spread over the ps tasks: each cut into --embedding_partitions
-pieces (by default table_pieces() below: hashed tables whole when they spread evenly, else one piece
-per ps; dynamic ones one shard per ps), hashed tables into row ranges with fixed_size_partitioner,
+pieces (by default table_pieces() below: whole when they spread evenly, else one piece per ps),
+hashed tables into row ranges with fixed_size_partitioner,
 dynamic ones by a hash of the ID. Lookups gather only the rows a batch touches, on the ps that
 holds them, and their gradients are sparse: a step moves those rows, whatever the table's size. It
 trains as the canonical wide-and-deep model does: FTRL for the wide part, Adagrad for the deep part
@@ -25,12 +25,15 @@ v1 = tf.compat.v1
 def table_pieces(cfg, data_spec, num_ps: int) -> int:
     """How many pieces each table is cut into by default. Every gather and sparse update of a piece is an
     op of its own on its ps, whatever the piece's size: two ps tasks that each hold a piece of every
-    table each cost a step nearly as much as one ps holding them all (measured: docs/data.md). So hashed tables
-    stay whole and are spread over the ps tasks by size, unless whole tables would load one ps more than
-    a quarter above its share (fewer tables than ps tasks, or a few); then each is cut into one piece per
-    ps. A dynamic table's shard is chosen by a hash of the ID: one per ps."""
-    if cfg.embedding == "dynamic" or num_ps <= 1:
-        return max(1, num_ps)
+    table each cost a step nearly as much as one ps holding them all (measured: docs/data.md). So tables
+    stay whole and are spread over the ps tasks, hashed ones by size and dynamic ones a column each in
+    turn (each can hold --embedding_capacity rows), unless whole tables would load one ps more than a
+    quarter above its share (fewer tables than ps tasks, or a few); then each is cut into one piece per
+    ps (a dynamic table's shard chosen by a hash of the ID). A dynamic run resumed without
+    --embedding_partitions keeps its checkpoint's shards (flags/config.py)."""
+    del cfg
+    if num_ps <= 1:
+        return 1
     num_tables = len(categorical_columns(data_spec))
     return 1 if -(-num_tables // num_ps) <= 1.25 * num_tables / num_ps else num_ps
 

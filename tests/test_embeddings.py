@@ -493,9 +493,12 @@ def test_shards_live_on_their_own_ps_and_every_worker_reads_the_same_rows():
 
 
 @pytest.mark.inprocess
-def test_the_tables_of_several_columns_cross_to_each_ps_in_one_tensor_and_read_their_own_rows():
+@pytest.mark.parametrize("shards", [2, 1], ids=["cut by ID", "whole tables spread"])
+def test_the_tables_of_several_columns_cross_to_each_ps_in_one_tensor_and_read_their_own_rows(shards):
+    """Cut by ID, the shards of each column start on the next ps; whole (one shard each), the tables
+    of consecutive columns live on consecutive ps tasks. Either way a row crosses once, from its ps."""
     workers, _, (hosts,) = in_process_cluster(num_workers=1, num_ps=2)
-    options = embeddings.TableOptions(capacity=40, shards=2, devices=hosts.ps_devices())
+    options = embeddings.TableOptions(capacity=40, shards=shards, devices=hosts.ps_devices())
     batch = np.array([["a", "x", "a"], ["b", "x", "q"], ["a", "y", "r"], ["c", "z", "a"]], object)
     with tf.Graph().as_default():
         ids = v1.placeholder(tf.string, [None, 3])
@@ -506,12 +509,14 @@ def test_the_tables_of_several_columns_cross_to_each_ps_in_one_tensor_and_read_t
         rows = embeddings.rows_of_columns(tables, "embedding", WIDTH, v1.random_normal_initializer(seed=1))
         contents = [table.contents() for table in tables]
         values = {v.op.name: v for v in v1.global_variables() if v.op.name.endswith("/embedding")}
+        placed = {v.op.name: v.device for v in values.values()}
         with v1.Session(workers[0].target, config=spec.session_config(hosts)) as sess:
             sess.run(v1.global_variables_initializer())
             metadata = v1.RunMetadata()
             # What came from the ps tasks, before the worker spread it over the batch: a row per distinct ID.
             crossed = rows.op.inputs[0]
-            got, distinct_rows = sess.run((rows, crossed), {ids: batch}, options=v1.RunOptions(
+            parts = list(crossed.op.inputs[0].op.inputs[2:])  # what each ps sent: the shards' parts stitched
+            got, distinct_rows, part_rows = sess.run((rows, crossed, parts), {ids: batch}, options=v1.RunOptions(
                 output_partition_graphs=True), run_metadata=metadata)
             maps, stored = sess.run(contents), sess.run(values)
     for column, name in enumerate(("user", "item", "query")):
@@ -524,6 +529,15 @@ def test_the_tables_of_several_columns_cross_to_each_ps_in_one_tensor_and_read_t
             np.testing.assert_array_equal(got[example, column], stored[f"{name}/shard{shard}/embedding"][row])
     # Each ID once per column, however often the batch names it: 9 rows for the batch's 12 IDs.
     assert distinct_rows.shape == (sum(len(set(batch[:, column])) for column in range(3)), WIDTH)
+    # and each from its own ps only: what a ps sent holds the rows of the IDs its shards hold, no other.
+    on_ps = [0, 0]
+    for column, name in enumerate(("user", "item", "query")):
+        for shard in range(shards):
+            ps = (column + shard) % 2
+            assert placed[f"{name}/shard{shard}/embedding"] == hosts.ps_devices()[ps]
+            on_ps[ps] += len(maps[column][shard][0])
+    assert [part.op.device for part in parts] == list(hosts.ps_devices())
+    assert [len(part) for part in part_rows] == on_ps and min(on_ps) > 0
     # To each ps one tensor of the batch's distinct IDs for every column, and from each one tensor of
     # rows for every column (table by table: 3 each way).
     assert measure.cross_task_recvs(metadata) == 4

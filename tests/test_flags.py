@@ -1,14 +1,20 @@
 """Flag validation: every bad command line is refused before any server starts, naming the flag."""
 
+import dataclasses
+
 import pytest
+import tensorflow as tf
 from absl import app
 from absl import flags as absl_flags
 from absl.flags import FLAGS
 
 from flags import config as flag_config
 from tests.support import read_flags, write_click_csvs
+from training import run_record
 
 pytestmark = pytest.mark.pure
+
+v1 = tf.compat.v1
 
 CLUSTER = ["--ps_hosts=127.0.0.1:2222", "--worker_hosts=127.0.0.1:2223,127.0.0.1:2224"]
 WORKER = [*CLUSTER, "--job_name=worker", "--task_index=0", "--model_dir=/tmp/unused"]
@@ -178,14 +184,35 @@ def test_incremental_checkpoints_need_tables_and_come_between_full_ones():
                       "--save_checkpoint_steps=5000").train.incremental_save_secs == 600
 
 
-def test_hashed_tables_stay_whole_when_they_spread_evenly_over_the_ps_tasks():
+def test_tables_stay_whole_when_they_spread_evenly_over_the_ps_tasks(tmp_path):
     two_ps = ("--ps_hosts=localhost:2222,localhost:2223", "--worker_hosts=localhost:2224", "--job_name=worker",
-              "--task_index=0", "--model=wide_deep")
-    assert read_flags(*two_ps, "--dataset=zipf_clicks").model.embedding_partitions == 1  # 26 tables: 13 a ps
-    assert read_flags(*two_ps, "--dataset=clicks").model.embedding_partitions == 2  # 3 tables: 2 and 1, cut
-    assert read_flags(*two_ps, "--dataset=zipf_clicks", "--embedding=dynamic").model.embedding_partitions == 2
+              "--task_index=0", "--model=wide_deep", f"--model_dir={tmp_path}")
+    for embedding in ("--embedding=hashed", "--embedding=dynamic"):
+        assert read_flags(*two_ps, embedding, "--dataset=zipf_clicks").model.embedding_partitions == 1  # 13 a ps
+        assert read_flags(*two_ps, embedding, "--dataset=clicks").model.embedding_partitions == 2  # 3: 2 and 1, cut
     assert read_flags(*two_ps, "--dataset=zipf_clicks", "--embedding_partitions=3").model.embedding_partitions == 3
     assert read_flags("--model=wide_deep", "--dataset=clicks").model.embedding_partitions == 1
+
+
+def test_a_dynamic_run_resumes_with_its_checkpoints_shards_unless_the_flag_says(tmp_path):
+    """A dynamic table's IDs restore only into as many shards as were saved: a run resumed without
+    --embedding_partitions keeps them, whatever the default is now (it was one per ps before tables
+    stayed whole)."""
+    two_ps = ("--ps_hosts=localhost:2222,localhost:2223", "--worker_hosts=localhost:2224", "--job_name=worker",
+              "--task_index=0", "--model=wide_deep", "--dataset=zipf_clicks", f"--model_dir={tmp_path}",
+              "--embedding=dynamic")
+    fresh = read_flags(*two_ps)
+    assert fresh.model.embedding_partitions == 1
+    run_record.write(dataclasses.replace(fresh, model=dataclasses.replace(fresh.model, embedding_partitions=2)))
+    assert read_flags(*two_ps).model.embedding_partitions == 1  # a record, but no checkpoint to resume
+    with tf.Graph().as_default():
+        v1.train.get_or_create_global_step()
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            v1.train.Saver().save(sess, str(tmp_path / "model.ckpt"), global_step=0)
+    assert read_flags(*two_ps).model.embedding_partitions == 2
+    assert read_flags(*two_ps, "--embedding_partitions=1").model.embedding_partitions == 1  # the worker refuses it
+    assert read_flags(*two_ps[:-1]).model.embedding_partitions == 1  # hashed tables recut as they restore
 
 
 def test_checkpoint_steps_replace_the_default_seconds():

@@ -41,6 +41,16 @@ def read(model_dir: str) -> dict | None:
         return None
 
 
+def dynamic_shards(model_dir: str) -> int | None:
+    """The shards of the dynamic tables that model_dir's checkpoints hold, or None (no checkpoint, or
+    not dynamic tables): a resume keeps them unless --embedding_partitions says otherwise, since a
+    dynamic table's IDs restore only into as many shards (layout_refusal)."""
+    record = read(model_dir) if tf.train.latest_checkpoint(model_dir) else None
+    if record is None or record["model"].get("embedding") != "dynamic":
+        return None
+    return record["model"].get("embedding_partitions")
+
+
 def layout_change(record: dict | None, cfg) -> str | None:
     """A line saying so when this run cuts the partitioned tables into another number of pieces than
     the run that wrote `record` (the ps count changed, or --embedding_partitions), else None.
