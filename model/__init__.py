@@ -28,7 +28,8 @@ class ModelConfig:
     name: str = "mlp"
     hidden_units: tuple[int, ...] = (256,)
     # wide_deep: rows of each hashed embedding table, their width, and how many pieces each
-    # table is cut into (one per ps by default, so the tables spread over every ps).
+    # table is cut into (flags/config.py's default: model.needs' table_pieces, whole tables spread over
+    # the ps tasks when they spread evenly, else one piece per ps).
     hash_buckets: int = 10000
     embedding_dim: int = 16
     embedding_partitions: int = 1
