@@ -601,6 +601,10 @@ def test_dynamic_tables_on_two_ps_keep_their_rows_through_a_ps_restart_and_learn
     assert re.search(r"Restoring parameters from .*model\.ckpt-\d+", chief.split("An error was raised")[-1])
     assert re.search(rf"restored {os.path.basename(at_kill)} and its [1-9]\d* delta checkpoint", chief), chief[-3000:]
     assert re.search(r"live rows: .*wide_deep/user \d+ \(\d+ \+ \d+\)", chief), chief[-3000:]
+    line = re.findall(r"live rows: .*", chief)[-1]  # and what each ps holds: the sum of its shards
+    shards = [int(count) for pair in re.findall(r"/\w+ \d+ \((\d+) \+ (\d+)\)", line) for count in pair]
+    per_ps = [int(n) for n in re.search(r"; per ps: ps 0 (\d+), ps 1 (\d+)$", line).groups()]
+    assert sum(per_ps) == sum(shards) and min(per_ps) > 0, line
     # Every ID with a row at the kill still has that row at the end (both shards: ps 1's was restored).
     before, after = saved_maps(at_kill), saved_maps(tf.train.latest_checkpoint(str(cluster.model_dir)))
     for shard in (0, 1):

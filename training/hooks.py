@@ -5,6 +5,7 @@ import time
 import tensorflow as tf
 from absl import logging
 
+from cluster import spec
 from training import log_lines
 from training.config import NO_STEP_LIMIT
 
@@ -183,13 +184,14 @@ class TableUpkeepHook(v1.train.SessionRunHook):
 
 
 class LiveRowsHook(v1.train.SessionRunHook):
-    """Logs the live rows of each dynamic embedding table, per shard, every `every_n` runs and at the
-    end: the chief's view of the tables growing (model/embeddings.py). Fetched only on those runs,
-    so other runs pay nothing."""
+    """Logs the live rows of each dynamic embedding table, per shard, and of each ps, every `every_n`
+    runs and at the end: the chief's view of the tables growing (model/embeddings.py). Fetched only on
+    those runs, so other runs pay nothing."""
 
     def __init__(self, task_name, live_rows, every_n):
         self._task_name, self._every_n = task_name, every_n
         self._live_rows = {tensor.op.name: tensor for tensor in live_rows}
+        self._devices = {tensor.op.name: tensor.device for tensor in live_rows}
         self._runs = 0
 
     def before_run(self, run_context):
@@ -200,25 +202,33 @@ class LiveRowsHook(v1.train.SessionRunHook):
 
     def after_run(self, run_context, run_values):
         if run_values.results:
-            logging.info("%s: %s", self._task_name, describe_live_rows(run_values.results))
+            logging.info("%s: %s", self._task_name, describe_live_rows(run_values.results, self._devices))
 
     def end(self, session):
         try:
-            logging.info("%s: at the end, %s", self._task_name, describe_live_rows(session.run(self._live_rows)))
+            logging.info("%s: at the end, %s", self._task_name,
+                         describe_live_rows(session.run(self._live_rows), self._devices))
         except tf.errors.OpError as err:  # a ps gone at the end: the counts are only informative
             logging.warning("%s: live rows not read at the end: %s", self._task_name,
                             log_lines.error_cause(err.message))
 
 
-def describe_live_rows(counts: dict) -> str:
-    """'live rows: wide_deep/user 4997 (2490 + 2507), ...' from {'<table>/shard<N>/live_rows': count}."""
-    tables = {}
+def describe_live_rows(counts: dict, devices: dict | None = None) -> str:
+    """'live rows: wide_deep/user 4997 (2490 + 2507), ...; per ps: ps 0 2490, ps 1 2507' from
+    {'<table>/shard<N>/live_rows': count} and, for the per-ps part, each count's device."""
+    tables, per_ps = {}, {}
     for name in sorted(counts):
         table, _, _ = name.rsplit("/", 2)
         tables.setdefault(table, []).append(int(counts[name]))
-    return "live rows: " + ", ".join(
+        device = tf.DeviceSpec.from_string((devices or {}).get(name) or "")
+        if device.job == spec.PS:
+            per_ps[device.task] = per_ps.get(device.task, 0) + int(counts[name])
+    line = "live rows: " + ", ".join(
         f"{table} {sum(shards)}" + (f" ({' + '.join(map(str, shards))})" if len(shards) > 1 else "")
         for table, shards in tables.items())
+    if per_ps:
+        line += "; per ps: " + ", ".join(f"ps {task} {rows}" for task, rows in sorted(per_ps.items()))
+    return line
 
 
 class DeltaSaverHook(v1.train.SessionRunHook):
