@@ -64,13 +64,32 @@ def device_setter(cluster: spec.ClusterConfig):
     )
 
 
-def bytes_per_ps(graph) -> dict[str, int]:
-    """Variable bytes placed on each ps device of `graph`, for the startup report."""
-    totals = {}
+def _ps_variables(graph):
+    """(ps device, variable op) of each global variable of `graph` placed on a ps task."""
     for variable in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES):
-        op = variable.op
-        device = tf.DeviceSpec.from_string(op.device)
+        device = tf.DeviceSpec.from_string(variable.op.device)
         if device.job == spec.PS:
-            key = f"/job:ps/task:{device.task}"
-            totals[key] = totals.get(key, 0) + variable_byte_size(op)
+            yield f"/job:ps/task:{device.task}", variable.op
+
+
+def bytes_per_ps(graph) -> dict[str, int]:
+    """Variable bytes placed on each ps device of `graph`, for the startup report (a variable whose
+    length is not known yet, a growing table's, counts 0: growing_per_ps)."""
+    totals = {}
+    for device, op in _ps_variables(graph):
+        totals[device] = totals.get(device, 0) + variable_byte_size(op)
     return dict(sorted(totals.items()))
+
+
+def growing_per_ps(graph) -> dict[str, int]:
+    """How many variables on each ps have a length that grows (dynamic tables with --embedding_growth:
+    their rows and slots), which bytes_per_ps cannot size."""
+    counts = {}
+    for device, op in _ps_variables(graph):
+        try:
+            known = tf.TensorShape(op.get_attr("shape")).is_fully_defined()
+        except ValueError:  # no shape attr: nothing to count
+            continue
+        if not known:
+            counts[device] = counts.get(device, 0) + 1
+    return counts

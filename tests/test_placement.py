@@ -65,6 +65,21 @@ def test_num_gpus_puts_a_workers_compute_on_gpu_task_index_mod_n_and_variables_s
     assert ps.hides_gpus and cluster(1, task, num_gpus).hides_gpus == (num_gpus == 0)
 
 
+def test_the_startup_report_counts_the_variables_of_growing_tables_it_cannot_size():
+    # 3 clicks tables cut in two over 2 ps: each shard's rows grow, and so do their optimizer slots.
+    model_cfg = model.ModelConfig(name="wide_deep", hidden_units=(8,), embedding_dim=4, embedding="dynamic",
+                                  embedding_growth=True, embedding_partitions=2)
+    cfg = RunConfig(cluster(2), TrainConfig(optimizer="ftrl_adagrad"), model_cfg,
+                    inputs.DataConfig(name="clicks", synthetic_examples=100))
+    with tf.Graph().as_default() as graph:
+        train_graph.build_graph(cfg)
+    growing = placement.growing_per_ps(graph)
+    # On each ps, 3 shards of (embedding, its Adagrad accumulator, wide weights, FTRL's two slots).
+    assert growing == {"/job:ps/task:0": 15, "/job:ps/task:1": 15}
+    assert not placement.growing_per_ps(training_graph(2))  # a dense model: every length known
+    assert set(placement.bytes_per_ps(graph)) == set(growing)
+
+
 def test_two_ps_are_balanced_by_bytes_greedily():
     with tf.Graph().as_default() as graph:
         with v1.device(placement.device_setter(cluster(num_ps=2))):

@@ -188,7 +188,10 @@ def log_startup(cfg, task_metrics=None) -> None:
         bytes_per_ps = placement.bytes_per_ps(v1.get_default_graph())
         if task_metrics:
             task_metrics.ps_bytes(bytes_per_ps)
-        report = ", ".join(f"{dev} {size / 2**20:.2f} MiB" for dev, size in bytes_per_ps.items())
+        growing = placement.growing_per_ps(v1.get_default_graph())
+        report = ", ".join(f"{dev} {size / 2**20:.2f} MiB" + (f" and {growing[dev]} variables that grow with their "
+                                                             "tables" if dev in growing else "")
+                           for dev, size in bytes_per_ps.items())
         logging.info("%s: variables placed: %s", cluster.task_name, report)
     log_momentum(cluster.task_name, cfg.train)
     logging.info("%s: reading %s", cluster.task_name,
