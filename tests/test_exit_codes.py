@@ -2,9 +2,11 @@
 code paths that produce it, and what scripts/slurm/train.sbatch does with each code."""
 
 import os
+import pathlib
 import signal
 import stat
 import subprocess
+import tempfile
 import types
 
 import pytest
@@ -14,7 +16,7 @@ from absl import app
 import trainer
 from cluster import peers, spec
 from tests.support import SCRIPTS
-from training import exit_codes, watchdog, worker
+from training import exit_codes, run_record, watchdog, worker
 from training.config import TrainConfig
 from training.step import update
 
@@ -56,7 +58,15 @@ PATHS = {
         tf.errors.UnavailableError(None, None, "Socket closed\nAdditional GRPC error information"))),
     "a deadline exceeded": (exit_codes.CLUSTER_UNAVAILABLE, _raises(
         tf.errors.DeadlineExceededError(None, None, "Deadline Exceeded"))),
+    "a run.json that is no run record": (exit_codes.RUN_RECORD_UNREADABLE, lambda _: _read_record(b'{"model": {')),
 }
+
+
+def _read_record(text: bytes):
+    """run_record.read of a model_dir whose run.json holds `text`."""
+    with tempfile.TemporaryDirectory() as model_dir:
+        pathlib.Path(model_dir, run_record.FILE).write_bytes(text)
+        return run_record.read(model_dir)
 
 
 def _raise_training_error(message):

@@ -10,11 +10,9 @@ from absl.flags import FLAGS
 
 from flags import config as flag_config
 from tests.support import read_flags, write_click_csvs
-from training import run_record
+from training import exit_codes, run_record
 
 pytestmark = pytest.mark.pure
-
-v1 = tf.compat.v1
 
 CLUSTER = ["--ps_hosts=127.0.0.1:2222", "--worker_hosts=127.0.0.1:2223,127.0.0.1:2224"]
 WORKER = [*CLUSTER, "--job_name=worker", "--task_index=0", "--model_dir=/tmp/unused"]
@@ -194,6 +192,11 @@ def test_tables_stay_whole_when_they_spread_evenly_over_the_ps_tasks(tmp_path):
     assert read_flags("--model=wide_deep", "--dataset=clicks").model.embedding_partitions == 1
 
 
+def a_checkpoint(directory):
+    """A real checkpoint in directory (eager: no session), which tf.train.latest_checkpoint finds."""
+    tf.train.Checkpoint(global_step=tf.Variable(0, dtype=tf.int64)).save(str(directory / "model.ckpt"))
+
+
 def test_a_dynamic_run_resumes_with_its_checkpoints_shards_unless_the_flag_says(tmp_path):
     """A dynamic table's IDs restore only into as many shards as were saved: a run resumed without
     --embedding_partitions keeps them, whatever the default is now (it was one per ps before tables
@@ -205,14 +208,32 @@ def test_a_dynamic_run_resumes_with_its_checkpoints_shards_unless_the_flag_says(
     assert fresh.model.embedding_partitions == 1
     run_record.write(dataclasses.replace(fresh, model=dataclasses.replace(fresh.model, embedding_partitions=2)))
     assert read_flags(*two_ps).model.embedding_partitions == 1  # a record, but no checkpoint to resume
-    with tf.Graph().as_default():
-        v1.train.get_or_create_global_step()
-        with v1.Session() as sess:
-            sess.run(v1.global_variables_initializer())
-            v1.train.Saver().save(sess, str(tmp_path / "model.ckpt"), global_step=0)
+    a_checkpoint(tmp_path)
     assert read_flags(*two_ps).model.embedding_partitions == 2
     assert read_flags(*two_ps, "--embedding_partitions=1").model.embedding_partitions == 1  # the worker refuses it
     assert read_flags(*two_ps[:-1]).model.embedding_partitions == 1  # hashed tables recut as they restore
+
+
+@pytest.mark.parametrize("text, problem", [
+    (b'{"model": {"embedding": "dyn', "Unterminated string"),  # cut short
+    (b"\xff\xfe{", "codec can't decode"),  # not text
+    (b"[1, 2]", "no model settings"),  # JSON, but not a record
+], ids=["cut short", "not text", "not a record"])
+def test_a_run_record_that_is_not_one_stops_the_task_naming_it_until_moved_aside(tmp_path, text, problem):
+    """A resume reads run.json (the dynamic tables' shards): a file there that is no record ends the task
+    with one line naming it, on a permanent code, rather than a traceback or a guess."""
+    args = ("--ps_hosts=localhost:2222", "--worker_hosts=localhost:2224", "--job_name=worker", "--task_index=0",
+            "--model=wide_deep", "--dataset=zipf_clicks", f"--model_dir={tmp_path}", "--embedding=dynamic")
+    a_checkpoint(tmp_path)
+    (tmp_path / run_record.FILE).write_bytes(text)
+    with pytest.raises(exit_codes.Failure) as failure:
+        read_flags(*args)
+    assert failure.value.outcome is exit_codes.RUN_RECORD_UNREADABLE and failure.value.outcome.code == 1
+    message = str(failure.value)
+    assert message.startswith(f"{tmp_path / run_record.FILE} is not the run record") and problem in message
+    assert "\n" not in message
+    (tmp_path / run_record.FILE).rename(tmp_path / "run.json.bad")
+    assert read_flags(*args).model.embedding_partitions == 1  # no record: this run's own cut
 
 
 def test_checkpoint_steps_replace_the_default_seconds():

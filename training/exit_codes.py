@@ -50,6 +50,8 @@ CHECKPOINT_NOT_SAVED = Outcome(RETRY, TRANSIENT, "checkpoint saves failed for sp
                                "(training/checkpoints.MAX_FAILED_SAVES in a row, or the final one)")
 CHECKPOINT_UNREADABLE = Outcome(FAILED, PERMANENT, "no checkpoint in --model_dir can be read (each is corrupt, "
                                 "truncated or from another model)")
+RUN_RECORD_UNREADABLE = Outcome(FAILED, PERMANENT, "--model_dir's run.json is not a run record (not JSON, or no "
+                                "model settings in it)")
 NO_CHECKPOINT_TO_EVALUATE = Outcome(RETRY, TRANSIENT, "the evaluator saw no new checkpoint for --eval_timeout_secs")
 DOWNLOAD_FAILED = Outcome(FAILED, PERMANENT, "--download_only could not fetch the dataset")
 PREEMPTED_BY_SIGNAL = Outcome(PREEMPTED, TRANSIENT, "SIGTERM: the chief checkpointed its step; a restart resumes")
@@ -57,7 +59,7 @@ LAUNCHER_INTERRUPTED = Outcome(INTERRUPTED, TRANSIENT, "a launcher stopped by Ct
 
 OUTCOMES = (TRAINED, BAD_FLAGS, BAD_DATA, NON_FINITE_LOSS, TABLE_FULL, NOT_LEARNING, INPUT_ENDED, ERROR, STALLED,
             PS_UNREACHABLE, CHIEF_NOT_READY, CLUSTER_UNAVAILABLE, OWN_ADDRESS, CHECKPOINT_NOT_SAVED,
-            CHECKPOINT_UNREADABLE, NO_CHECKPOINT_TO_EVALUATE,
+            CHECKPOINT_UNREADABLE, RUN_RECORD_UNREADABLE, NO_CHECKPOINT_TO_EVALUATE,
             DOWNLOAD_FAILED, PREEMPTED_BY_SIGNAL, LAUNCHER_INTERRUPTED)
 
 

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 import model
 from input import storage
+from training import exit_codes
 
 FILE = "run.json"
 _DATA_OWN = ("data_dir", "eval_data_dir", "cache", "skip_bad_records")
@@ -33,12 +34,25 @@ def write(cfg) -> None:
 
 
 def read(model_dir: str) -> dict | None:
-    """The record, or None if the run wrote none (yet)."""
+    """The record, or None if the run wrote none (yet). A file there that is no record (not JSON, or no
+    model settings in it: edited by hand, or a disk's fault) ends the task naming it: the chief would
+    resume by it and the evaluator follow it."""
+    path = os.path.join(model_dir, FILE)
     try:
-        with tf.io.gfile.GFile(os.path.join(model_dir, FILE)) as f:
-            return json.loads(f.read())
+        with tf.io.gfile.GFile(path, "rb") as f:
+            text = f.read()
     except tf.errors.NotFoundError:
         return None
+    try:
+        record = json.loads(text)
+        problem = None if isinstance(record, dict) and isinstance(record.get("model"), dict) else "no model settings"
+    except ValueError as err:  # JSONDecodeError, or bytes that are not UTF-8
+        problem = str(err)
+    if problem:
+        raise exit_codes.Failure(f"{path} is not the run record this trainer writes ({problem}): move it aside and "
+                                 "start the chief again, which writes it anew from its flags",
+                                 exit_codes.RUN_RECORD_UNREADABLE)
+    return record
 
 
 def dynamic_shards(model_dir: str) -> int | None:
