@@ -93,6 +93,19 @@ def test_a_directory_of_only_unreadable_checkpoints_stops_rather_than_start_from
     model_dir = tmp_path / "model"
     first = run_trainer(f"--model_dir={model_dir}", "--train_steps=100", "--save_checkpoint_steps=1000", *ONE_PROCESS)
     assert first.returncode == 0, first.stderr[-3000:]
+    # A state file that cannot be read, or names no checkpoint: TensorFlow takes it for "no checkpoint".
+    # The chief stops naming it, and removes nothing (it once removed every checkpoint as an unfinished
+    # save, trained from step 0 and exited 0).
+    state = model_dir / checkpoints.STATE_FILE
+    written, files = state.read_text(), sorted(model_dir.iterdir())
+    for broken in ("model_checkpoint_path: \"model.ckpt-1", ""):  # cut short, and empty
+        state.write_text(broken)
+        again = run_trainer(f"--model_dir={model_dir}", "--train_steps=200", *ONE_PROCESS)
+        assert again.returncode == exit_codes.CHECKPOINT_UNREADABLE.code == 1, again.stderr[-3000:]
+        assert f"{state}, the state file that names the checkpoints, cannot be read or names none" in again.stderr
+        assert "Traceback" not in again.stderr
+        assert sorted(model_dir.iterdir()) == files and state.read_text() == broken
+    state.write_text(written)
     for index in model_dir.glob("model.ckpt-*.index"):
         index.unlink()
     again = run_trainer(f"--model_dir={model_dir}", "--train_steps=200", *ONE_PROCESS)

@@ -30,6 +30,7 @@ from tensorflow.python.checkpoint import checkpoint_management  # the Saver's ow
 from model import touched_rows
 from training import exit_codes, incremental, log_lines
 
+STATE_FILE = "checkpoint"  # the Saver's state file, which names the checkpoints (tf.train.get_checkpoint_state)
 CHECKPOINT_FILE = re.compile(r"^(model\.ckpt-\d+)(?:_temp.*|\.index|\.data-.*|\.meta)$")
 STATE_TEMP_FILE = re.compile(r"^checkpoint\.tmp[0-9a-f]*$")
 # A graph collection: functions of the session that the chief calls just before it restores a
@@ -58,9 +59,22 @@ UNREADABLE = (tf.errors.DataLossError, tf.errors.NotFoundError, tf.errors.OutOfR
 
 
 def registered_prefixes(model_dir: str) -> set[str]:
-    state = tf.train.get_checkpoint_state(model_dir)
-    if state is None:
+    """The checkpoints model_dir's state file registers; none without a state file. One that cannot be
+    read or names no checkpoint ends the task (CHECKPOINT_UNREADABLE) before anything is removed:
+    TensorFlow takes such a file for "no checkpoint", so every checkpoint beside it would look like an
+    unfinished save, be removed, and training would start again from step 0, exiting 0."""
+    path = os.path.join(model_dir, STATE_FILE)
+    if not tf.io.gfile.exists(path):
         return set()
+    try:
+        state = tf.train.get_checkpoint_state(model_dir)  # None (TensorFlow logs why) if unparsable or unreadable
+    except ValueError:  # parsed, but names no checkpoint
+        state = None
+    if state is None:
+        raise exit_codes.Failure(
+            f"{path}, the state file that names the checkpoints, cannot be read or names none: nothing in "
+            f"{model_dir} removed or restored; write one naming the newest checkpoint (model_checkpoint_path: "
+            '"model.ckpt-<step>") or move the directory aside to start anew', exit_codes.CHECKPOINT_UNREADABLE)
     paths = {state.model_checkpoint_path, *state.all_model_checkpoint_paths}
     return {os.path.basename(path) for path in paths if path}
 
