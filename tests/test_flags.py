@@ -241,6 +241,30 @@ def test_checkpoint_steps_replace_the_default_seconds():
     assert (cfg.train.save_checkpoint_steps, cfg.train.save_checkpoint_secs) == (10, None)
 
 
+@pytest.mark.parametrize("args, refusal", [
+    (["--model=mlp", "--embedding=dynamic"], "--embedding sets embedding tables: --model=mlp has none"),
+    (["--model=cnn", "--embedding_dim=8"], "--embedding_dim sets embedding tables: --model=cnn has none"),
+    (["--model=wide_deep", "--embedding_min_count=3"], "--embedding_min_count is for --embedding=dynamic"),
+    (["--model=wide_deep", "--embedding=hashed", "--embedding_steps_to_live=100"],
+     "--embedding_steps_to_live is for --embedding=dynamic"),
+    (["--model=wide_deep", "--embedding_growth"], "--embedding_growth is for --embedding=dynamic"),
+    (["--model=wide_deep", "--embedding=dynamic", "--hash_buckets=1000"], "--hash_buckets sizes hashed tables"),
+], ids=["dynamic tables for the mlp", "a width for the cnn", "admission for hashed tables",
+        "eviction for hashed tables", "growth for hashed tables", "buckets for dynamic tables"])
+def test_a_table_flag_that_would_do_nothing_is_refused_by_name(args, refusal):
+    """Admission, eviction or a table size that the run would ignore: the user would believe them on."""
+    assert usage_error(*WORKER, "--dataset=clicks", *args).startswith(refusal)
+
+
+def test_the_table_flags_of_the_tables_in_use_are_taken():
+    dynamic = read_flags(*WORKER, "--dataset=clicks", "--model=wide_deep", "--embedding=dynamic",
+                         "--embedding_min_count=3", "--embedding_steps_to_live=100", "--embedding_growth",
+                         "--embedding_dim=4", "--embedding_partitions=2")
+    assert (dynamic.model.embedding_min_count, dynamic.model.embedding_steps_to_live) == (3, 100)
+    assert dynamic.model.embedding_growth and dynamic.model.embedding_dim == 4
+    assert read_flags(*WORKER, "--dataset=clicks", "--model=wide_deep", "--hash_buckets=77").model.hash_buckets == 77
+
+
 def test_tfrecord_dataset_needs_files(tmp_path):
     assert "--dataset=tfrecord needs --data_dir" in usage_error(*WORKER, "--dataset=tfrecord")
     message = usage_error(*WORKER, "--dataset=tfrecord", f"--data_dir={tmp_path}")
