@@ -106,6 +106,13 @@ def test_a_directory_of_only_unreadable_checkpoints_stops_rather_than_start_from
         assert "Traceback" not in again.stderr
         assert sorted(model_dir.iterdir()) == files and state.read_text() == broken
     state.write_text(written)
+    # A resume with layers of other sizes: the Saver would restore the checkpoint's shapes into them and
+    # train those, under flags that say otherwise. The chief refuses, naming the flag.
+    other = run_trainer(f"--model_dir={model_dir}", "--train_steps=200", "--hidden_units=128", *ONE_PROCESS)
+    assert other.returncode == exit_codes.BAD_FLAGS.code, other.stderr[-3000:]
+    assert ("--hidden_units=128: the checkpoints in this --model_dir are of a model trained with "
+            "--hidden_units=256") in other.stderr
+    assert sorted(model_dir.iterdir()) == files
     for index in model_dir.glob("model.ckpt-*.index"):
         index.unlink()
     again = run_trainer(f"--model_dir={model_dir}", "--train_steps=200", *ONE_PROCESS)
