@@ -87,18 +87,16 @@ def test_dynamic_tables_resume_only_into_as_many_shards_and_from_the_same_kind_o
 
     dynamic = {"embedding": "dynamic", "embedding_partitions": 2}
     assert run_record.layout_refusal(None, run(embedding="dynamic")) is None  # a new run
-    # The model's shapes: TensorFlow would restore the checkpoint's shapes into variables of others.
-    assert run_record.layout_refusal(record(hidden_units=(256,)), run(hidden_units=(128, 64))) == (
-        "--hidden_units=128,64: the checkpoints in this --model_dir are of a model trained with "
-        "--hidden_units=256, whose variables have other shapes; resume with --hidden_units=256, or train the new "
-        "model in a new --model_dir")
-    as_json = {"model": {**record()["model"], "hidden_units": [256]}}  # run.json holds a list
-    assert run_record.layout_refusal(as_json, run(hidden_units=(256,))) is None
-    assert run_record.layout_refusal(record(embedding_dim=8), run()).startswith("--embedding_dim=16: ")
-    assert run_record.layout_refusal(record(hash_buckets=500), run()).startswith("--hash_buckets=10000: ")
-    assert run_record.layout_refusal(record(**dynamic, hash_buckets=500), run(**dynamic)) is None  # no buckets
-    assert run_record.layout_refusal({"model": {**record()["model"], "name": "mlp"}}, run()).startswith(
-        "--model=wide_deep: the checkpoints in this --model_dir are of a model trained with --model=mlp")
+    # What a resume refused for its shapes (checkpoints.shape_refusal) is told of the record's flags.
+    assert run_record.shape_flags(record(hidden_units=(256,)), run(hidden_units=(128, 64))) == ["--hidden_units=256"]
+    as_json = {"model": {**record()["model"], "hidden_units": [256, 8]}}  # run.json holds a list
+    assert run_record.shape_flags(as_json, run(hidden_units=(256, 8))) == []
+    assert run_record.shape_flags(as_json, run()) == ["--hidden_units=256,8"]
+    assert run_record.shape_flags(record(embedding_dim=8, hash_buckets=500), run()) == [
+        "--embedding_dim=8", "--hash_buckets=500"]
+    assert run_record.shape_flags(record(**dynamic, hash_buckets=500), run(**dynamic)) == []  # no buckets
+    assert run_record.shape_flags({"model": {**record()["model"], "name": "mlp"}}, run()) == ["--model=mlp"]
+    assert run_record.shape_flags(None, run()) == []
     assert run_record.layout_refusal(record(**dynamic), run(**dynamic)) is None
     assert run_record.layout_refusal(record(embedding_partitions=2), run(embedding_partitions=3)) is None  # hashed
     assert run_record.layout_refusal(record(**dynamic), run(embedding="dynamic", embedding_partitions=3)) == (

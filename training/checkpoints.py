@@ -106,6 +106,29 @@ def remove_interrupted_saves(model_dir: str, task_name: str, quiet: bool = False
     return removed
 
 
+def shape_refusal(prefix: str | None, variables) -> str | None:
+    """Why the graph's `variables` cannot resume checkpoint `prefix`, or None: the first whose saved
+    value has another shape, named with both. TensorFlow's Saver restores a resource variable whatever
+    its shape (AssignVariableOp does not check): a model resumed with layers of other sizes would train
+    the checkpoint's shapes under flags that say otherwise. A partitioned variable is saved whole, under
+    its full name; a growing table's variables take any length. A checkpoint that cannot be read is the
+    restore's to name (LiveStateSaver falls back past it)."""
+    if prefix is None:
+        return None
+    try:
+        saved = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
+    except (tf.errors.OpError, ValueError):
+        return None
+    for variable in variables:
+        piece = getattr(variable, "_save_slice_info", None)
+        name, shape = (piece.full_name, piece.full_shape) if piece else (variable.op.name, variable.shape)
+        if name in saved and not tf.TensorShape(shape).is_compatible_with(saved[name]):
+            return (f"{name} is {tf.TensorShape(shape).as_list()} in this run's model and {saved[name]} in "
+                    f"{os.path.basename(prefix)}: resume with the model flags it was trained with, or train this "
+                    "model in a new --model_dir")
+    return None
+
+
 def report_uninitialized() -> tf.Tensor:
     """The names of the global variables not initialized yet (on the ps): what a restarted ps lacks."""
     uninitialized = tf.compat.v1.report_uninitialized_variables(tf.compat.v1.global_variables())

@@ -81,30 +81,32 @@ def layout_change(record: dict | None, cfg) -> str | None:
             "their optimizer slots are restored into the new pieces, every value as saved")
 
 
-# The model settings that give its variables their shapes (the model's flag is --model). TensorFlow's
-# Saver restores a resource variable whatever its shape: a run resumed with another value of one would
-# train the checkpoint's shapes under its own flags, without a word.
+# The model settings that give its variables their shapes (the model's flag is --model): what a resume
+# refused for shapes (checkpoints.shape_refusal) is told to look at.
 SHAPE_SETTINGS = ("name", "hidden_units", "embedding_dim", "hash_buckets")
 
 
+def shape_flags(record: dict | None, cfg) -> list[str]:
+    """'--flag=value' as the run that wrote `record` had it, for each SHAPE_SETTINGS this run has otherwise
+    (--hash_buckets only for hashed tables)."""
+    changed = []
+    for setting in SHAPE_SETTINGS:
+        saved = (record or {}).get("model", {}).get(setting)
+        if saved is None or setting == "hash_buckets" and cfg.model.embedding != "hashed":
+            continue
+        if (tuple(saved) if isinstance(saved, list) else saved) != getattr(cfg.model, setting):  # JSON: a list
+            changed.append(f"--{'model' if setting == 'name' else setting}={_flag_value(saved)}")
+    return changed
+
+
 def layout_refusal(record: dict | None, cfg) -> str | None:
-    """Why this run cannot resume the run that wrote `record`, or None: the model's shapes must be the
-    checkpoint's (SHAPE_SETTINGS; --hash_buckets only for hashed tables). Dynamic tables keep each ID in
+    """Why this run cannot resume the run that wrote `record`, or None: dynamic tables keep each ID in
     the shard a hash of it picks among their shards, with admission counts and eviction state only
     when those are on; so their checkpoint restores into the same kind of table, the same number of
     shards, the same capacity (a limit a resume may change, with --embedding_growth) and the same
     state kept, only."""
     if record is None:
         return None
-    for setting in SHAPE_SETTINGS:
-        saved, now = record["model"].get(setting), getattr(cfg.model, setting)
-        if setting == "hash_buckets" and cfg.model.embedding != "hashed" or saved is None:
-            continue
-        if (tuple(saved) if isinstance(saved, list) else saved) != now:  # JSON keeps a tuple as a list
-            flag = "model" if setting == "name" else setting
-            return (f"--{flag}={_flag_value(now)}: the checkpoints in this --model_dir are of a model trained with "
-                    f"--{flag}={_flag_value(saved)}, whose variables have other shapes; resume with "
-                    f"--{flag}={_flag_value(saved)}, or train the new model in a new --model_dir")
     before = record["model"].get("embedding", "hashed")
     if before != cfg.model.embedding:
         return (f"--embedding={cfg.model.embedding}: the checkpoints in this --model_dir hold {before} tables; "

@@ -153,10 +153,14 @@ def _train(cfg, server, stop, task_metrics) -> training_hooks.ProgressHook:
         wait_for_ps(cluster, train_cfg.startup_timeout_secs)
     if cluster.is_chief:
         checkpoints.remove_interrupted_saves(train_cfg.model_dir, cluster.task_name)
-        record = run_record.read(train_cfg.model_dir) if tf.train.latest_checkpoint(train_cfg.model_dir) else None
+        latest = tf.train.latest_checkpoint(train_cfg.model_dir)
+        record = run_record.read(train_cfg.model_dir) if latest else None
         refusal = run_record.layout_refusal(record, cfg) or (graph.input_queue and work_queue.resume_refusal(
-            tf.train.latest_checkpoint(train_cfg.model_dir), graph.input_queue.feed.queue.num_files,
-            cfg.data.data_dir))
+            latest, graph.input_queue.feed.queue.num_files, cfg.data.data_dir))
+        shapes = not refusal and checkpoints.shape_refusal(latest, v1.global_variables())
+        if shapes:
+            said = run_record.shape_flags(record, cfg)
+            refusal = shapes + (f" (its run.json says {' '.join(said)})" if said else "")
         if refusal:
             raise TrainingError(f"{cluster.task_name}: {refusal}", exit_codes.BAD_FLAGS)
         recut = run_record.layout_change(record, cfg)
