@@ -114,6 +114,14 @@ def test_a_directory_of_only_unreadable_checkpoints_stops_rather_than_start_from
             "the model flags it was trained with, or train this model in a new --model_dir (its run.json says "
             "--hidden_units=256)") in other.stderr
     assert sorted(model_dir.iterdir()) == files
+    # Another optimizer: its slots are in no checkpoint. Every checkpoint is whole, and the line says so.
+    adam = run_trainer(f"--model_dir={model_dir}", "--train_steps=200", "--optimizer=adam", *ONE_PROCESS)
+    assert adam.returncode == exit_codes.BAD_FLAGS.code, adam.stderr[-3000:]
+    assert re.search(rf"no checkpoint in {model_dir} holds this run's model: \S+ is not in model\.ckpt-100 \(saved "
+                     r"by another model, optimizer or release\)", adam.stderr), adam.stderr[-3000:]
+    # (It failed in its restore, once its session's summaries had begun: the checkpoints are as they were.)
+    assert [path for path in sorted(model_dir.iterdir()) if path.name.startswith(("model.ckpt", "checkpoint"))] == [
+        path for path in files if path.name.startswith(("model.ckpt", "checkpoint"))]
     for index in model_dir.glob("model.ckpt-*.index"):
         index.unlink()
     again = run_trainer(f"--model_dir={model_dir}", "--train_steps=200", *ONE_PROCESS)

@@ -408,6 +408,7 @@ class LiveStateSaver(tf.compat.v1.train.Saver):
         older = [path for path in reversed(state.all_model_checkpoint_paths if state else [])
                  if os.path.basename(path) != os.path.basename(save_path)]
         unreadable = []
+        absent = []  # for each, the variable of this run's model it lacks, if that is why it could not be read
         for path in [save_path, *older]:
             path = path if os.path.isabs(path) or "://" in path else os.path.join(model_dir, path)
             try:
@@ -427,12 +428,18 @@ class LiveStateSaver(tf.compat.v1.train.Saver):
                 logging.error("checkpoint %s cannot be read (%s): trying the next older one", path,
                               log_lines.error_cause(str(err)))
                 unreadable.append(path)
+                absent.append(re.search(r"Key (\S+) not found in checkpoint", str(err)))
                 continue
             if unreadable:
                 back = (checkpoint_step(save_path) or 0) - (checkpoint_step(path) or 0)
                 logging.warning("restored %s: %d global steps before the newest checkpoint, %s, which cannot be read",
                                 os.path.basename(path), back, os.path.basename(save_path))
             return None
+        if all(absent):  # every one was written, whole, by another model: the flags are the ones to change
+            raise exit_codes.Failure(
+                f"no checkpoint in {model_dir} holds this run's model: {absent[0].group(1)} is not in "
+                f"{os.path.basename(unreadable[0])} (saved by another model, optimizer or release); resume with the "
+                "flags it was trained with, or train this model in a new --model_dir", exit_codes.BAD_FLAGS)
         raise exit_codes.Failure(
             f"no checkpoint in {model_dir} can be read ({', '.join(os.path.basename(p) for p in unreadable)}); "
             "not starting from scratch over them: move them aside to start anew", exit_codes.CHECKPOINT_UNREADABLE)
