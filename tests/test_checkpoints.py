@@ -107,7 +107,8 @@ def test_a_directory_of_only_unreadable_checkpoints_stops_rather_than_start_from
         assert sorted(model_dir.iterdir()) == files and state.read_text() == broken
     state.write_text(written)
     # A resume with layers of other sizes: the Saver would restore the checkpoint's shapes into them and
-    # train those, under flags that say otherwise. The chief refuses, naming the flag.
+    # train those, under flags that say otherwise. The chief refuses, naming the variable, both shapes and
+    # the flag as run.json recorded it.
     other = run_trainer(f"--model_dir={model_dir}", "--train_steps=200", "--hidden_units=128", *ONE_PROCESS)
     assert other.returncode == exit_codes.BAD_FLAGS.code, other.stderr[-3000:]
     assert ("mlp/hidden0/kernel is [784, 128] in this run's model and [784, 256] in model.ckpt-100: resume with "

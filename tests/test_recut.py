@@ -76,47 +76,56 @@ def test_a_run_resumed_with_tables_cut_otherwise_says_so_trains_to_the_end_and_l
     assert float(finished(resumed.stderr)["heldout_auc"]) > 0.62, resumed.stderr[-2000:]  # a coin: 0.5
 
 
+def run(**model_options):
+    """A wide_deep run on clicks with these model settings."""
+    return RunConfig(spec.ClusterConfig(), TrainConfig(), model.ModelConfig(name="wide_deep", **model_options), CLICKS)
+
+
+def record(**model_options):
+    """The run record such a run writes (run.json), on 2 ps."""
+    return {"model": dataclasses.asdict(run(**model_options).model), "num_ps": 2}
+
+
+DYNAMIC = {"embedding": "dynamic", "embedding_partitions": 2}
+
+
 @pytest.mark.pure
-def test_dynamic_tables_resume_only_into_as_many_shards_and_from_the_same_kind_of_table():
-    def run(**model_options):
-        return RunConfig(spec.ClusterConfig(), TrainConfig(), model.ModelConfig(name="wide_deep", **model_options),
-                         CLICKS)
-
-    def record(**model_options):
-        return {"model": dataclasses.asdict(run(**model_options).model), "num_ps": 2}
-
-    dynamic = {"embedding": "dynamic", "embedding_partitions": 2}
-    assert run_record.layout_refusal(None, run(embedding="dynamic")) is None  # a new run
-    # What a resume refused for its shapes (checkpoints.shape_refusal) is told of the record's flags.
+def test_a_resume_refused_for_its_shapes_is_told_the_model_flags_its_run_record_holds():
+    # (checkpoints.shape_refusal names the variable; these are the flags run.json recorded.)
     assert run_record.shape_flags(record(hidden_units=(256,)), run(hidden_units=(128, 64))) == ["--hidden_units=256"]
     as_json = {"model": {**record()["model"], "hidden_units": [256, 8]}}  # run.json holds a list
     assert run_record.shape_flags(as_json, run(hidden_units=(256, 8))) == []
     assert run_record.shape_flags(as_json, run()) == ["--hidden_units=256,8"]
     assert run_record.shape_flags(record(embedding_dim=8, hash_buckets=500), run()) == [
         "--embedding_dim=8", "--hash_buckets=500"]
-    assert run_record.shape_flags(record(**dynamic, hash_buckets=500), run(**dynamic)) == []  # no buckets
+    assert run_record.shape_flags(record(**DYNAMIC, hash_buckets=500), run(**DYNAMIC)) == []  # no buckets
     assert run_record.shape_flags({"model": {**record()["model"], "name": "mlp"}}, run()) == ["--model=mlp"]
     assert run_record.shape_flags(None, run()) == []
-    assert run_record.layout_refusal(record(**dynamic), run(**dynamic)) is None
+
+
+@pytest.mark.pure
+def test_dynamic_tables_resume_only_into_as_many_shards_and_from_the_same_kind_of_table():
+    assert run_record.layout_refusal(None, run(embedding="dynamic")) is None  # a new run
+    assert run_record.layout_refusal(record(**DYNAMIC), run(**DYNAMIC)) is None
     assert run_record.layout_refusal(record(embedding_partitions=2), run(embedding_partitions=3)) is None  # hashed
-    assert run_record.layout_refusal(record(**dynamic), run(embedding="dynamic", embedding_partitions=3)) == (
+    assert run_record.layout_refusal(record(**DYNAMIC), run(embedding="dynamic", embedding_partitions=3)) == (
         "the checkpoints' dynamic tables have 2 shards each, this run's 3 (one per ps unless "
         "--embedding_partitions says): resume with --embedding_partitions=2")
-    assert run_record.layout_refusal(record(**dynamic), run(**dynamic, embedding_capacity=200000)).startswith(
+    assert run_record.layout_refusal(record(**DYNAMIC), run(**DYNAMIC, embedding_capacity=200000)).startswith(
         "--embedding_capacity=200000: the checkpoints' dynamic tables hold 100000 rows each, and a table's "
         "capacity is fixed for its run: resume with --embedding_capacity=100000, or with --embedding_growth")
     # With growth the capacity is a limit, not a layout: a full table's run resumes with a higher one; a
     # run that held its rows from the start can go on growing, not the other way.
-    growing = dict(dynamic, embedding_growth=True)
+    growing = dict(DYNAMIC, embedding_growth=True)
     assert run_record.layout_refusal(record(**growing), run(**growing, embedding_capacity=200000)) is None
-    assert run_record.layout_refusal(record(**dynamic), run(**growing)) is None
-    assert run_record.layout_refusal(record(**growing), run(**dynamic)).startswith("--noembedding_growth: ")
-    assert run_record.layout_refusal(record(**dynamic, embedding_min_count=2),
-                                     run(**dynamic, embedding_min_count=3)) is None  # counts kept either way
-    assert run_record.layout_refusal(record(**dynamic), run(**dynamic, embedding_steps_to_live=100)).startswith(
+    assert run_record.layout_refusal(record(**DYNAMIC), run(**growing)) is None
+    assert run_record.layout_refusal(record(**growing), run(**DYNAMIC)).startswith("--noembedding_growth: ")
+    assert run_record.layout_refusal(record(**DYNAMIC, embedding_min_count=2),
+                                     run(**DYNAMIC, embedding_min_count=3)) is None  # counts kept either way
+    assert run_record.layout_refusal(record(**DYNAMIC), run(**DYNAMIC, embedding_steps_to_live=100)).startswith(
         "--embedding_steps_to_live=100: the checkpoints' dynamic tables were trained with "
         "--embedding_steps_to_live=0, which does not keep the state it needs")
-    assert run_record.layout_refusal(record(**dynamic, embedding_min_count=5), run(**dynamic)).startswith(
+    assert run_record.layout_refusal(record(**DYNAMIC, embedding_min_count=5), run(**DYNAMIC)).startswith(
         "--embedding_min_count=1: the checkpoints' dynamic tables were trained with --embedding_min_count=5, "
         "which keeps the state it needs")
     assert run_record.layout_refusal(record(), run(embedding="dynamic")) == (
