@@ -13,7 +13,7 @@ import input as inputs
 import model
 from cluster import spec
 from tests.support import run_trainer, train_one_worker
-from training import checkpoints, evaluator, exit_codes, log_lines
+from training import checkpoints, chief_claim, evaluator, exit_codes, log_lines
 from training.config import RunConfig, TrainConfig
 
 v1 = tf.compat.v1
@@ -196,3 +196,50 @@ def test_the_check_after_writing_finds_a_short_shard_a_missing_one_and_a_missing
     assert "its 0 of 1 data file(s)" in checkpoints.checkpoint_problem(prefix)
     os.remove(prefix + ".index")
     assert checkpoints.checkpoint_problem(prefix).startswith("its index cannot be read")
+
+
+def _claim(model_dir, address, host="h1", pid=100, serving=(), alive=()):
+    """chief_claim.claim with the chiefs that still serve (addresses) and the live pids given."""
+    return chief_claim.claim(str(model_dir), address, "worker:0", probe=lambda a: a in serving,
+                             pid_alive=lambda p: p in alive, host=host, pid=pid)
+
+
+@pytest.mark.pure
+def test_a_chief_stops_on_a_model_dir_another_live_chief_trains_in_and_takes_over_one_that_is_gone(tmp_path):
+    first = _claim(tmp_path, "10.0.0.1:2222", host="h1", pid=100)
+    record = (tmp_path / chief_claim.FILE).read_text()
+    # Another run's chief, on this host or another, while the first still serves: stopped, naming it.
+    for host, pid, alive in (("h1", 200, {100}), ("h2", 300, ())):
+        with pytest.raises(exit_codes.Failure) as refused:
+            _claim(tmp_path, "10.0.0.9:2222", host=host, pid=pid, serving={"10.0.0.1:2222"}, alive=alive)
+        assert refused.value.outcome is exit_codes.MODEL_DIR_IN_USE and refused.value.outcome.code == 1
+        assert f"--model_dir={tmp_path} is in use" in str(refused.value)
+        assert "at 10.0.0.1:2222, pid 100 on host h1" in str(refused.value)
+        assert (tmp_path / chief_claim.FILE).read_text() == record  # left as it was
+    # Its pid gone on this host (a port taken since by another process is not it), or its address silent.
+    for host, serving in (("h1", {"10.0.0.1:2222"}), ("h2", ())):
+        _claim(tmp_path, "10.0.0.9:2222", host=host, pid=200, serving=serving).release()
+        first = _claim(tmp_path, "10.0.0.1:2222", host="h1", pid=100)
+    # Its own earlier life, restarted at its address (pid and host new), takes the record over.
+    again = _claim(tmp_path, "10.0.0.1:2222", host="h3", pid=7, serving={"10.0.0.1:2222"})
+    first.release()  # no longer the first's record: left in place
+    assert (tmp_path / chief_claim.FILE).exists()
+    again.release()
+    assert not (tmp_path / chief_claim.FILE).exists()
+
+
+@pytest.mark.pure
+def test_a_run_of_one_process_is_checked_by_its_pid_here_and_taken_over_from_another_host(tmp_path, caplog):
+    first = _claim(tmp_path, "", host="h1", pid=100)
+    with pytest.raises(exit_codes.Failure, match="pid 100 on host h1"):
+        _claim(tmp_path, "", host="h1", pid=200, alive={100})
+    _claim(tmp_path, "", host="h1", pid=100, alive={100})  # this very process, claiming again
+    # Nothing on another host can tell whether it runs: taken over, saying so. So is a loopback address.
+    _claim(tmp_path, "", host="h2", pid=300, alive={100})
+    _claim(tmp_path, "127.0.0.1:5000", host="h3", pid=400, serving={"127.0.0.1:5000"})
+    assert "cannot be probed" in caplog.text
+    _claim(tmp_path, "", host="h4", pid=500, serving={"127.0.0.1:5000"})
+    first.release()
+    (tmp_path / chief_claim.FILE).write_text("{cut short")  # not a record: names no chief
+    _claim(tmp_path, "", host="h1", pid=600, alive={500, 600}).release()
+    assert not (tmp_path / chief_claim.FILE).exists()

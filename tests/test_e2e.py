@@ -395,6 +395,13 @@ def test_sigterm_to_the_chief_saves_a_checkpoint_and_a_restart_resumes_from_it(m
     cluster.start_all()
     faults.wait_until(cluster, lambda: logged_step(cluster.log("worker", 0)) >= 100, time.monotonic() + TIMEOUT,
                       "the chief's global step 100")
+    # A second run started on the model_dir meanwhile stops before it touches it, naming the chief there.
+    saved_before = sorted(p.name for p in cluster.model_dir.iterdir())
+    second = run_trainer(f"--model_dir={cluster.model_dir}", "--train_steps=50", timeout=TIMEOUT)
+    assert second.returncode == exit_codes.MODEL_DIR_IN_USE.code, second.stderr[-3000:]
+    in_use, = lines_with(second.stderr, "is in use: the chief of another run trains there")
+    assert f"at {cluster.worker_hosts[0]}, pid {cluster.procs[('worker', 0)].pid} on host" in in_use
+    assert sorted(p.name for p in cluster.model_dir.iterdir()) == saved_before
     cluster.kill("worker", 0, signal.SIGTERM)
     assert cluster.wait("worker", timeout=60) == {("worker", 0): exit_codes.PREEMPTED}, describe(cluster)
     log = cluster.log("worker", 0)

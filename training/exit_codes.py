@@ -52,6 +52,8 @@ CHECKPOINT_UNREADABLE = Outcome(FAILED, PERMANENT, "no checkpoint in --model_dir
                                 "truncated or from another model)")
 RUN_RECORD_UNREADABLE = Outcome(FAILED, PERMANENT, "--model_dir's run.json is not a run record (not JSON, or no "
                                 "model settings in it)")
+MODEL_DIR_IN_USE = Outcome(FAILED, PERMANENT, "the chief of another run still trains in --model_dir (its "
+                           "chief.json names it)")
 NO_CHECKPOINT_TO_EVALUATE = Outcome(RETRY, TRANSIENT, "the evaluator saw no new checkpoint for --eval_timeout_secs")
 DOWNLOAD_FAILED = Outcome(FAILED, PERMANENT, "--download_only could not fetch the dataset")
 PREEMPTED_BY_SIGNAL = Outcome(PREEMPTED, TRANSIENT, "SIGTERM: the chief checkpointed its step; a restart resumes")
@@ -59,7 +61,7 @@ LAUNCHER_INTERRUPTED = Outcome(INTERRUPTED, TRANSIENT, "a launcher stopped by Ct
 
 OUTCOMES = (TRAINED, BAD_FLAGS, BAD_DATA, NON_FINITE_LOSS, TABLE_FULL, NOT_LEARNING, INPUT_ENDED, ERROR, STALLED,
             PS_UNREACHABLE, CHIEF_NOT_READY, CLUSTER_UNAVAILABLE, OWN_ADDRESS, CHECKPOINT_NOT_SAVED,
-            CHECKPOINT_UNREADABLE, RUN_RECORD_UNREADABLE, NO_CHECKPOINT_TO_EVALUATE,
+            CHECKPOINT_UNREADABLE, RUN_RECORD_UNREADABLE, MODEL_DIR_IN_USE, NO_CHECKPOINT_TO_EVALUATE,
             DOWNLOAD_FAILED, PREEMPTED_BY_SIGNAL, LAUNCHER_INTERRUPTED)
 
 

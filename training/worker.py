@@ -13,7 +13,8 @@ import input as inputs
 from input import work_queue
 from model import embeddings
 from cluster import peers, placement, shutdown, spec
-from training import checkpoints, evaluator, exit_codes, export, learning, log_lines, preemption, run_record, watchdog
+from training import checkpoints, chief_claim, evaluator, exit_codes, export, learning, log_lines, preemption
+from training import run_record, watchdog
 from training import graph as train_graph
 from training import hooks as training_hooks
 from training.step import momentum, sync, update
@@ -382,7 +383,28 @@ def _saved_at_preemption(model_dir: str) -> str:
 
 
 def run(cfg, server=None, task_metrics=None) -> int:
-    """Trains, tells the ps tasks this worker is done, logs the outcome, returns the exit code."""
+    """Trains, tells the ps tasks this worker is done, logs the outcome, returns the exit code. The
+    chief first claims model_dir (training/chief_claim.py), and gives it up at its end."""
+    cluster = cfg.cluster
+    claim = None
+    if cluster.is_chief and cfg.train.model_dir:
+        claim = chief_claim.claim(cfg.train.model_dir, cluster.own_address() if cluster.is_distributed else "",
+                                  cluster.task_name)
+    try:
+        code, leave_at_once = _run(cfg, server, task_metrics)
+    finally:
+        if claim:
+            claim.release()
+    if leave_at_once:
+        # A thread still inside a TensorFlow call when the interpreter shuts down aborts the
+        # process; training is over and logged, so leave without running the shutdown.
+        logging.flush()
+        os._exit(code)  # pylint: disable=protected-access
+    return code
+
+
+def _run(cfg, server, task_metrics) -> tuple[int, bool]:
+    """run()'s training and ending: the exit code, and whether to leave without the interpreter's shutdown."""
     start = time.monotonic()
     stop = preemption.Preemption(cfg.cluster.task_name, ps_hosts=cfg.cluster.ps_hosts).install()
     if cfg.cluster.joins:  # before it trains: the ps tasks then wait for it to finish too
@@ -398,7 +420,7 @@ def run(cfg, server=None, task_metrics=None) -> int:
         saved = _saved_at_preemption(cfg.train.model_dir) if cfg.cluster.is_chief else ""
         logging.warning("%s preempted at global step %s%s; restart it to resume", cfg.cluster.task_name,
                         progress.global_step, saved)
-        return exit_codes.PREEMPTED
+        return exit_codes.PREEMPTED, False
     if progress.global_step < progress.last_step:  # train() returns only at the end; never exit 0 short of it
         raise TrainingError(f"{cfg.cluster.task_name}: training ended at global step {progress.global_step}, "
                             f"short of --train_steps={cfg.train.train_steps}")
@@ -426,12 +448,7 @@ def run(cfg, server=None, task_metrics=None) -> int:
     log_lines.log_finished(cfg.cluster.task_name, {
         "global_step": progress.global_step, "local_steps": progress.local_steps, "loss": _fmt(progress.loss, 4),
         "accuracy": _fmt(progress.accuracy, 3), **held_out, "seconds": f"{time.monotonic() - start:.1f}"})
-    if not signalled:
-        # A thread still inside a TensorFlow call when the interpreter shuts down aborts the
-        # process; training is over and logged, so leave without running the shutdown.
-        logging.flush()
-        os._exit(0)  # pylint: disable=protected-access
-    return exit_codes.OK
+    return exit_codes.OK, not signalled
 
 
 def _final_evaluation(cfg, checkpoint) -> dict[str, str]:
