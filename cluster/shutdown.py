@@ -46,7 +46,7 @@ DONE_DIR = "done"
 MARK_CHECK_SECS = 5.0
 
 
-def _mark_path(model_dir: str, replica: int) -> str:
+def mark_path(model_dir: str, replica: int) -> str:
     return os.path.join(model_dir, DONE_DIR, f"replica-{replica}")
 
 
@@ -54,7 +54,7 @@ def mark_done(model_dir: str, replica: int, global_step: int, train_steps: int, 
     """Records in model_dir that `replica` finished a run to train_steps (or --num_epochs, when given) at
     global_step (written whole, then renamed)."""
     epochs = f" num_epochs={num_epochs}" if num_epochs else ""
-    storage.write_whole(_mark_path(model_dir, replica),
+    storage.write_whole(mark_path(model_dir, replica),
                         f"global_step={global_step} train_steps={train_steps}{epochs}\n")
 
 
@@ -69,7 +69,7 @@ def finished_step(model_dir: str | None, replica: int, train_steps: int, num_epo
     if not model_dir:
         return None
     try:
-        with tf.io.gfile.GFile(_mark_path(model_dir, replica)) as mark:
+        with tf.io.gfile.GFile(mark_path(model_dir, replica)) as mark:
             fields = dict(field.split("=", 1) for field in mark.read().split())
         step = int(fields["global_step"])
         same_run = int(fields["train_steps"]) == train_steps and int(fields.get("num_epochs", 0)) == num_epochs

@@ -132,6 +132,17 @@ def test_a_chief_restarted_after_the_end_exits_0_when_a_peers_last_push_came_aft
     assert again.returncode == 0, again.stderr[-3000:]
     assert "training is over (the chief finished at global step 201)" in again.stderr
 
+    # Its checkpoints removed since (by hand, a retention policy): the mark alone cannot be exported
+    # or trained on. It had exited 138 ("could not be saved"), again at every restart an orchestrator made.
+    for path in [*model_dir.glob("model.ckpt-*"), model_dir / "checkpoint"]:
+        path.unlink()
+    gone = run_trainer(*again.args[2:])
+    assert gone.returncode == exit_codes.TRAINED_MODEL_GONE.code, gone.stderr[-3000:]
+    line, = lines_with(gone.stderr, "the trained model is gone")
+    assert (f"{model_dir}/done/replica-0 says training finished at global step 200, but no checkpoint of that step "
+            f"is in {model_dir} (the newest: none)") in line
+    assert "Traceback" not in gone.stderr
+
 
 def test_a_rerun_with_more_steps_resumes_from_the_checkpoint(make_cluster):
     first = make_cluster(num_ps=1, num_workers=1, name="first", trainer_args=["--keep_checkpoint_max=2"])

@@ -52,6 +52,8 @@ CHECKPOINT_UNREADABLE = Outcome(FAILED, PERMANENT, "no checkpoint in --model_dir
                                 "truncated or from another model)")
 RUN_RECORD_UNREADABLE = Outcome(FAILED, PERMANENT, "--model_dir's run.json is not a run record (not JSON, or no "
                                 "model settings in it)")
+TRAINED_MODEL_GONE = Outcome(FAILED, PERMANENT, "the chief's done mark says training finished, but no checkpoint of "
+                             "that step is left in --model_dir")
 MODEL_DIR_IN_USE = Outcome(FAILED, PERMANENT, "the chief of another run still trains in --model_dir (its "
                            "chief.json names it)")
 NO_CHECKPOINT_TO_EVALUATE = Outcome(RETRY, TRANSIENT, "the evaluator saw no new checkpoint for --eval_timeout_secs")
@@ -61,8 +63,8 @@ LAUNCHER_INTERRUPTED = Outcome(INTERRUPTED, TRANSIENT, "a launcher stopped by Ct
 
 OUTCOMES = (TRAINED, BAD_FLAGS, BAD_DATA, NON_FINITE_LOSS, TABLE_FULL, NOT_LEARNING, INPUT_ENDED, ERROR, STALLED,
             PS_UNREACHABLE, CHIEF_NOT_READY, CLUSTER_UNAVAILABLE, OWN_ADDRESS, CHECKPOINT_NOT_SAVED,
-            CHECKPOINT_UNREADABLE, RUN_RECORD_UNREADABLE, MODEL_DIR_IN_USE, NO_CHECKPOINT_TO_EVALUATE,
-            DOWNLOAD_FAILED, PREEMPTED_BY_SIGNAL, LAUNCHER_INTERRUPTED)
+            CHECKPOINT_UNREADABLE, RUN_RECORD_UNREADABLE, TRAINED_MODEL_GONE, MODEL_DIR_IN_USE,
+            NO_CHECKPOINT_TO_EVALUATE, DOWNLOAD_FAILED, PREEMPTED_BY_SIGNAL, LAUNCHER_INTERRUPTED)
 
 
 def kind(code: int) -> str:

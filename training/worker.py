@@ -149,6 +149,8 @@ def _train(cfg, server, stop, task_metrics) -> training_hooks.ProgressHook:
         # the mark's step may be past it and past that checkpoint), or where the epochs ended.
         hooks.progress.global_step, hooks.progress.last_step = over, min(over, hooks.progress.last_step)
         hooks.progress.over_at_start = True
+        if cluster.is_chief:
+            _refuse_a_mark_without_its_checkpoint(train_cfg.model_dir, hooks.progress.last_step, cluster.task_name)
         return hooks.progress
     if cluster.is_distributed:
         wait_for_ps(cluster, train_cfg.startup_timeout_secs)
@@ -184,6 +186,22 @@ def _train(cfg, server, stop, task_metrics) -> training_hooks.ProgressHook:
     if hooks.not_learning and hooks.not_learning.failure:
         raise TrainingError(hooks.not_learning.failure, exit_codes.NOT_LEARNING)
     return hooks.progress
+
+
+def _refuse_a_mark_without_its_checkpoint(model_dir: str, last_step: int, task_name: str) -> None:
+    """A done mark whose final checkpoint is gone (removed by hand or by a retention policy) stops the
+    chief: it can neither export what was trained nor train again while the mark says training is over
+    (the ps tasks read it too). Restarting would not help, so it is permanent, not the transient
+    'final checkpoint not saved' it would otherwise end on."""
+    newest = tf.train.latest_checkpoint(model_dir)
+    if (checkpoints.checkpoint_step(newest) or 0) >= last_step:
+        return
+    raise TrainingError(
+        f"{task_name}: {shutdown.mark_path(model_dir, 0)} says training finished at global step {last_step}, but no "
+        f"checkpoint of that step is in {model_dir} (the newest: {os.path.basename(newest) if newest else 'none'}): "
+        "the trained model is gone. To train again from the newest checkpoint, remove that mark with the rest of "
+        f"{os.path.join(model_dir, shutdown.DONE_DIR)}; or give the run a new --model_dir",
+        exit_codes.TRAINED_MODEL_GONE)
 
 
 def log_startup(cfg, task_metrics=None) -> None:
