@@ -81,7 +81,23 @@ def blocks(cfg, split: str, shard) -> tf.data.Dataset:
     data_spec = spec(cfg)
 
     def read_file(path):
-        rows = tf.data.experimental.CsvDataset(path, [wanted[n] for n in names], header=True, select_cols=selected)
+        lines, header_fits = _header(path, names, selected)
+
+        def header_checked(path):
+            # Columns are read by their places in the first file's header: a file that has them elsewhere (a
+            # column added or moved in later logs) would train on the wrong fields, or stop on a field of the
+            # wrong type naming no file. Never skipped: it is no bad row.
+            fits = tf.debugging.Assert(header_fits, [tf.strings.join([
+                record_files.MARKER, path, " record 0: its header does not have the columns this run reads where "
+                f"{files[0]} has them ({', '.join(f'{n!r} at {i + 1}' for n, i in zip(names, selected))}): give "
+                "every file one header, or convert the files"])])
+            with tf.control_dependencies([fits]):
+                return tf.identity(path)
+
+        # An empty file holds no rows (CsvDataset would fail on it, naming no file).
+        rows = tf.data.Dataset.from_tensors(path).map(header_checked).filter(lambda _: lines > 0).flat_map(
+            lambda path: tf.data.experimental.CsvDataset(path, [wanted[n] for n in names], header=True,
+                                                         select_cols=selected))
         blocks = rows.batch(record_files.BLOCK).enumerate()
         return blocks.map(lambda block_number, columns: (path, block_number, columns))
 
@@ -106,6 +122,12 @@ def blocks(cfg, split: str, shard) -> tf.data.Dataset:
 records = packing.unbatched(blocks)
 
 
-def shard_description(cfg, split: str, shard) -> str:
-    files = sorted(tf.io.gfile.glob(pattern(cfg.split_dir(split), split)))
-    return record_files.file_shard_description(files, shard, unit="rows")
+def _header(path, names: list[str], places: list[int]) -> tuple[tf.Tensor, tf.Tensor]:
+    """(0 for an empty file, else 1; whether its header names `names` at `places`, or it is empty), the
+    header parsed as header() does: fields split at commas, a field's surrounding quotes dropped."""
+    lines, line = tf.data.TextLineDataset(path).take(1).reduce(
+        (tf.constant(0), tf.constant("")), lambda _, first: (tf.constant(1), first))
+    fields = tf.strings.regex_replace(tf.strings.split(tf.strings.regex_replace(line, r"\r$", ""), ","),
+                                      '^"(.*)"$', r"\1")
+    padded = tf.concat([fields, tf.fill([max(places) + 1], "")], 0)
+    return lines, tf.logical_or(tf.equal(lines, 0), tf.reduce_all(tf.equal(tf.gather(padded, places), names)))

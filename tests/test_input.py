@@ -284,6 +284,25 @@ def test_csv_empty_fields_read_as_defaults_and_an_empty_label_is_named(tmp_path)
         f"bad input record: {tmp_path}/train-0.csv record 2: 'clicked' is empty")
 
 
+def test_a_file_whose_header_moved_a_read_column_is_named_and_one_that_only_added_columns_is_read(tmp_path):
+    # Columns are read by their places in the first file's header: a later log with a column added in
+    # front was read shifted (here 'clicked' from 'city': a stop on 'c1', naming no file). An empty file
+    # stopped training too ("Can't read header of file").
+    write_csv(tmp_path / "train-0.csv", range(4))
+    write_csv(tmp_path / "train-1.csv", range(4, 6), header='id,price,city,clicked,ignored,"added"')  # at the end
+    (tmp_path / "train-2.csv").write_text("")  # no rows to misread
+    cfg = inputs.DataConfig(data_dir=str(tmp_path), **CSV)
+    assert csv_epoch(cfg, inputs.Shard(0, 1)) == sorted((i * 1.5, f"c{i % 3}", i % 2) for i in range(6))
+    (tmp_path / "train-2.csv").write_text("day,id,price,city,clicked,ignored\r\n7,1,1.5,c1,1,x\r\n")
+    for skip in (False, True):  # not a bad row to skip: the whole file is misread
+        with pytest.raises(tf.errors.InvalidArgumentError) as error:
+            csv_epoch(dataclasses.replace(cfg, skip_bad_records=skip), inputs.Shard(0, 1))
+        assert inputs.bad_record_message(error.value.message) == (
+            f"bad input record: {tmp_path}/train-2.csv record 0: its header does not have the columns this run "
+            f"reads where {tmp_path}/train-0.csv has them ('price' at 2, 'city' at 3, 'clicked' at 4): give every "
+            "file one header, or convert the files")
+
+
 def criteo_row(label="1", integers=("5", "", "12") + ("0",) * 10, categoricals=("68fd1e64", "") + ("a",) * 24):
     return "\t".join([label, *integers, *categoricals]) + "\n"
 
