@@ -127,6 +127,17 @@ def test_a_cluster_stopped_mid_epoch_resumes_the_epoch_from_its_checkpoint(make_
     steps = int(finished(logs[0])["global_step"]) - saved_step
     assert trained / BATCH <= steps <= trained / BATCH + 2 * FILES, (steps, trained, leased)
 
+    # The next day's logs (as many files, other rows) on the same model_dir: its epoch and its done
+    # marks are of the files above. The chief found "training is over", trained nothing and exited 0.
+    write_numbered_csvs(tmp_path / "day2", rows=(ROWS_PER_FILE + 10,) * FILES)
+    day2 = make_cluster(num_ps=1, num_workers=2, name="day2", trainer_args=[
+        *args, f"--data_dir={tmp_path / 'day2'}", f"--model_dir={model_dir}"])
+    day2.start("worker", 0)  # the chief refuses before it waits for a ps
+    assert day2.wait("worker", timeout=120) == {("worker", 0): exit_codes.BAD_FLAGS.code}, describe(day2)
+    refusal, = support.lines_with(day2.log("worker", 0), "are not those the run in")
+    assert (f"--input_queue: the training files in {tmp_path / 'day2'} are not those the run in {model_dir} read "
+            "(train-00.csv was ") in refusal and "and 14 more" in refusal, refusal
+
 
 def test_sync_training_on_uneven_files_ends_at_the_last_example_without_a_hang(make_cluster, tmp_path):
     # One file holds over half the examples: while its worker trains it, the other has nothing left to

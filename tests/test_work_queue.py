@@ -404,3 +404,34 @@ def test_an_audit_file_cut_mid_record_reads_its_whole_records(tmp_path):
     whole = np.array([[0, 3, 10], [0, 3, 11]], "<i8")
     path.write_bytes(whole.tobytes() + np.array([1, 4], "<i8").tobytes())
     np.testing.assert_array_equal(queue_hook.read_audit(str(path)), whole)
+
+
+def test_a_resume_over_other_training_files_is_refused_naming_what_changed(tmp_path):
+    data, model_dir = tmp_path / "data", str(tmp_path / "model")
+    data.mkdir()
+    for name, text in (("train-0.csv", "a\n1\n"), ("train-1.csv", "a\n1\n2\n")):
+        (data / name).write_text(text)
+
+    def files():
+        return work_queue.files_of(sorted(str(p) for p in data.glob("train-*.csv")))
+
+    first = files()
+    assert first == [["train-0.csv", 4], ["train-1.csv", 6]]
+    work_queue.record_files(model_dir, first)
+    assert work_queue.files_refusal(model_dir, first, True, str(data)) is None
+    moved = tmp_path / "moved"
+    data.rename(moved)  # the same files elsewhere are the same files
+    data = moved
+    assert work_queue.files_refusal(model_dir, files(), True, str(data)) is None
+    (data / "train-1.csv").write_text("a\n1\n2\n3\n")
+    (data / "train-0.csv").unlink()
+    (data / "train-2.csv").write_text("a\n")
+    refusal = work_queue.files_refusal(model_dir, files(), True, str(data))
+    assert refusal == (
+        f"--input_queue: the training files in {data} are not those the run in {model_dir} read (train-1.csv was 6 "
+        f"bytes and is 8; train-2.csv is new and 1 more; {model_dir}/input_queue_files.json lists those): its "
+        "checkpoint's epochs are of those files, and would be taken for these. Put those files back, or train these "
+        "in a new --model_dir")
+    assert work_queue.files_refusal(model_dir, files(), False, str(data)) is None  # nothing to resume: a new record
+    work_queue.record_files(model_dir, files())
+    assert work_queue.files_refusal(model_dir, files(), True, str(data)) is None

@@ -138,6 +138,14 @@ def _train(cfg, server, stop, task_metrics) -> training_hooks.ProgressHook:
     if graph.input_queue:
         target, tf_graph = server.target if server else "", v1.get_default_graph()
         graph.input_queue.feed.connect(lambda: v1.Session(target, graph=tf_graph, config=spec.session_config(cluster)))
+    if graph.input_queue and cluster.is_chief:  # before "training is over": that may be of other files
+        files = work_queue.files_of(inputs.DATASETS[cfg.data.name].files(cfg.data, "train"))
+        refusal = work_queue.files_refusal(train_cfg.model_dir, files,
+                                           tf.train.latest_checkpoint(train_cfg.model_dir) is not None,
+                                           cfg.data.data_dir)
+        if refusal:
+            raise TrainingError(f"{cluster.task_name}: {refusal}", exit_codes.BAD_FLAGS)
+        work_queue.record_files(train_cfg.model_dir, files)
     over = shutdown.chief_finished_step(train_cfg.model_dir, train_cfg.train_steps, train_cfg.num_epochs)
     if over is not None:
         # Restarted after the end (an orchestrator restarting a finished task): the ps tasks may be
