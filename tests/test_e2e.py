@@ -401,11 +401,21 @@ def test_a_tf_config_cluster_with_an_evaluator_as_tensorboard_shows_it(make_clus
 
 
 def test_sigterm_to_the_chief_saves_a_checkpoint_and_a_restart_resumes_from_it(make_cluster):
-    cluster = make_cluster(num_ps=1, num_workers=1, trainer_args=["--train_steps=100000",
-                                                                  "--save_checkpoint_steps=1000000"])
-    cluster.start_all()
+    # --worker_gone_secs: the ps stops waiting for worker 1 (refused below) soon after the chief is done.
+    cluster = make_cluster(num_ps=1, num_workers=2, trainer_args=["--train_steps=100000",
+                                                                  "--save_checkpoint_steps=1000000",
+                                                                  "--worker_gone_secs=3"])
+    cluster.start("ps", 0)
+    cluster.start("worker", 0)  # the chief trains alone (async); worker 1 comes later
     faults.wait_until(cluster, lambda: logged_step(cluster.log("worker", 0)) >= 100, time.monotonic() + TIMEOUT,
                       "the chief's global step 100")
+    # A worker started with a model flag of its own stops before its first step, naming both values: its
+    # steps would have updated the chief's variables through another graph.
+    cluster.start("worker", 1, ["--hidden_units=128"])
+    assert cluster.procs[("worker", 1)].wait(timeout=TIMEOUT) == exit_codes.BAD_FLAGS.code, describe(cluster)
+    other, = lines_with(cluster.log("worker", 1), "the chief trains with")
+    assert other.endswith("worker:1: --hidden_units=128: the chief trains with --hidden_units=256 (run.json in "
+                          "--model_dir): every worker needs the chief's model and data flags; start this one with them")
     # A second run started on the model_dir meanwhile stops before it touches it, naming the chief there.
     saved_before = sorted(p.name for p in cluster.model_dir.iterdir())
     second = run_trainer(f"--model_dir={cluster.model_dir}", "--train_steps=50", timeout=TIMEOUT)
@@ -414,17 +424,17 @@ def test_sigterm_to_the_chief_saves_a_checkpoint_and_a_restart_resumes_from_it(m
     assert f"at {cluster.worker_hosts[0]}, pid {cluster.procs[('worker', 0)].pid} on host" in in_use
     assert sorted(p.name for p in cluster.model_dir.iterdir()) == saved_before
     cluster.kill("worker", 0, signal.SIGTERM)
-    assert cluster.wait("worker", timeout=60) == {("worker", 0): exit_codes.PREEMPTED}, describe(cluster)
+    assert cluster.procs[("worker", 0)].wait(timeout=60) == exit_codes.PREEMPTED, describe(cluster)
     log = cluster.log("worker", 0)
     stopped_at, saved = re.search(r"preempted at global step (\d+) \(the chief saved a checkpoint of global step "
                                   r"(\d+):", log).groups()
     step = int(saved)
-    assert step == int(stopped_at) > 100  # one worker: nobody steps between the save and the line
+    assert step == int(stopped_at) > 100  # the chief alone: nobody steps between the save and the line
     assert tf.train.load_checkpoint(str(cluster.model_dir)).get_tensor("global_step") == step
     assert cluster.procs[("ps", 0)].poll() is None  # training is not over: the ps keeps serving
 
     cluster.start("worker", 0, ["--train_steps=" + str(step + 50)])
-    assert cluster.wait("worker", timeout=TIMEOUT) == {("worker", 0): 0}, describe(cluster)
+    assert cluster.procs[("worker", 0)].wait(timeout=TIMEOUT) == 0, describe(cluster)
     resumed_at = log_lines.first_steps(cluster.log("worker", 0))[-1].step
     assert int(resumed_at) == step + 1
     assert cluster.wait("ps", timeout=60) == {("ps", 0): 0}

@@ -454,6 +454,26 @@ def test_the_evaluator_follows_the_runs_record_not_its_own_flags(tmp_path):
     assert not [name for name in tmp_path.iterdir() if name.name != run_record.FILE]  # no temporary file left
 
 
+def test_a_worker_whose_model_or_data_flags_are_not_the_chiefs_is_refused_naming_both(tmp_path):
+    from training import run_record
+    common = ["--ps_hosts=127.0.0.1:2222", "--worker_hosts=127.0.0.1:2223,127.0.0.1:2224", "--job_name=worker",
+              f"--model_dir={tmp_path}", "--model=wide_deep", "--dataset=clicks", "--hash_buckets=5000"]
+    run_record.write(read_flags(*common, "--task_index=0", "--train_steps=5000"))
+    record = run_record.read(str(tmp_path))
+
+    def refusal(*args):
+        return run_record.peer_refusal(record, read_flags(*common, "--task_index=1", *args))
+
+    # Not compared: --train_steps (the chief's ends the run), reading choices, and the optimizer's settings.
+    assert refusal("--train_steps=9000", "--shuffle_buffer=100", "--learning_rate=0.5") is None
+    assert refusal("--hash_buckets=1000", "--embedding_dim=8") == (
+        "--hash_buckets=1000 --embedding_dim=8: the chief trains with --hash_buckets=5000 --embedding_dim=16 (run.json "
+        "in --model_dir): every worker needs the chief's model and data flags; start this one with them")
+    assert refusal("--dataset=zipf_clicks").startswith("--dataset=zipf_clicks: the chief trains with --dataset=clicks")
+    assert refusal("--hidden_units=64,32").startswith("--hidden_units=64,32: the chief trains with --hidden_units=256")
+    assert run_record.peer_refusal(None, read_flags(*common, "--task_index=1", "--hash_buckets=7")) is None
+
+
 @pytest.mark.parametrize("args,expected", [
     (["--sync_replicas", "--local_steps=10"], "--local_steps=10 is for asynchronous training"),
     (["--local_steps=10", "--steps_per_run=5"], "--steps_per_run=5 with --local_steps=10"),

@@ -138,6 +138,36 @@ def layout_refusal(record: dict | None, cfg) -> str | None:
     return None
 
 
+# The data settings a worker must share with the chief, besides the model's: what it reads and how it
+# parses it. Paths, caching, shuffling and the queue's own knobs are each task's.
+SHARED_DATA = ("name", "label_column", "numeric_columns", "categorical_columns", "num_classes", "numeric_default",
+               "input_queue")
+_NOT_SHARED_MODEL = ("table_devices",)  # set for each graph as it is built
+
+
+def peer_refusal(record: dict | None, cfg) -> str | None:
+    """Why this worker cannot train beside the chief that wrote `record`, or None: a model or data flag of
+    its own differs from the chief's. Its steps would update the chief's variables through another graph: other
+    hash buckets, columns or admission rules train rows the chief's model never reads."""
+    if record is None:
+        return None
+    differ = []
+    for section, own, names in (("model", cfg.model, [n for n in record["model"] if n not in _NOT_SHARED_MODEL]),
+                                ("data", cfg.data, SHARED_DATA)):
+        for name in names:
+            if name not in record[section] or not hasattr(own, name):
+                continue
+            saved, mine = record[section][name], getattr(own, name)
+            if (tuple(saved) if isinstance(saved, list) else saved) != mine:
+                flag = {"model": "model", "data": "dataset"}[section] if name == "name" else name
+                differ.append((flag, _flag_value(mine), _flag_value(saved)))
+    if not differ:
+        return None
+    return (" ".join(f"--{flag}={mine}" for flag, mine, _ in differ) + ": the chief trains with "
+            + " ".join(f"--{flag}={saved}" for flag, _, saved in differ) + f" ({FILE} in --model_dir): every worker "
+            "needs the chief's model and data flags; start this one with them")
+
+
 def follow(cfg, record: dict):
     """cfg with the run's train_steps, model and data settings; and 'flag=value' for each the run
     changed, for the log."""

@@ -341,6 +341,10 @@ def _train_in_session(cfg, target, config, graph, scaffold, hooks, progress) -> 
         if over is not None:
             progress.global_step = over
             return True
+        # The chief wrote run.json before it initialized the variables this worker waited for.
+        refusal = run_record.peer_refusal(run_record.read(train_cfg.model_dir), cfg)
+        if refusal:
+            raise TrainingError(f"{cluster.task_name}: {refusal}", exit_codes.BAD_FLAGS)
     try:
         with v1.train.MonitoredTrainingSession(
                 master=target,
