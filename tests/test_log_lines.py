@@ -83,5 +83,10 @@ def test_an_errors_cause_is_its_first_line_that_is_not_framing():
     gone = "From /job:worker/replica:0/task:1:\n/data/train-05.csv; No such file or directory\n\t [[{{node x}}]]"
     assert log_lines.error_cause(gone) == ("From /job:worker/replica:0/task:1: /data/train-05.csv; No such file or "
                                            "directory")
+    in_dataset = ("From /job:worker/replica:0/task:0:\nError in user-defined function passed to "
+                  "ParallelInterleaveDatasetV4:197 transformation with iterator: "
+                  "Iterator::Root::Prefetch::FlatMap[2]::Map::ParallelInterleaveV4: "
+                  "/data/train-05.csv; No such file or directory\n\t [[{{node ReduceDataset}}]]")
+    assert log_lines.error_cause(in_dataset) == log_lines.error_cause(gone).replace("task:1", "task:0")
     graph = "Graph execution error:\n\nDetected at node 'x' defined at:\n  File a.py\nloss is NaN\n\t [[{{node x}}]]"
     assert log_lines.error_cause(graph) == "loss is NaN"

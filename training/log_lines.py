@@ -40,13 +40,17 @@ _KEY_VALUE = re.compile(r"(\w+)=(\S+)")
 _ERROR_FRAME = re.compile(r"^(Graph execution error|Detected at node|Node: |\s|\[\[|=+$)")
 # A remote task's error starts with the task it came from, its cause on the next line.
 _FROM_TASK = re.compile(r"^(?:[A-Z_]+: )?From /job:\S*:$")
+# tf.data's wrapping of an error inside a dataset function: which transformation, and the iterator's
+# path, say nothing to a user and can push the cause (a file's name) past the line's limit.
+_DATASET_FRAME = re.compile(r"Error in user-defined function passed to \S+ transformation with iterator: \S+: ")
 
 
 def error_cause(message: str, limit: int = 300) -> str:
     """The first line of a TensorFlow error's message that says what went wrong (not its heading, nor
     where the op was defined; after the task it came from, if a remote one), for a one-line report."""
     lines = [line.strip() for line in message.splitlines() if line.strip()]
-    causes = [line.strip() for line in message.splitlines() if line.strip() and not _ERROR_FRAME.match(line)]
+    causes = [_DATASET_FRAME.sub("", line.strip()) for line in message.splitlines()
+              if line.strip() and not _ERROR_FRAME.match(line)]
     if len(causes) > 1 and _FROM_TASK.match(causes[0]):
         causes = [f"{causes[0]} {causes[1]}"]
     return (causes[0] if causes else lines[0] if lines else "")[:limit].strip()
