@@ -14,7 +14,7 @@ from input import work_queue
 from model import embeddings
 from cluster import peers, placement, shutdown, spec
 from training import checkpoints, chief_claim, evaluator, exit_codes, export, learning, log_lines, preemption
-from training import run_record, watchdog
+from training import resume, run_record, watchdog
 from training import graph as train_graph
 from training import hooks as training_hooks
 from training.step import momentum, sync, update
@@ -139,13 +139,7 @@ def _train(cfg, server, stop, task_metrics) -> training_hooks.ProgressHook:
         target, tf_graph = server.target if server else "", v1.get_default_graph()
         graph.input_queue.feed.connect(lambda: v1.Session(target, graph=tf_graph, config=spec.session_config(cluster)))
     if graph.input_queue and cluster.is_chief:  # before "training is over": that may be of other files
-        files = work_queue.files_of(inputs.DATASETS[cfg.data.name].files(cfg.data, "train"))
-        refusal = work_queue.files_refusal(train_cfg.model_dir, files,
-                                           tf.train.latest_checkpoint(train_cfg.model_dir) is not None,
-                                           cfg.data.data_dir)
-        if refusal:
-            raise TrainingError(f"{cluster.task_name}: {refusal}", exit_codes.BAD_FLAGS)
-        work_queue.record_files(train_cfg.model_dir, files)
+        resume.check_training_files(cfg)
     over = shutdown.chief_finished_step(train_cfg.model_dir, train_cfg.train_steps, train_cfg.num_epochs)
     if over is not None:
         # Restarted after the end (an orchestrator restarting a finished task): the ps tasks may be
@@ -158,26 +152,12 @@ def _train(cfg, server, stop, task_metrics) -> training_hooks.ProgressHook:
         hooks.progress.global_step, hooks.progress.last_step = over, min(over, hooks.progress.last_step)
         hooks.progress.over_at_start = True
         if cluster.is_chief:
-            _refuse_a_mark_without_its_checkpoint(train_cfg.model_dir, hooks.progress.last_step, cluster.task_name)
+            resume.check_final_checkpoint(train_cfg.model_dir, hooks.progress.last_step, cluster.task_name)
         return hooks.progress
     if cluster.is_distributed:
         wait_for_ps(cluster, train_cfg.startup_timeout_secs)
     if cluster.is_chief:
-        checkpoints.remove_interrupted_saves(train_cfg.model_dir, cluster.task_name)
-        latest = tf.train.latest_checkpoint(train_cfg.model_dir)
-        record = run_record.read(train_cfg.model_dir) if latest else None
-        refusal = run_record.layout_refusal(record, cfg) or (graph.input_queue and work_queue.resume_refusal(
-            latest, graph.input_queue.feed.queue.num_files, cfg.data.data_dir))
-        shapes = not refusal and checkpoints.shape_refusal(latest, v1.global_variables())
-        if shapes:
-            said = run_record.shape_flags(record, cfg)
-            refusal = shapes + (f" (its run.json says {' '.join(said)})" if said else "")
-        if refusal:
-            raise TrainingError(f"{cluster.task_name}: {refusal}", exit_codes.BAD_FLAGS)
-        recut = run_record.layout_change(record, cfg)
-        if recut:
-            logging.warning("%s: %s", cluster.task_name, recut)
-        run_record.write(cfg)
+        resume.check_and_record(cfg, graph.input_queue)
     try:
         train_until_done(cfg, server.target if server else "", graph, hooks, stop)
     except tf.errors.InvalidArgumentError as err:
@@ -194,22 +174,6 @@ def _train(cfg, server, stop, task_metrics) -> training_hooks.ProgressHook:
     if hooks.not_learning and hooks.not_learning.failure:
         raise TrainingError(hooks.not_learning.failure, exit_codes.NOT_LEARNING)
     return hooks.progress
-
-
-def _refuse_a_mark_without_its_checkpoint(model_dir: str, last_step: int, task_name: str) -> None:
-    """A done mark whose final checkpoint is gone (removed by hand or by a retention policy) stops the
-    chief: it can neither export what was trained nor train again while the mark says training is over
-    (the ps tasks read it too). Restarting would not help, so it is permanent, not the transient
-    'final checkpoint not saved' it would otherwise end on."""
-    newest = tf.train.latest_checkpoint(model_dir)
-    if (checkpoints.checkpoint_step(newest) or 0) >= last_step:
-        return
-    raise TrainingError(
-        f"{task_name}: {shutdown.mark_path(model_dir, 0)} says training finished at global step {last_step}, but no "
-        f"checkpoint of that step is in {model_dir} (the newest: {os.path.basename(newest) if newest else 'none'}): "
-        "the trained model is gone. To train again from the newest checkpoint, remove that mark with the rest of "
-        f"{os.path.join(model_dir, shutdown.DONE_DIR)}; or give the run a new --model_dir",
-        exit_codes.TRAINED_MODEL_GONE)
 
 
 def log_startup(cfg, task_metrics=None) -> None:
