@@ -525,7 +525,7 @@ class ItemFeed:
                     self._advance(key, ordinals[mine], step)
             for key in [k for k in self._ended if self._trained[k] >= self._read[k]]:
                 self._ended.discard(key)
-                examples = self._read.pop(key)
+                examples = self._read.pop(key, 0)  # a file with no block (an empty CSV) was never counted
                 self._trained.pop(key, None)
                 for held in (self._prefix, self._ahead):
                     held.pop(key, None)

@@ -325,6 +325,41 @@ def test_an_empty_file_is_finished_and_a_file_cut_short_is_named_or_skipped_as_c
     assert feed.tally.files[0] == 3 and feed.tally.examples[0] == 43
 
 
+def test_an_empty_csv_file_is_finished_with_the_epoch(cluster, tmp_path):
+    # A CSV file with no bytes gives no block at all (a TFRecord one gives its end marker): its finish
+    # met a file never counted as read, and the worker stopped on a KeyError.
+    (tmp_path / "train-0.csv").write_text("x,label\n" + "".join(f"{i}.5,{i % 2}\n" for i in range(10)))
+    (tmp_path / "train-1.csv").write_text("")
+    cfg = inputs.DataConfig(name="csv", data_dir=str(tmp_path), label_column="label", numeric_columns=("x",),
+                            input_queue=True)
+    graph = tf.Graph()
+    with graph.as_default():
+        with v1.device("/job:ps/task:0"):
+            global_step = v1.train.get_or_create_global_step()
+        queue = work_queue.WorkQueue(2, 0, 1, 1, 60.0, "/job:ps/task:0", global_step)
+        feed = work_queue.ItemFeed(queue, "worker:0")
+        batches = v1.data.make_initializable_iterator(inputs.queued_batches(cfg, inputs.Shard(0, 1, feed), 4))
+        _, _, keys, ordinals = batches.get_next()
+        init = v1.global_variables_initializer()
+    feed.connect(lambda: v1.Session(cluster[0].target, graph=graph))
+    trained = []
+    with v1.Session(cluster[0].target, graph=graph) as session:
+        session.run(init)
+        feed.restart()
+        session.run(batches.initializer)
+        try:
+            for _ in range(100):  # bounded: 10 examples in batches of 4, then the epoch's end
+                step_keys, step_ordinals = session.run([keys, ordinals])
+                feed.trained(step_keys)
+                trained += zip(step_keys.tolist(), step_ordinals.tolist())
+        except tf.errors.OutOfRangeError:  # the epoch is done: the pipeline ended
+            pass
+        finally:
+            feed.stop()
+    assert sorted(trained) == [(0, i) for i in range(10)]
+    assert feed.finished and feed.tally.files[0] == 2 and feed.tally.examples[0] == 10
+
+
 def _queued_pipeline(cluster, data_dir, index, num_files):
     """Worker `index` of 2's queued input of the tfrecord files in data_dir (batches of 8, one epoch):
     (feed, session, init, iterator initializer, (keys, ordinals))."""
