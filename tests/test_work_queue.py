@@ -332,21 +332,12 @@ def test_an_empty_csv_file_is_finished_with_the_epoch(cluster, tmp_path):
     (tmp_path / "train-1.csv").write_text("")
     cfg = inputs.DataConfig(name="csv", data_dir=str(tmp_path), label_column="label", numeric_columns=("x",),
                             input_queue=True)
-    graph = tf.Graph()
-    with graph.as_default():
-        with v1.device("/job:ps/task:0"):
-            global_step = v1.train.get_or_create_global_step()
-        queue = work_queue.WorkQueue(2, 0, 1, 1, 60.0, "/job:ps/task:0", global_step)
-        feed = work_queue.ItemFeed(queue, "worker:0")
-        batches = v1.data.make_initializable_iterator(inputs.queued_batches(cfg, inputs.Shard(0, 1, feed), 4))
-        _, _, keys, ordinals = batches.get_next()
-        init = v1.global_variables_initializer()
-    feed.connect(lambda: v1.Session(cluster[0].target, graph=graph))
+    feed, session, init, initializer, (keys, ordinals) = _queued_pipeline(cluster, tmp_path, 0, 2, cfg, 4)
     trained = []
-    with v1.Session(cluster[0].target, graph=graph) as session:
+    with session:
         session.run(init)
         feed.restart()
-        session.run(batches.initializer)
+        session.run(initializer)
         try:
             for _ in range(100):  # bounded: 10 examples in batches of 4, then the epoch's end
                 step_keys, step_ordinals = session.run([keys, ordinals])
@@ -360,17 +351,18 @@ def test_an_empty_csv_file_is_finished_with_the_epoch(cluster, tmp_path):
     assert feed.finished and feed.tally.files[0] == 2 and feed.tally.examples[0] == 10
 
 
-def _queued_pipeline(cluster, data_dir, index, num_files):
-    """Worker `index` of 2's queued input of the tfrecord files in data_dir (batches of 8, one epoch):
-    (feed, session, init, iterator initializer, (keys, ordinals))."""
-    cfg = inputs.DataConfig(name="tfrecord", data_dir=str(data_dir), input_queue=True)
+def _queued_pipeline(cluster, data_dir, index, num_files, cfg=None, batch_size=8):
+    """Worker `index` of 2's queued input of the files in data_dir (tfrecord unless `cfg` says; one
+    epoch): (feed, session, init, iterator initializer, (keys, ordinals))."""
+    cfg = cfg or inputs.DataConfig(name="tfrecord", data_dir=str(data_dir), input_queue=True)
     graph = tf.Graph()
     with graph.as_default():
         with v1.device("/job:ps/task:0"):
             global_step = v1.train.get_or_create_global_step()
         queue = work_queue.WorkQueue(num_files, index, 2, 1, 60.0, "/job:ps/task:0", global_step)
         feed = work_queue.ItemFeed(queue, f"worker:{index}")
-        batches = v1.data.make_initializable_iterator(inputs.queued_batches(cfg, inputs.Shard(0, 1, feed), 8))
+        batches = v1.data.make_initializable_iterator(inputs.queued_batches(cfg, inputs.Shard(0, 1, feed),
+                                                                            batch_size))
         _, _, keys, ordinals = batches.get_next()
         init = v1.global_variables_initializer()
     feed.connect(lambda: v1.Session(cluster[index].target, graph=graph))
