@@ -131,3 +131,8 @@ def _header(path, names: list[str], places: list[int]) -> tuple[tf.Tensor, tf.Te
                                       '^"(.*)"$', r"\1")
     padded = tf.concat([fields, tf.fill([max(places) + 1], "")], 0)
     return lines, tf.logical_or(tf.equal(lines, 0), tf.reduce_all(tf.equal(tf.gather(padded, places), names)))
+
+
+def shard_description(cfg, split: str, shard) -> str:
+    files = sorted(tf.io.gfile.glob(pattern(cfg.split_dir(split), split)))
+    return record_files.file_shard_description(files, shard, unit="rows")

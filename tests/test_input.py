@@ -495,6 +495,19 @@ def test_the_startup_line_says_what_each_worker_reads(tfrecord_dir):
         "dataset synthetic, train split: all 120 generated from seed 7 (worker shard 0 of 1); cache: memory")
 
 
+def test_every_source_has_the_interface_input_names_and_csv_says_what_a_worker_reads(tmp_path):
+    # csv_files lost its shard_description once, and every run of one process on CSV files stopped at
+    # its start-up line with an AttributeError.
+    for name, source in inputs.DATASETS.items():
+        for function in ("check", "spec", "records", "shard_description") + (
+                ("found_in",) if source.KIND == "files" else ()):
+            assert callable(getattr(source, function, None)), f"{name} has no {function}()"
+    write_csv(tmp_path / "train-0.csv", range(4))
+    write_csv(tmp_path / "train-1.csv", range(4, 6))
+    assert inputs.describe(inputs.DataConfig(data_dir=str(tmp_path), **CSV), inputs.Shard(1, 2)) == (
+        f"dataset csv from {tmp_path}, train split: 1 of 2 files (train-1.csv) (worker shard 1 of 2); cache: none")
+
+
 ZIPF = inputs.DataConfig(name="zipf_clicks", synthetic_examples=8000, seed=3)
 
 
