@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from tests.support import describe, finished, lines_with, run_trainer, wait_recording_exits
+from training.config import TrainConfig
 
 pytestmark = pytest.mark.e2e
 TIMEOUT = 300
@@ -14,6 +15,9 @@ TIMEOUT = 300
 def summary_tags(directory: pathlib.Path) -> set:
     return {value.tag for path in directory.glob("events.out.tfevents.*")
             for event in tf.compat.v1.train.summary_iterator(str(path)) for value in event.summary.value}
+
+
+LOG_EVERY = TrainConfig().log_every_n_steps  # the default, which this test keeps
 
 
 @pytest.mark.parametrize("lever,optimizer_line", [
@@ -41,7 +45,10 @@ def test_four_async_workers_at_the_default_flags_learn(make_cluster, lever, opti
     assert float(result["heldout_accuracy"]) >= 0.6, describe(cluster)
     # Staleness is measured: in the progress lines and in the summaries of every worker that took two
     # runs or more. A worker's first run has no earlier read to compare with; under CI's load a chief's
-    # first run once outlasted the other workers' 3000 steps (it finished with local_steps=10).
+    # first run once outlasted the other workers' 3000 steps (it finished with local_steps=10). A worker
+    # prints progress each time its local steps pass a multiple of --log_every_n_steps after its first
+    # run, so only one with that many local steps must have printed: how many did depends on the load
+    # (CI once had two of four below it).
     steps_per_run = 10 if lever else 1
     measured = 0
     for index in range(4):
@@ -49,11 +56,14 @@ def test_four_async_workers_at_the_default_flags_learn(make_cluster, lever, opti
         assert not lines_with(log, "not learning"), log[-2000:]
         progress = [line for line in lines_with(log, " examples/sec ") if " finished: " not in line]
         assert all(" staleness mean " in line for line in progress), progress
-        if int(finished(log)["local_steps"]) > steps_per_run:
+        local_steps = int(finished(log)["local_steps"])
+        if local_steps >= max(LOG_EVERY, 2 * steps_per_run):
+            assert progress, (index, log[-2000:])
+        if local_steps > steps_per_run:
             measured += bool(progress)
             tags = summary_tags(cluster.model_dir / "workers" / f"worker_{index}")
             assert {"staleness/mean", "staleness/max"} <= tags, (index, tags)
-    assert measured >= 3, describe(cluster)
+    assert measured >= 1, describe(cluster)
 
 
 def run_small(tmp_path, *args):
