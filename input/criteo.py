@@ -4,8 +4,8 @@ the label may be empty, as most rows have some: an empty integer reads as --nume
 unless set), an empty categorical as "" (one id of its own).
 
 Files: train* and eval* in --data_dir (eval* in --eval_data_dir if set), such as Criteo's
-train.txt, or its day files renamed train-day_0 ... . Each file is read in blocks of lines that are
-split and checked at once: a row with the wrong number of fields, an empty or non-0/1 label or a
+train.txt, or its day files renamed train-day_0.gz ... (a name ending in .gz is read gzipped).
+Each file is read in blocks of lines that are split and checked at once: a row with the wrong number of fields, an empty or non-0/1 label or a
 non-integer in an integer column is named by its file and line (`<file> record <line>: ...`, lines
 counted from 1) and stops training, or is skipped with --skip_bad_records. Workers split the files
 between them when there are at least as many files as workers, and the rows otherwise.
@@ -51,9 +51,13 @@ def check(cfg):
     if not cfg.data_dir:
         return "--dataset=criteo needs --data_dir: a directory of train* files in Criteo's tab-separated layout."
     for split in ("train", "eval") if cfg.eval_data_dir else ("train",):
-        if not _files(cfg.split_dir(split), split):
+        files = _files(cfg.split_dir(split), split)
+        if not files:
             directory = cfg.split_dir(split)
             return f"{directory} holds no {split} files (nothing matches {pattern(directory, split)})."
+        refusal = record_files.gzip_refusal(files)
+        if refusal:
+            return refusal
     return None
 
 
@@ -101,7 +105,8 @@ def blocks(cfg, split: str, shard) -> tf.data.Dataset:
     by_file = len(files) >= shard.count
 
     def read_file(path):
-        blocks = tf.data.TextLineDataset(path).batch(record_files.BLOCK).enumerate()
+        lines = tf.data.TextLineDataset(path, compression_type=record_files.compression(path))
+        blocks = lines.batch(record_files.BLOCK).enumerate()
         return blocks.map(lambda block_number, lines: (path, block_number, lines))
 
     def checked(path, block_number, lines):

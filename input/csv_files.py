@@ -1,15 +1,18 @@
-"""CSV files with a header row: train-*.csv and eval-*.csv in --data_dir (eval in --eval_data_dir).
+"""CSV files with a header row: train-*.csv and eval-*.csv in --data_dir (eval in --eval_data_dir),
+each plain or gzipped (train-*.csv.gz).
 
 --label_column names the int64 class column; --numeric_columns (read as float) and
 --categorical_columns (read as strings) name the features. Other columns are ignored. An empty
 numeric field reads as --numeric_default (0 unless set), an empty categorical one as "", and an
 empty label is a bad record named by its file and row. Workers split
 the files between them when there are at least as many files as workers, and the rows otherwise.
-A label out of range is reported with its file and row (or skipped, with --skip_bad_records); a
-row TensorFlow cannot parse stops training with TensorFlow's own message.
+Every row is checked as it is read (_parse_block): a bad one is named by its file and row and stops
+training, or is skipped with --skip_bad_records. A row is one line: a quoted field may hold commas and
+doubled quotes, not a line break.
 """
 
 import csv
+import gzip
 import io
 import os
 
@@ -22,24 +25,29 @@ from input.specs import tabular_spec
 KIND = "files"
 
 PARALLEL_FILES = 4
-EMPTY_LABEL = -2**63  # what an empty label field reads as: no real label is that
 
 
 def pattern(data_dir: str, split: str) -> str:
+    """The files' pattern, as messages show it; _glob also takes each name with .gz added."""
     return os.path.join(data_dir, f"{split}-*.csv")
 
 
+def _glob(data_dir: str, split: str) -> list[str]:
+    return sorted(path for suffix in ("", ".gz") for path in tf.io.gfile.glob(pattern(data_dir, split) + suffix))
+
+
 def header(path: str) -> list[str]:
-    with tf.io.gfile.GFile(path) as f:
-        return next(csv.reader(io.StringIO(f.readline())), [])
+    with tf.io.gfile.GFile(path, "rb") as raw:
+        line = (gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw).readline()
+    return next(csv.reader(io.StringIO(line.decode("utf-8-sig"))), [])  # -sig: a spreadsheet's byte order mark
 
 
 def files(cfg, split: str) -> list[str]:
-    return sorted(tf.io.gfile.glob(pattern(cfg.split_dir(split), split)))
+    return _glob(cfg.split_dir(split), split)
 
 
 def found_in(data_dir: str) -> bool:
-    return bool(tf.io.gfile.glob(pattern(data_dir, "train")))
+    return bool(_glob(data_dir, "train"))
 
 
 def check(cfg):
@@ -48,11 +56,17 @@ def check(cfg):
     if not cfg.numeric_columns and not cfg.categorical_columns:
         return "--dataset=csv needs --numeric_columns and/or --categorical_columns: the feature columns."
     for split in ("train", "eval") if cfg.eval_data_dir else ("train",):
-        wanted = pattern(cfg.split_dir(split), split)
-        files = sorted(tf.io.gfile.glob(wanted))
+        files = _glob(cfg.split_dir(split), split)
         if not files:
-            return f"{cfg.split_dir(split)} holds no {split} files (nothing matches {wanted})."
-        columns = header(files[0])
+            wanted = pattern(cfg.split_dir(split), split)
+            return f"{cfg.split_dir(split)} holds no {split} files (nothing matches {wanted} or {wanted}.gz)."
+        refusal = record_files.gzip_refusal(files)
+        if refusal:
+            return refusal
+        try:
+            columns = header(files[0])
+        except (OSError, EOFError, UnicodeDecodeError) as err:  # gzip.BadGzipFile is an OSError
+            return f"{files[0]}: cannot read its header row: {err}."
         for name in (cfg.label_column, *cfg.numeric_columns, *cfg.categorical_columns):
             if name not in columns:
                 return f"{files[0]}: no column '{name}' in its header ({', '.join(columns)})."
@@ -63,25 +77,34 @@ def spec(cfg):
     return tabular_spec(cfg)
 
 
+# A field is quoted whole ("a ""b"", c": quotes inside doubled) or holds no quote; rows are one line each.
+_QUOTED = r'"(?:[^"]|"")*"'
+_ROW = rf'(?:{_QUOTED}|[^,"]*)(?:,(?:{_QUOTED}|[^,"]*))*'
+_NUMBER = r"\s*[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?\s*"
+_INTEGER = r"\s*[-+]?[0-9]+\s*"
+
+
+def _field_counts(lines: tf.Tensor) -> tf.Tensor:
+    """The comma-separated fields of each line, a quoted field's commas not counted."""
+    plain = tf.strings.regex_replace(lines, _QUOTED, "")
+    return tf.strings.length(plain) - tf.strings.length(tf.strings.regex_replace(plain, ",", "")) + 1
+
+
 @tuning.pipeline
 def blocks(cfg, split: str, shard) -> tf.data.Dataset:
     data_dir = cfg.split_dir(split)
-    files = sorted(tf.io.gfile.glob(pattern(data_dir, split)))
+    files = _glob(data_dir, split)
     if not files:
         raise FileNotFoundError(f"no {split} files match {pattern(data_dir, split)}")
     columns = header(files[0])
-    # Defaults with a value let a field be empty (dtype-only ones refuse it, naming neither file nor
-    # row); the label's is a sentinel that check_labels reports.
-    wanted = {cfg.label_column: tf.constant(EMPTY_LABEL, tf.int64),
-              **{n: tf.constant(cfg.numeric_default, tf.float32) for n in cfg.numeric_columns},
-              **{n: tf.constant("", tf.string) for n in cfg.categorical_columns}}
-    # CsvDataset yields the selected columns in file order.
+    wanted = (cfg.label_column, *cfg.numeric_columns, *cfg.categorical_columns)
+    # Read in file order, by the places of the first file's header; every file's header is checked.
     selected = sorted(columns.index(name) for name in wanted)
     names = [columns[i] for i in selected]
     data_spec = spec(cfg)
 
     def read_file(path):
-        lines, header_fits = _header(path, names, selected)
+        header_fits, width = _header(path, names, selected)
 
         def header_checked(path):
             # Columns are read by their places in the first file's header: a file that has them elsewhere (a
@@ -94,45 +117,78 @@ def blocks(cfg, split: str, shard) -> tf.data.Dataset:
             with tf.control_dependencies([fits]):
                 return tf.identity(path)
 
-        # An empty file holds no rows (CsvDataset would fail on it, naming no file).
-        rows = tf.data.Dataset.from_tensors(path).map(header_checked).filter(lambda _: lines > 0).flat_map(
-            lambda path: tf.data.experimental.CsvDataset(path, [wanted[n] for n in names], header=True,
-                                                         select_cols=selected))
+        rows = tf.data.Dataset.from_tensors(path).map(header_checked).flat_map(
+            lambda path: tf.data.TextLineDataset(path, compression_type=record_files.compression(path)).skip(1))
         blocks = rows.batch(record_files.BLOCK).enumerate()
-        return blocks.map(lambda block_number, columns: (path, block_number, columns))
+        return blocks.map(lambda block_number, rows: (path, block_number, rows, width))
 
-    def check_labels(path, block_number, columns):
-        indices = record_files.block_indices(block_number, tf.size(columns[0]), first=1)  # row 1: after the header
+    def checked(path, block_number, rows, width):
+        indices = record_files.block_indices(block_number, tf.size(rows), first=1)  # row 1: after the header
         if not by_file:  # every shard.count-th row of each file
             mine = tf.equal((indices - 1) % shard.count, shard.index)
-            indices, columns = tf.boolean_mask(indices, mine), [tf.boolean_mask(c, mine) for c in columns]
-        row = dict(zip(names, columns))
-        label = row.pop(cfg.label_column)
-        bad, problems = record_files.name_bad_records(path, indices, [
-            (tf.equal(label, EMPTY_LABEL), f"'{cfg.label_column}' is empty"),
-            record_files.label_failure(label, cfg.label_column, data_spec.num_classes)])
-        return record_files.resolve(bad, problems, (row, label), cfg.skip_bad_records)
+            indices, rows = tf.boolean_mask(indices, mine), tf.boolean_mask(rows, mine)
+        bad, problems, values = _parse_block(path, indices, rows, width, names, selected, cfg, data_spec.num_classes)
+        return record_files.resolve(bad, problems, values, cfg.skip_bad_records)
 
     by_file = len(files) >= shard.count
     blocks = record_files.read_files(files[shard.index::shard.count] if by_file else files, PARALLEL_FILES, read_file,
-                                     check_labels, cfg.skip_bad_records, feed=shard.feed)
+                                     checked, cfg.skip_bad_records, feed=shard.feed)
     return record_files.settle(blocks, cfg.skip_bad_records)
 
 
 records = packing.unbatched(blocks)
 
 
+def _parse_block(path, indices, rows, width, names, selected, cfg, num_classes):
+    """(bad [n], problems [k], (features, labels)) of a block of rows, for record_files.resolve(). Each row is
+    checked before it is read: a row with more or fewer fields than its file's header (a comma missing or
+    added shifts every later column onto the wrong name), a quote that does not enclose its whole field, an
+    empty or non-integer label, or a word in a numeric column is named by its file and row."""
+    well_formed = tf.strings.regex_full_match(rows, _ROW)
+    counts = _field_counts(rows)
+    fits = tf.logical_and(well_formed, tf.equal(counts, width))
+    # decode_csv fails a whole block on one bad row: a bad row is read as an empty one, and dropped or named.
+    safe = tf.where(fits, rows, tf.strings.reduce_join(tf.fill([width - 1], ",")))
+    text = dict(zip(names, tf.io.decode_csv(safe, [""] * len(names), select_cols=selected)))
+    label_text = text[cfg.label_column]
+    numeric = tf.stack([text[name] for name in cfg.numeric_columns] or [tf.fill(tf.shape(rows), "")], axis=1)
+    empty = tf.equal(numeric, "")
+    not_number = tf.logical_and(tf.logical_not(empty), tf.logical_not(tf.strings.regex_full_match(numeric, _NUMBER)))
+    first_not_number = tf.argmax(tf.cast(not_number, tf.int32), axis=1)
+    label_is_integer = tf.strings.regex_full_match(label_text, _INTEGER)
+    labels = tf.strings.to_number(tf.where(label_is_integer, label_text, "0"), tf.int64)
+    out_of_range, out_of_range_message = record_files.label_failure(labels, cfg.label_column, num_classes)
+    bad, problems = record_files.name_bad_records(path, indices, [
+        (tf.logical_not(well_formed), "a quote in it does not enclose its whole field (a row is one line)"),
+        (tf.not_equal(counts, width), lambda: tf.strings.join(
+            ["has ", tf.strings.as_string(counts), " comma-separated fields where its header has ",
+             tf.strings.as_string(width)])),
+        (tf.equal(label_text, ""), f"'{cfg.label_column}' is empty"),
+        (tf.logical_not(label_is_integer), lambda: tf.strings.join(
+            [f"'{cfg.label_column}' is '", label_text, "', not an integer"])),
+        (tf.logical_and(label_is_integer, out_of_range), out_of_range_message),
+        (tf.reduce_any(not_number, axis=1), lambda: tf.strings.join(
+            ["'", tf.gather(list(cfg.numeric_columns) or [""], first_not_number), "' is '",
+             tf.gather(numeric, first_not_number, batch_dims=1), "', not a number"])),
+    ])
+    values = tf.strings.to_number(tf.where(tf.logical_or(empty, not_number), "0", numeric), tf.float32)
+    values = tf.where(empty, tf.constant(cfg.numeric_default, tf.float32), values)
+    features = {name: values[:, i] for i, name in enumerate(cfg.numeric_columns)}
+    features.update({name: text[name] for name in cfg.categorical_columns})
+    return bad, problems, (features, labels)
+
+
 def _header(path, names: list[str], places: list[int]) -> tuple[tf.Tensor, tf.Tensor]:
-    """(0 for an empty file, else 1; whether its header names `names` at `places`, or it is empty), the
+    """(whether its header names `names` at `places`, or the file is empty; the header's fields), the
     header parsed as header() does: fields split at commas, a field's surrounding quotes dropped."""
-    lines, line = tf.data.TextLineDataset(path).take(1).reduce(
-        (tf.constant(0), tf.constant("")), lambda _, first: (tf.constant(1), first))
-    fields = tf.strings.regex_replace(tf.strings.split(tf.strings.regex_replace(line, r"\r$", ""), ","),
-                                      '^"(.*)"$', r"\1")
+    lines, line = tf.data.TextLineDataset(path, compression_type=record_files.compression(path)).take(1).reduce(
+        (tf.constant(0, tf.int64), tf.constant("")), lambda _, first: (tf.constant(1, tf.int64), first))
+    line = tf.strings.regex_replace(line, "^\ufeff", "")  # the byte order mark header() drops
+    fields = tf.strings.regex_replace(tf.strings.split(line, ","), '^"(.*)"$', r"\1")
     padded = tf.concat([fields, tf.fill([max(places) + 1], "")], 0)
-    return lines, tf.logical_or(tf.equal(lines, 0), tf.reduce_all(tf.equal(tf.gather(padded, places), names)))
+    fits = tf.logical_or(tf.equal(lines, 0), tf.reduce_all(tf.equal(tf.gather(padded, places), names)))
+    return fits, _field_counts(line)
 
 
 def shard_description(cfg, split: str, shard) -> str:
-    files = sorted(tf.io.gfile.glob(pattern(cfg.split_dir(split), split)))
-    return record_files.file_shard_description(files, shard, unit="rows")
+    return record_files.file_shard_description(_glob(cfg.split_dir(split), split), shard, unit="rows")

@@ -80,6 +80,25 @@ def read_files(paths: list[str], parallel_files: int, read_file: Callable, check
     return items.interleave(read_item, cycle_length=cycle, num_parallel_calls=cycle, deterministic=False)
 
 
+def compression(path: tf.Tensor) -> tf.Tensor:
+    """TextLineDataset's compression_type for a file: 'GZIP' for a name ending in .gz
+    (click logs are often kept gzipped, as Criteo publishes its days), '' otherwise."""
+    return tf.where(tf.strings.regex_full_match(path, r".*\.gz"), "GZIP", "")
+
+
+def gzip_refusal(paths: list[str]) -> str | None:
+    """A startup check's line for the first file named *.gz that is not gzip data (its first two bytes are
+    not gzip's), else None: read as gzip it would stop training on "incorrect header check", naming no file."""
+    for path in paths:
+        if path.endswith(".gz"):
+            with tf.io.gfile.GFile(path, "rb") as f:
+                magic = f.read(2)
+            if magic and magic != b"\x1f\x8b":
+                return (f"{path}: its name ends in .gz, which is read as gzip, but it is not gzip data: rename or "
+                        "compress it.")
+    return None
+
+
 def block_indices(block_number, n, first: int = 0, stride: int = 1) -> tf.Tensor:
     """The record indices of the block_number-th block (n records) of a file read from record
     `first` in steps of `stride`, for blocks made by Dataset.batch(BLOCK).enumerate()."""

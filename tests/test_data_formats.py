@@ -2,10 +2,13 @@
 Criteo's click logs in one process here, TFRecord in test_e2e.py; CSV converted to TFRecord reads
 back the same rows. Shards are checked disjoint in test_input.py."""
 
+import gzip
+
 import numpy as np
 import pytest
 
 from input import idx
+from training import exit_codes
 from tests.support import describe, finished, run_script, run_trainer, write_click_csvs, write_criteo_files
 
 pytestmark = pytest.mark.e2e
@@ -38,13 +41,25 @@ def test_csv_trains_wide_deep(make_cluster, tmp_path):
 
 
 def test_criteo_logs_as_they_come_train_wide_deep(tmp_path):
-    write_criteo_files(tmp_path / "criteo")
-    result = run_trainer("--dataset=criteo", f"--data_dir={tmp_path / 'criteo'}", "--model=wide_deep",
-                         "--train_steps=300", f"--model_dir={tmp_path / 'model'}", "--export_saved_model=false")
+    # Gzipped, as Criteo publishes its days.
+    data_dir = tmp_path / "criteo"
+    write_criteo_files(data_dir)
+    for split in ("train", "eval"):
+        (data_dir / f"{split}.txt.gz").write_bytes(gzip.compress((data_dir / f"{split}.txt").read_bytes()))
+        (data_dir / f"{split}.txt").unlink()
+    args = ["--dataset=criteo", f"--data_dir={data_dir}", "--model=wide_deep", "--export_saved_model=false"]
+    result = run_trainer(*args, "--train_steps=300", f"--model_dir={tmp_path / 'model'}")
     assert result.returncode == 0, result.stderr[-3000:]
     # Held out: the first id alone gives 0.85 accuracy; a coin flip 0.5.
     figures = finished(result.stderr)
     assert float(figures["heldout_accuracy"]) > 0.75 and float(figures["heldout_auc"]) > 0.8, figures
+    # A day whose compressed data is damaged stops training on one line, exit 1: it ended in a traceback.
+    damaged = bytearray((data_dir / "train.txt.gz").read_bytes())
+    damaged[12:40] = bytes(byte ^ 0x55 for byte in damaged[12:40])  # the first block's code tables
+    (data_dir / "train.txt.gz").write_bytes(bytes(damaged))
+    result = run_trainer(*args, "--train_steps=300", f"--model_dir={tmp_path / 'model-2'}")
+    assert result.returncode == exit_codes.BAD_DATA.code and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert "(an input file is corrupt: a gzipped one whose data is damaged" in result.stderr.splitlines()[-1]
 
 
 def test_mnist_replicas_own_command_line_trains_on_idx_files(make_cluster, tmp_path):

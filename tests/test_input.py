@@ -1,6 +1,7 @@
 """Inputs: the embedded dataset is deterministic and learnable, and shards never overlap."""
 
 import dataclasses
+import gzip
 import os
 import pathlib
 
@@ -232,8 +233,8 @@ def test_good_files_give_no_problem_and_every_record(tfrecord_dir):
 
 # ---------------------------------------------------------------- csv and idx
 
-def write_csv(path, rows, header="id,price,city,clicked,ignored"):
-    path.write_text(header + "\n" + "".join(f"{i},{i * 1.5},c{i % 3},{i % 2},x\n" for i in rows))
+def write_csv(path, rows, header="id,price,city,clicked,ignored", added=""):
+    path.write_text(header + "\n" + "".join(f"{i},{i * 1.5},c{i % 3},{i % 2},x{added}\n" for i in rows))
 
 
 CSV = dict(name="csv", label_column="clicked", numeric_columns=("price",), categorical_columns=("city",))
@@ -289,7 +290,8 @@ def test_a_file_whose_header_moved_a_read_column_is_named_and_one_that_only_adde
     # front was read shifted (here 'clicked' from 'city': a stop on 'c1', naming no file). An empty file
     # stopped training too ("Can't read header of file").
     write_csv(tmp_path / "train-0.csv", range(4))
-    write_csv(tmp_path / "train-1.csv", range(4, 6), header='id,price,city,clicked,ignored,"added"')  # at the end
+    write_csv(tmp_path / "train-1.csv", range(4, 6), header='id,price,city,clicked,ignored,"added"',
+              added=",new")  # at the end
     (tmp_path / "train-2.csv").write_text("")  # no rows to misread
     cfg = inputs.DataConfig(data_dir=str(tmp_path), **CSV)
     assert csv_epoch(cfg, inputs.Shard(0, 1)) == sorted((i * 1.5, f"c{i % 3}", i % 2) for i in range(6))
@@ -301,6 +303,40 @@ def test_a_file_whose_header_moved_a_read_column_is_named_and_one_that_only_adde
             f"bad input record: {tmp_path}/train-2.csv record 0: its header does not have the columns this run "
             f"reads where {tmp_path}/train-0.csv has them ('price' at 2, 'city' at 3, 'clicked' at 4): give every "
             "file one header, or convert the files")
+
+
+def test_a_csv_row_that_cannot_be_read_as_its_header_says_is_named_or_skipped_and_the_rest_is_read(tmp_path):
+    # CsvDataset stopped on these naming neither file nor row ("Expect 3 fields but have 1 in record", with
+    # a traceback), --skip_bad_records could not skip them, and a row missing a field before the read
+    # columns was read shifted without a word. A gzipped file's cut last row is one of them.
+    good = ['1,2.5,"Paris, FR",1,x', '2,-3e1,"say ""hi""",0,', '3, 4 ,c,1,x']
+    bad = {'4,5.0,c,1': "has 4 comma-separated fields where its header has 5",
+           '5,5.0,c,1,x,extra': "has 6 comma-separated fields where its header has 5",
+           '6,5.0,a"b,1,x': "a quote in it does not enclose its whole field (a row is one line)",
+           '7,5.0,"open,1,x': "a quote in it does not enclose its whole field (a row is one line)",
+           '8,cheap,c,1,x': "'price' is 'cheap', not a number",
+           '9,5.0,c,yes,x': "'clicked' is 'yes', not an integer",
+           '10,5.0,c,2,x': "'clicked' is 2, outside 0..1"}
+    text = "\ufeffid,price,city,clicked,ignored\r\n" + "".join(f"{row}\r\n" for row in [*good, *bad])
+    with gzip.open(tmp_path / "train-0.csv.gz", "wt", encoding="utf-8", newline="") as f:
+        f.write(text)
+    cfg = inputs.DataConfig(data_dir=str(tmp_path), **CSV)
+    assert inputs.DATASETS["csv"].check(cfg) is None and inputs.formats_in(str(tmp_path)) == ["csv"]
+    for row, problem in bad.items():
+        (tmp_path / "train-0.csv.gz").write_bytes(gzip.compress(
+            "\ufeffid,price,city,clicked,ignored\r\n".encode() + "".join(
+                f"{r}\r\n" for r in [*good, row, *good]).encode()))
+        with pytest.raises(tf.errors.InvalidArgumentError) as error:
+            csv_epoch(cfg, inputs.Shard(0, 1))
+        assert inputs.bad_record_message(error.value.message) == (
+            f"bad input record: {tmp_path}/train-0.csv.gz record {len(good) + 1}: {problem}"), row
+    (tmp_path / "train-0.csv.gz").write_bytes(gzip.compress(text.encode()))
+    rows = [(2.5, "Paris, FR", 1), (-30.0, 'say "hi"', 0), (4.0, "c", 1)]
+    (tmp_path / "train-1.csv.gz").write_text(text)  # not gzip: refused at startup, named
+    assert inputs.DATASETS["csv"].check(cfg) == (f"{tmp_path}/train-1.csv.gz: its name ends in .gz, which is read "
+                                                 "as gzip, but it is not gzip data: rename or compress it.")
+    (tmp_path / "train-1.csv.gz").unlink()
+    assert csv_epoch(dataclasses.replace(cfg, skip_bad_records=True), inputs.Shard(0, 1)) == sorted(rows)
 
 
 def criteo_row(label="1", integers=("5", "", "12") + ("0",) * 10, categoricals=("68fd1e64", "") + ("a",) * 24):
@@ -323,6 +359,17 @@ def test_criteo_layout_reads_empty_fields_as_defaults_and_shards_by_row(tmp_path
     assert (first["C1"], first["C2"]) == (b"68fd1e64", b"")
     assert set(first) == {f"I{i}" for i in range(1, 14)} | {f"C{i}" for i in range(1, 27)}
     assert [len(criteo_epoch(cfg, inputs.Shard(i, 2))) for i in (0, 1)] == [2, 1]  # one file: every other row
+
+
+def test_criteo_days_gzipped_as_criteo_publishes_them_read_as_plain_ones(tmp_path):
+    # Read as plain text before, a gzipped day stopped at its first row: "has 2 tab-separated fields".
+    text = criteo_row() + criteo_row(label="0", integers=("",) * 13) + criteo_row()
+    (tmp_path / "train-day_0.gz").write_bytes(gzip.compress(text.encode()))
+    (tmp_path / "train-day_1").write_text(text)
+    cfg = inputs.DataConfig(name="criteo", data_dir=str(tmp_path))
+    gzipped, plain = (criteo_epoch(cfg, inputs.Shard(i, 2)) for i in (0, 1))  # a file each
+    assert [label for _, label in gzipped] == [1, 0, 1]
+    assert all(a.keys() == b.keys() and all(a[k] == b[k] for k in a) for (a, _), (b, _) in zip(gzipped, plain))
 
 
 def test_every_source_reads_its_records_without_the_autotuner(tfrecord_dir, tmp_path):

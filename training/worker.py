@@ -165,6 +165,12 @@ def _train(cfg, server, stop, task_metrics) -> training_hooks.ProgressHook:
         if error is None:
             raise
         raise error from None
+    except tf.errors.DataLossError as err:
+        if "Iterator" not in err.message:  # not the input's (a checkpoint's, say)
+            raise
+        raise TrainingError(f"{cluster.task_name}: {log_lines.error_cause(err.message)} (an input file is corrupt: "
+                            "a gzipped one whose data is damaged, say; replace it and restart)",
+                            exit_codes.BAD_DATA) from None
     except tf.errors.NotFoundError as err:  # an input file that went away while training read it
         raise TrainingError(f"{cluster.task_name}: {log_lines.error_cause(err.message)} (an input file is gone; "
                             "put it back and restart: the checkpoints keep what was trained)",
