@@ -4,11 +4,12 @@ the label may be empty, as most rows have some: an empty integer reads as --nume
 unless set), an empty categorical as "" (one id of its own).
 
 Files: train* and eval* in --data_dir (eval* in --eval_data_dir if set), such as Criteo's
-train.txt, or its day files renamed train-day_0.gz ... (a name ending in .gz is read gzipped).
-Each file is read in blocks of lines that are split and checked at once: a row with the wrong number of fields, an empty or non-0/1 label or a
-non-integer in an integer column is named by its file and line (`<file> record <line>: ...`, lines
-counted from 1) and stops training, or is skipped with --skip_bad_records. Workers split the files
-between them when there are at least as many files as workers, and the rows otherwise.
+train.txt, or its day files renamed train-day_0.gz ... (a name ending in .gz is read gzipped). Each
+file is read in blocks of lines that are split and checked at once: a row with the wrong number of
+fields, an empty or non-0/1 label or a non-integer in an integer column is named by its file and line
+(`<file> record <line>: ...`, lines counted from 1) and stops training, or is skipped with
+--skip_bad_records. Workers split the files between them when there are at least as many files as
+workers, and the rows otherwise.
 """
 
 import os

@@ -1,5 +1,5 @@
 """CSV files with a header row: train-*.csv and eval-*.csv in --data_dir (eval in --eval_data_dir),
-each plain or gzipped (train-*.csv.gz).
+each plain or gzipped (train-*.csv.gz); or tab-separated ones, train-*.tsv[.gz] (one kind per split).
 
 --label_column names the int64 class column; --numeric_columns (read as float) and
 --categorical_columns (read as strings) name the features. Other columns are ignored. An empty
@@ -27,19 +27,29 @@ KIND = "files"
 PARALLEL_FILES = 4
 
 
+DELIMITERS = {".csv": ",", ".tsv": "\t"}  # by the files' names
+_SEPARATED = {",": "comma-separated", "\t": "tab-separated"}
+
+
 def pattern(data_dir: str, split: str) -> str:
-    """The files' pattern, as messages show it; _glob also takes each name with .gz added."""
+    """The files' pattern, as messages show it; _glob also takes .tsv files, and each name with .gz added."""
     return os.path.join(data_dir, f"{split}-*.csv")
 
 
 def _glob(data_dir: str, split: str) -> list[str]:
-    return sorted(path for suffix in ("", ".gz") for path in tf.io.gfile.glob(pattern(data_dir, split) + suffix))
+    return sorted(path for kind in DELIMITERS for suffix in ("", ".gz")
+                  for path in tf.io.gfile.glob(os.path.join(data_dir, f"{split}-*{kind}{suffix}")))
+
+
+def delimiter(path: str) -> str:
+    return DELIMITERS[os.path.splitext(path.removesuffix(".gz"))[1]]
 
 
 def header(path: str) -> list[str]:
     with tf.io.gfile.GFile(path, "rb") as raw:
         line = (gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw).readline()
-    return next(csv.reader(io.StringIO(line.decode("utf-8-sig"))), [])  # -sig: a spreadsheet's byte order mark
+    # utf-8-sig: a spreadsheet's byte order mark is no part of the first column's name.
+    return next(csv.reader(io.StringIO(line.decode("utf-8-sig")), delimiter=delimiter(path)), [])
 
 
 def files(cfg, split: str) -> list[str]:
@@ -59,7 +69,12 @@ def check(cfg):
         files = _glob(cfg.split_dir(split), split)
         if not files:
             wanted = pattern(cfg.split_dir(split), split)
-            return f"{cfg.split_dir(split)} holds no {split} files (nothing matches {wanted} or {wanted}.gz)."
+            return (f"{cfg.split_dir(split)} holds no {split} files (nothing matches {wanted}, {split}-*.tsv, or either "
+                    "with .gz added).")
+        kinds = {delimiter(path) for path in files}
+        if len(kinds) > 1:
+            return (f"{cfg.split_dir(split)} holds both comma-separated (.csv) and tab-separated (.tsv) {split} files: "
+                    "give one kind.")
         refusal = record_files.gzip_refusal(files)
         if refusal:
             return refusal
@@ -79,15 +94,20 @@ def spec(cfg):
 
 # A field is quoted whole ("a ""b"", c": quotes inside doubled) or holds no quote; rows are one line each.
 _QUOTED = r'"(?:[^"]|"")*"'
-_ROW = rf'(?:{_QUOTED}|[^,"]*)(?:,(?:{_QUOTED}|[^,"]*))*'
 _NUMBER = r"\s*[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?\s*"
 _INTEGER = r"\s*[-+]?[0-9]+\s*"
 
 
-def _field_counts(lines: tf.Tensor) -> tf.Tensor:
-    """The comma-separated fields of each line, a quoted field's commas not counted."""
+def _row(separator: str) -> str:
+    """A well-formed row's pattern: fields, each quoted whole or holding no quote, between separators."""
+    field = f'(?:{_QUOTED}|[^{separator}"]*)'
+    return f"{field}(?:{separator}{field})*"
+
+
+def _field_counts(lines: tf.Tensor, separator: str) -> tf.Tensor:
+    """The fields of each line, a separator inside a quoted field not counted."""
     plain = tf.strings.regex_replace(lines, _QUOTED, "")
-    return tf.strings.length(plain) - tf.strings.length(tf.strings.regex_replace(plain, ",", "")) + 1
+    return tf.strings.length(plain) - tf.strings.length(tf.strings.regex_replace(plain, separator, "")) + 1
 
 
 @tuning.pipeline
@@ -96,7 +116,7 @@ def blocks(cfg, split: str, shard) -> tf.data.Dataset:
     files = _glob(data_dir, split)
     if not files:
         raise FileNotFoundError(f"no {split} files match {pattern(data_dir, split)}")
-    columns = header(files[0])
+    columns, separator = header(files[0]), delimiter(files[0])  # one kind per split: check()
     wanted = (cfg.label_column, *cfg.numeric_columns, *cfg.categorical_columns)
     # Read in file order, by the places of the first file's header; every file's header is checked.
     selected = sorted(columns.index(name) for name in wanted)
@@ -104,7 +124,7 @@ def blocks(cfg, split: str, shard) -> tf.data.Dataset:
     data_spec = spec(cfg)
 
     def read_file(path):
-        header_fits, width = _header(path, names, selected)
+        header_fits, width = _header(path, names, selected, separator)
 
         def header_checked(path):
             # Columns are read by their places in the first file's header: a file that has them elsewhere (a
@@ -127,7 +147,8 @@ def blocks(cfg, split: str, shard) -> tf.data.Dataset:
         if not by_file:  # every shard.count-th row of each file
             mine = tf.equal((indices - 1) % shard.count, shard.index)
             indices, rows = tf.boolean_mask(indices, mine), tf.boolean_mask(rows, mine)
-        bad, problems, values = _parse_block(path, indices, rows, width, names, selected, cfg, data_spec.num_classes)
+        bad, problems, values = _parse_block(path, indices, rows, width, separator, names, selected, cfg,
+                                             data_spec.num_classes)
         return record_files.resolve(bad, problems, values, cfg.skip_bad_records)
 
     by_file = len(files) >= shard.count
@@ -139,17 +160,17 @@ def blocks(cfg, split: str, shard) -> tf.data.Dataset:
 records = packing.unbatched(blocks)
 
 
-def _parse_block(path, indices, rows, width, names, selected, cfg, num_classes):
+def _parse_block(path, indices, rows, width, separator, names, selected, cfg, num_classes):
     """(bad [n], problems [k], (features, labels)) of a block of rows, for record_files.resolve(). Each row is
     checked before it is read: a row with more or fewer fields than its file's header (a comma missing or
     added shifts every later column onto the wrong name), a quote that does not enclose its whole field, an
     empty or non-integer label, or a word in a numeric column is named by its file and row."""
-    well_formed = tf.strings.regex_full_match(rows, _ROW)
-    counts = _field_counts(rows)
+    well_formed = tf.strings.regex_full_match(rows, _row(separator))
+    counts = _field_counts(rows, separator)
     fits = tf.logical_and(well_formed, tf.equal(counts, width))
     # decode_csv fails a whole block on one bad row: a bad row is read as an empty one, and dropped or named.
-    safe = tf.where(fits, rows, tf.strings.reduce_join(tf.fill([width - 1], ",")))
-    text = dict(zip(names, tf.io.decode_csv(safe, [""] * len(names), select_cols=selected)))
+    safe = tf.where(fits, rows, tf.strings.reduce_join(tf.fill([width - 1], separator)))
+    text = dict(zip(names, tf.io.decode_csv(safe, [""] * len(names), field_delim=separator, select_cols=selected)))
     label_text = text[cfg.label_column]
     numeric = tf.stack([text[name] for name in cfg.numeric_columns] or [tf.fill(tf.shape(rows), "")], axis=1)
     empty = tf.equal(numeric, "")
@@ -161,7 +182,7 @@ def _parse_block(path, indices, rows, width, names, selected, cfg, num_classes):
     bad, problems = record_files.name_bad_records(path, indices, [
         (tf.logical_not(well_formed), "a quote in it does not enclose its whole field (a row is one line)"),
         (tf.not_equal(counts, width), lambda: tf.strings.join(
-            ["has ", tf.strings.as_string(counts), " comma-separated fields where its header has ",
+            ["has ", tf.strings.as_string(counts), f" {_SEPARATED[separator]} fields where its header has ",
              tf.strings.as_string(width)])),
         (tf.equal(label_text, ""), f"'{cfg.label_column}' is empty"),
         (tf.logical_not(label_is_integer), lambda: tf.strings.join(
@@ -178,16 +199,16 @@ def _parse_block(path, indices, rows, width, names, selected, cfg, num_classes):
     return bad, problems, (features, labels)
 
 
-def _header(path, names: list[str], places: list[int]) -> tuple[tf.Tensor, tf.Tensor]:
+def _header(path, names: list[str], places: list[int], separator: str) -> tuple[tf.Tensor, tf.Tensor]:
     """(whether its header names `names` at `places`, or the file is empty; the header's fields), the
-    header parsed as header() does: fields split at commas, a field's surrounding quotes dropped."""
+    header parsed as header() does: fields split at separators, a field's surrounding quotes dropped."""
     lines, line = tf.data.TextLineDataset(path, compression_type=record_files.compression(path)).take(1).reduce(
         (tf.constant(0, tf.int64), tf.constant("")), lambda _, first: (tf.constant(1, tf.int64), first))
     line = tf.strings.regex_replace(line, "^\ufeff", "")  # the byte order mark header() drops
-    fields = tf.strings.regex_replace(tf.strings.split(line, ","), '^"(.*)"$', r"\1")
+    fields = tf.strings.regex_replace(tf.strings.split(line, separator), '^"(.*)"$', r"\1")
     padded = tf.concat([fields, tf.fill([max(places) + 1], "")], 0)
     fits = tf.logical_or(tf.equal(lines, 0), tf.reduce_all(tf.equal(tf.gather(padded, places), names)))
-    return fits, _field_counts(line)
+    return fits, _field_counts(line, separator)
 
 
 def shard_description(cfg, split: str, shard) -> str:

@@ -339,6 +339,25 @@ def test_a_csv_row_that_cannot_be_read_as_its_header_says_is_named_or_skipped_an
     assert csv_epoch(dataclasses.replace(cfg, skip_bad_records=True), inputs.Shard(0, 1)) == sorted(rows)
 
 
+def test_tab_separated_files_with_a_header_are_read_by_their_names_and_one_kind_per_split(tmp_path):
+    write_csv(tmp_path / "train-0.csv", range(6))
+    cfg = inputs.DataConfig(data_dir=str(tmp_path), **CSV)
+    from_csv = csv_epoch(cfg, inputs.Shard(0, 1))
+    text = (tmp_path / "train-0.csv").read_text().replace(",", "\t")
+    (tmp_path / "train-0.tsv").write_text(text + '6\t"a, b"\tc\t1\n')  # a comma is a field's own
+    assert inputs.DATASETS["csv"].check(cfg) == (
+        f"{tmp_path} holds both comma-separated (.csv) and tab-separated (.tsv) train files: give one kind.")
+    (tmp_path / "train-0.csv").unlink()
+    assert inputs.DATASETS["csv"].check(cfg) is None and inputs.formats_in(str(tmp_path)) == ["csv"]
+    with pytest.raises(tf.errors.InvalidArgumentError) as error:
+        csv_epoch(cfg, inputs.Shard(0, 1))
+    assert inputs.bad_record_message(error.value.message) == (
+        f"bad input record: {tmp_path}/train-0.tsv record 7: has 4 tab-separated fields where its header has 5")
+    (tmp_path / "train-0.tsv").write_bytes(gzip.compress(text.encode()))
+    (tmp_path / "train-0.tsv").rename(tmp_path / "train-0.tsv.gz")
+    assert csv_epoch(cfg, inputs.Shard(0, 1)) == from_csv
+
+
 def criteo_row(label="1", integers=("5", "", "12") + ("0",) * 10, categoricals=("68fd1e64", "") + ("a",) * 24):
     return "\t".join([label, *integers, *categoricals]) + "\n"
 
