@@ -69,8 +69,8 @@ def check(cfg):
         files = _glob(cfg.split_dir(split), split)
         if not files:
             wanted = pattern(cfg.split_dir(split), split)
-            return (f"{cfg.split_dir(split)} holds no {split} files (nothing matches {wanted}, {split}-*.tsv, or either "
-                    "with .gz added).")
+            return (f"{cfg.split_dir(split)} holds no {split} files (nothing matches {wanted}, {split}-*.tsv, or "
+                    "either with .gz added).")
         kinds = {delimiter(path) for path in files}
         if len(kinds) > 1:
             return (f"{cfg.split_dir(split)} holds both comma-separated (.csv) and tab-separated (.tsv) {split} files: "

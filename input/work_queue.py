@@ -71,6 +71,13 @@ RETRYABLE = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.Cance
              tf.errors.DeadlineExceededError, tf.errors.FailedPreconditionError, tf.errors.NotFoundError)
 
 
+def files_per_pass(num_files: int, num_workers: int) -> int:
+    """Files a pass of one worker's input takes at most: FILES_PER_PASS, or fewer when the files are
+    few, its share of them (rounded up). With 4 files and 2 workers, a worker that started first took
+    all 4 in its first pass and its peer trained nothing all epoch."""
+    return max(1, min(FILES_PER_PASS, -(-num_files // max(num_workers, 1))))
+
+
 STATE = "input_queue/state"  # the state variable's name in the checkpoints
 PREFIXES = "input_queue/trained_prefix"  # the trained prefixes' (absent from the last release's checkpoints)
 COUNT_BITS = 32  # a prefix's count in the low bits of its packed value, the file's key above them
@@ -303,8 +310,10 @@ class ItemFeed:
     worker that finds every epoch done, which wakes the workers waiting for a round that will not come.
     """
 
-    def __init__(self, queue: WorkQueue, task_name: str, empty_batches: bool = False):
+    def __init__(self, queue: WorkQueue, task_name: str, empty_batches: bool = False,
+                 files_per_pass: int = FILES_PER_PASS):
         self.queue, self.task_name = queue, task_name
+        self.files_per_pass = files_per_pass
         self.empty_batches = empty_batches
         self.end_op = None
         self.generation = 0
@@ -411,7 +420,7 @@ class ItemFeed:
                     return
                 self._prefix[key] = self._skipped[key] = start
             yield key, key % self.queue.num_files, generation, start
-            if taken == FILES_PER_PASS:
+            if taken == self.files_per_pass:
                 break
         self._took_nothing = not taken
         if not taken and not self.empty_batches:

@@ -351,6 +351,28 @@ def test_an_empty_csv_file_is_finished_with_the_epoch(cluster, tmp_path):
     assert feed.finished and feed.tally.files[0] == 2 and feed.tally.examples[0] == 10
 
 
+def test_a_pass_takes_no_more_than_its_share_of_few_files_so_a_peer_that_starts_later_gets_some(cluster):
+    # Found with 4 gzipped TSV files and 2 workers: the worker that started first took all 4 in its first
+    # pass (up to FILES_PER_PASS), and the chief, a few seconds later, trained nothing all epoch.
+    assert [work_queue.files_per_pass(n, 2) for n in (1, 3, 4, 7, 8, 100)] == [1, 2, 2, 4, 4, 4]
+    assert work_queue.files_per_pass(4, 8) == 1 and work_queue.files_per_pass(100, 1) == 4
+    first, second = Worker(cluster[0], 0, num_epochs=1), Worker(cluster[1], 1, num_epochs=1)  # 5 files to take
+    first.session.run(first.init)
+    feeds = []
+    for index, worker_of in enumerate((first, second)):
+        feed = work_queue.ItemFeed(worker_of.queue, f"worker:{index}",
+                                   files_per_pass=work_queue.files_per_pass(NUM_FILES, 2))
+        feed.connect(lambda graph=worker_of.graph, index=index: v1.Session(cluster[index].target, graph=graph))
+        feeds.append(feed)
+    try:
+        passes = [[key for key, *_ in feeds[0].items()], [key for key, *_ in feeds[1].items()]]
+        assert [len(keys) for keys in passes] == [3, 2] and sorted(passes[0] + passes[1]) == list(range(NUM_FILES))
+        assert list(feeds[0].items()) == []  # the next pass: nothing left to take now
+    finally:
+        for feed in feeds:
+            feed.stop()
+
+
 def _queued_pipeline(cluster, data_dir, index, num_files, cfg=None, batch_size=8):
     """Worker `index` of 2's queued input of the files in data_dir (tfrecord unless `cfg` says; one
     epoch): (feed, session, init, iterator initializer, (keys, ordinals))."""

@@ -55,7 +55,8 @@ def _work_queue(cfg, global_step) -> work_queue.ItemFeed:
     queue = work_queue.WorkQueue(num_files, cluster.replica_index, spec.MAX_REPLICAS, train.num_epochs,
                                  cfg.data.input_queue_lease_secs, cluster.ps_devices()[0], global_step,
                                  not_saved=checkpoints.NOT_SAVED)
-    return work_queue.ItemFeed(queue, cluster.task_name, empty_batches=train.sync_replicas)
+    return work_queue.ItemFeed(queue, cluster.task_name, empty_batches=train.sync_replicas,
+                               files_per_pass=work_queue.files_per_pass(num_files, cluster.num_replicas))
 
 
 def build_graph(cfg, stop_requested=None) -> TrainGraph:
