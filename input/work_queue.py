@@ -78,6 +78,19 @@ def files_per_pass(num_files: int, num_workers: int) -> int:
     return max(1, min(FILES_PER_PASS, -(-num_files // max(num_workers, 1))))
 
 
+def few_files_warning(num_files: int, num_workers: int, num_epochs: int) -> str | None:
+    """Why some workers will idle, or None: a file is read by one worker at a time, so an epoch keeps at
+    most num_files workers busy (twice that while two epochs overlap, which the last of --num_epochs
+    never does). With one file (Criteo's train.txt) and --num_epochs=1, one worker trained alone."""
+    if num_files >= num_workers:
+        return None
+    overlap = "" if num_epochs == 1 else f" ({OPEN_EPOCHS * num_files} while two epochs overlap)"
+    return (f"--input_queue: {num_files} training file(s) for {num_workers} workers: a file is read by one worker "
+            f"at a time, so at most {num_files} of them train within an epoch{overlap} and the others wait. Split "
+            f"the data into {num_workers} or more files to keep every worker busy (GNU split -n l/{num_workers} keeps "
+            "rows whole; give each CSV part the header)")
+
+
 STATE = "input_queue/state"  # the state variable's name in the checkpoints
 PREFIXES = "input_queue/trained_prefix"  # the trained prefixes' (absent from the last release's checkpoints)
 COUNT_BITS = 32  # a prefix's count in the low bits of its packed value, the file's key above them

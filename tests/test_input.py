@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 import input as inputs
-from input import packing, synthetic, tfrecord, zipf_clicks
+from input import packing, synthetic, tfrecord, work_queue, zipf_clicks
 from tests.support import write_records
 
 pytestmark = pytest.mark.pure
@@ -356,6 +356,18 @@ def test_tab_separated_files_with_a_header_are_read_by_their_names_and_one_kind_
     (tmp_path / "train-0.tsv").write_bytes(gzip.compress(text.encode()))
     (tmp_path / "train-0.tsv").rename(tmp_path / "train-0.tsv.gz")
     assert csv_epoch(cfg, inputs.Shard(0, 1)) == from_csv
+
+
+def test_the_chief_says_when_too_few_files_leave_workers_waiting_with_the_input_queue():
+    # One file (Criteo's train.txt), 2 workers, --num_epochs=1: one worker trained, the chief waited, and
+    # nothing said why.
+    assert work_queue.few_files_warning(1, 2, 1) == (
+        "--input_queue: 1 training file(s) for 2 workers: a file is read by one worker at a time, so at most 1 of "
+        "them train within an epoch and the others wait. Split the data into 2 or more files to keep every worker "
+        "busy (GNU split -n l/2 keeps rows whole; give each CSV part the header)")
+    warning = work_queue.few_files_warning(3, 8, 0)
+    assert "at most 3 of them train within an epoch (6 while two epochs overlap)" in warning
+    assert work_queue.few_files_warning(2, 2, 1) is None and work_queue.few_files_warning(40, 8, 3) is None
 
 
 def criteo_row(label="1", integers=("5", "", "12") + ("0",) * 10, categoricals=("68fd1e64", "") + ("a",) * 24):

@@ -197,6 +197,11 @@ def log_startup(cfg, task_metrics=None) -> None:
     log_momentum(cluster.task_name, cfg.train)
     logging.info("%s: reading %s", cluster.task_name,
                  inputs.describe(cfg.data, inputs.Shard(cluster.replica_index, cluster.num_replicas)))
+    if cluster.is_chief and cfg.data.input_queue:
+        few = work_queue.few_files_warning(len(inputs.DATASETS[cfg.data.name].files(cfg.data, "train")),
+                                           cluster.num_replicas, cfg.train.num_epochs)
+        if few:
+            logging.warning("%s: %s", cluster.task_name, few)
 
 
 def make_hooks(cfg, graph, stop=None, task_metrics=None) -> WorkerHooks:
