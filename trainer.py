@@ -72,6 +72,7 @@ with startup_notices_dropped(show_all=os.environ.get("TF_CPP_MIN_LOG_LEVEL") == 
     from cluster import allocator, guard, own_address, spec
     from flags import config as flag_config
     from flags import definitions  # noqa: F401  (defines every flag)
+    import input as inputs
     from input import download
     from training import evaluator, exit_codes, log_lines, metrics, ps, worker
 
@@ -100,11 +101,7 @@ def run_role(argv):
     cluster = cfg.cluster
     logging.info("cluster from %s: %s", cfg.cluster_source, describe(cluster))
     if cluster.job_name == spec.EVALUATOR:
-        try:
-            evaluator.run(cfg)
-        except evaluator.EvaluationTimeout as err:
-            raise exit_codes.Failure(str(err), exit_codes.NO_CHECKPOINT_TO_EVALUATE) from None
-        return exit_codes.OK
+        return run_evaluator(cfg)
     if not cluster.is_distributed:
         return worker.run(cfg, server=None, task_metrics=serve_metrics(cfg))
     refuse_unsafe_serving(cluster, FLAGS.allow_public_addresses, FLAGS.skip_own_address_check)
@@ -117,6 +114,21 @@ def run_role(argv):
     if cluster.job_name == spec.PS:
         return ps.run(cfg, server)
     return worker.run(cfg, server, task_metrics)
+
+
+def run_evaluator(cfg) -> int:
+    """The evaluator task (--job_name=evaluator): follows the chief's checkpoints until the last."""
+    try:
+        evaluator.run(cfg)
+    except evaluator.EvaluationTimeout as err:
+        raise exit_codes.Failure(str(err), exit_codes.NO_CHECKPOINT_TO_EVALUATE) from None
+    except tf.errors.InvalidArgumentError as err:
+        bad_record = inputs.bad_record_message(err.message)
+        if bad_record is None:
+            raise
+        raise exit_codes.Failure(f"evaluator: {bad_record} (the held-out data; --skip_bad_records skips such "
+                                 "records)", exit_codes.BAD_DATA) from None
+    return exit_codes.OK
 
 
 def serve_metrics(cfg):

@@ -1,6 +1,7 @@
 """Every ending of a task to its exit code and its class (done, permanent, transient), through the
 code paths that produce it, and what scripts/slurm/train.sbatch does with each code."""
 
+import logging
 import os
 import pathlib
 import signal
@@ -32,7 +33,7 @@ def test_each_outcome_is_on_a_code_of_its_class_and_transient_ones_are_kubeflows
 
 
 def _raises(error):
-    def run(*_):
+    def run(*_, **__):
         raise error
     return run
 
@@ -51,6 +52,11 @@ PATHS = {
         "over 2 shards); raise --embedding_capacity and resume] [Condition x <= y did not hold element-wise:]")),
     "a bad record": (exit_codes.BAD_DATA, lambda _: _raise_training_error(
         "Name: /data/a.tfrecord record 7, Key: label, Index: 0.  Data types don't match.")),
+    "a bad held-out record at the evaluator": (exit_codes.BAD_DATA, lambda monkeypatch: (
+        monkeypatch.setattr(trainer.evaluator, "run", _raises(tf.errors.InvalidArgumentError(None, None, (
+            "assertion failed: [BadRecord: /data/eval-0.csv record 5: has 2 comma-separated fields where its "
+            "header has 3]")))),
+        trainer.run_evaluator(None))),
     "this task's address is another host's": (exit_codes.OWN_ADDRESS, lambda monkeypatch: (
         monkeypatch.setattr(trainer.own_address, "problem", lambda cluster: "192.0.2.7 is not an address of this host"),
         trainer.refuse_unsafe_serving(CLUSTER, allow_public_addresses=True, skip_own_address_check=False))),
@@ -92,6 +98,21 @@ def test_each_exit_path_ends_on_its_outcomes_code(what, monkeypatch):
     monkeypatch.setattr(trainer, "run_role", lambda argv: path(monkeypatch))
     assert trainer.main([]) == outcome.code
     assert exit_codes.kind(outcome.code) == outcome.kind
+
+
+@pytest.mark.pure
+def test_a_bad_held_out_record_at_the_final_evaluation_leaves_the_finished_job_done_and_says_so(monkeypatch, caplog):
+    # It ended the chief in a traceback, exit 1, after its final checkpoint and export were written.
+    monkeypatch.setattr(worker.evaluator, "evaluate", _raises(tf.errors.InvalidArgumentError(None, None, (
+        "assertion failed: [BadRecord: /data/eval-0.csv record 5: 'clicked' is empty]"))))
+    cfg = types.SimpleNamespace(cluster=CLUSTER)
+    with caplog.at_level(logging.ERROR):
+        assert worker._final_evaluation(cfg, "/m/model.ckpt-9") == {}  # pylint: disable=protected-access
+    assert ("worker:0: no held-out evaluation of the final checkpoint: bad input record: /data/eval-0.csv record 5: "
+            "'clicked' is empty (the held-out data; --skip_bad_records skips bad records)") in caplog.messages
+    monkeypatch.setattr(worker.evaluator, "evaluate", _raises(tf.errors.InvalidArgumentError(None, None, "other")))
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        worker._final_evaluation(cfg, "/m/model.ckpt-9")  # pylint: disable=protected-access
 
 
 @pytest.mark.pure

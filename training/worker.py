@@ -466,6 +466,15 @@ def _final_evaluation(cfg, checkpoint) -> dict[str, str]:
         logging.warning("%s: no held-out evaluation of the final checkpoint: %s (--eval_data_dir names one)",
                         cfg.cluster.task_name, err)
         return {}
+    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as err:
+        bad_record = inputs.bad_record_message(err.message)
+        if bad_record is None and not isinstance(err, tf.errors.DataLossError):
+            raise
+        # Training reached its end and its checkpoint (and export) stand: the job is done, its figure is not.
+        logging.error("%s: no held-out evaluation of the final checkpoint: %s (the held-out data; "
+                      "--skip_bad_records skips bad records)", cfg.cluster.task_name,
+                      bad_record or log_lines.error_cause(err.message))
+        return {}
     logging.info("%s: final checkpoint (global step %d): %s", cfg.cluster.task_name, step,
                  evaluator.describe(metrics))
     return {f"heldout_{name}": f"{value:.4f}" for name, value in metrics.items()}
