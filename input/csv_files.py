@@ -85,6 +85,8 @@ def check(cfg):
         for name in (cfg.label_column, *cfg.numeric_columns, *cfg.categorical_columns):
             if name not in columns:
                 return f"{files[0]}: no column '{name}' in its header ({', '.join(columns)})."
+            if columns.count(name) > 1:
+                return f"{files[0]}: column '{name}' is in its header {columns.count(name)} times: which one to read?"
     return None
 
 

@@ -266,6 +266,9 @@ def test_csv_eval_data_dir_and_errors_name_the_file(tmp_path):
     bad = inputs.DataConfig(data_dir=str(tmp_path), **{**CSV, "numeric_columns": ("cost",)})
     assert inputs.DATASETS["csv"].check(bad) == (
         f"{tmp_path}/train-0.csv: no column 'cost' in its header (id, price, city, clicked, ignored).")
+    write_csv(tmp_path / "train-0.csv", range(4), header="id,price,city,clicked,price")
+    assert inputs.DATASETS["csv"].check(cfg) == (
+        f"{tmp_path}/train-0.csv: column 'price' is in its header 2 times: which one to read?")
     (tmp_path / "train-0.csv").write_text("id,price,city,clicked,ignored\n1,2.0,a,1,x\n2,3.0,b,7,x\n")
     with pytest.raises(tf.errors.InvalidArgumentError) as error:
         csv_epoch(cfg, inputs.Shard(0, 1))
