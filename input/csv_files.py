@@ -7,8 +7,8 @@ numeric field reads as --numeric_default (0 unless set), an empty categorical on
 empty label is a bad record named by its file and row. Workers split
 the files between them when there are at least as many files as workers, and the rows otherwise.
 Every row is checked as it is read (_parse_block): a bad one is named by its file and row and stops
-training, or is skipped with --skip_bad_records. A row is one line: a quoted field may hold commas and
-doubled quotes, not a line break.
+training, or is skipped with --skip_bad_records. A row is one line: a quoted CSV field may hold commas and
+doubled quotes, not a line break; TSV has no quoting (a quote is a field's text).
 """
 
 import csv
@@ -29,6 +29,9 @@ PARALLEL_FILES = 4
 
 DELIMITERS = {".csv": ",", ".tsv": "\t"}  # by the files' names
 _SEPARATED = {",": "comma-separated", "\t": "tab-separated"}
+# CSV quotes a field that holds a comma or a quote; TSV has no quoting (a tab never is a field's own),
+# and a quote in a log's field (a user agent, a search) is its text.
+_QUOTING = {",": True, "\t": False}
 
 
 def pattern(data_dir: str, split: str) -> str:
@@ -49,7 +52,9 @@ def header(path: str) -> list[str]:
     with tf.io.gfile.GFile(path, "rb") as raw:
         line = (gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw).readline()
     # utf-8-sig: a spreadsheet's byte order mark is no part of the first column's name.
-    return next(csv.reader(io.StringIO(line.decode("utf-8-sig")), delimiter=delimiter(path)), [])
+    separator = delimiter(path)
+    return next(csv.reader(io.StringIO(line.decode("utf-8-sig")), delimiter=separator,
+                           quoting=csv.QUOTE_MINIMAL if _QUOTING[separator] else csv.QUOTE_NONE), [])
 
 
 def files(cfg, split: str) -> list[str]:
@@ -107,8 +112,8 @@ def _row(separator: str) -> str:
 
 
 def _field_counts(lines: tf.Tensor, separator: str) -> tf.Tensor:
-    """The fields of each line, a separator inside a quoted field not counted."""
-    plain = tf.strings.regex_replace(lines, _QUOTED, "")
+    """The fields of each line, a separator inside a quoted field (CSV's) not counted."""
+    plain = tf.strings.regex_replace(lines, _QUOTED, "") if _QUOTING[separator] else lines
     return tf.strings.length(plain) - tf.strings.length(tf.strings.regex_replace(plain, separator, "")) + 1
 
 
@@ -167,12 +172,14 @@ def _parse_block(path, indices, rows, width, separator, names, selected, cfg, nu
     checked before it is read: a row with more or fewer fields than its file's header (a comma missing or
     added shifts every later column onto the wrong name), a quote that does not enclose its whole field, an
     empty or non-integer label, or a word in a numeric column is named by its file and row."""
-    well_formed = tf.strings.regex_full_match(rows, _row(separator))
+    quoting = _QUOTING[separator]
+    well_formed = tf.strings.regex_full_match(rows, _row(separator)) if quoting else tf.fill(tf.shape(rows), True)
     counts = _field_counts(rows, separator)
     fits = tf.logical_and(well_formed, tf.equal(counts, width))
     # decode_csv fails a whole block on one bad row: a bad row is read as an empty one, and dropped or named.
     safe = tf.where(fits, rows, tf.strings.reduce_join(tf.fill([width - 1], separator)))
-    text = dict(zip(names, tf.io.decode_csv(safe, [""] * len(names), field_delim=separator, select_cols=selected)))
+    text = dict(zip(names, tf.io.decode_csv(safe, [""] * len(names), field_delim=separator, use_quote_delim=quoting,
+                                            select_cols=selected)))
     label_text = text[cfg.label_column]
     numeric = tf.stack([text[name] for name in cfg.numeric_columns] or [tf.fill(tf.shape(rows), "")], axis=1)
     empty = tf.equal(numeric, "")
@@ -203,11 +210,13 @@ def _parse_block(path, indices, rows, width, separator, names, selected, cfg, nu
 
 def _header(path, names: list[str], places: list[int], separator: str) -> tuple[tf.Tensor, tf.Tensor]:
     """(whether its header names `names` at `places`, or the file is empty; the header's fields), the
-    header parsed as header() does: fields split at separators, a field's surrounding quotes dropped."""
+    header parsed as header() does: fields split at separators, a CSV field's surrounding quotes dropped."""
     lines, line = tf.data.TextLineDataset(path, compression_type=record_files.compression(path)).take(1).reduce(
         (tf.constant(0, tf.int64), tf.constant("")), lambda _, first: (tf.constant(1, tf.int64), first))
     line = tf.strings.regex_replace(line, "^\ufeff", "")  # the byte order mark header() drops
-    fields = tf.strings.regex_replace(tf.strings.split(line, separator), '^"(.*)"$', r"\1")
+    fields = tf.strings.split(line, separator)
+    if _QUOTING[separator]:
+        fields = tf.strings.regex_replace(fields, '^"(.*)"$', r"\1")
     padded = tf.concat([fields, tf.fill([max(places) + 1], "")], 0)
     fits = tf.logical_or(tf.equal(lines, 0), tf.reduce_all(tf.equal(tf.gather(padded, places), names)))
     return fits, _field_counts(line, separator)

@@ -359,6 +359,10 @@ def test_tab_separated_files_with_a_header_are_read_by_their_names_and_one_kind_
     (tmp_path / "train-0.tsv").write_bytes(gzip.compress(text.encode()))
     (tmp_path / "train-0.tsv").rename(tmp_path / "train-0.tsv.gz")
     assert csv_epoch(cfg, inputs.Shard(0, 1)) == from_csv
+    # TSV has no quoting: a quote is a field's text (a user agent's, a search's), as is a comma.
+    (tmp_path / "train-0.tsv.gz").write_bytes(gzip.compress((text + '6\t1.5\tsaid "hi\t0\tx\n7\t2\t"a, b"\t1\tx\n'
+                                                             ).encode()))
+    assert csv_epoch(cfg, inputs.Shard(0, 1)) == sorted(from_csv + [(1.5, 'said "hi', 0), (2.0, '"a, b"', 1)])
 
 
 def test_the_chief_says_when_too_few_files_leave_workers_waiting_with_the_input_queue():
