@@ -113,6 +113,11 @@ def test_a_bad_held_out_record_at_the_final_evaluation_leaves_the_finished_job_d
     monkeypatch.setattr(worker.evaluator, "evaluate", _raises(tf.errors.InvalidArgumentError(None, None, "other")))
     with pytest.raises(tf.errors.InvalidArgumentError):
         worker._final_evaluation(cfg, "/m/model.ckpt-9")  # pylint: disable=protected-access
+    # A final checkpoint that cannot be read is no finished job: it is not taken for the held-out data's fault.
+    monkeypatch.setattr(worker.evaluator, "evaluate", _raises(tf.errors.DataLossError(None, None, (
+        "Unable to open table file /m/model.ckpt-9.index: DATA_LOSS: not an sstable (bad magic number)"))))
+    with pytest.raises(tf.errors.DataLossError):
+        worker._final_evaluation(cfg, "/m/model.ckpt-9")  # pylint: disable=protected-access
 
 
 @pytest.mark.pure

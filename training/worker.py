@@ -133,7 +133,7 @@ def _settle_input(cfg):
 def _train(cfg, server, stop, task_metrics) -> training_hooks.ProgressHook:
     cluster, train_cfg = cfg.cluster, cfg.train
     graph = train_graph.build_graph(cfg, stop.requested.is_set if stop else None)
-    log_startup(cfg, task_metrics)
+    log_startup(cfg, task_metrics, graph.input_queue.feed.queue.num_files if graph.input_queue else None)
     hooks = make_hooks(cfg, graph, stop, task_metrics)
     if graph.input_queue:
         target, tf_graph = server.target if server else "", v1.get_default_graph()
@@ -166,7 +166,7 @@ def _train(cfg, server, stop, task_metrics) -> training_hooks.ProgressHook:
             raise
         raise error from None
     except tf.errors.DataLossError as err:
-        if "Iterator" not in err.message:  # not the input's (a checkpoint's, say)
+        if not _input_data_loss(err):
             raise
         raise TrainingError(f"{cluster.task_name}: {log_lines.error_cause(err.message)} (an input file is corrupt: "
                             "a gzipped one whose data is damaged, say; replace it and restart)",
@@ -182,8 +182,14 @@ def _train(cfg, server, stop, task_metrics) -> training_hooks.ProgressHook:
     return hooks.progress
 
 
-def log_startup(cfg, task_metrics=None) -> None:
-    """What this worker trains with: where the variables went (the chief), the momentum, the data."""
+def _input_data_loss(err: tf.errors.DataLossError) -> bool:
+    """An input file's damage (its iterator's error), not a checkpoint's."""
+    return "Iterator" in err.message
+
+
+def log_startup(cfg, task_metrics=None, queued_files: int | None = None) -> None:
+    """What this worker trains with: where the variables went (the chief), the momentum, the data.
+    queued_files: the training files the input queue hands out, or None without it."""
     cluster = cfg.cluster
     if cluster.is_chief and cluster.is_distributed:
         bytes_per_ps = placement.bytes_per_ps(v1.get_default_graph())
@@ -197,9 +203,8 @@ def log_startup(cfg, task_metrics=None) -> None:
     log_momentum(cluster.task_name, cfg.train)
     logging.info("%s: reading %s", cluster.task_name,
                  inputs.describe(cfg.data, inputs.Shard(cluster.replica_index, cluster.num_replicas)))
-    if cluster.is_chief and cfg.data.input_queue:
-        few = work_queue.few_files_warning(len(inputs.DATASETS[cfg.data.name].files(cfg.data, "train")),
-                                           cluster.num_replicas, cfg.train.num_epochs)
+    if cluster.is_chief and queued_files is not None:
+        few = work_queue.few_files_warning(queued_files, cluster.num_replicas, cfg.train.num_epochs)
         if few:
             logging.warning("%s: %s", cluster.task_name, few)
 
@@ -467,8 +472,9 @@ def _final_evaluation(cfg, checkpoint) -> dict[str, str]:
                         cfg.cluster.task_name, err)
         return {}
     except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as err:
+        # Only the held-out data's: a final checkpoint that cannot be read is no finished job.
         bad_record = inputs.bad_record_message(err.message)
-        if bad_record is None and not isinstance(err, tf.errors.DataLossError):
+        if bad_record is None and not (isinstance(err, tf.errors.DataLossError) and _input_data_loss(err)):
             raise
         # Training reached its end and its checkpoint (and export) stand: the job is done, its figure is not.
         logging.error("%s: no held-out evaluation of the final checkpoint: %s (the held-out data; "
