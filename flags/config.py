@@ -18,7 +18,7 @@ import model
 from cluster import rendezvous, resolve, spec
 from input import storage
 from training import run_record
-from training.step import momentum
+from training.step import momentum, row_copies
 from training.config import NO_STEP_LIMIT, RunConfig, TrainConfig
 
 SAGEMAKER_CHECKPOINTS = "/opt/ml/checkpoints"
@@ -359,10 +359,11 @@ def read_train(f, cluster: spec.ClusterConfig, env) -> TrainConfig:
             f"--input_queue trains every example once: --replicas_to_aggregate={replicas} of "
             f"{cluster.num_replicas} workers would drop the late workers' gradients, and their examples with "
             "them; drop --replicas_to_aggregate.")
-    optimizer = f.optimizer if f["optimizer"].present else model.needs_of(f.model).default_optimizer or f.optimizer
+    optimizer = chosen_optimizer(f)
     choice = momentum.choose(f.momentum, cluster.num_replicas, f.sync_replicas, f.local_steps, optimizer,
                              f.learning_rate)
     learning_rate = f.learning_rate * choice.learning_rate_scale
+    rounds = cluster.is_distributed and table_rounds(f, optimizer)  # one process reads its tables as they are
     if f.scale_learning_rate_by_replicas and f.sync_replicas:
         learning_rate *= replicas
     return TrainConfig(
@@ -386,9 +387,9 @@ def read_train(f, cluster: spec.ClusterConfig, env) -> TrainConfig:
         stall_warning_secs=f.stall_warning_secs,
         stall_timeout_secs=f.stall_timeout_secs,
         wire_dtype=f.wire_dtype,
-        # A session.run is one round of --local_steps steps; one step, with tables (training/step/local_steps.py).
-        steps_per_run=f.local_steps if f.local_steps > 1 and not has_tables(f) else f.steps_per_run,
+        steps_per_run=steps_per_run(f, rounds),
         local_steps=f.local_steps,
+        batches_per_read=f.local_steps if rounds else 1,
         accumulate_batches=f.accumulate_batches,
         profile_steps=read_profile_steps(f),
     )
@@ -452,6 +453,27 @@ def has_tables(f) -> bool:
     return model.needs_of(f.model).partitioned_tables
 
 
+def steps_per_run(f, rounds: bool) -> int:
+    """A session.run's steps: a round of --local_steps; one step with tables that take no rounds (their
+    rows are read as each batch names them: training/step/local_steps.py); else --steps_per_run."""
+    if f.local_steps > 1:
+        return f.local_steps if rounds or not has_tables(f) else 1
+    return f.steps_per_run
+
+
+def chosen_optimizer(f) -> str:
+    """--optimizer if given, else the model's own default (model/needs.py), else the flag's default."""
+    return f.optimizer if f["optimizer"].present else model.needs_of(f.model).default_optimizer or f.optimizer
+
+
+def table_rounds(f, optimizer: str) -> bool:
+    """Whether --local_steps trains the tables' rows by rounds on the worker (training/step/row_copies.py):
+    tables the model reads through grouped lookups (model/needs.py: wide_deep's hashed ones), with an
+    optimizer whose slots only add; other tables stay on the ps, a step at a time."""
+    return (f.local_steps > 1 and has_tables(f) and optimizer in row_copies.ADDITIVE_SLOTS
+            and f.embedding in model.needs_of(f.model).grouped_lookup_embeddings)
+
+
 def check_dense_lever(f, lever: str):
     """What --accumulate_batches refuses: 16-bit wire variables (it already moves each variable once per
     several batches) and a model with tables on the ps (a step moves only the rows it touches).
@@ -471,7 +493,7 @@ def check_local_steps(f) -> None:
         raise app.UsageError(
             f"--local_steps={f.local_steps} is for asynchronous training: a synchronous round already averages "
             "the workers' gradients; --accumulate_batches sends one gradient per several batches instead.")
-    if has_tables(f):
+    if has_tables(f) and not table_rounds(f, chosen_optimizer(f)):
         if f.steps_per_run > 1:
             raise app.UsageError(f"--steps_per_run={f.steps_per_run} with --local_steps={f.local_steps} and "
                                  f"--model={f.model}: its tables' rows are read a step at a time; drop "

@@ -19,12 +19,17 @@ then arrives with distinct rows, and the optimizer applies it as it comes (rows_
 the unique and segment sum it would run per piece.
 """
 
+import contextlib
+import weakref
+from typing import NamedTuple
+
 import numpy as np
 import tensorflow as tf
 
 v1 = tf.compat.v1
 
 DISTINCT_ROWS = "ps_trainer_distinct_rows"  # the row tensors of lookup()'s gathers: no row twice
+_SOURCES = weakref.WeakKeyDictionary()  # a graph: the source of rows_from() its lookups read from
 ROW_BITS = 40  # a (slot, row) pair as one int64: slot << ROW_BITS | row (a piece holds under 2^40 rows)
 
 
@@ -41,12 +46,59 @@ def lookup(families, ids) -> list:
     embedding and wide weight tables), so that one unique finds the distinct rows of all of them;
     families whose pieces also sit on the same ps tasks send each of them one tensor of pairs. ids:
     int64 [batch, columns], each a row of its column's tables.
+
+    Inside rows_from(source), the source answers instead (training/step/row_copies.py: a round's rows
+    held on the worker).
     """
+    source = _source()
+    if source is not None:
+        return source.lookup(families, ids)
+    family_pieces, num_slots = cut_alike(families)
+    distinct, repeat = tf.unique(pairs(family_pieces, ids))
+    columns = len(family_pieces[0])
+    found = [None] * len(families)
+    for placed in gather(family_pieces, num_slots, distinct):
+        for i, f in enumerate(placed.families):
+            # The gradient of this gather sums each distinct row's share on the worker (an unsorted segment sum).
+            found[f] = tf.reshape(tf.gather(tf.dynamic_stitch(placed.positions, [rows[i] for rows in placed.rows]),
+                                            repeat), [-1, columns, family_pieces[f][0][0].shape[1]])
+    return found
+
+
+@contextlib.contextmanager
+def rows_from(source):
+    """Inside, lookup() in the default graph returns source.lookup(families, ids)."""
+    graph = v1.get_default_graph()
+    _SOURCES[graph] = source
+    try:
+        yield source
+    finally:
+        del _SOURCES[graph]
+
+
+def _source():
+    """The source of the rows_from() the default graph is in, or in a loop body's graph, the graph it is
+    built in; None outside any."""
+    graph = v1.get_default_graph()
+    while graph is not None and graph not in _SOURCES:
+        graph = getattr(graph, "outer_graph", None)
+    return _SOURCES[graph] if graph is not None else None
+
+
+def cut_alike(families) -> tuple[list, int]:
+    """(each family's tables as lists of pieces, the number of (column, piece) slots), checking that
+    the families are cut into the same row ranges."""
     family_pieces = [[pieces(table) for table in tables] for tables in families]
-    table_pieces = family_pieces[0]
-    cuts = [[p.shape[0] for p in column] for column in table_pieces]
+    cuts = [[p.shape[0] for p in column] for column in family_pieces[0]]
     if any([[p.shape[0] for p in column] for column in other] != cuts for other in family_pieces[1:]):
         raise ValueError("grouped_lookup.lookup: the families' tables are not cut alike")
+    return family_pieces, sum(len(column) for column in family_pieces[0])
+
+
+def pairs(family_pieces, ids) -> tf.Tensor:
+    """Each of ids[:, c] as the (slot, row) pair of the piece of column c's tables that holds it, one
+    int64 (slot << ROW_BITS | row), row by row of ids."""
+    table_pieces = family_pieces[0]
     columns, most = len(table_pieces), max(len(column) for column in table_pieces)
     # starts[c, p]: the first row of column c's piece p (past the last piece: never reached).
     starts = np.full([columns, most], np.iinfo(np.int64).max, np.int64)
@@ -62,34 +114,51 @@ def lookup(families, ids) -> list:
     piece = tf.reduce_sum(tf.cast(flat[:, None] >= column_starts, tf.int64), axis=1) - 1
     local = flat - tf.gather(tf.reshape(column_starts, [-1]), tf.range(tf.size(flat, tf.int64)) * most + piece)
     slot = tf.gather(tf.constant(slot_base), column) + piece
-    # Each (slot, row) once: the distinct pairs cross, and `repeat` spreads their rows back over the batch.
-    distinct, repeat = tf.unique(tf.bitwise.bitwise_or(tf.bitwise.left_shift(slot, ROW_BITS), local))
-    slot = tf.bitwise.right_shift(distinct, ROW_BITS)
-    local = tf.bitwise.bitwise_and(distinct, (1 << ROW_BITS) - 1)
+    return tf.bitwise.bitwise_or(tf.bitwise.left_shift(slot, ROW_BITS), local)
 
-    # Families whose pieces sit on the same ps tasks share one tensor of pairs to each of them; whole
-    # tables spread over the ps by size may put a column's embedding and its weights apart.
+
+def split_pairs(distinct) -> tuple[tf.Tensor, tf.Tensor]:
+    """(slot, row) of pairs()' int64s."""
+    return tf.bitwise.right_shift(distinct, ROW_BITS), tf.bitwise.bitwise_and(distinct, (1 << ROW_BITS) - 1)
+
+
+def placements(family_pieces) -> dict:
+    """{the device of each slot: the families placed so}: families whose pieces sit on the same ps
+    tasks share one tensor of pairs to each of them; whole tables spread over the ps by size may put a
+    column's embedding and its weights apart."""
+    found = {}
+    for f, family in enumerate(family_pieces):
+        found.setdefault(tuple(piece.device for piece in sum(family, [])), []).append(f)
+    return found
+
+
+def gather(family_pieces, num_slots, distinct):
+    """Gathers the rows that `distinct` pairs name, one tensor of pairs to each ps: yields a Placement for
+    each group of families whose pieces sit alike."""
+    slot, local = split_pairs(distinct)
     family_slots = [sum(family, []) for family in family_pieces]  # each family's pieces in slot order
-    placements = {}
-    for f, placed in enumerate(family_slots):
-        placements.setdefault(tuple(piece.device for piece in placed), []).append(f)
-    found = [None] * len(families)
-    for placement, placed_families in placements.items():
+    for placement, placed_families in placements(family_pieces).items():
         devices = list(dict.fromkeys(placement))
         group = tf.gather(tf.constant([devices.index(device) for device in placement], tf.int32), slot)
         packed = tf.dynamic_partition(tf.stack([slot, local], axis=1), group, len(devices))
         positions = tf.dynamic_partition(tf.range(tf.size(distinct)), group, len(devices))
-        rows = []  # [device][family]
+        rows, slots_here = [], []  # [device][family]; [device]: the slots there
         for index, device in enumerate(devices):
             here = [s for s, placed_on in enumerate(placement) if placed_on == device]
             with v1.colocate_with(family_slots[placed_families[0]][here[0]]):
                 rows.append(_gather_here([[family_slots[f][s] for s in here] for f in placed_families], here,
                                          num_slots, packed[index]))
-        for i, f in enumerate(placed_families):
-            # The gradient of this gather sums each distinct row's share on the worker (an unsorted segment sum).
-            found[f] = tf.reshape(tf.gather(tf.dynamic_stitch(positions, [device_rows[i] for device_rows in rows]),
-                                            repeat), [-1, columns, family_pieces[f][0][0].shape[1]])
-    return found
+            slots_here.append(here)
+        yield Placement(placed_families, packed, positions, rows, slots_here)
+
+
+class Placement(NamedTuple):
+    """What gather() did for the families placed alike, device by device."""
+    families: list  # the families' indices
+    packed: list  # [device]: its (slot, row) pairs, [n, 2], as it receives them
+    positions: list  # [device]: the positions of its pairs among the distinct pairs
+    rows: list  # [device][family]: the rows gathered there
+    slots: list  # [device]: the slots whose pieces are there
 
 
 def rows_are_distinct(indices) -> bool:
@@ -101,16 +170,32 @@ def rows_are_distinct(indices) -> bool:
     return indices.name in distinct
 
 
-def _gather_here(family_pieces, slots, num_slots, packed) -> list:
-    """On one device: for each family, the rows of its pieces there that `packed` (slot, row) pairs
-    name, in their order."""
+def _by_piece(slots, num_slots, packed):
+    """On one device: which of `slots` each of the `packed` (slot, row) pairs falls in, and the rows
+    and positions among the pairs, piece by piece."""
     rank = np.zeros([num_slots], np.int32)
     rank[slots] = np.arange(len(slots), dtype=np.int32)
     slot, row = tf.unstack(packed, axis=1)
     which = tf.gather(tf.constant(rank), slot)
-    rows = tf.dynamic_partition(row, which, len(slots))
-    where = tf.dynamic_partition(tf.range(tf.size(which)), which, len(slots))
+    return (which, tf.dynamic_partition(row, which, len(slots)),
+            tf.dynamic_partition(tf.range(tf.size(which)), which, len(slots)))
+
+
+def _gather_here(family_pieces, slots, num_slots, packed) -> list:
+    """On one device: for each family, the rows of its pieces there that `packed` (slot, row) pairs
+    name, in their order."""
+    _, rows, where = _by_piece(slots, num_slots, packed)
     for piece_rows in rows:
         v1.add_to_collection(DISTINCT_ROWS, piece_rows)
     return [tf.dynamic_stitch(where, [tf.gather(piece, piece_rows) for piece, piece_rows in zip(pieces, rows)])
             for pieces in family_pieces]
+
+
+def scatter_add_here(family_pieces, slots, num_slots, packed, values) -> tuple[list, list]:
+    """On one device: adds values[f] (a row per pair of `packed`, in order) to the rows of family f's
+    pieces there that the pairs name. Returns (each piece's rows, [family][piece] its add)."""
+    which, rows, _ = _by_piece(slots, num_slots, packed)
+    return rows, [[tf.raw_ops.ResourceScatterAdd(resource=piece.handle, indices=piece_rows, updates=part)
+                   for piece, piece_rows, part in zip(pieces, rows, tf.dynamic_partition(family_values, which,
+                                                                                        len(slots)))]
+                  for pieces, family_values in zip(family_pieces, values)]

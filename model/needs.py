@@ -30,6 +30,9 @@ class Needs:
     # pieces(model_cfg, data_spec, num_ps): how many pieces each of its tables is cut into when
     # --embedding_partitions is not given (None: one per ps task).
     table_pieces: object = None
+    # The --embedding kinds whose tables the model reads through one model/grouped_lookup.lookup per
+    # forward pass: with those, --local_steps holds a round's rows on the worker (training/step/row_copies.py).
+    grouped_lookup_embeddings: tuple[str, ...] = ()
 
 
 def _collecting(collection: str):

@@ -68,7 +68,7 @@ def group(name: str, device: str, row_variables, rows: int, mark: bool, grow: bo
     """Registers a group of the default graph (once by name); with `mark`, gives it a marker of `rows`
     rows on `device` (its length unknown to the graph if the group's rows `grow`). Returns its marker,
     or None."""
-    graph = v1.get_default_graph()
+    graph = _root(v1.get_default_graph())
     groups = _GROUPS.setdefault(graph, {})
     if name in groups:
         return groups[name].marker
@@ -83,6 +83,14 @@ def group(name: str, device: str, row_variables, rows: int, mark: bool, grow: bo
     return marker
 
 
+def _root(graph):
+    """The graph a loop body's graph is built in (its outer graphs'), or the graph itself: a model built
+    in a loop (--local_steps' rounds) finds the groups and counters its first build registered."""
+    while getattr(graph, "outer_graph", None) is not None:
+        graph = graph.outer_graph
+    return graph
+
+
 def marks_rows_of(variable, marker) -> None:
     """Says that `marker` marks the rows of `variable`: the optimizers mark the rows they update
     (training/step/optimizers.RowsLocked)."""
@@ -91,7 +99,7 @@ def marks_rows_of(variable, marker) -> None:
 
 
 def groups(graph=None) -> list[RowGroup]:
-    return list(_GROUPS.get(graph or v1.get_default_graph(), {}).values())
+    return list(_GROUPS.get(_root(graph or v1.get_default_graph()), {}).values())
 
 
 def marker_of(variable) -> tf.Variable | None:
@@ -101,7 +109,7 @@ def marker_of(variable) -> tf.Variable | None:
 
 def generation_of(device: str) -> Generation:
     """The default graph's generation counters on `device`, made the first time."""
-    graph = v1.get_default_graph()
+    graph = _root(v1.get_default_graph())
     found = _GENERATIONS.setdefault(graph, {})
     if device not in found:
         with v1.device(device), v1.name_scope(None), v1.name_scope(f"touched_rows/generation{len(found)}/"):
@@ -113,7 +121,7 @@ def generation_of(device: str) -> Generation:
 
 
 def generations(graph=None) -> dict[str, Generation]:
-    return dict(_GENERATIONS.get(graph or v1.get_default_graph(), {}))
+    return dict(_GENERATIONS.get(_root(graph or v1.get_default_graph()), {}))
 
 
 def current(marker) -> tf.Tensor:

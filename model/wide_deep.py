@@ -38,7 +38,8 @@ def table_pieces(cfg, data_spec, num_ps: int) -> int:
     return 1 if -(-num_tables // num_ps) <= 1.25 * num_tables / num_ps else num_ps
 
 
-NEEDS = Needs(default_optimizer="ftrl_adagrad", partitioned_tables=True, table_pieces=table_pieces)
+NEEDS = Needs(default_optimizer="ftrl_adagrad", partitioned_tables=True, table_pieces=table_pieces,
+              grouped_lookup_embeddings=("hashed",))
 
 
 def check(data_spec):

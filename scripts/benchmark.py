@@ -73,7 +73,8 @@ MODELS = {
 # Fewer measured steps for the slow models, so that a run takes tens of seconds, not minutes.
 STEP_SCALE = {"mlp": 1.0, "mlp10m": 0.25, "cnn": 0.25, "wide_deep": 0.5, "wide_deep_dynamic": 0.5}
 # Models with tables on the ps: --accumulate_batches refuses them (flags/config.check_dense_lever), so
-# its layouts are not run for them; --local_steps keeps their tables on the ps and copies the rest.
+# its layouts are not run for them; --local_steps copies the rows of a round (hashed tables) or keeps
+# the tables on the ps a step at a time (dynamic ones) and copies the rest.
 TABLE_MODELS = {"wide_deep", "wide_deep_dynamic"}
 DENSE_LEVERS = ("--accumulate_batches=",)
 # Time-to-accuracy mode: how long a reference layout trains (a target it misses in this time is too high).
@@ -124,6 +125,7 @@ LAYOUTS = [
     # The same lever in one process: what it saves there (the ratios stay to the plain single process).
     Layout("single process 10/run", trainer_args=(PER_RUN,)),
     Layout("1 ps + 2 workers 10 local", 1, 2, trainer_args=(LOCAL,)),
+    Layout("2 ps + 2 workers 10 local", 2, 2, trainer_args=(LOCAL,)),
     Layout("1 ps + 1 worker f16 wire", 1, 1, trainer_args=("--wire_dtype=float16",)),
     Layout("1 ps + 2 workers sync", 1, 2, sync=True),
     Layout("1 ps + 2 workers sync 4 acc", 1, 2, sync=True, trainer_args=(ACCUMULATE,)),
@@ -189,9 +191,12 @@ def layout_config(model: str, layout: Layout) -> RunConfig:
                                 embedding_capacity=int(args.get("embedding_capacity", 100000)),
                                 embedding_partitions=max(1, layout.num_ps))
     local = int(args.get("local_steps", 1))
+    rounds = local > 1 and model_cfg.embedding in mdl.needs_of(model_cfg.name).grouped_lookup_embeddings
     train = TrainConfig(batch_size=BATCH[model], local_steps=local,
-                        steps_per_run=local if local > 1 and model not in TABLE_MODELS
+                        steps_per_run=local if local > 1 and (rounds or model not in TABLE_MODELS)
                         else int(args.get("steps_per_run", 1)),
+                        batches_per_read=local if rounds else 1,
+                        optimizer=mdl.needs_of(model_cfg.name).default_optimizer or TrainConfig.optimizer,
                         wire_dtype=args.get("wire_dtype", "float32"))
     cluster = spec.ClusterConfig(("ps",) * layout.num_ps, ("worker",), "worker", 0)
     return RunConfig(cluster, train, model_cfg, inputs.DataConfig(name=args.get("dataset", "synthetic"),
@@ -202,9 +207,10 @@ def rpcs_per_step(model: str, layout: Layout) -> float | None:
     """RPCs per global step of one worker (launch/measure.round_trips), for async trainer layouts."""
     if layout.single or layout.sync or layout.tf2_strategy:
         return None
-    if model in TABLE_MODELS and any(arg.startswith("--local_steps=") for arg in layout.trainer_args):
+    cfg = layout_config(model, layout)
+    if model in TABLE_MODELS and cfg.train.local_steps > 1 and cfg.train.batches_per_read == 1:
         return None  # a run is one step, and every Kth run's push rides on it: one run's count would mislead
-    return measure.round_trips(layout_config(model, layout)).per_step
+    return measure.round_trips(cfg).per_step
 
 
 def run_once(model: str, layout: Layout, repetition: int, extra_args, run_dir: pathlib.Path,

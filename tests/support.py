@@ -164,14 +164,15 @@ def in_process_cluster(num_workers: int = 1, num_ps: int = 1):
 
 
 def train_one_worker(tmp_path, data_cfg, model_cfg, steps_per_run, train_steps, wire_dtype="float32", cluster=None,
-          local_steps=1, optimizer="momentum"):
+          local_steps=1, optimizer="momentum", batches_per_read=1):
     """Trains to train_steps in a MonitoredTrainingSession, in this process or as the one worker of
     `cluster` (a ClusterConfig, server target); returns the steps each run took, the global step
     after each, the progress hook, the checkpoint steps kept and the number of variables."""
     cluster_cfg, target = cluster or (spec.ClusterConfig(), "")
     cfg = RunConfig(cluster_cfg, TrainConfig(train_steps=train_steps, steps_per_run=steps_per_run, batch_size=32,
                                              learning_rate=0.1, wire_dtype=wire_dtype,
-                                             local_steps=local_steps, optimizer=optimizer),
+                                             local_steps=local_steps, optimizer=optimizer,
+                                             batches_per_read=batches_per_read),
                     model_cfg, data_cfg)
     runs = []
     with tf.Graph().as_default():

@@ -14,6 +14,7 @@ import tensorflow as tf
 
 import input as inputs
 import model
+from model import needs, touched_rows
 from cluster import placement, spec
 from launch import measure
 from tests.support import held_out, in_process_cluster, join_all, train_one_worker, trained_runs
@@ -194,6 +195,40 @@ def test_with_tables_one_worker_with_local_steps_trains_as_plain_sgd_pushing_its
                                        err_msg=f"{name} at step {step}")
 
 
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "ftrl_adagrad"])
+def test_with_hashed_tables_one_worker_trains_rounds_of_rows_as_plain_training(tmp_path, optimizer):
+    # Rounds (training/step/row_copies.py): a run reads 5 batches, trains their rows' copies and pushes
+    # what changed, rows and optimizer slots. One worker's rounds are plain training's steps.
+    data = inputs.DataConfig(name="clicks", synthetic_examples=2000)
+    wide_deep = model.ModelConfig(name="wide_deep", hidden_units=(8,), hash_buckets=1000, embedding_dim=4,
+                                  embedding_partitions=2)
+    servers, _, (cluster,) = in_process_cluster(num_workers=1, num_ps=2)
+    runs, progress, saved, variables = train_one_worker(tmp_path / "local", data, wide_deep, 5, 23,
+                                                        cluster=(cluster, servers[0].target), local_steps=5,
+                                                        optimizer=optimizer, batches_per_read=5)
+    _, _, plain_saved, plain_variables = train_one_worker(tmp_path / "plain", data, wide_deep, 1, 23,
+                                                          optimizer=optimizer)
+    assert trained_runs(runs) == [(5, 5), (5, 10), (5, 15), (5, 20), (3, 23)]  # exactly --train_steps
+    assert progress.local_steps == 23
+    assert 20 in saved and 20 in plain_saved and saved[-1] == plain_saved[-1] == 23
+    local, plain = (tf.train.load_checkpoint(str(tmp_path / run / "model.ckpt-23")) for run in ("local", "plain"))
+    saved_names = plain.get_variable_to_shape_map()
+    # No copies or slots of theirs in the checkpoint; the dense variables' slots are the worker's own.
+    assert set(local.get_variable_to_shape_map()) <= set(saved_names) and variables <= plain_variables
+    tables = [name for name in saved_names if name.startswith("wide_deep/") and name.count("/") == 2
+              and name.endswith(("/embedding", "/wide"))]  # each saved whole, from its 2 pieces
+    slots = [name for name in saved_names if name.startswith(tuple(table + "/" for table in tables))]
+    assert set(slots) <= set(local.get_variable_to_shape_map())
+    assert len(tables) >= 4 and len(slots) == {"sgd": 0, "adagrad": 1, "ftrl_adagrad": 1.5}[optimizer] * len(tables)
+    names = tables + slots
+    for name in names + ["wide_deep/hidden0/kernel", "wide_deep/wide_numeric/kernel"]:
+        np.testing.assert_allclose(local.get_tensor(name), plain.get_tensor(name), rtol=1e-4, atol=1e-6,
+                                   err_msg=name)
+    trained = plain.get_tensor("wide_deep/user/embedding") != tf.train.load_checkpoint(
+        str(tmp_path / "plain" / "model.ckpt-20")).get_tensor("wide_deep/user/embedding")
+    assert trained.any()  # the last 3 steps changed rows: the comparison above sees them
+
+
 # ---------------------------------------------------------------- --accumulate_batches
 MICRO_BATCH_GRADIENTS = [[[0.1, 0.3], [0.2, 0.0], [1.0, 2.0]], [[0.5, 0.7], [0.0, 0.4], [3.0, 1.0]]]
 
@@ -268,3 +303,47 @@ def test_a_round_of_local_steps_makes_one_packed_exchange_per_ps():
     assert local.run_graph == 1 and local.recv_tensor <= 8 and local.per_step <= plain.per_step / 5
     two_ps = trips(10, 2)
     assert two_ps.run_graph == 2 and two_ps.recv_tensor <= local.recv_tensor + 3  # one more packed pair
+
+
+def test_a_round_of_rows_makes_one_exchange_each_way_per_ps_for_every_table():
+    # wide_deep's hashed tables, cut over 2 ps: a plain step reads the batch's rows and sends their
+    # gradients, and the dense variables' values and gradients; a round of 10 steps sends each ps the
+    # round's rows once and gets them back once, with their slots, plus the dense push and fetch.
+    def trips(local):
+        cfg = RunConfig(spec.ClusterConfig(("ps",) * 2, ("worker",), "worker", 0),
+                        TrainConfig(batch_size=32, local_steps=local, steps_per_run=local, batches_per_read=local,
+                                    optimizer="ftrl_adagrad"),
+                        model.ModelConfig(name="wide_deep", hidden_units=(8,), hash_buckets=1000, embedding_dim=4,
+                                          embedding_partitions=2), inputs.DataConfig(name="clicks",
+                                                                                     synthetic_examples=1000))
+        return measure.round_trips(cfg)
+    plain, rounds = trips(1), trips(10)
+    assert plain.run_graph == 2 and rounds.run_graph == 2  # one RunGraph per ps a session.run
+    # Per ps: the round's (piece, row) pairs, their rows with their slots' and the rows' change cross once
+    # each; the dense push and fetch; control edges and the global step. 18 today, against 27 a plain step.
+    assert rounds.recv_tensor <= 9 * 2 and rounds.per_step <= plain.per_step / 10, (plain, rounds)
+
+
+def test_a_round_marks_the_rows_it_changed_for_the_next_incremental_checkpoint():
+    servers, _, (cluster,) = in_process_cluster(num_workers=1, num_ps=2)
+    cfg = RunConfig(cluster, TrainConfig(batch_size=32, local_steps=5, steps_per_run=5, batches_per_read=5,
+                                         optimizer="adagrad", learning_rate=0.1),
+                    model.ModelConfig(name="wide_deep", hidden_units=(8,), hash_buckets=1000, embedding_dim=4,
+                                      embedding_partitions=2, mark_touched_rows=True),
+                    inputs.DataConfig(name="clicks", synthetic_examples=1000))
+    with tf.Graph().as_default():
+        graph = train_graph.build_graph(cfg)
+        pieces = v1.get_collection(needs.TABLE_VARIABLES)  # each piece of each table
+        markers = [touched_rows.marker_of(piece) for piece in pieces]
+        assert len(pieces) >= 8 and all(marker is not None for marker in markers)
+        changed = [touched_rows.changed_rows(marker) for marker in markers]
+        with v1.Session(servers[0].target) as sess:
+            sess.run(v1.global_variables_initializer())
+            sess.run(v1.local_variables_initializer())
+            before = sess.run(pieces)
+            assert sess.run(graph.step.steps_done) == 5
+            after, marked = sess.run([pieces, changed])
+    for piece, start, end, rows in zip(pieces, before, after, marked):
+        moved = np.flatnonzero(np.any(start != end, axis=1))
+        assert set(moved) <= set(rows) and len(rows) <= 5 * 32, piece.op.name  # marked: at most the batches' rows
+    assert sum(len(rows) for rows in marked) > 0 and any(np.any(s != e) for s, e in zip(before, after))

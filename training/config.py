@@ -55,6 +55,8 @@ class TrainConfig:
     steps_per_run: int = 1  # training steps in one session.run; with local_steps, that many
     accumulate_batches: int = 1  # synchronous: micro-batches per gradient sent (training/step/accumulate.py)
     local_steps: int = 1  # asynchronous: steps on worker-side copies between pushes (training/step/local_steps.py)
+    # Batches a session.run reads at once: --local_steps' rounds with hashed tables (training/step/row_copies.py).
+    batches_per_read: int = 1
     profile_steps: tuple[int, int] | None = None  # [first, last] local steps to trace
     metrics_port: int = 0  # serve Prometheus metrics on this port of the task's own host (0: off)
 

@@ -75,15 +75,20 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
         else:
             feed = None
             shard = inputs.Shard(cluster.replica_index, cluster.num_replicas)
-            batches = v1.data.make_one_shot_iterator(inputs.batches(cfg.data, shard, train.batch_size))
+            batches = v1.data.make_one_shot_iterator(inputs.batches(cfg.data, shard,
+                                                                     train.batch_size * train.batches_per_read))
         tags = []  # --input_queue: each example's file key and ordinal in it; the one forward pass of a single step
         reader, getter = step.reader_and_getter(lever, cluster, train)
         data_spec = inputs.spec(cfg.data)
         model_cfg = dataclasses.replace(cfg.model, table_devices=cluster.ps_devices())
 
-        def forward():
+        def next_batch():
             features, labels, *example_tags = batches.get_next()
             tags.extend(example_tags)
+            return features, labels
+
+        def forward(batch=None):
+            features, labels = batch or next_batch()
             with v1.variable_scope(v1.get_variable_scope(), custom_getter=getter, reuse=v1.AUTO_REUSE):
                 return model.build(features, labels, model_cfg, data_spec, summaries=False, training=True), labels
 
@@ -92,7 +97,7 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
         v1.summary.scalar("learning_rate", learning_rate)
         optimizer = optimizers.make_optimizer(learning_rate, train)
         built = lever.build(step.StepContext(forward, first, first_labels, optimizer, global_step, cluster, train,
-                                             reader, stop_requested))
+                                             reader, stop_requested, next_batch))
         model.summarize(built.metrics)
         def slots_of(variable):
             return optimizers.slots_and_starts(optimizer, variable)

@@ -8,7 +8,8 @@ from training.step.loop import Metrics
 
 
 class StepContext(NamedTuple):
-    forward: Callable  # () -> (ModelOutput, labels) of the next batch, read through `reader`
+    # (batch=None) -> (ModelOutput, labels) of `batch` (features, labels), or of the next batch, read through `reader`
+    forward: Callable
     first: object  # the ModelOutput of the forward pass built outside any loop (it made the variables)
     first_labels: tf.Tensor
     optimizer: tf.compat.v1.train.Optimizer
@@ -17,6 +18,7 @@ class StepContext(NamedTuple):
     train: object  # TrainConfig
     reader: object | None  # the lever's reader of the variables (its custom getter's owner), if it has one
     stop_requested: Callable | None = None  # ends a sync worker's wait for a round
+    next_batch: Callable | None = None  # () -> (features, labels) of the next read of the input
 
     @property
     def with_auc(self) -> bool:

@@ -28,7 +28,7 @@ before the final checkpoint.
 import tensorflow as tf
 
 from model import grouped_lookup, needs
-from training.step import update
+from training.step import row_copies, update
 from training.step.base import Step, StepContext
 from training.step.loop import Iteration, Metrics, training_loop
 
@@ -42,8 +42,9 @@ class LocalCopies:
     variable; the global variable (on the ps) is created as usual, under its own name, so checkpoints
     and the export see no difference."""
 
-    def __init__(self, device, num_workers: int):
+    def __init__(self, device, num_workers: int, rows: row_copies.RowCopies | None = None):
         self.device = device  # this worker's device: where the copies (and their slots) live
+        self.rows = rows  # with hashed tables in rounds: the copies of a round's rows (training/step/row_copies.py)
         self.push_scale = 1.0 / num_workers  # the ps moves by the mean of the workers' rounds
         self.copies = {}  # global variable's name: (global variable, copy, anchor: its value at the last fetch)
         self.tables = {}  # name: a table's variable (whole or partitioned), read as it is
@@ -114,7 +115,9 @@ def slots_stay_local(next_creator, **kwargs):
 
 
 def reader(cluster, train) -> LocalCopies:
-    return LocalCopies(cluster.compute_device() if cluster.is_distributed else None, cluster.num_replicas)
+    device = cluster.compute_device() if cluster.is_distributed else None
+    rows = row_copies.RowCopies(device) if train.batches_per_read > 1 else None
+    return LocalCopies(device, cluster.num_replicas, rows)
 
 
 class PushEveryK(v1.train.SessionRunHook):
@@ -158,6 +161,58 @@ def build_with_tables(ctx: StepContext) -> Step:
     return Step(train_op, Metrics.of(ctx.first), ctx.first_labels, None, hooks, chief_only)
 
 
+def build_rounds(ctx: StepContext) -> Step:
+    """A model with hashed tables, trained by rounds (training/step/row_copies.py): a session.run reads
+    --local_steps batches at once, fetches their rows, trains up to that many steps on copies of the
+    rows and of the dense variables (cut at --train_steps as read at the round's start, and at the
+    batches read: the input's last read can be short), pushes both, and counts the steps taken."""
+    copies, rows, train = ctx.reader, ctx.reader.rows, ctx.train
+    size = train.batch_size
+    with v1.variable_creator_scope(slots_stay_local), v1.variable_creator_scope(rows.slots_start_empty):
+        # Never run: it makes the optimizer's slots of the tables (on the ps) and of the dense copies.
+        update.apply_update(ctx.first.loss, ctx.optimizer, None, train.clip_gradient_norm, summaries=False,
+                            var_list=copies.local_variables + copies.table_variables)
+        features, labels = ctx.next_batch()
+        with grouped_lookup.rows_from(rows.naming()):
+            ctx.forward((features, labels))  # builds the model on the round's batches: it names their rows
+        if rows.family_pieces is None:
+            raise ValueError("--local_steps: the model declares grouped lookups of its tables (model/needs.py) "
+                             "but made none")
+
+        def batch(i):
+            return tf.nest.map_structure(lambda column: column[i * size:(i + 1) * size], (features, labels))
+
+        variables = copies.local_variables + rows.copies
+        with grouped_lookup.rows_from(rows):
+            # Never run either: it makes the slots of the rows' copies, which a loop body cannot.
+            output, _ = ctx.forward(batch(0))
+            update.apply_update(output.loss, ctx.optimizer, None, train.clip_gradient_norm, summaries=False,
+                                var_list=variables)
+            loaded = rows.fetch_and_load(ctx.optimizer)
+            start = ctx.global_step.read_value()
+            read = (tf.size(labels) + size - 1) // size
+            budget = tf.minimum(tf.cast(tf.clip_by_value(train.train_steps - start, 0, train.local_steps), tf.int32),
+                                read)
+
+            def local_step(carried):
+                i, = carried
+                output, labels = ctx.forward(batch(i))
+                applied = update.apply_update(output.loss, ctx.optimizer, None, train.clip_gradient_norm,
+                                              summaries=False, var_list=variables)
+                return Iteration([i + 1], Metrics.of(output), labels, applied)
+
+            with tf.control_dependencies([loaded]):
+                result = training_loop("local_steps", lambda done, _: done < budget, local_step, ctx.with_auc,
+                                       carried=[tf.constant(0)], carried_shapes=[tf.TensorShape([])])
+    with tf.control_dependencies([result.done]):
+        pushed = [copies.push_and_fetch(), rows.push()]
+    with tf.control_dependencies(pushed), v1.colocate_with(ctx.global_step):
+        counted = ctx.global_step.assign_add(tf.cast(result.done, ctx.global_step.dtype), read_value=False)
+    with tf.control_dependencies([counted]):
+        done = tf.identity(result.done, name="local_steps_taken")
+    return Step(done.op, result.metrics, result.labels, done, (v1.train.StopAtStepHook(last_step=train.train_steps),))
+
+
 def build(ctx: StepContext) -> Step:
     """A model with tables: build_with_tables. Otherwise one round: up to --local_steps steps on the
     copies (cut at --train_steps as read at the round's start), then one push and fetch, then global
@@ -165,7 +220,7 @@ def build(ctx: StepContext) -> Step:
     copies (a loop body cannot), as local variables."""
     copies, train = ctx.reader, ctx.train
     if copies.tables:
-        return build_with_tables(ctx)
+        return build_rounds(ctx) if copies.rows else build_with_tables(ctx)
     with v1.variable_creator_scope(slots_stay_local):
         update.apply_update(ctx.first.loss, ctx.optimizer, None, train.clip_gradient_norm, summaries=False,
                             var_list=copies.local_variables)

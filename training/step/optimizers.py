@@ -106,6 +106,10 @@ class WideAndDeepOptimizer(_v1.Optimizer):
     def get_slot(self, var, name):
         return (self._wide if var.op.name in needs.wide_variable_names() else self._deep).get_slot(var, name)
 
+    def weights_from_slots(self, var):
+        """The wide part's weights_from_slots (FTRL's); None for the deep part's."""
+        return self._wide.weights_from_slots(var) if var.op.name in needs.wide_variable_names() else None
+
     def get_slot_names(self):
         return sorted(set(self._deep.get_slot_names()) | set(self._wide.get_slot_names() if self._wide else ()))
 
@@ -125,6 +129,22 @@ class GrowableFtrlOptimizer(RowsLocked, _v1.FtrlOptimizer):
                 variable, lambda v=variable: tf.fill(tf.shape(v), start), variable.shape, variable.dtype,
                 "accum", self._accum_name or self._name)
             self._zeros_slot(variable, "linear", self._linear_name or self._name)
+
+    def weights_from_slots(self, var):
+        """FTRL-Proximal's weights are a function of its slots: given the rows of a variable's "accum"
+        and "linear" slots (a dict by slot name), the rows of the variable, as TensorFlow's FTRL kernel
+        sets them after an update. A sum of several workers' changes to the slots is the slots of all
+        their updates; a sum of their changes to the weights is not their weights
+        (training/step/row_copies.py sets the weights from the summed slots)."""
+        del var  # every variable's weights follow from its slots alike
+        l1, power = self._l1_regularization_strength, self._learning_rate_power
+        l2 = self._l2_regularization_strength + self._beta / (2 * max(self._learning_rate, 1e-36))
+
+        def weights(slots):
+            accum, linear = slots["accum"], slots["linear"]
+            quadratic = tf.pow(accum, -power) / self._learning_rate + 2 * l2
+            return tf.where(tf.abs(linear) > l1, (tf.sign(linear) * l1 - linear) / quadratic, tf.zeros_like(linear))
+        return weights
 
 
 class LazyAdamOptimizer(RowsLocked, _v1.AdamOptimizer):

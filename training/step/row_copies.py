@@ -1,0 +1,199 @@
+"""--local_steps=K with hashed embedding tables: the rows a round of K batches names, held on the worker.
+
+Without this, a step with tables on the ps reads its batch's rows there and sends their gradients
+back: a round trip to each ps every step, and the ps runs every sparse update (docs/speed.md). Here a
+session.run reads K batches at once (TrainConfig.batches_per_read) and:
+1. sends each ps the distinct (table piece, row) pairs that the K batches name, for all the tables
+   together, and gets back one tensor: those rows with their optimizer slots' rows (Adagrad's and
+   FTRL's accumulators, FTRL's linear term), a row per pair;
+2. trains K steps on worker-side copies of them (a local variable per family of tables, with the
+   optimizer's own slots, loaded with the fetched rows), each step gathering its batch's rows from the
+   copies, while the dense variables train on theirs (training/step/local_steps.py);
+3. sends each ps one tensor of what the round changed, row by row (the copies and their slots minus
+   what was fetched), which the ps adds to its rows (a scatter-add, so the other workers' changes
+   made meanwhile stay), marking them for incremental checkpoints.
+A round costs two exchanges with each ps, whatever K; the ps only gathers and adds rows, and a row
+that K batches name crosses once each way.
+
+The push rule is Downpour's sum, not local_steps' mean: a round's rows are mostly its own (a row a
+worker's batches touch is one few others touch in the same round, Zipf's tail), and a row trained by
+two workers in one round gets both changes, as plain asynchronous training would apply both
+gradients. A round reads the rows fresh from the ps: a change arrives at most one round late.
+
+Slots are pushed as changes too, which is exact for slots that only add (Adagrad's and FTRL's
+accumulators; FTRL's linear term adds its own updates): ADDITIVE_SLOTS names the optimizers whose
+tables take rounds. Others (momentum, Adam, RMSProp: decaying averages, and Adam's global powers of
+beta) keep the tables on the ps, a step at a time.
+
+FTRL's weights are not pushed: they are a function of its two slots (the optimizer's
+weights_from_slots), and the ps sets them from its slots once the round's changes are added. Summed,
+N rounds that overlap set a row to the sum of their weights less N - 1 times the weights they
+fetched; each round's weights come from the slots alone, so an error in the fetched weights came
+back multiplied by -(N - 1): with 4 workers the wide part's hot rows grew without bound (held-out
+loss 43 against 0.44: tests/test_wide_deep.py). Adagrad's and SGD's changes to a row do not depend on
+its value: they add.
+
+Tested: one worker's rounds are plain training's steps (tables, slots and dense variables at a
+checkpoint, for sgd, adagrad and ftrl_adagrad: tests/test_levers.py), a round makes one exchange each
+way per ps, marks what it changed, and four workers learn what plain steps learn.
+"""
+
+import types
+
+import tensorflow as tf
+
+from model import grouped_lookup, needs, touched_rows
+
+v1 = tf.compat.v1
+
+# --optimizer values whose slots of a table's rows only add: a round's change to them adds up.
+ADDITIVE_SLOTS = ("sgd", "adagrad", "ftrl_adagrad")
+SCOPE = "local_copy/rows"
+
+
+class RowCopies:
+    """The model's one grouped lookup (model/grouped_lookup.py), answered from worker-side copies of
+    the rows of a round's batches. Used as grouped_lookup.rows_from(copies.naming()) on the round's
+    batches (to learn their rows), then grouped_lookup.rows_from(copies) for each step's batch."""
+
+    def __init__(self, device):
+        self.device = device  # this worker's device: where the copies (and their slots) live
+        self.family_pieces = self.num_slots = None  # the lookup's tables, as grouped_lookup.cut_alike gives
+        self.copies = []  # [family]: its rows' copy, [None, width]
+        self.distinct = None  # the round's (piece, row) pairs, sorted, as grouped_lookup.pairs() gives
+
+    def naming(self):
+        """The source whose lookup records the distinct rows its batch names: the round's (its rows are
+        zeros; only the IDs are run)."""
+        return types.SimpleNamespace(lookup=lambda families, ids: self._rows(families, ids, naming=True))
+
+    def lookup(self, families, ids) -> list:
+        """The rows of ids, gathered from the copies: a step's batch, one of the round's."""
+        return self._rows(families, ids, naming=False)
+
+    def _rows(self, families, ids, naming: bool) -> list:
+        family_pieces, num_slots = grouped_lookup.cut_alike(families)
+        if self.family_pieces is None:
+            self._make_copies(family_pieces, num_slots)
+        elif _identities(family_pieces) != _identities(self.family_pieces):
+            raise ValueError("--local_steps with tables: the model makes more than one grouped lookup")
+        pairs = grouped_lookup.pairs(family_pieces, ids)
+        columns = len(family_pieces[0])
+        if naming:
+            self.distinct = tf.sort(tf.unique(pairs).y)
+            return [tf.zeros([tf.shape(ids)[0], columns, copy.shape[1]]) for copy in self.copies]
+        positions = tf.searchsorted(self.distinct, pairs, out_type=tf.int32)
+        found = tf.gather(self.distinct, tf.minimum(positions, tf.size(self.distinct) - 1))
+        checked = tf.debugging.assert_equal(found, pairs, message="a batch names a row its round did not read")
+        with tf.control_dependencies([checked]):
+            return [tf.reshape(tf.gather(copy, positions), [-1, columns, copy.shape[1]]) for copy in self.copies]
+
+    def slots_start_empty(self, next_creator, **kwargs):
+        """A variable creator: the optimizer's slots of the copies start empty, [0, width], as the
+        copies do (their own initializers would read the copies' length, before they are set). A round
+        loads the copies and their slots before a step reads them."""
+        name = str(kwargs.get("name", ""))
+        copy = next((copy for copy in self.copies if name.startswith(copy.op.name + "/")), None)
+        if copy is not None:
+            kwargs["initial_value"] = lambda: tf.zeros([0, copy.shape[1]], copy.dtype)
+        return next_creator(**kwargs)
+
+    def _make_copies(self, family_pieces, num_slots):
+        self.family_pieces, self.num_slots = family_pieces, num_slots
+        wide = {id(variable) for variable in v1.get_collection(needs.WIDE_VARIABLES)}
+        for f in range(len(family_pieces)):
+            width = family_pieces[f][0][0].shape[1]
+            with v1.device(self.device), v1.name_scope(None):
+                copy = v1.Variable(tf.zeros([0, width]), trainable=False, shape=tf.TensorShape([None, width]),
+                                   collections=[v1.GraphKeys.LOCAL_VARIABLES], name=f"{SCOPE}/family{f}")
+            if all(id(piece) in wide for column in family_pieces[f] for piece in column):
+                v1.add_to_collection(needs.WIDE_VARIABLES, copy)  # trained as its tables are (FTRL)
+            self.copies.append(copy)
+
+    def fetch_and_load(self, optimizer) -> tf.Operation:
+        """Reads the round's rows and their slots' rows from the ps, one tensor from each, and loads them
+        into the copies and the copies' slots. Call after the optimizer has made both's slots."""
+        # The extended families: each family of tables, then each of its optimizer slots (cut alike, on
+        # the same ps), with what each is: (family, slot name, or None for the tables themselves).
+        self._members, extended = [], []
+        for f, pieces in enumerate(self.family_pieces):
+            self._members.append((f, None))
+            extended.append(pieces)
+            for name in optimizer.get_slot_names():
+                if optimizer.get_slot(pieces[0][0], name) is not None:
+                    self._members.append((f, name))
+                    extended.append([[optimizer.get_slot(piece, name) for piece in column] for column in pieces])
+        self._locals = [self.copies[f] if name is None else optimizer.get_slot(self.copies[f], name)
+                        for f, name in self._members]
+        self._extended = extended
+        self._widths = [pieces[0][0].shape[1] for pieces in extended]
+        # Rows whose values follow from their slots (FTRL's): set from the summed slots, never summed.
+        weights_from_slots = getattr(optimizer, "weights_from_slots", None)
+        self._derived = {e: derived for e, (f, name) in enumerate(self._members) if name is None and weights_from_slots
+                         and (derived := weights_from_slots(self.family_pieces[f][0][0])) is not None}
+        self._placements, self.fetched = [], [None] * len(extended)
+        for placed in grouped_lookup.gather(extended, self.num_slots, self.distinct):
+            joined = []
+            for device_rows in placed.rows:
+                with v1.colocate_with(device_rows[0]):  # one tensor from each ps
+                    joined.append(tf.concat(device_rows, axis=1))
+            with v1.device(self.device):
+                rows = tf.dynamic_stitch(placed.positions, joined)
+                for e, part in zip(placed.families, tf.split(rows, [self._widths[e] for e in placed.families],
+                                                             axis=1)):
+                    self.fetched[e] = part
+            self._placements.append(placed)
+        with v1.device(self.device):
+            return tf.group(*(local.assign(value, read_value=False)
+                              for local, value in zip(self._locals, self.fetched)), name="load_round_rows")
+
+    def push(self) -> tf.Operation:
+        """Adds what the round changed, row by row, to the ps's rows and slots (one tensor to each ps);
+        sets the rows whose values follow from their slots (FTRL's) from the slots that result; marks
+        the rows for incremental checkpoints."""
+        ops = []
+        for placed in self._placements:
+            sent = [e for e in placed.families if e not in self._derived]  # what crosses: all but derived rows
+            with v1.device(self.device):
+                change = tf.concat([self._locals[e].read_value() - self.fetched[e] for e in sent], axis=1)
+            for index, here in enumerate(placed.slots):
+                with v1.device(self.device):
+                    part = tf.gather(change, placed.positions[index])
+                with v1.colocate_with(self._extended_pieces(placed.families[0], here)[0]):
+                    rows, adds = grouped_lookup.scatter_add_here(
+                        [self._extended_pieces(e, here) for e in sent], here, self.num_slots, placed.packed[index],
+                        tf.split(part, [self._widths[e] for e in sent], axis=1))
+                    written = sum(adds, [])
+                    for e in placed.families:
+                        if e in self._derived:
+                            written += self._set_derived(e, here, rows, {sent[i]: adds[i] for i in range(len(sent))})
+                    with tf.control_dependencies(written):  # marked once written, slots included
+                        marks = [touched_rows.mark(marker, piece_rows)
+                                 for e in placed.families if self._members[e][1] is None
+                                 for piece, piece_rows in zip(self._extended_pieces(e, here), rows)
+                                 if (marker := touched_rows.marker_of(piece)) is not None]
+                    ops += written + marks
+        return tf.group(*ops, name="push_round_rows")
+
+    def _set_derived(self, e, slots, rows, adds) -> list:
+        """Sets the rows of extended family e's pieces of `slots` from its slots' rows there, once the
+        slots' changes are added (`adds`: by extended family, each piece's add)."""
+        f, _ = self._members[e]
+        slot_families = {self._members[s][1]: s for s in adds if self._members[s][0] == f}
+        updates = []
+        for i, (piece, piece_rows) in enumerate(zip(self._extended_pieces(e, slots), rows)):
+            with tf.control_dependencies([adds[s][i] for s in slot_families.values()]):
+                values = self._derived[e]({name: tf.gather(self._extended_pieces(s, slots)[i], piece_rows)
+                                           for name, s in slot_families.items()})
+                updates.append(tf.raw_ops.ResourceScatterUpdate(resource=piece.handle, indices=piece_rows,
+                                                                updates=values))
+        return updates
+
+    def _extended_pieces(self, e, slots) -> list:
+        """Extended family e's pieces of `slots`."""
+        pieces = [piece for column in self._extended[e] for piece in column]
+        return [pieces[s] for s in slots]
+
+
+def _identities(family_pieces) -> list:
+    return [[[id(piece) for piece in column] for column in family] for family in family_pieces]
