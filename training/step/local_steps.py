@@ -16,16 +16,21 @@ A global step counts one worker's batch, as in plain asynchronous training: a ro
 it took, and --train_steps cuts the round that reaches it (read at the round's start). The learning
 rate schedule is read once per round; the optimizer's slots (momentum) are the worker's own.
 
-A model with embedding tables (model/needs.table_part) keeps them on the ps: a step reads and updates
-only the rows its batch names, there, every step, as without the lever. Its dense variables (the deep
+A model whose tables take rounds (hashed ones, read through grouped lookups, with an optimizer whose
+slots add: TrainConfig.batches_per_read > 1) gets copies of their rows too: a session.run reads the
+round's K batches at once and trains them on copies of the rows they name, fetched and pushed once
+(build_rounds; training/step/row_copies.py).
+
+Other tables (model/needs.table_part: dynamic ones) stay on the ps: a step reads and updates only the
+rows its batch names, there, every step, as without the lever. The model's dense variables (the deep
 part's layers, the wide part's numeric weights: most of the bytes a step moves) get worker-side copies
-as above, pushed and fetched every K steps. A session.run is then one step, not a round: the tables'
-rows cannot be read ahead of the batches that name them. The push rides on every Kth step's run
-(PushEveryK), and the last, partial round is pushed when the session ends; on the chief that comes
-before the final checkpoint.
+as above, pushed and fetched every K steps. A session.run is then one step, not a round. The push
+rides on every Kth step's run (PushEveryK), and the last, partial round is pushed when the session
+ends; on the chief that comes before the final checkpoint.
 """
 
 import tensorflow as tf
+from absl import logging
 
 from model import grouped_lookup, needs
 from training.step import row_copies, update
@@ -220,7 +225,14 @@ def build(ctx: StepContext) -> Step:
     copies (a loop body cannot), as local variables."""
     copies, train = ctx.reader, ctx.train
     if copies.tables:
-        return build_rounds(ctx) if copies.rows else build_with_tables(ctx)
+        if copies.rows:
+            logging.info("--local_steps=%d: rounds of %d batches, each fetching and pushing the rows of the tables "
+                         "once (training/step/row_copies.py)", train.local_steps, train.local_steps)
+            return build_rounds(ctx)
+        logging.info("--local_steps=%d: the tables stay on the ps, read and updated every step (rounds of rows "
+                     "take hashed tables and an optimizer of %s); the dense variables are pushed every %d steps",
+                     train.local_steps, ", ".join(row_copies.ADDITIVE_SLOTS), train.local_steps)
+        return build_with_tables(ctx)
     with v1.variable_creator_scope(slots_stay_local):
         update.apply_update(ctx.first.loss, ctx.optimizer, None, train.clip_gradient_norm, summaries=False,
                             var_list=copies.local_variables)
