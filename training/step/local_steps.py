@@ -194,10 +194,7 @@ def build_rounds(ctx: StepContext) -> Step:
             update.apply_update(output.loss, ctx.optimizer, None, train.clip_gradient_norm, summaries=False,
                                 var_list=variables)
             loaded = rows.fetch_and_load(ctx.optimizer)
-            start = ctx.global_step.read_value()
-            read = (tf.size(labels) + size - 1) // size
-            budget = tf.minimum(tf.cast(tf.clip_by_value(train.train_steps - start, 0, train.local_steps), tf.int32),
-                                read)
+            budget = tf.minimum(_budget(ctx), (tf.size(labels) + size - 1) // size)  # and the batches read
 
             def local_step(carried):
                 i, = carried
@@ -209,13 +206,26 @@ def build_rounds(ctx: StepContext) -> Step:
             with tf.control_dependencies([loaded]):
                 result = training_loop("local_steps", lambda done, _: done < budget, local_step, ctx.with_auc,
                                        carried=[tf.constant(0)], carried_shapes=[tf.TensorShape([])])
+    return _pushed_and_counted(ctx, result, [copies.push_and_fetch, rows.push])
+
+
+def _budget(ctx: StepContext) -> tf.Tensor:
+    """The round's steps: --local_steps, cut at --train_steps as the global step reads at its start."""
+    start = ctx.global_step.read_value()
+    return tf.cast(tf.clip_by_value(ctx.train.train_steps - start, 0, ctx.train.local_steps), tf.int32)
+
+
+def _pushed_and_counted(ctx: StepContext, result, pushes) -> Step:
+    """The round's step: after its loop, its pushes (callables that build them), then global step + the
+    steps the loop took."""
     with tf.control_dependencies([result.done]):
-        pushed = [copies.push_and_fetch(), rows.push()]
+        pushed = [push() for push in pushes]
     with tf.control_dependencies(pushed), v1.colocate_with(ctx.global_step):
         counted = ctx.global_step.assign_add(tf.cast(result.done, ctx.global_step.dtype), read_value=False)
     with tf.control_dependencies([counted]):
         done = tf.identity(result.done, name="local_steps_taken")
-    return Step(done.op, result.metrics, result.labels, done, (v1.train.StopAtStepHook(last_step=train.train_steps),))
+    return Step(done.op, result.metrics, result.labels, done,
+                (v1.train.StopAtStepHook(last_step=ctx.train.train_steps),))
 
 
 def build(ctx: StepContext) -> Step:
@@ -236,8 +246,7 @@ def build(ctx: StepContext) -> Step:
     with v1.variable_creator_scope(slots_stay_local):
         update.apply_update(ctx.first.loss, ctx.optimizer, None, train.clip_gradient_norm, summaries=False,
                             var_list=copies.local_variables)
-        start = ctx.global_step.read_value()
-        budget = tf.cast(tf.clip_by_value(train.train_steps - start, 0, train.local_steps), tf.int32)
+        budget = _budget(ctx)
 
         def local_step(carried):
             output, labels = ctx.forward()
@@ -246,10 +255,4 @@ def build(ctx: StepContext) -> Step:
             return Iteration(carried, Metrics.of(output), labels, applied)
 
         result = training_loop("local_steps", lambda done, _: done < budget, local_step, ctx.with_auc)
-        with tf.control_dependencies([result.done]):
-            pushed = copies.push_and_fetch()
-        with tf.control_dependencies([pushed]), v1.colocate_with(ctx.global_step):
-            counted = ctx.global_step.assign_add(tf.cast(result.done, ctx.global_step.dtype), read_value=False)
-        with tf.control_dependencies([counted]):
-            done = tf.identity(result.done, name="local_steps_taken")
-    return Step(done.op, result.metrics, result.labels, done, (v1.train.StopAtStepHook(last_step=train.train_steps),))
+        return _pushed_and_counted(ctx, result, [copies.push_and_fetch])
