@@ -364,6 +364,10 @@ def read_train(f, cluster: spec.ClusterConfig, env) -> TrainConfig:
                              f.learning_rate)
     learning_rate = f.learning_rate * choice.learning_rate_scale
     rounds = cluster.is_distributed and table_rounds(f, optimizer)  # one process reads its tables as they are
+    if f.local_steps > 1 and has_tables(f) and not rounds and f.steps_per_run > 1:  # (check_local_steps: the rest)
+        raise app.UsageError(f"--steps_per_run={f.steps_per_run} with --local_steps={f.local_steps} and "
+                             f"--model={f.model} in one process: its tables' rows are read a step at a time; drop "
+                             "--steps_per_run.")
     if f.scale_learning_rate_by_replicas and f.sync_replicas:
         learning_rate *= replicas
     return TrainConfig(

@@ -491,6 +491,15 @@ def test_fewer_round_trips_are_refused_where_they_do_not_apply(args, expected):
     assert expected in usage_error(*WORKER, *args)
 
 
+def test_one_process_refuses_steps_per_run_beside_local_steps_with_tables_it_reads_a_step_at_a_time():
+    # A cluster trains hashed tables in rounds of --local_steps (a run per round); one process reads its
+    # tables as they are, a step a run, and would ignore the flag.
+    assert "in one process: its tables' rows are read a step at a time" in usage_error(
+        "--local_steps=10", "--steps_per_run=10", "--model=wide_deep", "--dataset=clicks")
+    assert read_flags(*WORKER, "--local_steps=10", "--steps_per_run=10", "--model=wide_deep",
+                      "--dataset=clicks").train.steps_per_run == 10
+
+
 def test_nothread_spinning_reaches_the_cluster_config_and_a_local_cluster_sets_it_when_cores_are_short(
         tmp_path, monkeypatch):
     assert read_flags(*WORKER).cluster.thread_spinning
