@@ -351,14 +351,23 @@ class ItemFeed:
         self._session_factory = make_session
 
     def _call(self, fetches, feed_dict=None):
-        """Runs fetches on the queue, once; after a failure the next call opens a new session."""
+        """Runs fetches on the queue, once; after a failure the next call opens a new session.
+
+        A call that fails for a reason a new session can mend (RETRYABLE) raises AbortedError, which
+        MonitoredSession takes for a preemption: it makes its session again, and this worker gives back
+        the files it held (restart). A call timed out after CALL_TIMEOUT_MS is one of those: ps 0, or
+        this process itself, paused or overloaded (a process stopped by SIGSTOP mid-call finds its
+        deadline passed as it resumes)."""
+        start = time.monotonic()
         try:
             if self._session is None:
                 self._session = self._session_factory()
             return self._session.run(fetches, feed_dict=feed_dict, options=v1.RunOptions(timeout_in_ms=CALL_TIMEOUT_MS))
-        except RETRYABLE:
+        except RETRYABLE as err:
             self._close_session()
-            raise
+            raise tf.errors.AbortedError(
+                None, None, f"{self.task_name}: the input queue on ps 0 did not answer ({type(err).__name__} after "
+                f"{time.monotonic() - start:.1f} s: {_first_line(err.message)})") from err
 
     def _over(self) -> None:
         """Every epoch is done: the pipeline ends, and the workers waiting for a sync round are woken."""
@@ -413,8 +422,7 @@ class ItemFeed:
                 except RETRYABLE as err:
                     result, failure = None, err
             if failure is not None:  # ps 0 restarting: ask again, outside the lock
-                logging.info("%s: input queue on ps 0 did not answer (%s); asking again", self.task_name,
-                             _first_line(failure.message))
+                logging.info("%s; asking again", failure.message)
                 time.sleep(RETRY_SECS)
                 continue
             key, over, reclaimed, start = (int(value) for value in result)

@@ -1,6 +1,7 @@
 """Fault injection on a LocalCluster: kill one task with SIGKILL at a chosen global step and restart
-it, or kill the chief again and again while it writes checkpoints; then report what a user would
-ask: did training finish, at what step, did the checkpoint restore, and how much time was lost.
+it, or pause it (SIGSTOP, then SIGCONT) and let it resume, or kill the chief again and again while it
+writes checkpoints; then report what a user would ask: did training finish, at what step, did the
+checkpoint restore, and how much time was lost.
 
 Progress is read from the tasks' own log lines ('<task> step N/T loss L', 'first step done at global
 step N, loss L'), so run the trainers with a small --log_every_n_steps.
@@ -61,6 +62,7 @@ def _finish(cluster, deadline) -> dict:
 @dataclasses.dataclass
 class KillReport:
     target: str
+    fault: str  # "killed (SIGKILL)" or "paused for N s (SIGSTOP, then SIGCONT)"
     killed_at_step: int
     checkpoint_at_kill: int | None
     # Read again just before the restart: a save whose files were written before the kill can still be
@@ -87,7 +89,7 @@ class KillReport:
     def lines(self) -> list[str]:
         codes = ", ".join(f"{job} {index}: {code}" for (job, index), code in sorted(self.exit_codes.items()))
         return [
-            f"killed {self.target} (SIGKILL) at global step {self.killed_at_step}; latest checkpoint then: "
+            f"{self.fault.replace(' ', f' {self.target} ', 1)} at global step {self.killed_at_step}; latest checkpoint then: "
             f"{self.checkpoint_at_kill}" + (f" (registered by the restart: {self.checkpoint_at_restart})"
                                             if self.checkpoint_at_restart != self.checkpoint_at_kill else ""),
             f"lowest global step after the kill: {self.lowest_step_after}",
@@ -118,22 +120,26 @@ def _fmt(value, digits=4):
 
 
 def kill_and_restart(cluster, model_dir, job: str, index: int, at_step: int, restart_delay_secs: float = 1.0,
-                     timeout_secs: float = 600) -> KillReport:
+                     timeout_secs: float = 600, pause_secs: float = 0) -> KillReport:
     """Runs the cluster, SIGKILLs one task once a worker logs global step >= at_step, restarts it,
-    and waits for every task to exit."""
+    and waits for every task to exit. pause_secs: instead of the kill, stops the task (SIGSTOP) for
+    that long and lets it go on (SIGCONT), with no restart."""
     start = time.monotonic()
     deadline = start + timeout_secs
     cluster.start_all()
     wait_until(cluster, lambda: max((s.step for s in progress(cluster)), default=0) >= at_step, deadline,
                 f"global step {at_step}")
     checkpoint_at_kill = registered_step(model_dir)
-    cluster.kill(job, index, signal.SIGKILL)
+    cluster.kill(job, index, signal.SIGSTOP if pause_secs else signal.SIGKILL)
     killed_at = datetime.datetime.now()
     before = progress(cluster)
     killed_at_step = max(s.step for s in before)
-    time.sleep(restart_delay_secs)
+    time.sleep(pause_secs or restart_delay_secs)
     checkpoint_at_restart = registered_step(model_dir)
-    cluster.start(job, index)
+    if pause_secs:
+        cluster.kill(job, index, signal.SIGCONT)
+    else:
+        cluster.start(job, index)
     codes = _finish(cluster, deadline)
 
     after = [s for s in progress(cluster) if s.time > killed_at]
@@ -143,6 +149,7 @@ def kill_and_restart(cluster, model_dir, job: str, index: int, at_step: int, res
     chief = log_lines.finished_values(cluster.log(*chief_key(cluster)))
     return KillReport(
         target=f"{job} {index}",
+        fault=f"paused for {pause_secs:g} s (SIGSTOP, then SIGCONT)" if pause_secs else "killed (SIGKILL)",
         killed_at_step=killed_at_step,
         checkpoint_at_kill=checkpoint_at_kill,
         checkpoint_at_restart=checkpoint_at_restart,

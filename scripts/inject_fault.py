@@ -2,6 +2,7 @@
 """Runs a local cluster, kills one task with SIGKILL, restarts it, and reports the outcome.
 
     python scripts/inject_fault.py --kill=worker:1 --at_step=300
+    python scripts/inject_fault.py --kill=ps:0 --at_step=300 --pause_secs=40   # SIGSTOP for 40 s, then SIGCONT
     python scripts/inject_fault.py --kill=ps:0 --at_step=300 -- --sync_replicas
     python scripts/inject_fault.py --kill=random --seed=7           # a random task at a random step
     python scripts/inject_fault.py --during_saves=20                # kill the chief mid-save, 20 times
@@ -37,6 +38,8 @@ flags.DEFINE_integer("train_steps", 1000, "Training steps of the run (with --dur
 flags.DEFINE_integer("num_ps", 1, "Number of ps tasks.", lower_bound=1)
 flags.DEFINE_integer("num_workers", 2, "Number of workers.", lower_bound=1)
 flags.DEFINE_float("restart_delay_secs", 1.0, "Pause between the kill and the restart.", lower_bound=0)
+flags.DEFINE_float("pause_secs", 0, "Instead of killing the --kill task: stop it (SIGSTOP) for this long, then let "
+                   "it go on (SIGCONT), with no restart.", lower_bound=0)
 flags.DEFINE_float("chaos_secs", 0, "Instead: kill random tasks for this long (chaos mode).", lower_bound=0)
 flags.DEFINE_list("chaos_interval_secs", ["6", "20"], "Chaos mode: MIN,MAX seconds between kills.")
 flags.DEFINE_list("chaos_restart_delay_secs", ["0.5", "3"], "Chaos mode: MIN,MAX seconds before a restart.")
@@ -118,10 +121,11 @@ def run(trainer_args, run_dir):
         cluster = LocalCluster(run_dir, FLAGS.num_ps, FLAGS.num_workers,
                                [*trainer_args, f"--save_checkpoint_steps={FLAGS.save_checkpoint_steps}",
                                 f"--train_steps={FLAGS.train_steps}"], preload=FLAGS.preload)
-        print(f"killing {job} {index} at global step {at_step}; logs in {run_dir}", flush=True)
+        what = f"pausing {job} {index} for {FLAGS.pause_secs:g} s" if FLAGS.pause_secs else f"killing {job} {index}"
+        print(f"{what} at global step {at_step}; logs in {run_dir}", flush=True)
         with cluster:
             report = faults.kill_and_restart(cluster, str(model_dir), job, index, at_step,
-                                             FLAGS.restart_delay_secs, FLAGS.timeout_secs)
+                                             FLAGS.restart_delay_secs, FLAGS.timeout_secs, FLAGS.pause_secs)
         ok = report.finished and report.final_step is not None and report.final_step >= FLAGS.train_steps
     print("\n".join(report.lines()))
     if FLAGS.report_json:

@@ -10,10 +10,10 @@ import subprocess
 
 import pytest
 
-TIERS = ("pure", "inprocess", "e2e")
+TIERS = ("pure", "inprocess", "servers", "e2e")
 # The order tests start in: the longest first, so that with two processes (pytest -n 2) they end
 # together on short tests instead of one waiting on a drill started last.
-START_ORDER = ("drill", "e2e", "inprocess", "pure")
+START_ORDER = ("drill", "e2e", "servers", "inprocess", "pure")
 
 
 def pytest_collection_modifyitems(items):
@@ -52,6 +52,20 @@ def pure_tests_stay_pure(request, monkeypatch):
     monkeypatch.setattr(socket, "getaddrinfo", refuse("look a name up (socket.getaddrinfo)"))
     monkeypatch.setattr(socket, "gethostbyname", refuse("look a name up (socket.gethostbyname)"))
     monkeypatch.setattr(subprocess, "Popen", refuse("start a process (subprocess.Popen)"))
+
+
+@pytest.fixture(autouse=True)
+def inprocess_tests_start_no_server(request, monkeypatch):
+    """An inprocess test starts no gRPC server (tf.test.create_local_cluster's included): one that does
+    fails, naming it, and belongs to the servers tier, outside the fast loop."""
+    if request.node.get_closest_marker("inprocess") is None:
+        return
+    from tensorflow.python.training import server_lib  # pylint: disable=import-outside-toplevel
+
+    def refused(*args, **kwargs):
+        raise AssertionError("an inprocess test may not start a gRPC server (tf.distribute.Server, "
+                             "tf.test.create_local_cluster): mark the test servers")
+    monkeypatch.setattr(server_lib.Server, "__init__", refused)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -369,7 +369,7 @@ def test_the_chief_evicts_before_each_checkpoint_which_leaves_the_evicted_ids_ou
     assert reader.get_tensor("wide_deep/user/shard0/free_count") >= int(evicted[-1])
 
 
-@pytest.mark.inprocess
+@pytest.mark.servers
 def test_workers_admitting_the_same_new_ids_at_once_give_each_one_row_and_lose_none():
     workers, _, configs = in_process_cluster(num_workers=2, num_ps=1)
     keys = [f"id{i}" for i in range(3000)]
@@ -402,7 +402,7 @@ def test_workers_admitting_the_same_new_ids_at_once_give_each_one_row_and_lose_n
     assert next_row == len(keys) + 1  # and none lost
 
 
-@pytest.mark.inprocess
+@pytest.mark.servers
 def test_workers_training_while_the_storage_grows_under_them_never_meet_a_slot_of_another_length():
     """A growth replaces a shard's row variable and its slots one by one; an optimizer's update (in the
     shard's lock, like the growth) never runs between: TensorFlow's sparse apply would refuse them."""
@@ -470,7 +470,7 @@ def test_rows_a_table_adds_start_their_slots_where_the_optimizer_starts_them(nam
                 np.testing.assert_allclose(value[embeddings.GROWTH_ROWS:], start)
 
 
-@pytest.mark.inprocess
+@pytest.mark.servers
 def test_shards_live_on_their_own_ps_and_every_worker_reads_the_same_rows():
     workers, _, configs = in_process_cluster(num_workers=2, num_ps=2)
     devices = configs[0].ps_devices()
@@ -492,7 +492,7 @@ def test_shards_live_on_their_own_ps_and_every_worker_reads_the_same_rows():
     assert not np.array_equal(served[1]["e"], served[0]["a"])
 
 
-@pytest.mark.inprocess
+@pytest.mark.servers
 @pytest.mark.parametrize("shards", [2, 1], ids=["cut by ID", "whole tables spread"])
 def test_the_tables_of_several_columns_cross_to_each_ps_in_one_tensor_and_read_their_own_rows(shards):
     """Cut by ID, the shards of each column start on the next ps; whole (one shard each), the tables

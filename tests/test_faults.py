@@ -107,6 +107,17 @@ def test_a_killed_ps_restarts_and_the_chief_restores_onto_it(tmp_path, trainer_a
 
 
 @pytest.mark.e2e
+def test_a_ps_paused_longer_than_a_call_may_wait_goes_on_and_every_task_ends_at_the_last_step(tmp_path):
+    # 12 s: past the 10 s a worker's call to ps 0 may take (input/work_queue.CALL_TIMEOUT_MS). Nothing is
+    # restarted: the workers wait, or make their sessions again, and go on where the ps was.
+    report = inject(tmp_path, "--kill=ps:0", "--at_step=100", "--pause_secs=12")
+    check_recovered(report)
+    assert report["fault"] == "paused for 12 s (SIGSTOP, then SIGCONT)"
+    for index in (0, 1):
+        assert "exit 138" not in (tmp_path / "run" / f"worker-{index}.log").read_text()
+
+
+@pytest.mark.e2e
 def test_killing_the_chief_during_saves_never_leaves_a_checkpoint_that_fails_to_restore(tmp_path):
     report = inject(tmp_path, "--during_saves=2", "--seed=1", "--train_steps=40")
     assert report["clean"], report

@@ -22,11 +22,11 @@ from training import graph as train_graph
 from training.config import RunConfig, TrainConfig
 from training.step import StepContext, accumulate, local_steps, single, sync
 
-pytestmark = pytest.mark.inprocess
 
 v1 = tf.compat.v1
 
 
+@pytest.mark.inprocess
 @pytest.mark.parametrize("name,data", [("mlp", inputs.DataConfig(synthetic_examples=2000)),
                                        ("wide_deep", inputs.DataConfig(name="clicks"))])
 def test_several_steps_per_run_stop_exactly_at_train_steps(tmp_path, name, data):
@@ -48,6 +48,7 @@ def test_several_steps_per_run_stop_exactly_at_train_steps(tmp_path, name, data)
         assert variables == len(v1.global_variables())
 
 
+@pytest.mark.servers
 @pytest.mark.parametrize("wire_dtype", ["bfloat16", "float16"])
 def test_training_converges_with_16_bit_variables_and_gradients_on_the_wire(tmp_path, wire_dtype):
     servers, _, (cluster,) = in_process_cluster(num_workers=1, num_ps=1)
@@ -115,6 +116,7 @@ class LocalReplica:
         return self.session.run([self.global_step, self.var, self.copy])
 
 
+@pytest.mark.servers
 def test_each_round_adds_its_workers_share_of_its_update_and_fetches_the_others():
     servers, _, configs = in_process_cluster(num_workers=2, num_ps=1)
     chief = LocalReplica(configs[0], servers[0], 3)
@@ -139,6 +141,7 @@ def test_each_round_adds_its_workers_share_of_its_update_and_fetches_the_others(
     np.testing.assert_allclose(var, initial + round0 + round1 / 2, rtol=1e-6)
 
 
+@pytest.mark.servers
 def test_the_round_that_reaches_train_steps_is_cut_there():
     servers, _, (cfg,) = in_process_cluster(num_workers=1, num_ps=1)
     replica = LocalReplica(cfg, servers[0], 4, train_steps=10)
@@ -148,6 +151,7 @@ def test_the_round_that_reaches_train_steps_is_cut_there():
     np.testing.assert_allclose(var, np.array(INITIAL) - 10 * LEARNING_RATE * np.array(GRADIENTS[0]), rtol=1e-6)
 
 
+@pytest.mark.servers
 def test_one_worker_with_local_steps_trains_the_model_as_plain_sgd_and_resumes_from_its_checkpoint(tmp_path):
     data, mlp = inputs.DataConfig(synthetic_examples=2000), model.ModelConfig(hidden_units=(32,))
     # Two ps tasks: the variables are split between them, and each gets its own packed push and fetch.
@@ -173,6 +177,7 @@ def test_one_worker_with_local_steps_trains_the_model_as_plain_sgd_and_resumes_f
     assert saved[-1] == 40
 
 
+@pytest.mark.servers
 def test_with_tables_one_worker_with_local_steps_trains_as_plain_sgd_pushing_its_dense_copies_every_k_steps(tmp_path):
     data = inputs.DataConfig(name="clicks", synthetic_examples=2000)
     wide_deep = model.ModelConfig(name="wide_deep", hidden_units=(8,), hash_buckets=1000, embedding_dim=4)
@@ -195,6 +200,7 @@ def test_with_tables_one_worker_with_local_steps_trains_as_plain_sgd_pushing_its
                                        err_msg=f"{name} at step {step}")
 
 
+@pytest.mark.servers
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "ftrl_adagrad"])
 def test_with_hashed_tables_one_worker_trains_rounds_of_rows_as_plain_training(tmp_path, optimizer):
     # Rounds (training/step/row_copies.py): a run reads 5 batches, trains their rows' copies and pushes
@@ -261,6 +267,7 @@ def accumulating_replica(cluster_cfg, server, train_cfg):
     return session, train_op, global_step, var
 
 
+@pytest.mark.servers
 def test_a_synchronous_round_applies_the_mean_of_every_workers_micro_batches():
     servers, _, configs = in_process_cluster(num_workers=2, num_ps=1)
     train_cfg = TrainConfig(train_steps=10, sync_replicas=True, replicas_to_aggregate=2, accumulate_batches=3)
@@ -289,6 +296,7 @@ def test_a_synchronous_round_applies_the_mean_of_every_workers_micro_batches():
         chief[0].close()
 
 
+@pytest.mark.servers
 def test_a_round_of_local_steps_makes_one_packed_exchange_per_ps():
     # Counted on the partition graphs TensorFlow builds for one run of the train op (launch/measure.py).
     def trips(local, num_ps):
@@ -305,6 +313,7 @@ def test_a_round_of_local_steps_makes_one_packed_exchange_per_ps():
     assert two_ps.run_graph == 2 and two_ps.recv_tensor <= local.recv_tensor + 3  # one more packed pair
 
 
+@pytest.mark.servers
 def test_a_round_of_rows_makes_one_exchange_each_way_per_ps_for_every_table():
     # wide_deep's hashed tables, cut over 2 ps: a plain step reads the batch's rows and sends their
     # gradients, and the dense variables' values and gradients; a round of 10 steps sends each ps the
@@ -324,6 +333,7 @@ def test_a_round_of_rows_makes_one_exchange_each_way_per_ps_for_every_table():
     assert rounds.recv_tensor <= 9 * 2 and rounds.per_step <= plain.per_step / 10, (plain, rounds)
 
 
+@pytest.mark.servers
 def test_a_round_marks_the_rows_it_changed_for_the_next_incremental_checkpoint():
     servers, _, (cluster,) = in_process_cluster(num_workers=1, num_ps=2)
     cfg = RunConfig(cluster, TrainConfig(batch_size=32, local_steps=5, steps_per_run=5, batches_per_read=5,

@@ -20,7 +20,6 @@ from training import checkpoints, learning, worker
 from training.step import single, sync
 from training.config import RunConfig, TrainConfig
 
-pytestmark = pytest.mark.inprocess
 
 v1 = tf.compat.v1
 LEARNING_RATE = 0.5
@@ -144,6 +143,7 @@ def sync_cluster():
         replica.close()
 
 
+@pytest.mark.servers
 def test_a_sync_step_applies_the_exact_average_of_the_gradients(sync_cluster):
     chief, other = sync_cluster(workers=2, replicas_to_aggregate=2)
     join_all([chief.step_in_thread()[0], other.step_in_thread()[0]])
@@ -153,6 +153,7 @@ def test_a_sync_step_applies_the_exact_average_of_the_gradients(sync_cluster):
     np.testing.assert_allclose(value, expected, rtol=1e-6)
 
 
+@pytest.mark.servers
 def test_the_chief_cannot_complete_a_step_alone(sync_cluster):
     chief, other = sync_cluster(workers=2, replicas_to_aggregate=2)
     chief_thread, outcome = chief.step_in_thread()
@@ -163,6 +164,7 @@ def test_the_chief_cannot_complete_a_step_alone(sync_cluster):
     assert chief.read()[0] == 1 and outcome["result"] == "stepped"
 
 
+@pytest.mark.servers
 def test_a_spare_token_does_not_let_the_chief_fill_a_round_alone(sync_cluster):
     chief, other = sync_cluster(workers=2, replicas_to_aggregate=2)
     join_all([chief.step_in_thread()[0], other.step_in_thread()[0]])  # round 0; each took a round-1 token
@@ -179,6 +181,7 @@ def test_a_spare_token_does_not_let_the_chief_fill_a_round_alone(sync_cluster):
     np.testing.assert_allclose(value, expected, rtol=1e-6)
 
 
+@pytest.mark.servers
 def test_a_worker_restarted_after_pushing_its_gradient_counts_once_in_that_round(sync_cluster):
     chief, other = sync_cluster(workers=2, replicas_to_aggregate=2)
     waiting, outcome = other.step_in_thread()  # pushes its round-0 gradient, then waits for a token
@@ -199,6 +202,7 @@ def test_a_worker_restarted_after_pushing_its_gradient_counts_once_in_that_round
     np.testing.assert_allclose(value, np.array(INITIAL) - LEARNING_RATE * np.mean(GRADIENTS[:2], axis=0), rtol=1e-6)
 
 
+@pytest.mark.servers
 @pytest.mark.parametrize("chief_clock_behind_secs", [0, 600])
 def test_a_round_lost_with_a_failed_aggregation_is_pushed_again_by_every_worker(sync_cluster, monkeypatch,
                                                                                chief_clock_behind_secs):
@@ -244,6 +248,7 @@ def a_restarted_chief_completes_round_0(chief, waiting):
     np.testing.assert_allclose(value, np.array(INITIAL) - LEARNING_RATE * np.mean(GRADIENTS[:2], axis=0), rtol=1e-6)
 
 
+@pytest.mark.servers
 def test_after_an_aggregation_that_failed_past_its_take_a_woken_workers_push_counts(sync_cluster):
     # Seen in the link-cut drill: the take succeeded, the apply did not (the channel closed), so the
     # accumulators counted round 1 and dropped the re-pushed round-0 gradients as stale: a stall.
@@ -255,6 +260,7 @@ def test_after_an_aggregation_that_failed_past_its_take_a_woken_workers_push_cou
     a_restarted_chief_completes_round_0(chief, waiting)
 
 
+@pytest.mark.servers
 def test_a_backup_workers_stale_gradient_is_dropped(sync_cluster):
     chief, second, backup = sync_cluster(workers=3, replicas_to_aggregate=2)
     join_all([chief.step_in_thread()[0], second.step_in_thread()[0]])
@@ -268,6 +274,7 @@ def test_a_backup_workers_stale_gradient_is_dropped(sync_cluster):
     np.testing.assert_allclose(value, after_round, rtol=1e-6)
 
 
+@pytest.mark.servers
 def test_a_worker_waiting_for_a_token_is_released_when_the_chief_ends_at_the_last_step(sync_cluster):
     chief, other = sync_cluster(workers=2, replicas_to_aggregate=2, train_steps=1)
     join_all([chief.step_in_thread()[0], other.step_in_thread()[0]])  # round 0: the global step is 1, the last
@@ -281,6 +288,7 @@ def test_a_worker_waiting_for_a_token_is_released_when_the_chief_ends_at_the_las
     assert time.monotonic() - started < 10
 
 
+@pytest.mark.servers
 def test_a_chief_that_ends_short_of_the_last_step_leaves_the_token_queue_open(sync_cluster):
     # A closed token queue ends every later wait for a token with OutOfRangeError, which a
     # MonitoredSession takes for the end of the input: a worker would "finish" short of the last step.
@@ -295,6 +303,7 @@ def test_a_chief_that_ends_short_of_the_last_step_leaves_the_token_queue_open(sy
     assert outcome["result"] == "stepped"
 
 
+@pytest.mark.inprocess
 def test_the_hooks_build_their_ops_once_so_a_second_session_works_in_a_finalized_graph():
     # A MonitoredTrainingSession whose creation fails (a ps restarting) leaves the graph finalized, and
     # the worker enters the next one with the same hooks: their begin() must not add ops again.
@@ -330,6 +339,7 @@ class CancelOnce(v1.train.SessionRunHook):
             raise tf.errors.CancelledError(None, None, "RecvFromRemoteAsync is cancelled.")
 
 
+@pytest.mark.servers
 def test_a_cancelled_step_starts_a_new_session_and_training_reaches_its_end(tmp_path, monkeypatch):
     # An async worker of an in-process cluster (1 ps, 1 worker) through the trainer's own loop.
     servers, _, (cluster_cfg,) = in_process_cluster(num_workers=1, num_ps=1)
@@ -351,6 +361,7 @@ def test_a_cancelled_step_starts_a_new_session_and_training_reaches_its_end(tmp_
     assert cancel.raised and progress.global_step >= 60
 
 
+@pytest.mark.inprocess
 def test_after_a_restore_a_ps_that_kept_its_rounds_counts_the_first_push_of_the_restored_round_alone(tmp_path):
     # Seen in the two-ps sync drill: ps 0 kept running at round 61 while ps 1 restarted; the chief
     # restored step 50, the other worker was ready at once and pushed its round-50 gradient before the

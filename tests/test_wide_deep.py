@@ -61,7 +61,7 @@ def bytes_per_step(model_cfg, data_cfg=CLICKS, steps=30):
             return (traffic(ports) - before) / steps, variable_bytes
 
 
-@pytest.mark.inprocess
+@pytest.mark.servers
 @pytest.mark.skipif(shutil.which("ss") is None, reason="needs iproute2's ss")
 def test_a_step_moves_the_rows_it_touches_not_the_table():
     small, small_vars = bytes_per_step(wide_deep(1000))
@@ -151,7 +151,7 @@ def tags(directory) -> set:
             for event in v1.train.summary_iterator(str(path)) for value in event.summary.value}
 
 
-@pytest.mark.inprocess
+@pytest.mark.servers
 @pytest.mark.parametrize("grouped,optimizer,placed", [(True, "sgd", "alike"), (False, "sgd", "alike"),
                                                       (True, "adagrad", "alike"), (True, "adagrad", "apart")])
 def test_one_gather_per_ps_reads_and_updates_exactly_the_rows_embedding_lookup_does(grouped, optimizer, placed):

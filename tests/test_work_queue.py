@@ -16,7 +16,6 @@ from input.work_queue import DONE, TODO
 from tests.support import read_flags, write_click_csvs, write_embedded_as_tfrecord
 from training import checkpoints, queue_hook, worker
 
-pytestmark = pytest.mark.inprocess
 v1 = tf.compat.v1
 NUM_FILES = 5
 
@@ -67,6 +66,7 @@ def cluster_fixture():
     return workers
 
 
+@pytest.mark.servers
 def test_every_file_of_the_open_epochs_is_handed_out_once(cluster):
     first, second = Worker(cluster[0], 0), Worker(cluster[1], 1)
     first.session.run(first.init)
@@ -85,6 +85,7 @@ def test_every_file_of_the_open_epochs_is_handed_out_once(cluster):
     assert sorted(owners.ravel().tolist()) == [0] * NUM_FILES + [1] * NUM_FILES
 
 
+@pytest.mark.servers
 def test_a_worker_that_restarts_or_goes_silent_loses_its_files_to_the_others(cluster):
     first, second = Worker(cluster[0], 0, lease_secs=1.0), Worker(cluster[1], 1, lease_secs=1.0)
     first.session.run(first.init)
@@ -104,6 +105,7 @@ def test_a_worker_that_restarts_or_goes_silent_loses_its_files_to_the_others(clu
     assert first.finish(later)[0]
 
 
+@pytest.mark.servers
 def test_a_file_handed_out_again_comes_with_the_prefix_its_last_reader_trained(cluster):
     first, second = Worker(cluster[0], 0), Worker(cluster[1], 1)
     first.session.run(first.init)
@@ -114,6 +116,7 @@ def test_a_file_handed_out_again_comes_with_the_prefix_its_last_reader_trained(c
     assert [second.take_with_prefix() for _ in range(3)] == [(0, 7), (1, 3), (2, 0)]
 
 
+@pytest.mark.servers
 def test_a_report_of_training_that_a_restore_rolled_back_is_dropped(cluster):
     first, second = Worker(cluster[0], 0), Worker(cluster[1], 1)
     first.session.run(first.init)
@@ -129,6 +132,7 @@ def test_a_report_of_training_that_a_restore_rolled_back_is_dropped(cluster):
     assert second.take_with_prefix() == (0, 12)
 
 
+@pytest.mark.servers
 def test_a_prefix_of_an_ended_epoch_is_not_handed_out_with_the_next_epochs_file(cluster):
     # Epoch 2's file 0 (key 10) takes the slot of epoch 0's file 0 (key 0) once epoch 0 is done.
     worker = Worker(cluster[0], 0, num_epochs=3, num_workers=1)
@@ -145,6 +149,7 @@ def test_a_prefix_of_an_ended_epoch_is_not_handed_out_with_the_next_epochs_file(
     assert [worker.take_with_prefix() for _ in range(NUM_FILES)][-1] == (2 * NUM_FILES, 2)
 
 
+@pytest.mark.servers
 def test_an_epoch_ends_with_its_last_file_and_the_run_with_its_last_epoch(cluster):
     worker = Worker(cluster[0], 0, num_epochs=2, num_workers=1)
     worker.session.run(worker.init)
@@ -161,6 +166,7 @@ def test_an_epoch_ends_with_its_last_file_and_the_run_with_its_last_epoch(cluste
     assert epoch == 2 and (owners == TODO).all()
 
 
+@pytest.mark.servers
 def test_the_queue_state_is_saved_and_restored_with_the_model(cluster, tmp_path):
     worker = Worker(cluster[0], 0, num_workers=1)
     worker.session.run(worker.init)
@@ -193,6 +199,7 @@ def _local_queue():
     return graph, queue, v1.Session(graph=graph)
 
 
+@pytest.mark.inprocess
 def test_a_checkpoint_of_the_queue_without_trained_prefixes_restores_them_from_zero(tmp_path):
     # The last release's queue saved no prefixes: its checkpoints restore, and the prefixes start at 0.
     graph, queue, session = _local_queue()
@@ -222,6 +229,7 @@ def test_a_checkpoint_of_the_queue_without_trained_prefixes_restores_them_from_z
         assert checkpoints.older_layout(str(tmp_path), [queue.prefixes], sharded=True) is None
 
 
+@pytest.mark.inprocess
 def test_the_heartbeats_are_no_checkpoints_and_a_checkpoint_that_held_them_for_fewer_workers_restores(tmp_path):
     # The last release saved the heartbeats, one per worker the job started with; now they have a slot
     # for every worker that may join, are saved by no checkpoint, and start at 0 after a restore.
@@ -252,6 +260,7 @@ def test_the_heartbeats_are_no_checkpoints_and_a_checkpoint_that_held_them_for_f
     assert "input_queue/last_seen" not in saved and {work_queue.STATE, "ids-keys", "ids-values"} <= set(saved)
 
 
+@pytest.mark.inprocess
 def test_a_checkpoint_saved_without_the_queue_is_named_not_resumed(tmp_path):
     graph = tf.Graph()
     with graph.as_default(), v1.Session(graph=graph) as sess:
@@ -261,6 +270,7 @@ def test_a_checkpoint_saved_without_the_queue_is_named_not_resumed(tmp_path):
     assert "was saved without the input queue" in work_queue.resume_refusal(path, NUM_FILES, "/data")
 
 
+@pytest.mark.inprocess
 def test_the_queue_chosen_by_default_gives_way_to_a_checkpoint_of_fixed_shards(tmp_path):
     write_click_csvs(tmp_path / "csv")
     cfg = read_flags("--ps_hosts=127.0.0.1:2222", "--worker_hosts=127.0.0.1:2223", "--job_name=worker",
@@ -278,6 +288,7 @@ def test_the_queue_chosen_by_default_gives_way_to_a_checkpoint_of_fixed_shards(t
     assert worker._settle_input(explicit) is explicit  # pylint: disable=protected-access  (refused later)
 
 
+@pytest.mark.servers
 @pytest.mark.parametrize("skip", [False, True])
 def test_an_empty_file_is_finished_and_a_file_cut_short_is_named_or_skipped_as_chosen(cluster, tmp_path, skip):
     # Three files through one worker's queued pipeline: 40 good examples, none, and one cut inside its 4th.
@@ -325,6 +336,7 @@ def test_an_empty_file_is_finished_and_a_file_cut_short_is_named_or_skipped_as_c
     assert feed.tally.files[0] == 3 and feed.tally.examples[0] == 43
 
 
+@pytest.mark.servers
 def test_an_empty_csv_file_is_finished_with_the_epoch(cluster, tmp_path):
     # A CSV file with no bytes gives no block at all (a TFRecord one gives its end marker): its finish
     # met a file never counted as read, and the worker stopped on a KeyError.
@@ -351,6 +363,7 @@ def test_an_empty_csv_file_is_finished_with_the_epoch(cluster, tmp_path):
     assert feed.finished and feed.tally.files[0] == 2 and feed.tally.examples[0] == 10
 
 
+@pytest.mark.servers
 def test_a_pass_takes_no_more_than_its_share_of_few_files_so_a_peer_that_starts_later_gets_some(cluster):
     # Found with 4 gzipped TSV files and 2 workers: the worker that started first took all 4 in its first
     # pass (up to FILES_PER_PASS), and the chief, a few seconds later, trained nothing all epoch.
@@ -391,6 +404,7 @@ def _queued_pipeline(cluster, data_dir, index, num_files, cfg=None, batch_size=8
     return feed, v1.Session(cluster[index].target, graph=graph), init, batches.initializer, (keys, ordinals)
 
 
+@pytest.mark.servers
 def test_a_reader_killed_mid_file_leaves_its_trained_prefix_and_the_next_reads_only_the_rest(cluster, tmp_path):
     write_embedded_as_tfrecord(tmp_path, examples=40)
     first, first_session, init, first_iterator, first_tags = _queued_pipeline(cluster, tmp_path, 0, 1)
@@ -430,6 +444,7 @@ def test_a_reader_killed_mid_file_leaves_its_trained_prefix_and_the_next_reads_o
     assert epochs == [0] and counts == [40]  # the epoch counts every example of the file
 
 
+@pytest.mark.servers
 def test_a_queue_lost_while_the_session_was_made_makes_monitored_session_try_again(cluster):
     # ps 0 restarted between the session's creation and the hook's first call (the chaos drill found
     # it): the queue's variables are not there; MonitoredSession makes the session again on AbortedError.
@@ -447,6 +462,76 @@ def test_a_queue_lost_while_the_session_was_made_makes_monitored_session_try_aga
         feed.stop()
 
 
+class _FinishAnsweredLate:
+    """The feed's sessions, of which the first `finish` call is applied on ps 0 but answered too late: the
+    "Operation timed out." (DeadlineExceeded) that a worker stopped mid-call by SIGSTOP meets as it resumes."""
+
+    def __init__(self, target, graph, finish):
+        self.target, self.graph, self.finish, self.timed_out = target, graph, finish, False
+
+    def __call__(self):
+        session = v1.Session(self.target, graph=self.graph)
+        real_run = session.run
+
+        def run(fetches, **kwargs):
+            result = real_run(fetches, **kwargs)
+            if fetches is self.finish and not self.timed_out:
+                self.timed_out = True
+                raise tf.errors.DeadlineExceededError(None, None, "Operation timed out.")
+            return result
+
+        session.run = run
+        return session
+
+
+@pytest.mark.servers
+def test_a_queue_call_that_times_out_mid_training_makes_the_session_again_and_loses_no_example(cluster, tmp_path):
+    # The elastic test paused workers (SIGSTOP) while a worker joined; one resumed inside a call to the queue
+    # whose deadline had passed, and the DeadlineExceeded it met in a hook ended it with exit 138.
+    files, per_file = 3, 40
+    write_embedded_as_tfrecord(tmp_path, examples=files * per_file, num_files=files)
+    graph = tf.Graph()
+    with graph.as_default():
+        with v1.device("/job:ps/task:0"):
+            global_step = v1.train.get_or_create_global_step()
+        queue = work_queue.WorkQueue(files, 0, 1, 1, 60.0, "/job:ps/task:0", global_step)
+        feed = work_queue.ItemFeed(queue, "worker:0", files_per_pass=1)
+        cfg = inputs.DataConfig(name="tfrecord", data_dir=str(tmp_path), input_queue=True, shuffle_buffer=1)
+        batches = v1.data.make_initializable_iterator(inputs.queued_batches(cfg, inputs.Shard(0, 1, feed), 16))
+        _, _, keys, ordinals = batches.get_next()
+        with tf.control_dependencies([keys, ordinals]):
+            step = v1.assign_add(global_step, 1)
+        late = _FinishAnsweredLate(cluster[0].target, graph, queue.finish)
+        feed.connect(late)
+        init = v1.global_variables_initializer()
+        trained, made = [], []
+
+        class Recorder(v1.train.SessionRunHook):
+            def after_create_session(self, session, coord):
+                made.append(session)
+
+            def before_run(self, run_context):
+                return v1.train.SessionRunArgs([keys, ordinals])
+
+            def after_run(self, run_context, run_values):
+                trained.extend(zip(*(values.tolist() for values in run_values.results)))
+
+        hook = queue_hook.InputQueueHook(feed, keys, ordinals, batches.initializer, 60.0)
+        with v1.Session(cluster[0].target) as session:
+            session.run(init)
+        # A worker's session: made again, it finds the variables (the queue's state) as ps 0 holds them.
+        with v1.train.MonitoredSession(v1.train.WorkerSessionCreator(master=cluster[0].target),
+                                       hooks=[Recorder(), hook]) as session:
+            while not session.should_stop():
+                session.run(step)
+    assert late.timed_out and len(made) == 2  # the call timed out, and the session was made again
+    assert feed.finished  # the epoch ended: every file finished, the one whose answer came late included
+    assert set(trained) == {(key, ordinal) for key in range(files) for ordinal in range(per_file)}
+    # Read twice: at most the batches of the file whose finish was lost, trained before the new session.
+    assert len(trained) - files * per_file <= per_file
+
+
+@pytest.mark.inprocess
 def test_an_audit_file_cut_mid_record_reads_its_whole_records(tmp_path):
     # A worker killed while it wrote a step's records, or read while it writes them, leaves a record cut short.
     path = tmp_path / queue_hook.AUDIT_FILE
@@ -455,6 +540,7 @@ def test_an_audit_file_cut_mid_record_reads_its_whole_records(tmp_path):
     np.testing.assert_array_equal(queue_hook.read_audit(str(path)), whole)
 
 
+@pytest.mark.inprocess
 def test_a_resume_over_other_training_files_is_refused_naming_what_changed(tmp_path):
     data, model_dir = tmp_path / "data", str(tmp_path / "model")
     data.mkdir()
