@@ -1,5 +1,5 @@
-"""Chaos on a LocalCluster: random SIGKILLs of any task (ps tasks included) for a while, each task
-restarted after a short random delay, then training runs to its end. The report says what an
+"""Chaos on a LocalCluster: random SIGKILLs of any task (ps tasks included) for a while, or at chosen
+global steps, each task restarted after a short random delay, then training runs to its end. The report says what an
 orchestrator would be told and whether it was true: every exit code, each worker's final global
 step against --train_steps, whether the registered checkpoint step ever went back, and whether any
 process was left running. A run to --num_epochs (--input_queue) is judged by its epochs instead:
@@ -111,11 +111,21 @@ def _name(key) -> str:
     return f"{key[0]} {key[1]}"
 
 
+def kill_steps(train_steps: int, count: int, seed: int) -> list[int]:
+    """`count` global steps, ascending, drawn (seeded) between 10% and 60% of train_steps: where the kills
+    of a run by steps come, so that the job cannot end before its last kill however fast it trains."""
+    rng = random.Random(seed)
+    return sorted(rng.randint(train_steps // 10, train_steps * 6 // 10) for _ in range(count))
+
+
 def run(cluster, model_dir, train_steps: int, chaos_secs: float, interval_secs=(6.0, 20.0),
-        restart_delay_secs=(0.5, 3.0), seed: int = 0, timeout_secs: float = 1800, num_epochs: int = 0) -> ChaosReport:
+        restart_delay_secs=(0.5, 3.0), seed: int = 0, timeout_secs: float = 1800, num_epochs: int = 0,
+        at_steps: list[int] | None = None) -> ChaosReport:
     """Kills a random running task every interval_secs (uniform) for chaos_secs from the first step,
     restarting each after restart_delay_secs (uniform); then waits up to timeout_secs more for every
-    task to end. num_epochs: the run ends at its --num_epochs (train_steps is then only its cap)."""
+    task to end. num_epochs: the run ends at its --num_epochs (train_steps is then only its cap).
+    at_steps (kill_steps): instead of the clock, one kill as the global step reaches each, once the
+    task killed last has been restarted."""
     rng = random.Random(seed)
     start = time.monotonic()
     deadline = start + chaos_secs + timeout_secs
@@ -143,7 +153,13 @@ def run(cluster, model_dir, train_steps: int, chaos_secs: float, interval_secs=(
         trainers = [key for key, _ in cluster.tasks() if key[0] != "ps"]
         if not restarts and all(cluster.procs[key].poll() == 0 for key in trainers):
             break  # training is over
-        if now < chaos_end and now >= next_kill and running:
+        if at_steps:
+            steps = faults.progress(cluster)
+            global_step = max((s.step for s in steps), default=0)
+            due = len(kills) < len(at_steps) and not restarts and global_step >= at_steps[len(kills)]
+        else:
+            due = now < chaos_end and now >= next_kill
+        if due and running:
             key = rng.choice(running)
             global_step = max((s.step for s in faults.progress(cluster)), default=0)
             cluster.kill(*key, signal.SIGKILL)

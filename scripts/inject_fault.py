@@ -7,6 +7,7 @@
     python scripts/inject_fault.py --kill=random --seed=7           # a random task at a random step
     python scripts/inject_fault.py --during_saves=20                # kill the chief mid-save, 20 times
     python scripts/inject_fault.py --chaos_secs=900 --num_ps=2 -- --sync_replicas   # random kills, 15 min
+    python scripts/inject_fault.py --chaos_kills=4 --train_steps=2000 --num_ps=2   # 4 kills, by global step
     python scripts/inject_fault.py --chaos_secs=60 --num_epochs=3 --train_steps=1000000 -- --dataset=csv \
         --data_dir=/data/clicks ...          # the same through --input_queue, judged by its epochs
 
@@ -42,6 +43,9 @@ flags.DEFINE_float("pause_secs", 0, "Instead of killing the --kill task: stop it
                    "it go on (SIGCONT), with no restart.", lower_bound=0)
 flags.DEFINE_float("chaos_secs", 0, "Instead: kill random tasks for this long (chaos mode).", lower_bound=0)
 flags.DEFINE_list("chaos_interval_secs", ["6", "20"], "Chaos mode: MIN,MAX seconds between kills.")
+flags.DEFINE_integer("chaos_kills", 0, "Instead of --chaos_secs: this many random kills, at global steps drawn "
+                     "between 10% and 60% of --train_steps (each once the last killed task is back), so that the "
+                     "count does not depend on the machine's speed.", lower_bound=0)
 flags.DEFINE_list("chaos_restart_delay_secs", ["0.5", "3"], "Chaos mode: MIN,MAX seconds before a restart.")
 flags.DEFINE_integer("num_epochs", 0, "Chaos mode: train with --input_queue to this many epochs (the data flags "
                      "after '--' name files); the run is judged by its epochs, --train_steps only caps it.",
@@ -93,17 +97,19 @@ def run(trainer_args, run_dir):
     model_dir = run_dir / "model"
     trainer_args = [f"--model_dir={model_dir}", "--log_every_n_steps=10",
                     f"--keep_checkpoint_max={KEEP_CHECKPOINT_MAX}", *trainer_args]
-    if FLAGS.chaos_secs:
+    if FLAGS.chaos_secs or FLAGS.chaos_kills:
         epochs = ["--input_queue", "--input_queue_audit", f"--num_epochs={FLAGS.num_epochs}"] \
             if FLAGS.num_epochs else []
         cluster = LocalCluster(run_dir, FLAGS.num_ps, FLAGS.num_workers,
                                [*trainer_args, f"--save_checkpoint_steps={FLAGS.save_checkpoint_steps}",
                                 f"--train_steps={FLAGS.train_steps}", *epochs], preload=FLAGS.preload)
-        print(f"chaos: killing random tasks for {FLAGS.chaos_secs:g} s; logs in {run_dir}", flush=True)
+        at_steps = chaos.kill_steps(FLAGS.train_steps, FLAGS.chaos_kills, FLAGS.seed) if FLAGS.chaos_kills else None
+        when = f"at global steps {at_steps}" if at_steps else f"for {FLAGS.chaos_secs:g} s"
+        print(f"chaos: killing random tasks {when}; logs in {run_dir}", flush=True)
         with cluster:
             report = chaos.run(cluster, str(model_dir), FLAGS.train_steps, FLAGS.chaos_secs,
                                seconds_range("chaos_interval_secs"), seconds_range("chaos_restart_delay_secs"),
-                               FLAGS.seed, FLAGS.timeout_secs, num_epochs=FLAGS.num_epochs)
+                               FLAGS.seed, FLAGS.timeout_secs, num_epochs=FLAGS.num_epochs, at_steps=at_steps)
         ok = not report.violations
     elif FLAGS.during_saves:
         cluster = LocalCluster(run_dir, FLAGS.num_ps, 1, [*trainer_args, "--save_checkpoint_steps=1",

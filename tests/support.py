@@ -139,6 +139,18 @@ def describe(cluster) -> str:
     return "\n".join(parts)
 
 
+def wait_for(condition, timeout: float, what: str, cluster=None, poll_secs: float = 0.2) -> None:
+    """Polls condition() until it is true. Fails, naming `what`, once `timeout` seconds have passed, or
+    as soon as a task of `cluster` (if given) has exited with a code other than 0; never carries on."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        failed = {key: proc.poll() for key, proc in cluster.tasks() if proc.poll() not in (None, 0)} if cluster else {}
+        if failed or time.monotonic() > deadline:
+            reason = f"task(s) failed: {failed}" if failed else f"timed out after {timeout:g} s"
+            raise AssertionError(f"while waiting for {what}: {reason}" + (f"\n{describe(cluster)}" if cluster else ""))
+        time.sleep(poll_secs)
+
+
 def wait_recording_exits(cluster, timeout: float) -> dict:
     """Polls every task until all have exited or `timeout` passes: {(job, i): (code, exit time)}."""
     deadline = time.monotonic() + timeout

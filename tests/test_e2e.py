@@ -24,6 +24,7 @@ from tests.support import (
     run_launcher,
     run_trainer,
     tensorboard,
+    wait_for,
     wait_recording_exits,
     write_embedded_as_tfrecord,
 )
@@ -180,9 +181,7 @@ def test_the_chief_trains_without_waiting_for_another_worker(make_cluster):
 def test_a_ps_stopped_by_sigterm_exits_cleanly(make_cluster):
     cluster = make_cluster(num_ps=1, num_workers=1)
     cluster.start("ps", 0)
-    deadline = time.monotonic() + 60
-    while "serving on" not in cluster.log("ps", 0) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_for(lambda: "serving on" in cluster.log("ps", 0), 60, "the ps to serve", cluster)
     cluster.kill("ps", 0, signal.SIGTERM)
     assert cluster.wait("ps", timeout=20) == {("ps", 0): exit_codes.PREEMPTED}
     assert "SIGTERM received" in cluster.log("ps", 0) and "Traceback" not in cluster.log("ps", 0)
@@ -210,9 +209,8 @@ def test_a_forked_task_fails_serves_and_dies_as_a_started_one(make_cluster):
     cluster = make_cluster(num_ps=1, num_workers=1, tf_config=True)
     proc = cluster.start("ps", 0)
     assert isinstance(proc, ForkedTask) and os.getpgid(proc.pid) == proc.pid
-    deadline = time.monotonic() + 60  # the ps logs its address once it serves
-    while f"serving on {cluster.address('ps', 0)}" not in cluster.log("ps", 0) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    # The ps logs its address once it serves.
+    wait_for(lambda: f"serving on {cluster.address('ps', 0)}" in cluster.log("ps", 0), 60, "the ps to serve", cluster)
     log = cluster.log("ps", 0)
     assert proc.poll() is None and f"serving on {cluster.address('ps', 0)}" in log, describe(cluster)
     assert "from TF_CONFIG" in log, log
@@ -329,9 +327,9 @@ def test_the_local_launcher_stops_everything_on_ctrl_c(tmp_path):
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     output = ""
     try:
-        deadline = time.monotonic() + TIMEOUT
-        while time.monotonic() < deadline and "first step done" not in _read(tmp_path / "worker-0.log"):
-            time.sleep(0.5)
+        wait_for(lambda: "first step done" in _read(tmp_path / "worker-0.log") or launcher.poll() is not None,
+                 TIMEOUT, "the chief's first step under the launcher")
+        assert launcher.poll() is None, "the launcher ended before its chief's first step"
         launcher.send_signal(signal.SIGINT)
         output, _ = launcher.communicate(timeout=60)
     finally:

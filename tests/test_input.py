@@ -429,7 +429,8 @@ def test_every_source_reads_its_records_without_the_autotuner(tfrecord_dir, tmp_
     for name, cfg in configs.items():
         records = inputs.DATASETS[name].records(cfg, "train", inputs.Shard(0, 1))
         assert records.options().autotune.enabled is False, name
-        assert next(iter(records)), name
+        features, label = next(iter(records))
+        assert set(features) == set(inputs.DATASETS[name].spec(cfg).features) and label.shape == (), name
 
 
 CRITEO_BAD = {

@@ -1,0 +1,282 @@
+"""Estimator: TF1's tf.estimator.Estimator on this project's runtime. A model_fn builds the graph; the
+Estimator owns the sessions, the checkpoints, the devices (placement.device_setter on a ps cluster) and
+the waits of a cluster (a non-chief enters its session once the chief has initialized the variables)."""
+
+import contextlib
+import inspect
+import os
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from cluster import placement, spec as cluster_spec
+from ps_trainer.estimator.run_config import RunConfig
+from ps_trainer.estimator.spec import EstimatorSpec, ModeKeys
+from training import checkpoints
+from training import worker as worker_role
+
+v1 = tf.compat.v1
+CHIEF_READY_TIMEOUT_SECS = 7200  # TF1's session_creation_timeout_secs
+
+
+class Estimator:
+    """TF1's Estimator(model_fn, model_dir, config, params). model_fn takes `features` and any of
+    labels, mode, params, config, and returns an EstimatorSpec."""
+
+    def __init__(self, model_fn, model_dir=None, config=None, params=None, warm_start_from=None):
+        if warm_start_from is not None:
+            raise NotImplementedError("Estimator(warm_start_from=...) is not covered by ps_trainer.estimator")
+        if not callable(model_fn):
+            raise TypeError(f"Estimator: model_fn must be a function, not {type(model_fn).__name__}")
+        if "features" not in inspect.signature(model_fn).parameters:
+            raise ValueError("Estimator: model_fn must take an argument named 'features'")
+        config = config or RunConfig()
+        if model_dir and config.model_dir and os.path.abspath(model_dir) != os.path.abspath(config.model_dir):
+            raise ValueError(f"Estimator: model_dir={model_dir} and RunConfig.model_dir={config.model_dir} differ")
+        model_dir = model_dir or config.model_dir
+        if not model_dir:
+            model_dir = tempfile.mkdtemp()
+            logging.warning("Using temporary folder as model directory: %s", model_dir)
+        self._config = config.replace(model_dir=model_dir)
+        self._model_fn, self._params = model_fn, dict(params or {})
+
+    model_dir = property(lambda self: self._config.model_dir)
+    config = property(lambda self: self._config)
+    params = property(lambda self: dict(self._params))
+    model_fn = property(lambda self: self._model_fn)
+
+    def latest_checkpoint(self) -> str | None:
+        return tf.train.latest_checkpoint(self.model_dir)
+
+    def get_variable_names(self) -> list[str]:
+        return [name for name, _ in tf.train.list_variables(self._checkpoint_or_raise())]
+
+    def get_variable_value(self, name: str) -> np.ndarray:
+        return tf.train.load_variable(self._checkpoint_or_raise(), name)
+
+    def _checkpoint_or_raise(self) -> str:
+        checkpoint = self.latest_checkpoint()
+        if checkpoint is None:
+            raise ValueError(f"no checkpoint in {self.model_dir}: train first")
+        return checkpoint
+
+    # ---------------------------------------------------------------- train
+    def train(self, input_fn, hooks=None, steps=None, max_steps=None, saving_listeners=None):
+        """Trains `steps` more steps, or to global step `max_steps`, or until input_fn's data ends."""
+        self._train(input_fn, hooks, steps, max_steps, saving_listeners)
+        return self
+
+    def _train(self, input_fn, hooks=None, steps=None, max_steps=None, saving_listeners=None, target="") -> int:
+        """Trains in this process, or (target: this task's server) as a replica of config.cluster; returns
+        the last global step this replica saw."""
+        if steps is not None and max_steps is not None:
+            raise ValueError("Estimator.train: give steps or max_steps, not both")
+        for name, value in (("steps", steps), ("max_steps", max_steps)):
+            if value is not None and value <= 0:
+                raise ValueError(f"Estimator.train: {name} must be positive, not {value}")
+        if max_steps is not None and (checkpoints.checkpoint_step(self.latest_checkpoint()) or 0) >= max_steps:
+            logging.info("Skipping training since max_steps has already saved.")
+            return max_steps
+        cluster = self._config.cluster if target else cluster_spec.ClusterConfig()
+        with tf.Graph().as_default():
+            self._seed()
+            placed = v1.device(placement.device_setter(cluster)) if cluster.is_distributed else contextlib.nullcontext()
+            with placed:
+                global_step = v1.train.get_or_create_global_step()
+                features, labels, input_hooks = _features_and_labels(self._call_input_fn(input_fn, ModeKeys.TRAIN))
+                model = self._call_model_fn(features, labels, ModeKeys.TRAIN)
+            with tf.control_dependencies([model.train_op]):  # the global step this replica's step reached
+                reached = tf.identity(global_step)
+            scaffold = self._scaffold(model.scaffold)
+            uninitialized = checkpoints.report_uninitialized() if not cluster.is_chief else None
+            session_config = self._session_config(cluster)
+            every = self._config.log_step_count_steps
+            all_hooks = [*input_hooks, v1.train.StopAtStepHook(num_steps=steps, last_step=max_steps),
+                         v1.train.NanTensorHook(model.loss), *model.training_hooks, *(hooks or ())]
+            if every:
+                all_hooks.append(v1.train.LoggingTensorHook({"loss": model.loss, "step": global_step},
+                                                            every_n_iter=every))
+            chief_hooks = list(model.training_chief_hooks)
+            if saving_listeners:
+                chief_hooks.append(v1.train.CheckpointSaverHook(
+                    self.model_dir, save_secs=self._config.save_checkpoints_secs,
+                    save_steps=self._config.save_checkpoints_steps, scaffold=scaffold, listeners=saving_listeners))
+            if not cluster.is_chief:
+                worker_role.wait_for_chief_ready(target, session_config, CHIEF_READY_TIMEOUT_SECS, cluster.task_name,
+                                                 uninitialized)
+            last_step = 0
+            with v1.train.MonitoredTrainingSession(
+                    master=target, is_chief=cluster.is_chief, checkpoint_dir=self.model_dir, scaffold=scaffold,
+                    hooks=all_hooks, chief_only_hooks=chief_hooks,
+                    save_checkpoint_secs=None if saving_listeners else self._config.save_checkpoints_secs,
+                    save_checkpoint_steps=None if saving_listeners else self._config.save_checkpoints_steps,
+                    save_summaries_steps=self._config.save_summary_steps, config=session_config,
+                    log_step_count_steps=every) as session:
+                while not session.should_stop():
+                    last_step = session.run(reached)
+        return int(last_step)
+
+    # ---------------------------------------------------------------- evaluate
+    def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None, name=None) -> dict:
+        """Evaluates a checkpoint (the latest by default) over `steps` batches or all of input_fn's data;
+        returns the metrics (model_fn's eval_metric_ops, the mean loss as 'loss') and 'global_step', and
+        writes them as summaries to model_dir/eval (or eval_<name>)."""
+        if steps is not None and steps <= 0:
+            raise ValueError(f"Estimator.evaluate: steps must be positive, not {steps}")
+        checkpoint_path = checkpoint_path or self.latest_checkpoint()
+        if checkpoint_path is None:
+            logging.info("Could not find trained model in model_dir: %s, running initialization to evaluate.",
+                         self.model_dir)
+        with tf.Graph().as_default():
+            self._seed()
+            global_step = v1.train.get_or_create_global_step()
+            features, labels, input_hooks = _features_and_labels(self._call_input_fn(input_fn, ModeKeys.EVAL))
+            model = self._call_model_fn(features, labels, ModeKeys.EVAL)
+            metrics = dict(model.eval_metric_ops)
+            metrics.setdefault("loss", v1.metrics.mean(model.loss))
+            final = v1.train.FinalOpsHook({**{key: value for key, (value, _) in metrics.items()},
+                                           "global_step": global_step})
+            all_hooks = [*input_hooks, *model.evaluation_hooks, *(hooks or ()), final]
+            if steps is not None:
+                all_hooks.append(_StopAfterRuns(steps))
+            creator = v1.train.ChiefSessionCreator(scaffold=self._scaffold(model.scaffold),
+                                                   checkpoint_filename_with_path=checkpoint_path,
+                                                   config=self._config.session_config)
+            with v1.train.MonitoredSession(creator, hooks=all_hooks) as session:
+                updates = [update for _, update in metrics.values()]
+                while not session.should_stop():
+                    session.run(updates)
+            results = dict(final.final_ops_values)
+            results["global_step"] = int(results["global_step"])
+            self._write_eval_summary(results, name)
+        logging.info("Saving dict for global step %d: %s", results["global_step"],
+                     ", ".join(f"{key} = {value}" for key, value in sorted(results.items())))
+        return results
+
+    def eval_dir(self, name=None) -> str:
+        return os.path.join(self.model_dir, "eval" if not name else f"eval_{name}")
+
+    def _write_eval_summary(self, results, name):
+        writer = v1.summary.FileWriterCache.get(self.eval_dir(name))
+        values = [v1.Summary.Value(tag=key, simple_value=float(value)) for key, value in results.items()
+                  if key != "global_step" and np.ndim(value) == 0]
+        writer.add_summary(v1.Summary(value=values), results["global_step"])
+        writer.flush()
+
+    # ---------------------------------------------------------------- predict
+    def predict(self, input_fn, predict_keys=None, hooks=None, checkpoint_path=None, yield_single_examples=True):
+        """Yields model_fn's predictions for input_fn's features, one example at a time (a dict where
+        predictions is one), from a checkpoint (the latest by default)."""
+        checkpoint_path = checkpoint_path or self.latest_checkpoint()
+        if checkpoint_path is None:
+            logging.info("Could not find trained model in model_dir: %s, running initialization to predict.",
+                         self.model_dir)
+        with tf.Graph().as_default():
+            self._seed()
+            v1.train.get_or_create_global_step()
+            features, _, input_hooks = _features_and_labels(self._call_input_fn(input_fn, ModeKeys.PREDICT))
+            model = self._call_model_fn(features, None, ModeKeys.PREDICT)
+            predictions = model.predictions
+            if predict_keys is not None:
+                if not isinstance(predictions, dict):
+                    raise ValueError("Estimator.predict: predict_keys needs model_fn's predictions to be a dict")
+                missing = set(predict_keys) - set(predictions)
+                if missing:
+                    raise ValueError(f"Estimator.predict: predict_keys {sorted(missing)} are not among the "
+                                     f"predictions {sorted(predictions)}")
+                predictions = {key: predictions[key] for key in predict_keys}
+            creator = v1.train.ChiefSessionCreator(scaffold=self._scaffold(model.scaffold),
+                                                   checkpoint_filename_with_path=checkpoint_path,
+                                                   config=self._config.session_config)
+            with v1.train.MonitoredSession(creator, hooks=[*input_hooks, *model.prediction_hooks,
+                                                           *(hooks or ())]) as session:
+                while not session.should_stop():
+                    batch = session.run(predictions)
+                    if not yield_single_examples:
+                        yield batch
+                    elif isinstance(batch, dict):
+                        for i in range(len(next(iter(batch.values())))):
+                            yield {key: value[i] for key, value in batch.items()}
+                    else:
+                        yield from batch
+
+    # ---------------------------------------------------------------- the model_fn contract
+    def _call_input_fn(self, input_fn, mode):
+        accepted = inspect.signature(input_fn).parameters
+        kwargs = {key: value for key, value in (("mode", mode), ("params", self.params), ("config", self.config))
+                  if key in accepted}
+        return input_fn(**kwargs)
+
+    def _call_model_fn(self, features, labels, mode) -> EstimatorSpec:
+        accepted = inspect.signature(self._model_fn).parameters
+        kwargs = {}
+        if "labels" in accepted:
+            kwargs["labels"] = labels
+        elif labels is not None:
+            raise ValueError("model_fn does not take labels, but input_fn returns labels")
+        kwargs.update({key: value for key, value in (("mode", mode), ("params", self.params),
+                                                     ("config", self.config)) if key in accepted})
+        model = self._model_fn(features=features, **kwargs)
+        if not isinstance(model, EstimatorSpec):
+            raise ValueError(f"model_fn must return an EstimatorSpec, not {type(model).__name__}")
+        return model
+
+    def _seed(self):
+        if self._config.tf_random_seed is not None:
+            v1.set_random_seed(self._config.tf_random_seed)
+
+    def _scaffold(self, scaffold):
+        """model_fn's scaffold, with TF1's Estimator saver where it names none: sharded (each ps writes its
+        own part), keeping config.keep_checkpoint_max."""
+        scaffold = scaffold or v1.train.Scaffold()
+        if scaffold.saver is None and not v1.get_collection(v1.GraphKeys.SAVERS):
+            v1.add_to_collection(v1.GraphKeys.SAVERS, v1.train.Saver(
+                sharded=True, max_to_keep=self._config.keep_checkpoint_max, defer_build=True,
+                keep_checkpoint_every_n_hours=self._config.keep_checkpoint_every_n_hours, save_relative_paths=True))
+        return scaffold
+
+    def _session_config(self, cluster) -> v1.ConfigProto:
+        """The runtime's session options (device filters, so that no worker waits for another) with the
+        program's own on top; soft placement stays on: placement is the runtime's (a summary colocated
+        with a ps variable would otherwise fail the first step)."""
+        config = cluster_spec.session_config(cluster) if cluster.is_distributed else v1.ConfigProto()
+        if self._config.session_config is not None:
+            config.MergeFrom(self._config.session_config)
+        config.allow_soft_placement = True
+        return config
+
+
+class _StopAfterRuns(v1.train.SessionRunHook):
+    def __init__(self, runs: int):
+        self._runs, self._done = runs, 0
+
+    def after_run(self, run_context, run_values):
+        self._done += 1
+        if self._done >= self._runs:
+            run_context.request_stop()
+
+
+class _IteratorInitializer(v1.train.SessionRunHook):
+    """Initializes input_fn's dataset iterator in each new session."""
+
+    def __init__(self, iterator):
+        self._iterator = iterator
+
+    def after_create_session(self, session, coord):
+        session.run(self._iterator.initializer)
+
+
+def _features_and_labels(result):
+    """input_fn's result, a tf.data.Dataset or (features, labels) or features: (features, labels, hooks)."""
+    hooks = []
+    if isinstance(result, tf.data.Dataset):
+        iterator = v1.data.make_initializable_iterator(result)
+        hooks.append(_IteratorInitializer(iterator))
+        result = iterator.get_next()
+    if isinstance(result, (tuple, list)):
+        if len(result) != 2:
+            raise ValueError(f"input_fn must give features or (features, labels), not {len(result)} items")
+        return result[0], result[1], hooks
+    return result, None, hooks

@@ -1,0 +1,117 @@
+"""RunConfig: TF1's settings of a run, and the cluster this task is in, read from TF_CONFIG as TF1 read it
+(cluster/resolve.py: chief or master, worker, ps, and an evaluator outside the training cluster)."""
+
+import json
+import os
+
+import tensorflow as tf
+
+from cluster import resolve, spec
+
+_USE_DEFAULT = object()
+DEFAULT_CHECKPOINT_SECS = 600  # TF1's, when neither save_checkpoints_steps nor _secs is given
+_NOT_COVERED = ("train_distribute", "eval_distribute", "experimental_distribute", "device_fn", "protocol")
+
+
+class RunConfig:
+    """TF1's tf.estimator.RunConfig. The cluster fields (task_type, task_id, is_chief, num_ps_replicas,
+    num_worker_replicas, cluster_spec, master) come from TF_CONFIG; without it this is one process."""
+
+    _REPLACEABLE = ("model_dir", "tf_random_seed", "save_summary_steps", "save_checkpoints_steps",
+                    "save_checkpoints_secs", "session_config", "keep_checkpoint_max", "keep_checkpoint_every_n_hours",
+                    "log_step_count_steps")
+
+    def __init__(self, model_dir=None, tf_random_seed=None, save_summary_steps=100,
+                 save_checkpoints_steps=_USE_DEFAULT, save_checkpoints_secs=_USE_DEFAULT, session_config=None,
+                 keep_checkpoint_max=5, keep_checkpoint_every_n_hours=10000, log_step_count_steps=100, **others):
+        for name, value in others.items():
+            if name not in _NOT_COVERED:
+                raise TypeError(f"RunConfig() got an unexpected keyword argument {name!r}")
+            if value is not None:
+                raise NotImplementedError(f"RunConfig({name}=...) is not covered by ps_trainer.estimator: the ps "
+                                          "cluster comes from TF_CONFIG, and placement is the runtime's")
+        steps_given, secs_given = save_checkpoints_steps is not _USE_DEFAULT, save_checkpoints_secs is not _USE_DEFAULT
+        if steps_given and secs_given and save_checkpoints_steps is not None and save_checkpoints_secs is not None:
+            raise ValueError("RunConfig: save_checkpoints_steps and save_checkpoints_secs cannot both be set")
+        self._model_dir = model_dir
+        self._tf_random_seed = tf_random_seed
+        self._save_summary_steps = save_summary_steps
+        self._save_checkpoints_steps = save_checkpoints_steps if steps_given else None
+        self._save_checkpoints_secs = (save_checkpoints_secs if secs_given else
+                                       None if steps_given and save_checkpoints_steps else DEFAULT_CHECKPOINT_SECS)
+        self._session_config = session_config
+        self._keep_checkpoint_max = keep_checkpoint_max
+        self._keep_checkpoint_every_n_hours = keep_checkpoint_every_n_hours
+        self._log_step_count_steps = log_step_count_steps
+        self._cluster, self._task_type, self._task_id = _cluster_of(os.environ.get("TF_CONFIG"))
+
+    def replace(self, **kwargs) -> "RunConfig":
+        """A copy with the named settings changed (TF1's replace)."""
+        unknown = set(kwargs) - set(self._REPLACEABLE)
+        if unknown:
+            raise ValueError(f"RunConfig.replace: {sorted(unknown)} cannot be replaced; these can: "
+                             f"{', '.join(self._REPLACEABLE)}")
+        copy = RunConfig.__new__(RunConfig)
+        copy.__dict__.update(self.__dict__)
+        for name, value in kwargs.items():
+            setattr(copy, f"_{name}", value)
+        if "save_checkpoints_steps" in kwargs and kwargs["save_checkpoints_steps"] and "save_checkpoints_secs" \
+                not in kwargs:
+            copy._save_checkpoints_secs = None  # pylint: disable=protected-access
+        return copy
+
+    # The run's settings.
+    model_dir = property(lambda self: self._model_dir)
+    tf_random_seed = property(lambda self: self._tf_random_seed)
+    save_summary_steps = property(lambda self: self._save_summary_steps)
+    save_checkpoints_steps = property(lambda self: self._save_checkpoints_steps)
+    save_checkpoints_secs = property(lambda self: self._save_checkpoints_secs)
+    session_config = property(lambda self: self._session_config)
+    keep_checkpoint_max = property(lambda self: self._keep_checkpoint_max)
+    keep_checkpoint_every_n_hours = property(lambda self: self._keep_checkpoint_every_n_hours)
+    log_step_count_steps = property(lambda self: self._log_step_count_steps)
+
+    # The cluster, from TF_CONFIG.
+    @property
+    def cluster(self) -> spec.ClusterConfig:
+        """This task in the trainer's own terms (cluster/spec.py)."""
+        return self._cluster
+
+    task_type = property(lambda self: self._task_type)
+    task_id = property(lambda self: self._task_id)
+
+    @property
+    def is_chief(self) -> bool:
+        return self._task_type != spec.EVALUATOR and self._cluster.is_chief
+
+    @property
+    def num_ps_replicas(self) -> int:
+        return self._cluster.num_ps
+
+    @property
+    def num_worker_replicas(self) -> int:
+        return self._cluster.num_replicas if self._cluster.job_name else 1
+
+    @property
+    def cluster_spec(self) -> tf.train.ClusterSpec:
+        return self._cluster.cluster_spec() if self._cluster.is_distributed else tf.train.ClusterSpec({})
+
+    @property
+    def master(self) -> str:
+        return f"grpc://{self._cluster.own_address()}" if self._cluster.is_distributed else ""
+
+    @property
+    def evaluation_master(self) -> str:
+        return ""
+
+
+def _cluster_of(tf_config: str | None) -> tuple[spec.ClusterConfig, str, int]:
+    """(the cluster, TF1's task_type, task_id): TF_CONFIG's task, or one local 'worker' 0."""
+    if not tf_config or not json.loads(tf_config).get("cluster"):
+        return spec.ClusterConfig(), spec.WORKER, 0
+    try:
+        cluster = resolve.from_tf_config(tf_config)
+    except resolve.ClusterError as err:
+        raise ValueError(str(err)) from None
+    task = json.loads(tf_config)["task"]
+    return cluster, task["type"], int(task.get("index", 0))
