@@ -1,10 +1,10 @@
 """Chaos on a LocalCluster: random SIGKILLs of any task (ps tasks included) for a while, or at chosen
-global steps, each task restarted after a short random delay, then training runs to its end. The report says what an
-orchestrator would be told and whether it was true: every exit code, each worker's final global
-step against --train_steps, whether the registered checkpoint step ever went back, and whether any
-process was left running. A run to --num_epochs (--input_queue) is judged by its epochs instead:
-every epoch done, each with the same number of examples, and every worker finished at the step
-where the last one ended.
+global steps, each task restarted after a short random delay, then training runs to its end. The
+report says what an orchestrator would be told and whether it was true: every exit code, each
+worker's final global step against --train_steps, whether the registered checkpoint step ever went
+back, and whether any process was left running. A run to --num_epochs (--input_queue) is judged by
+its epochs instead: every epoch done, each with the same number of examples, and every worker
+finished at the step where the last one ended.
 """
 
 import dataclasses
@@ -111,6 +111,11 @@ def _name(key) -> str:
     return f"{key[0]} {key[1]}"
 
 
+def _highest_step(cluster) -> int:
+    """The highest global step any training task has logged."""
+    return max((s.step for s in faults.progress(cluster)), default=0)
+
+
 def kill_steps(train_steps: int, count: int, seed: int) -> list[int]:
     """`count` global steps, ascending, drawn (seeded) between 10% and 60% of train_steps: where the kills
     of a run by steps come, so that the job cannot end before its last kill however fast it trains."""
@@ -153,15 +158,14 @@ def run(cluster, model_dir, train_steps: int, chaos_secs: float, interval_secs=(
         trainers = [key for key, _ in cluster.tasks() if key[0] != "ps"]
         if not restarts and all(cluster.procs[key].poll() == 0 for key in trainers):
             break  # training is over
-        if at_steps:
-            steps = faults.progress(cluster)
-            global_step = max((s.step for s in steps), default=0)
-            due = len(kills) < len(at_steps) and not restarts and global_step >= at_steps[len(kills)]
+        if at_steps:  # the next kill's step reached, the last killed task restarted
+            due = (len(kills) < len(at_steps) and not restarts
+                   and _highest_step(cluster) >= at_steps[len(kills)])
         else:
             due = now < chaos_end and now >= next_kill
         if due and running:
             key = rng.choice(running)
-            global_step = max((s.step for s in faults.progress(cluster)), default=0)
+            global_step = _highest_step(cluster)
             cluster.kill(*key, signal.SIGKILL)
             kills.append(Kill(round(now - start, 1), _name(key), global_step, step))
             behind.append((datetime.datetime.now(), global_step))

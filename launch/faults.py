@@ -89,7 +89,7 @@ class KillReport:
     def lines(self) -> list[str]:
         codes = ", ".join(f"{job} {index}: {code}" for (job, index), code in sorted(self.exit_codes.items()))
         return [
-            f"{self.fault.replace(' ', f' {self.target} ', 1)} at global step {self.killed_at_step}; latest checkpoint then: "
+            f"{self.target}: {self.fault} at global step {self.killed_at_step}; latest checkpoint then: "
             f"{self.checkpoint_at_kill}" + (f" (registered by the restart: {self.checkpoint_at_restart})"
                                             if self.checkpoint_at_restart != self.checkpoint_at_kill else ""),
             f"lowest global step after the kill: {self.lowest_step_after}",

@@ -125,15 +125,8 @@ class Estimator:
         writes them as summaries to model_dir/eval (or eval_<name>)."""
         if steps is not None and steps <= 0:
             raise ValueError(f"Estimator.evaluate: steps must be positive, not {steps}")
-        checkpoint_path = checkpoint_path or self.latest_checkpoint()
-        if checkpoint_path is None:
-            logging.info("Could not find trained model in model_dir: %s, running initialization to evaluate.",
-                         self.model_dir)
-        with tf.Graph().as_default():
-            self._seed()
-            global_step = v1.train.get_or_create_global_step()
-            features, labels, input_hooks = _features_and_labels(self._call_input_fn(input_fn, ModeKeys.EVAL))
-            model = self._call_model_fn(features, labels, ModeKeys.EVAL)
+        with self._model_of_checkpoint(input_fn, ModeKeys.EVAL, checkpoint_path) as (global_step, model, creator,
+                                                                                     input_hooks):
             metrics = dict(model.eval_metric_ops)
             metrics.setdefault("loss", v1.metrics.mean(model.loss))
             final = v1.train.FinalOpsHook({**{key: value for key, (value, _) in metrics.items()},
@@ -141,9 +134,6 @@ class Estimator:
             all_hooks = [*input_hooks, *model.evaluation_hooks, *(hooks or ()), final]
             if steps is not None:
                 all_hooks.append(_StopAfterRuns(steps))
-            creator = v1.train.ChiefSessionCreator(scaffold=self._scaffold(model.scaffold),
-                                                   checkpoint_filename_with_path=checkpoint_path,
-                                                   config=self._config.session_config)
             with v1.train.MonitoredSession(creator, hooks=all_hooks) as session:
                 updates = [update for _, update in metrics.values()]
                 while not session.should_stop():
@@ -169,15 +159,8 @@ class Estimator:
     def predict(self, input_fn, predict_keys=None, hooks=None, checkpoint_path=None, yield_single_examples=True):
         """Yields model_fn's predictions for input_fn's features, one example at a time (a dict where
         predictions is one), from a checkpoint (the latest by default)."""
-        checkpoint_path = checkpoint_path or self.latest_checkpoint()
-        if checkpoint_path is None:
-            logging.info("Could not find trained model in model_dir: %s, running initialization to predict.",
-                         self.model_dir)
-        with tf.Graph().as_default():
-            self._seed()
-            v1.train.get_or_create_global_step()
-            features, _, input_hooks = _features_and_labels(self._call_input_fn(input_fn, ModeKeys.PREDICT))
-            model = self._call_model_fn(features, None, ModeKeys.PREDICT)
+        with self._model_of_checkpoint(input_fn, ModeKeys.PREDICT, checkpoint_path) as (_, model, creator,
+                                                                                        input_hooks):
             predictions = model.predictions
             if predict_keys is not None:
                 if not isinstance(predictions, dict):
@@ -187,9 +170,6 @@ class Estimator:
                     raise ValueError(f"Estimator.predict: predict_keys {sorted(missing)} are not among the "
                                      f"predictions {sorted(predictions)}")
                 predictions = {key: predictions[key] for key in predict_keys}
-            creator = v1.train.ChiefSessionCreator(scaffold=self._scaffold(model.scaffold),
-                                                   checkpoint_filename_with_path=checkpoint_path,
-                                                   config=self._config.session_config)
             with v1.train.MonitoredSession(creator, hooks=[*input_hooks, *model.prediction_hooks,
                                                            *(hooks or ())]) as session:
                 while not session.should_stop():
@@ -201,6 +181,25 @@ class Estimator:
                             yield {key: value[i] for key, value in batch.items()}
                     else:
                         yield from batch
+
+    @contextlib.contextmanager
+    def _model_of_checkpoint(self, input_fn, mode, checkpoint_path):
+        """In a graph of its own: (the global step, model_fn's EstimatorSpec for `mode` over input_fn's data,
+        a session creator that restores the checkpoint, the input's hooks). The checkpoint is the latest by
+        default; with none, the model is initialized, as TF 1.15 did, saying so."""
+        checkpoint_path = checkpoint_path or self.latest_checkpoint()
+        if checkpoint_path is None:
+            logging.info("Could not find trained model in model_dir: %s, running initialization to %s.",
+                         self.model_dir, "evaluate" if mode == ModeKeys.EVAL else "predict")
+        with tf.Graph().as_default():
+            self._seed()
+            global_step = v1.train.get_or_create_global_step()
+            features, labels, input_hooks = _features_and_labels(self._call_input_fn(input_fn, mode))
+            model = self._call_model_fn(features, labels if mode == ModeKeys.EVAL else None, mode)
+            creator = v1.train.ChiefSessionCreator(scaffold=self._scaffold(model.scaffold),
+                                                   checkpoint_filename_with_path=checkpoint_path,
+                                                   config=self._config.session_config)
+            yield global_step, model, creator, input_hooks
 
     # ---------------------------------------------------------------- the model_fn contract
     def _call_input_fn(self, input_fn, mode):
