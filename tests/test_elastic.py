@@ -13,7 +13,6 @@ from training import log_lines, queue_hook
 
 pytestmark = pytest.mark.e2e
 FILES, ROWS_PER_FILE, BATCH, STEPS = 16, 500, 32, 1200
-LEASE_SECS = 600  # --input_queue_lease_secs: longer than the test's whole deadline
 EXAMPLES = FILES * ROWS_PER_FILE
 
 
@@ -24,7 +23,7 @@ def test_a_worker_joins_a_running_async_job_and_one_leaves_it_for_good(make_clus
         "--dataset=csv", f"--data_dir={data_dir}", "--numeric_columns=x1,x2", "--model=wide_deep",
         "--hidden_units=16", "--input_queue_audit", f"--batch_size={BATCH}", "--shuffle_buffer=1",
         f"--train_steps={STEPS}", "--log_every_n_steps=20", "--save_checkpoint_steps=100000",
-        "--worker_gone_secs=5", f"--input_queue_lease_secs={LEASE_SECS}"])
+        "--worker_gone_secs=5"])
     cluster.start_all()
     deadline = time.monotonic() + 200
 
@@ -32,10 +31,10 @@ def test_a_worker_joins_a_running_async_job_and_one_leaves_it_for_good(make_clus
         return logged_step(cluster.log(job, index))
 
     faults.wait_until(cluster, lambda: global_step("worker", 0) >= 100, deadline, "global step 100")
-    # The job holds still until the joining worker's first step, a line of its log: on a loaded machine its
-    # start took longer than the job's remaining steps. A paused worker goes on where it was, a call to the
-    # queue that timed out across the pause included (tests/test_work_queue.py), so the pause's length, the
-    # joiner's start-up time, decides nothing while it is shorter than the lease, which keeps their files.
+    # The job holds still until the joining worker's first step: on a loaded machine its start (importing
+    # TensorFlow, building its graph) took longer than the job's remaining steps. Paused for less than
+    # their lease (--input_queue_lease_secs, 120 s), the workers keep their files; one that resumes inside
+    # a call to the queue whose deadline passed makes its session again (tests/test_work_queue.py).
     for index in (0, 1):
         cluster.kill("worker", index, signal.SIGSTOP)
     joined_at = global_step("worker", 0)
