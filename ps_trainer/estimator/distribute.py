@@ -66,15 +66,14 @@ def train_and_evaluate(estimator, train_spec: TrainSpec, eval_spec: EvalSpec):
 
 def _evaluate_each_checkpoint(estimator, train_spec, eval_spec) -> dict | None:
     """Evaluates every new checkpoint (no sooner than throttle_secs after the last evaluation began, but
-    the final one at once), and returns the final one's metrics: the checkpoint at max_steps, or the
-    newest once the chief has marked its end (training that ended with its input)."""
+    the final one at once), and returns the final one's metrics: the checkpoint at max_steps. As in TF1,
+    a run whose input ends before max_steps leaves it waiting."""
     evaluated, started, metrics = None, float("-inf"), None
     train_steps = train_spec.max_steps or NO_STEP_LIMIT
     while True:
-        chief_done = shutdown.chief_finished_step(estimator.model_dir, train_steps) is not None  # before the look
         newest = estimator.latest_checkpoint()
         step = checkpoints.checkpoint_step(newest)
-        final = step is not None and (step >= train_steps or chief_done)
+        final = step is not None and step >= train_steps
         if newest != evaluated and newest is not None and (final or time.monotonic() - started >= eval_spec.throttle_secs):
             started, evaluated = time.monotonic(), newest
             try:
