@@ -22,6 +22,7 @@ from cluster import spec
 from flags import config as flag_config
 from flags import definitions  # noqa: F401  (defines the trainer's flags)
 from input import synthetic, tfrecord
+from launch import faults
 from launch.processes import ForkedTask, free_ports
 from training import graph as train_graph
 from training import hooks as training_hooks
@@ -139,16 +140,22 @@ def describe(cluster) -> str:
     return "\n".join(parts)
 
 
-def wait_for(condition, timeout: float, what: str, cluster=None, poll_secs: float = 0.2) -> None:
-    """Polls condition() until it is true. Fails, naming `what`, once `timeout` seconds have passed, or
-    as soon as a task of `cluster` (if given) has exited with a code other than 0; never carries on."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        failed = {key: proc.poll() for key, proc in cluster.tasks() if proc.poll() not in (None, 0)} if cluster else {}
-        if failed or time.monotonic() > deadline:
-            reason = f"task(s) failed: {failed}" if failed else f"timed out after {timeout:g} s"
-            raise AssertionError(f"while waiting for {what}: {reason}" + (f"\n{describe(cluster)}" if cluster else ""))
-        time.sleep(poll_secs)
+class _NoTasks:
+    """A cluster of no tasks, for launch.faults.wait_until's check of failed tasks."""
+
+    @staticmethod
+    def tasks():
+        return []
+
+
+def wait_for(condition, timeout: float, what: str, cluster=None) -> None:
+    """launch.faults.wait_until as a test's assertion: polls condition() until it is true, and fails, naming
+    `what`, once `timeout` seconds have passed or as soon as a task of `cluster` (if given) has exited with
+    a code other than 0; it never carries on."""
+    try:
+        faults.wait_until(cluster or _NoTasks(), condition, time.monotonic() + timeout, what)
+    except faults.FaultError as err:
+        raise AssertionError(f"{err}" + (f"\n{describe(cluster)}" if cluster else "")) from None
 
 
 def wait_recording_exits(cluster, timeout: float) -> dict:

@@ -12,8 +12,7 @@ from absl import logging
 
 from cluster import shutdown, spec
 from training import checkpoints
-
-NO_STEP_LIMIT = 2**62  # max_steps=None: a ps waits for the replicas' own ends
+from training.config import NO_STEP_LIMIT  # max_steps=None: a ps waits for the replicas' own ends
 CHECKPOINT_POLL_SECS = 1.0
 
 
