@@ -17,8 +17,8 @@ import input as inputs
 import model
 from cluster import rendezvous, resolve, spec
 from input import storage
-from training import run_record
-from training.step import momentum, row_copies
+from training import plan, run_record
+from training.step import momentum
 from training.config import NO_STEP_LIMIT, RunConfig, TrainConfig
 
 SAGEMAKER_CHECKPOINTS = "/opt/ml/checkpoints"
@@ -69,7 +69,7 @@ def check_flags_alone(f) -> None:
             "waits for the other workers' gradients, so run one step per session.run (drop the flag).")
     check_local_steps(f)
     check_accumulation(f)
-    check_input_queue(f)
+    decided(plan.check_input, input_settings(f))
     if f["save_checkpoint_steps"].present and f["save_checkpoint_secs"].present:
         raise app.UsageError(
             "--save_checkpoint_steps and --save_checkpoint_secs are both set: choose one.")
@@ -113,48 +113,36 @@ def check_incremental(f) -> None:
                              "make it smaller.")
 
 
-QUEUE_FLAGS = ("num_epochs", "input_queue_audit")  # what only the input queue does
-SEVERAL_BATCHES = ("steps_per_run", "local_steps", "accumulate_batches")  # levers that step several batches a run
+def input_settings(f, name: str | None = None, cluster: spec.ClusterConfig | None = None) -> plan.InputSettings:
+    """What training/plan.py decides the input path by: the flags, and the dataset and cluster once known."""
+    several = next((flag for flag in plan.SEVERAL_BATCHES if f[flag].value > 1), None)
+    backup = None
+    if cluster is not None and f.sync_replicas:
+        aggregated = f.replicas_to_aggregate or cluster.num_replicas
+        backup = (aggregated, cluster.num_replicas) if aggregated < cluster.num_replicas else None
+    return plan.InputSettings(
+        input_queue=f.input_queue, needs_queue=next((flag for flag in plan.QUEUE_FLAGS if f[flag].value), None),
+        several_batches=(several, f[several].value) if several else None, cache=f.cache, backup_workers=backup,
+        dataset=name, has_files=None if name is None else hasattr(inputs.DATASETS[name], "files"),
+        distributed=None if cluster is None else cluster.is_distributed,
+        joins=bool(cluster and cluster.joins))
 
 
-def _needs_queue(f) -> str | None:
-    return next((flag for flag in QUEUE_FLAGS if f[flag].value), None)
+def step_settings(f, cluster: spec.ClusterConfig | None = None) -> plan.StepSettings:
+    """What training/plan.py decides the step path by: the flags, the model's tables, the cluster once known."""
+    takes_rounds = plan.tables_take_rounds(model.needs_of(f.model), f.embedding, chosen_optimizer(f))
+    return plan.StepSettings(local_steps=f.local_steps, steps_per_run=f.steps_per_run,
+                             steps_per_run_given=f["steps_per_run"].present, accumulate_batches=f.accumulate_batches,
+                             sync=f.sync_replicas, has_tables=has_tables(f), tables_take_rounds=takes_rounds,
+                             model=f.model, distributed=None if cluster is None else cluster.is_distributed)
 
 
-def _several_batches(f) -> str | None:
-    return next((flag for flag in SEVERAL_BATCHES if f[flag].value > 1), None)
-
-
-def check_input_queue(f) -> None:
-    """--input_queue given, and what needs the queue: what they work with."""
-    needs = _needs_queue(f)
-    if needs and f.input_queue is False:
-        raise app.UsageError(f"--{needs} needs the input queue (epochs are counted by it; fixed shards repeat "
-                             "until --train_steps): drop --noinput_queue.")
-    if not f.input_queue:
-        return
-    lever = _several_batches(f)
-    if lever:
-        raise app.UsageError(f"--input_queue counts each step's examples by file: drop --{lever}={f[lever].value}.")
-    if f.cache not in (None, inputs.NO_CACHE):
-        raise app.UsageError(f"--input_queue reads every epoch from the files: drop --cache={f.cache}.")
-
-
-def input_queue_unusable(f, name: str, cluster: spec.ClusterConfig) -> str | None:
-    """Why this run reads fixed shards when --input_queue is not given, or None: the queue is then on."""
-    if not hasattr(inputs.DATASETS[name], "files"):
-        return f"--dataset={name} has no files to hand out (use csv, tfrecord or criteo files)"
-    if not cluster.is_distributed:
-        return "one process reads every file itself (the queue lives on ps 0 of a cluster)"
-    lever = _several_batches(f)
-    if lever:
-        return f"--{lever}={f[lever].value} trains several batches a step, and the queue counts each step's examples"
-    if f.cache not in (None, inputs.NO_CACHE):
-        return f"--cache={f.cache} keeps a fixed shard"
-    if f.sync_replicas and f.replicas_to_aggregate and f.replicas_to_aggregate < cluster.num_replicas:
-        return (f"--replicas_to_aggregate={f.replicas_to_aggregate} drops the backup workers' gradients with "
-                "their examples")
-    return None
+def decided(choose, settings):
+    """A plan's choice, its Conflict raised as a usage error."""
+    try:
+        return choose(settings)
+    except plan.Conflict as err:
+        raise app.UsageError(str(err)) from None
 
 
 def read_resolved_cluster(f, env) -> resolve.Resolved:
@@ -352,22 +340,12 @@ def read_train(f, cluster: spec.ClusterConfig, env) -> TrainConfig:
         raise app.UsageError(
             f"--replicas_to_aggregate={replicas} is larger than the {cluster.num_replicas} worker(s) "
             "in --worker_hosts: a step would wait forever; use at most that many.")
-    if f.input_queue and f.sync_replicas and replicas < cluster.num_replicas:
-        # Backup workers: a round applied without a worker's gradient drops it, and the examples it
-        # carried, which the queue has counted as trained.
-        raise app.UsageError(
-            f"--input_queue trains every example once: --replicas_to_aggregate={replicas} of "
-            f"{cluster.num_replicas} workers would drop the late workers' gradients, and their examples with "
-            "them; drop --replicas_to_aggregate.")
+    decided(plan.check_input, input_settings(f, cluster=cluster))
     optimizer = chosen_optimizer(f)
     choice = momentum.choose(f.momentum, cluster.num_replicas, f.sync_replicas, f.local_steps, optimizer,
                              f.learning_rate)
     learning_rate = f.learning_rate * choice.learning_rate_scale
-    rounds = cluster.is_distributed and table_rounds(f, optimizer)  # one process reads its tables as they are
-    if f.local_steps > 1 and has_tables(f) and not rounds and f.steps_per_run > 1:  # (check_local_steps: the rest)
-        raise app.UsageError(f"--steps_per_run={f.steps_per_run} with --local_steps={f.local_steps} and "
-                             f"--model={f.model} in one process: its tables' rows are read a step at a time; drop "
-                             "--steps_per_run.")
+    path = decided(plan.step_path, step_settings(f, cluster))
     if f.scale_learning_rate_by_replicas and f.sync_replicas:
         learning_rate *= replicas
     return TrainConfig(
@@ -391,9 +369,9 @@ def read_train(f, cluster: spec.ClusterConfig, env) -> TrainConfig:
         stall_warning_secs=f.stall_warning_secs,
         stall_timeout_secs=f.stall_timeout_secs,
         wire_dtype=f.wire_dtype,
-        steps_per_run=steps_per_run(f, rounds),
+        steps_per_run=path.steps_per_run,
         local_steps=f.local_steps,
-        batches_per_read=f.local_steps if rounds else 1,
+        batches_per_read=path.batches_per_read,
         accumulate_batches=f.accumulate_batches,
         profile_steps=read_profile_steps(f),
     )
@@ -457,25 +435,9 @@ def has_tables(f) -> bool:
     return model.needs_of(f.model).partitioned_tables
 
 
-def steps_per_run(f, rounds: bool) -> int:
-    """A session.run's steps: a round of --local_steps; one step with tables that take no rounds (their
-    rows are read as each batch names them: training/step/local_steps.py); else --steps_per_run."""
-    if f.local_steps > 1:
-        return f.local_steps if rounds or not has_tables(f) else 1
-    return f.steps_per_run
-
-
 def chosen_optimizer(f) -> str:
     """--optimizer if given, else the model's own default (model/needs.py), else the flag's default."""
     return f.optimizer if f["optimizer"].present else model.needs_of(f.model).default_optimizer or f.optimizer
-
-
-def table_rounds(f, optimizer: str) -> bool:
-    """Whether --local_steps trains the tables' rows by rounds on the worker (training/step/row_copies.py):
-    tables the model reads through grouped lookups (model/needs.py: wide_deep's hashed ones), with an
-    optimizer whose slots only add; other tables stay on the ps, a step at a time."""
-    return (f.local_steps > 1 and has_tables(f) and optimizer in row_copies.ADDITIVE_SLOTS
-            and f.embedding in model.needs_of(f.model).grouped_lookup_embeddings)
 
 
 def check_dense_lever(f, lever: str):
@@ -497,14 +459,7 @@ def check_local_steps(f) -> None:
         raise app.UsageError(
             f"--local_steps={f.local_steps} is for asynchronous training: a synchronous round already averages "
             "the workers' gradients; --accumulate_batches sends one gradient per several batches instead.")
-    if has_tables(f) and not table_rounds(f, chosen_optimizer(f)):
-        if f.steps_per_run > 1:
-            raise app.UsageError(f"--steps_per_run={f.steps_per_run} with --local_steps={f.local_steps} and "
-                                 f"--model={f.model}: its tables' rows are read a step at a time; drop "
-                                 "--steps_per_run.")
-    elif f["steps_per_run"].present and f.steps_per_run != f.local_steps:
-        raise app.UsageError(f"--steps_per_run={f.steps_per_run} with --local_steps={f.local_steps}: a session.run "
-                             "is one round of --local_steps steps; drop --steps_per_run.")
+    decided(plan.step_path, step_settings(f))  # what the flags alone refuse; the rest once the cluster is known
     if f.wire_dtype != "float32":
         raise app.UsageError(f"--wire_dtype={f.wire_dtype} with --local_steps: choose one of the two.")
 
@@ -576,29 +531,8 @@ def read_data(f, cluster: spec.ClusterConfig, env) -> inputs.DataConfig:
     problem = inputs.DATASETS[name].check(data)
     if problem:
         raise app.UsageError(problem)
-    if data.input_queue and not hasattr(inputs.DATASETS[name], "files"):
-        raise app.UsageError(f"--input_queue hands out files: --dataset={name} has none to hand out (use csv, "
-                             "tfrecord or criteo files).")
-    if data.input_queue and not cluster.is_distributed:
-        raise app.UsageError("--input_queue needs a cluster (its queue lives on ps 0): one process reads every "
-                             "file itself; drop the flag.")
-    if f.input_queue is None:
-        unusable = input_queue_unusable(f, name, cluster)
-        needs = _needs_queue(f)
-        if unusable and needs:
-            raise app.UsageError(f"--{needs} needs the input queue, and this run cannot use it: {unusable}.")
-        data = dataclasses.replace(data, input_queue=not unusable, input_queue_by_default=not unusable)
-    if cluster.joins and not data.input_queue:
-        raise app.UsageError("--join_address: a joining worker takes its files from the input queue (fixed shards "
-                             f"are cut for the workers the job started with){_why_no_queue(f, name, cluster)}.")
-    return data
-
-
-def _why_no_queue(f, name: str, cluster: spec.ClusterConfig) -> str:
-    if f.input_queue is False:
-        return "; drop --noinput_queue"
-    unusable = input_queue_unusable(f, name, cluster)
-    return f", and this run cannot use it: {unusable}" if unusable else ""
+    path = decided(plan.input_path, input_settings(f, name, cluster))
+    return dataclasses.replace(data, input_queue=path.queue, input_queue_by_default=path.by_default)
 
 
 def read_dataset_name(f, data_dir: str | None, source: str) -> str:

@@ -8,6 +8,7 @@ from absl import flags
 
 import input as inputs
 import model
+from training import plan
 from training.step import optimizers, schedules
 from training.config import TrainConfig
 
@@ -239,9 +240,7 @@ flags.DEFINE_boolean("input_queue", None,
                      "instead of a fixed shard each: a fast worker reads more files, each file of an epoch is "
                      "trained once (a killed worker's files go to the others), and where the epoch stands is "
                      "saved in the checkpoints. On csv, tfrecord or criteo files, asynchronous or sync. "
-                     "Default: on for files in a cluster, unless a lever (--steps_per_run, --local_steps, "
-                     "--accumulate_batches), --cache or backup workers (--replicas_to_aggregate) need the fixed "
-                     "shards, or the run resumes a checkpoint saved with them; --noinput_queue: fixed shards.")
+                     + plan.QUEUE_HELP)
 flags.DEFINE_boolean("input_queue_audit", DATA.input_queue_audit,
                      "--input_queue: each worker also writes the (epoch, file, record) of every example it "
                      "trains to <model_dir>/workers/<task>/trained_examples.bin (int64 triples, 24 bytes an "

@@ -37,7 +37,7 @@ import model as mdl
 from cluster import spec
 from launch import measure, terminal
 from launch.processes import LocalCluster, SingleProcess
-from training import evaluator, exit_codes, log_lines, preemption, run_record
+from training import evaluator, exit_codes, log_lines, plan, preemption, run_record
 from training.config import RunConfig, TrainConfig
 
 flags.DEFINE_list("models", ["mlp", "mlp10m", "cnn"], "Models to run.")
@@ -191,12 +191,14 @@ def layout_config(model: str, layout: Layout) -> RunConfig:
                                 embedding_capacity=int(args.get("embedding_capacity", 100000)),
                                 embedding_partitions=max(1, layout.num_ps))
     local = int(args.get("local_steps", 1))
-    rounds = local > 1 and model_cfg.embedding in mdl.needs_of(model_cfg.name).grouped_lookup_embeddings
-    train = TrainConfig(batch_size=BATCH[model], local_steps=local,
-                        steps_per_run=local if local > 1 and (rounds or model not in TABLE_MODELS)
-                        else int(args.get("steps_per_run", 1)),
-                        batches_per_read=local if rounds else 1,
-                        optimizer=mdl.needs_of(model_cfg.name).default_optimizer or TrainConfig.optimizer,
+    needs = mdl.needs_of(model_cfg.name)
+    optimizer = needs.default_optimizer or TrainConfig.optimizer
+    path = plan.step_path(plan.StepSettings(
+        local_steps=local, steps_per_run=int(args.get("steps_per_run", 1)), has_tables=needs.partitioned_tables,
+        tables_take_rounds=plan.tables_take_rounds(needs, model_cfg.embedding, optimizer),
+        model=model_cfg.name, distributed=True))
+    train = TrainConfig(batch_size=BATCH[model], local_steps=local, steps_per_run=path.steps_per_run,
+                        batches_per_read=path.batches_per_read, optimizer=optimizer,
                         wire_dtype=args.get("wire_dtype", "float32"))
     cluster = spec.ClusterConfig(("ps",) * layout.num_ps, ("worker",), "worker", 0)
     return RunConfig(cluster, train, model_cfg, inputs.DataConfig(name=args.get("dataset", "synthetic"),

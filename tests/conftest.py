@@ -1,7 +1,7 @@
 """Fixtures: real local clusters that always stop. Shared helpers are in tests/support.py.
 
-Every test says its tier with exactly one marker (setup.cfg lists them): pure, inprocess or e2e.
-The fast loop for everyday work is `pytest -m "not e2e"`.
+Every test says its tier with exactly one marker (setup.cfg lists them): pure, inprocess, servers or
+e2e. The fast loop for everyday work is `pytest -m "pure or inprocess"`.
 """
 
 import os

@@ -49,7 +49,7 @@ def mirror():
 
     def start(files=FILES):
         server = Mirror(files)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         servers.append(server)
         return server
 

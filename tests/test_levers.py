@@ -257,7 +257,7 @@ def accumulating_replica(cluster_cfg, server, train_cfg):
 
         forward()
         grads_and_vars, _ = accumulate.mean_gradients(forward, snapshot, train_cfg.accumulate_batches, False)
-        train_op, hooks, chief_hooks = single.make_train_op(
+        train_op, hooks, chief_hooks, *_ = single.make_train_op(
             None, v1.train.GradientDescentOptimizer(LEARNING_RATE), global_step, cluster_cfg, train_cfg,
             grads_and_vars=grads_and_vars)
         var = v1.trainable_variables()[0]

@@ -44,7 +44,7 @@ class Replica:
             self.var = v1.get_variable("var", initializer=tf.constant(INITIAL))
             loss = tf.reduce_sum(self.var * tf.constant(GRADIENTS[cluster_cfg.task_index]))
             optimizer = v1.train.GradientDescentOptimizer(LEARNING_RATE)
-            self.train_op, hooks, chief_hooks = single.make_train_op(
+            self.train_op, hooks, chief_hooks, *_ = single.make_train_op(
                 loss, optimizer, self.global_step, cluster_cfg, train_cfg)
             sync_hook, = (hook for hook in hooks if isinstance(hook, sync.SyncReplicasHook))
             self.sync_hook = sync_hook

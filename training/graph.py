@@ -16,7 +16,7 @@ from model import embeddings, touched_rows
 from cluster import placement, spec
 from input import work_queue
 from training import checkpoints, queue_hook, step
-from training.step import optimizers, schedules, sync
+from training.step import optimizers, schedules
 
 v1 = tf.compat.v1
 
@@ -122,11 +122,10 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
                                        slots_of=slots_of if train.incremental_save_secs and cluster.is_chief else None)
     queue = None
     if feed:
-        syncing = next((hook for hook in built.hooks if isinstance(hook, sync.SyncReplicasHook)), None)
-        if syncing:
-            feed.end_op = syncing.close_token_queue
+        if built.end_op is not None:
+            feed.end_op = built.end_op
         audit = queue_hook.audit_path(cfg.train.model_dir, cluster.task_dir) if cfg.data.input_queue_audit else None
         queue = queue_hook.InputQueueHook(feed, *tags, batches.initializer, cfg.data.input_queue_lease_secs,
-                                          drops_first_step=syncing and (lambda: syncing.drops_next_push),
+                                          drops_first_step=built.drops_next_push,
                                           audit_path=audit)
     return TrainGraph(saver, built, uninitialized, queue, tables)

@@ -14,7 +14,7 @@ from input import work_queue
 from model import embeddings
 from cluster import peers, placement, shutdown, spec
 from training import checkpoints, chief_claim, evaluator, exit_codes, export, learning, log_lines, preemption
-from training import resume, run_record, watchdog
+from training import plan, resume, run_record, watchdog
 from training import graph as train_graph
 from training import hooks as training_hooks
 from training.step import momentum, sync, update
@@ -115,12 +115,15 @@ def train(cfg, server=None, stop=None, task_metrics=None) -> training_hooks.Prog
 
 
 def _settle_input(cfg):
-    """The input queue chosen by default gives way to the fixed shards of the checkpoint to resume."""
+    """The input path on resume (training/plan.settled_input): the queue chosen by default gives way
+    to the fixed shards of the checkpoint to resume."""
     data = cfg.data
     if not (data.input_queue and data.input_queue_by_default):
         return cfg
     checkpoint = tf.train.latest_checkpoint(cfg.train.model_dir)
-    if not work_queue.saved_without_queue(checkpoint):
+    path = plan.settled_input(plan.InputPath(data.input_queue, data.input_queue_by_default),
+                              work_queue.saved_without_queue(checkpoint))
+    if path.queue:
         return cfg
     if cfg.cluster.joins:
         raise TrainingError(f"{cfg.cluster.task_name}: --join_address needs the input queue, and this job reads "

@@ -4,26 +4,28 @@ Every lever turns the same inputs (StepContext: the model's forward pass, its fi
 optimizer, the global step, the settings) into the same shape of step (Step: the op to run, its
 metrics and labels, the steps one run takes, and the hooks it needs). The update rule they share is
 training/step/update.py; their loops, training/step/loop.py. Adding a lever is one module here,
-one line in LEVERS, and its flag in flags/.
+its path in training/plan.py, one line in LEVERS, and its flag in flags/.
 """
 
+from training import plan
 from training.step import accumulate, local_steps, single, steps_per_run, wire
 from training.step.base import Step, StepContext  # noqa: F401  (the shapes every lever shares)
 from training.step.loop import Metrics  # noqa: F401
 
-# A TrainConfig setting that turns a lever on (when above 1): the module that builds that step. The
-# first that is on wins (--local_steps also sets steps_per_run); flags/config.py lets one lever on.
-# With none on, a run is one step (single).
+# The module that builds each step path of training/plan.py (where the path is chosen). Rounds of rows
+# are local_steps with the tables' rows copied too (its reader sees TrainConfig.batches_per_read).
 LEVERS = {
-    "local_steps": local_steps,
-    "accumulate_batches": accumulate,
-    "steps_per_run": steps_per_run,
+    plan.SINGLE: single,
+    plan.STEPS_PER_RUN: steps_per_run,
+    plan.LOCAL_STEPS: local_steps,
+    plan.ROUNDS: local_steps,
+    plan.ACCUMULATE: accumulate,
 }
 
 
 def lever(train):
     """The module that builds this run's step."""
-    return next((module for setting, module in LEVERS.items() if getattr(train, setting) > 1), single)
+    return LEVERS[plan.path_of(train)]
 
 
 def reader_and_getter(chosen_lever, cluster, train):

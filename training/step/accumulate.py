@@ -45,9 +45,9 @@ def reader(cluster, train) -> Snapshot:
 
 def build(ctx: StepContext) -> Step:
     grads_and_vars, result = mean_gradients(ctx.forward, ctx.reader, ctx.train.accumulate_batches, ctx.with_auc)
-    train_op, hooks, chief_only_hooks = single.make_train_op(None, ctx.optimizer, ctx.global_step, ctx.cluster,
-                                                             ctx.train, ctx.stop_requested, grads_and_vars)
-    return Step(train_op, result.metrics, result.labels, None, tuple(hooks), tuple(chief_only_hooks))
+    update_ = single.make_train_op(None, ctx.optimizer, ctx.global_step, ctx.cluster, ctx.train, ctx.stop_requested,
+                                   grads_and_vars)
+    return update_.step(result.metrics, result.labels)
 
 
 def mean_gradients(forward, snapshot, batches, with_auc) -> tuple[list, LoopResult]:

@@ -32,3 +32,7 @@ class Step(NamedTuple):
     steps_done: tf.Tensor | None = None  # with several steps a run: how many this run took
     hooks: tuple = ()  # SessionRunHooks of every worker
     chief_only_hooks: tuple = ()
+    # Synchronous steps: the op that ends every worker's wait for a round (run when the input's epochs
+    # are all trained), and () -> whether this session's next push goes stale (its batch trains nothing).
+    end_op: tf.Operation | None = None
+    drops_next_push: Callable[[], bool] | None = None

@@ -1,5 +1,7 @@
 """One training step a session.run, asynchronous or synchronous: the step with no lever on."""
 
+from typing import Callable, NamedTuple
+
 import tensorflow as tf
 
 from training.step import sync, update
@@ -9,25 +11,39 @@ from training.step.loop import Metrics
 v1 = tf.compat.v1
 
 
+class Update(NamedTuple):
+    train_op: tf.Operation
+    hooks: tuple  # of every worker
+    chief_only_hooks: tuple
+    end_op: tf.Operation | None = None  # synchronous: Step.end_op
+    drops_next_push: Callable[[], bool] | None = None  # synchronous: Step.drops_next_push
+
+    def step(self, metrics, labels, steps_done=None, train_op=None) -> Step:
+        """The Step of this update (`train_op`: the lever's own op that runs it, if not the update's)."""
+        return Step(self.train_op if train_op is None else train_op, metrics, labels, steps_done, self.hooks,
+                    self.chief_only_hooks, self.end_op, self.drops_next_push)
+
+
 def build(ctx: StepContext) -> Step:
-    train_op, hooks, chief_only_hooks = make_train_op(ctx.first.loss, ctx.optimizer, ctx.global_step, ctx.cluster,
-                                                      ctx.train, ctx.stop_requested)
-    return Step(train_op, Metrics.of(ctx.first), ctx.first_labels, None, tuple(hooks), tuple(chief_only_hooks))
+    update_ = make_train_op(ctx.first.loss, ctx.optimizer, ctx.global_step, ctx.cluster, ctx.train,
+                            ctx.stop_requested)
+    return update_.step(Metrics.of(ctx.first), ctx.first_labels)
 
 
-def make_train_op(loss, optimizer, global_step, cluster, train, stop_requested=None, grads_and_vars=None):
+def make_train_op(loss, optimizer, global_step, cluster, train, stop_requested=None, grads_and_vars=None) -> Update:
     """The update op, plus the hooks it needs on every worker and on the chief only.
 
     With train.sync_replicas, gradients go through SyncReplicasOptimizer (training/step/sync.py);
     `stop_requested()` ends a worker's wait for a round that is missing a peer's gradient.
     `grads_and_vars`: gradients computed already (--accumulate_batches), instead of the loss's.
     """
-    hooks, chief_only_hooks = [], []
+    hooks, chief_only_hooks, end_op, drops_next_push = [], [], None, None
     if train.sync_replicas:
         optimizer = sync.wrap_optimizer(optimizer, cluster, train)
     train_op = update.apply_update(loss, optimizer, global_step, train.clip_gradient_norm,
                                    grads_and_vars=grads_and_vars)
     if train.sync_replicas:
         hooks, chief_only_hooks = sync.hooks(optimizer, train_op, cluster, train, stop_requested)
+        end_op, drops_next_push = hooks[0].close_token_queue, lambda: hooks[0].drops_next_push
     hooks.append(v1.train.StopAtStepHook(last_step=train.train_steps))
-    return train_op, hooks, chief_only_hooks
+    return Update(train_op, tuple(hooks), tuple(chief_only_hooks), end_op, drops_next_push)

@@ -16,8 +16,7 @@ def build(ctx: StepContext) -> Step:
     train = ctx.train
     # A single step's update, built first, makes the optimizer's slots, which a loop body cannot; its
     # hooks (StopAtStepHook) are the loop's.
-    _, hooks, chief_only_hooks = single.make_train_op(ctx.first.loss, ctx.optimizer, ctx.global_step, ctx.cluster,
-                                                      train)
+    single_update = single.make_train_op(ctx.first.loss, ctx.optimizer, ctx.global_step, ctx.cluster, train)
 
     # The global step is carried from each update to the next check: a read in the loop's condition
     # could run before the previous iteration's increment and let the loop pass --train_steps.
@@ -36,4 +35,4 @@ def build(ctx: StepContext) -> Step:
 
     result = training_loop("steps_per_run", keep_going, one_step, ctx.with_auc,
                            carried=[ctx.global_step.read_value()], carried_shapes=[tf.TensorShape([])])
-    return Step(result.done.op, result.metrics, result.labels, result.done, tuple(hooks), tuple(chief_only_hooks))
+    return single_update.step(result.metrics, result.labels, result.done, train_op=result.done.op)
