@@ -17,12 +17,20 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import tensorflow as tf  # noqa: E402  (after the Keras choice)
 
+from ps_trainer.estimator import export, inputs  # noqa: E402
+from ps_trainer.estimator.canned import (  # noqa: E402
+    DNNClassifier, DNNLinearCombinedClassifier, DNNLinearCombinedRegressor, DNNRegressor, LinearClassifier,
+    LinearRegressor)
 from ps_trainer.estimator.distribute import EvalSpec, TrainSpec, train_and_evaluate  # noqa: E402
 from ps_trainer.estimator.estimator import Estimator  # noqa: E402
+from ps_trainer.estimator.exporters import BestExporter, Exporter, FinalExporter, LatestExporter  # noqa: E402
 from ps_trainer.estimator.run_config import RunConfig  # noqa: E402
 from ps_trainer.estimator.spec import EstimatorSpec, ModeKeys  # noqa: E402
 
-__all__ = ["Estimator", "EstimatorSpec", "EvalSpec", "ModeKeys", "RunConfig", "TrainSpec", "train_and_evaluate"]
+__all__ = ["BestExporter", "DNNClassifier", "DNNLinearCombinedClassifier", "DNNLinearCombinedRegressor",
+           "DNNRegressor", "Estimator", "EstimatorSpec", "EvalSpec", "Exporter", "FinalExporter", "LatestExporter",
+           "LinearClassifier", "LinearRegressor", "ModeKeys", "RunConfig", "TrainSpec", "export", "inputs",
+           "train_and_evaluate"]
 
 
 def __getattr__(name):

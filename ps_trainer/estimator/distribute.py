@@ -4,6 +4,7 @@ max_steps and tell the ps tasks; the evaluator evaluates each new checkpoint and
 at max_steps. Without a cluster in TF_CONFIG it trains to max_steps in this process, then evaluates."""
 
 import collections
+import os
 import threading
 import time
 
@@ -31,23 +32,29 @@ class EvalSpec(collections.namedtuple("EvalSpec", ["input_fn", "steps", "name", 
                 throttle_secs=600):
         if not callable(input_fn):
             raise TypeError("EvalSpec: input_fn must be callable")
-        if exporters:
-            raise NotImplementedError("EvalSpec(exporters=...) is not covered by ps_trainer.estimator")
         if steps is not None and steps <= 0:
             raise ValueError(f"EvalSpec: steps must be positive or None, not {steps}")
-        return super().__new__(cls, input_fn, steps, name, tuple(hooks or ()), (), start_delay_secs, throttle_secs)
+        exporters = tuple(exporters) if isinstance(exporters, (list, tuple)) else ((exporters,) if exporters else ())
+        names = [exporter.name for exporter in exporters]
+        if len(set(names)) != len(names):
+            raise ValueError(f"EvalSpec: exporters need names of their own: {names}")
+        return super().__new__(cls, input_fn, steps, name, tuple(hooks or ()), exporters, start_delay_secs,
+                               throttle_secs)
 
 
 def train_and_evaluate(estimator, train_spec: TrainSpec, eval_spec: EvalSpec):
-    """Runs this task's role; returns (the last evaluation's metrics or None, export results: [])."""
+    """Runs this task's role; returns (the last evaluation's metrics, the exports its exporters made): an
+    evaluator's and one process's; (None, []) for the ps and the training replicas."""
     config = estimator.config
     cluster = config.cluster
     if config.task_type == spec.EVALUATOR:
-        return _evaluate_each_checkpoint(estimator, train_spec, eval_spec), []
+        return _evaluate_each_checkpoint(estimator, train_spec, eval_spec)
     if not cluster.is_distributed:
         estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps)
-        return estimator.evaluate(eval_spec.input_fn, steps=eval_spec.steps, hooks=eval_spec.hooks,
-                                  name=eval_spec.name), []
+        checkpoint = estimator.latest_checkpoint()
+        metrics = estimator.evaluate(eval_spec.input_fn, steps=eval_spec.steps, hooks=eval_spec.hooks,
+                                     checkpoint_path=checkpoint, name=eval_spec.name)
+        return metrics, _export(estimator, eval_spec, checkpoint, metrics, is_the_final_export=True)
     server = spec.start_server(cluster)
     train_steps = train_spec.max_steps or NO_STEP_LIMIT
     if cluster.job_name == spec.PS:
@@ -63,10 +70,11 @@ def train_and_evaluate(estimator, train_spec: TrainSpec, eval_spec: EvalSpec):
     return None, []
 
 
-def _evaluate_each_checkpoint(estimator, train_spec, eval_spec) -> dict | None:
+def _evaluate_each_checkpoint(estimator, train_spec, eval_spec) -> tuple[dict, list]:
     """Evaluates every new checkpoint (no sooner than throttle_secs after the last evaluation began, but
-    the final one at once), and returns the final one's metrics: the checkpoint at max_steps. As in TF1,
-    a run whose input ends before max_steps leaves it waiting."""
+    the final one at once), each followed by EvalSpec's exporters, and returns the final one's metrics and
+    exports: the checkpoint at max_steps. As in TF1, a run whose input ends before max_steps leaves it
+    waiting."""
     evaluated, started, metrics = None, float("-inf"), None
     train_steps = train_spec.max_steps or NO_STEP_LIMIT
     while True:
@@ -85,6 +93,19 @@ def _evaluate_each_checkpoint(estimator, train_spec, eval_spec) -> dict | None:
                 logging.info("evaluator: checkpoint %s was removed while it was read (%s); taking the newest",
                              newest, type(err).__name__)
                 continue
+            exports = _export(estimator, eval_spec, newest, metrics, is_the_final_export=final)
             if final:
-                return metrics
+                return metrics, exports
         time.sleep(CHECKPOINT_POLL_SECS)
+
+
+def _export(estimator, eval_spec, checkpoint, metrics, is_the_final_export) -> list:
+    """Runs EvalSpec's exporters after an evaluation, each into <model_dir>/export/<name>; the exports made."""
+    made = []
+    for exporter in eval_spec.exporters:
+        exported = exporter.export(estimator, os.path.join(estimator.model_dir, "export", exporter.name), checkpoint,
+                                   metrics, is_the_final_export)
+        if exported is not None:
+            logging.info("exporter %s: wrote %s", exporter.name, exported.decode())
+            made.append(exported)
+    return made

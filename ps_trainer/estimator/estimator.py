@@ -12,6 +12,7 @@ import tensorflow as tf
 from absl import logging
 
 from cluster import placement, spec as cluster_spec
+from ps_trainer.estimator import export
 from ps_trainer.estimator.run_config import RunConfig
 from ps_trainer.estimator.spec import EstimatorSpec, ModeKeys
 from training import checkpoints
@@ -200,6 +201,23 @@ class Estimator:
                                                    checkpoint_filename_with_path=checkpoint_path,
                                                    config=self._config.session_config)
             yield global_step, model, creator, input_hooks
+
+    # ---------------------------------------------------------------- export
+    def export_saved_model(self, export_dir_base, serving_input_receiver_fn, assets_extra=None, as_text=False,
+                           checkpoint_path=None, experimental_mode=ModeKeys.PREDICT) -> bytes:
+        """A SavedModel of the model_fn's PREDICT graph and a checkpoint (the latest by default) in a new
+        timestamped directory under export_dir_base; returns its path as bytes, as TF1 did."""
+        if experimental_mode != ModeKeys.PREDICT:
+            raise NotImplementedError("export_saved_model(experimental_mode=...) other than PREDICT is not covered "
+                                      "by ps_trainer.estimator")
+        return export.save(self, export_dir_base, serving_input_receiver_fn, assets_extra, as_text, checkpoint_path)
+
+    def export_savedmodel(self, export_dir_base, serving_input_receiver_fn, assets_extra=None, as_text=False,
+                          checkpoint_path=None, strip_default_attrs=False) -> bytes:
+        """TF1's older name of export_saved_model."""
+        del strip_default_attrs  # always stripped, as export_saved_model does
+        return self.export_saved_model(export_dir_base, serving_input_receiver_fn, assets_extra, as_text,
+                                       checkpoint_path)
 
     # ---------------------------------------------------------------- the model_fn contract
     def _call_input_fn(self, input_fn, mode):

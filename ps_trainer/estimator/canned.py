@@ -1,0 +1,342 @@
+"""TF1's canned estimators (the V1 classes TF1 programs meant): DNN, linear and wide & deep, classifier
+and regressor, with TF1's defaults. Each is an Estimator whose model_fn is built here from feature
+columns (tf.compat.v1.feature_column), a head (loss, predictions, metrics, export outputs) and TF1's
+optimizers; variables are named as TF1 named them (dnn/hiddenlayer_0/kernel, linear/linear_model/...),
+and the input layer's and the linear model's variables are partitioned over the ps tasks as TF1's were
+(min_max_variable_partitioner: at most one piece per ps, pieces of at least 64 MB; wide & deep's linear
+part, of at least 256 KB)."""
+
+import math
+
+import tensorflow as tf
+from tensorflow.python.saved_model.model_utils import export_output  # TF's own ExportOutput classes
+
+from ps_trainer.estimator.estimator import Estimator
+from ps_trainer.estimator.spec import EstimatorSpec, ModeKeys
+
+v1 = tf.compat.v1
+fc = v1.feature_column
+
+OPTIMIZERS = {"Adagrad": v1.train.AdagradOptimizer, "Adam": v1.train.AdamOptimizer, "Ftrl": v1.train.FtrlOptimizer,
+              "RMSProp": v1.train.RMSPropOptimizer, "SGD": v1.train.GradientDescentOptimizer}
+DNN_LEARNING_RATE = 0.05  # DNNClassifier, DNNRegressor
+LINEAR_LEARNING_RATE = 0.2  # LinearClassifier, LinearRegressor: at most this, and 1/sqrt(feature columns)
+COMBINED_DNN_LEARNING_RATE = 0.001  # DNNLinearCombined*
+COMBINED_LINEAR_LEARNING_RATE = 0.005
+MIN_SLICE_BYTES = 64 << 20
+
+
+def _optimizer(optimizer, learning_rate):
+    """An optimizer as TF1's canned estimators took one: a name (with the default learning rate), an
+    instance, or a callable that returns one."""
+    if isinstance(optimizer, str):
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer {optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
+        return OPTIMIZERS[optimizer](learning_rate=learning_rate)
+    if callable(optimizer) and not isinstance(optimizer, v1.train.Optimizer):
+        optimizer = optimizer()
+    if not isinstance(optimizer, v1.train.Optimizer):
+        raise ValueError(f"optimizer must be a tf.compat.v1.train.Optimizer, a name or a callable, not {optimizer!r}")
+    return optimizer
+
+
+def _linear_learning_rate(num_columns: int, most: float) -> float:
+    return min(most, 1.0 / math.sqrt(num_columns))
+
+
+def _partitioner(config):
+    return v1.min_max_variable_partitioner(max_partitions=max(1, config.num_ps_replicas),
+                                           min_slice_size=MIN_SLICE_BYTES)
+
+
+def _dnn_logits(features, columns, hidden_units, units, activation_fn, dropout, partitioner, training):
+    with v1.variable_scope("input_from_feature_columns", partitioner=partitioner):
+        net = fc.input_layer(features, columns)
+    for index, width in enumerate(list(hidden_units) + [units]):
+        last = index == len(hidden_units)
+        with v1.variable_scope("logits" if last else f"hiddenlayer_{index}"):
+            kernel = v1.get_variable("kernel", [net.shape[-1], width], initializer=v1.glorot_uniform_initializer())
+            bias = v1.get_variable("bias", [width], initializer=v1.zeros_initializer())
+            net = tf.nn.bias_add(tf.matmul(net, kernel), bias)
+            if not last:
+                net = activation_fn(net)
+                if dropout and training:
+                    net = tf.nn.dropout(net, rate=dropout)
+    return net
+
+
+def _linear_logits(features, columns, units, sparse_combiner):
+    return fc.linear_model(features, columns, units=units, sparse_combiner=sparse_combiner)
+
+
+class _Head:
+    """What TF1's heads gave a canned model_fn: the loss (summed over the batch, TF1's default
+    reduction), the predictions, the eval metrics and the export outputs, from logits and labels."""
+
+    def __init__(self, n_classes=None, label_dimension=None, weight_column=None, label_vocabulary=None,
+                 loss_reduction=v1.losses.Reduction.SUM):
+        self.n_classes, self.label_dimension = n_classes, label_dimension
+        self.weight_column, self.label_vocabulary, self.loss_reduction = weight_column, label_vocabulary, loss_reduction
+        if n_classes is not None and n_classes < 2:
+            raise ValueError(f"n_classes must be at least 2, not {n_classes}")
+        if label_vocabulary is not None and len(label_vocabulary) != n_classes:
+            raise ValueError(f"label_vocabulary has {len(label_vocabulary)} entries where n_classes is {n_classes}")
+
+    @property
+    def logits_dimension(self) -> int:
+        if self.n_classes is None:
+            return self.label_dimension
+        return 1 if self.n_classes == 2 else self.n_classes
+
+    def _weights(self, features):
+        if self.weight_column is None:
+            return 1.0
+        key = self.weight_column if isinstance(self.weight_column, str) else self.weight_column.key
+        return tf.reshape(tf.cast(features[key], tf.float32), [-1, 1])
+
+    def _class_ids(self, labels):
+        labels = labels.values if isinstance(labels, tf.SparseTensor) else labels
+        labels = tf.reshape(labels, [-1, 1])
+        if self.label_vocabulary is not None:
+            table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+                list(self.label_vocabulary), list(range(self.n_classes)), tf.string, tf.int64), -1)
+            labels = table.lookup(labels)
+        return tf.cast(labels, tf.int64)
+
+    def spec(self, features, mode, logits, labels, train_op_fn) -> EstimatorSpec:
+        predictions, outputs = self._predictions(logits)
+        if mode == ModeKeys.PREDICT:
+            return EstimatorSpec(mode, predictions=predictions, export_outputs=outputs)
+        weights = self._weights(features)
+        unreduced, metrics = self._losses_and_metrics(logits, labels, weights, predictions)
+        loss = v1.losses.compute_weighted_loss(unreduced, weights=weights, reduction=self.loss_reduction)
+        if mode == ModeKeys.EVAL:
+            return EstimatorSpec(mode, predictions=predictions, loss=loss, eval_metric_ops=metrics)
+        return EstimatorSpec(mode, predictions=predictions, loss=loss, train_op=train_op_fn(loss))
+
+    def _predictions(self, logits):
+        if self.n_classes is None:
+            predictions = {"predictions": logits}
+            regression = export_output.RegressionOutput(value=logits) if self.label_dimension == 1 else None
+            outputs = {"predict": export_output.PredictOutput(predictions)}
+            if regression is not None:
+                outputs.update({"serving_default": regression, "regression": regression})
+            else:
+                outputs["serving_default"] = outputs["predict"]
+            return predictions, outputs
+        if self.n_classes == 2:
+            logistic = tf.sigmoid(logits)
+            probabilities = tf.concat([1 - logistic, logistic], axis=1)
+            class_ids = tf.cast(tf.greater(logits, 0), tf.int64)
+        else:
+            probabilities = tf.nn.softmax(logits)
+            class_ids = tf.expand_dims(tf.argmax(logits, axis=1), 1)
+        names = (tf.constant(list(self.label_vocabulary)) if self.label_vocabulary is not None
+                 else tf.strings.as_string(tf.range(self.n_classes)))
+        classes = tf.gather(names, class_ids)
+        all_classes = tf.tile(tf.expand_dims(names, 0), [tf.shape(logits)[0], 1])
+        predictions = {"logits": logits, "probabilities": probabilities, "class_ids": class_ids, "classes": classes,
+                       "all_class_ids": tf.tile(tf.expand_dims(tf.range(self.n_classes), 0),
+                                                [tf.shape(logits)[0], 1]),
+                       "all_classes": all_classes}
+        if self.n_classes == 2:
+            predictions["logistic"] = logistic
+        classification = export_output.ClassificationOutput(scores=probabilities, classes=all_classes)
+        outputs = {"serving_default": classification, "classification": classification,
+                   "predict": export_output.PredictOutput(predictions)}
+        if self.n_classes == 2:
+            outputs["regression"] = export_output.RegressionOutput(value=logistic)
+        return predictions, outputs
+
+    def _losses_and_metrics(self, logits, labels, weights, predictions):
+        if labels is None:
+            raise ValueError("a canned estimator needs labels to train and evaluate: input_fn gave none")
+        if isinstance(labels, dict):
+            raise ValueError("a canned estimator's labels are one tensor, not a dict")
+        if self.n_classes is None:
+            labels = tf.reshape(tf.cast(labels, tf.float32), [-1, self.label_dimension])
+            unreduced = tf.math.squared_difference(logits, labels)
+            return unreduced, {"average_loss": v1.metrics.mean(unreduced, weights=weights),
+                               "label/mean": v1.metrics.mean(labels, weights=weights),
+                               "prediction/mean": v1.metrics.mean(logits, weights=weights)}
+        class_ids = self._class_ids(labels)
+        if self.n_classes == 2:
+            unreduced = tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.cast(class_ids, tf.float32), logits=logits)
+        else:
+            unreduced = tf.expand_dims(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=tf.squeeze(class_ids, 1), logits=logits), 1)
+        metrics = {"accuracy": v1.metrics.accuracy(class_ids, predictions["class_ids"], weights=weights),
+                   "average_loss": v1.metrics.mean(unreduced, weights=weights)}
+        if self.n_classes == 2:
+            label_floats = tf.cast(class_ids, tf.float32)
+            logistic = predictions["logistic"]
+            label_mean = v1.metrics.mean(label_floats, weights=weights)
+            metrics.update({
+                "label/mean": label_mean,
+                "prediction/mean": v1.metrics.mean(logistic, weights=weights),
+                "accuracy_baseline": (tf.maximum(label_mean[0], 1 - label_mean[0]), label_mean[1]),
+                "auc": v1.metrics.auc(label_floats, logistic, weights=weights, num_thresholds=200),
+                "auc_precision_recall": v1.metrics.auc(label_floats, logistic, weights=weights, curve="PR",
+                                                       num_thresholds=200),
+                "precision": v1.metrics.precision(class_ids, predictions["class_ids"], weights=weights),
+                "recall": v1.metrics.recall(class_ids, predictions["class_ids"], weights=weights)})
+        return unreduced, metrics
+
+
+def _minimize(loss, parts):
+    """The train op of (optimizer, variables) parts: one part's minimize steps the global step (a
+    SyncReplicasOptimizer works so, its hook the program's); two parts update, then step it once."""
+    global_step = v1.train.get_global_step()
+    parts = [(optimizer, variables) for optimizer, variables in parts if variables]
+    if len(parts) == 1:
+        [(optimizer, variables)] = parts
+        return optimizer.minimize(loss, global_step=global_step, var_list=variables)
+    if any(isinstance(optimizer, v1.train.SyncReplicasOptimizer) for optimizer, _ in parts):
+        raise ValueError("SyncReplicasOptimizer does not support multi optimizers case. Therefore, it is not "
+                         "supported in DNNLinearCombined model. If you want to use this optimizer, please use either "
+                         "DNN or Linear model.")
+    updates = [optimizer.minimize(loss, var_list=variables) for optimizer, variables in parts]
+    with tf.control_dependencies(updates):
+        return v1.assign_add(global_step, 1).op
+
+
+def _scope_variables(scope):
+    return v1.get_collection(v1.GraphKeys.TRAINABLE_VARIABLES, scope=scope + "/")
+
+
+def _model_fn(head, dnn=None, linear=None):
+    """A canned model_fn: the sum of a DNN's and a linear model's logits (either may be absent)."""
+
+    def model_fn(features, labels, mode, config):
+        training = mode == ModeKeys.TRAIN
+        logits, parts = 0, []
+        if dnn is not None:
+            partitioner = dnn["input_layer_partitioner"] or _partitioner(config)
+            with v1.variable_scope("dnn"):
+                logits += _dnn_logits(features, dnn["feature_columns"], dnn["hidden_units"], head.logits_dimension,
+                                      dnn["activation_fn"], dnn["dropout"], partitioner, training)
+        if linear is not None:
+            partitioner = linear["partitioner"] or (
+                v1.min_max_variable_partitioner(max_partitions=max(1, config.num_ps_replicas)) if dnn is not None
+                else _partitioner(config))  # wide & deep's linear part: TF1's default smallest piece (256 KB)
+            with v1.variable_scope("linear", partitioner=partitioner):
+                logits += _linear_logits(features, linear["feature_columns"], head.logits_dimension,
+                                         linear["sparse_combiner"])
+
+        def train_op_fn(loss):
+            if dnn is not None:
+                parts.append((_optimizer(dnn["optimizer"], dnn["learning_rate"]), _scope_variables("dnn")))
+            if linear is not None:
+                parts.append((_optimizer(linear["optimizer"], linear["learning_rate"]), _scope_variables("linear")))
+            return _minimize(loss, parts)
+
+        return head.spec(features, mode, logits, labels, train_op_fn)
+
+    return model_fn
+
+
+def _dnn(hidden_units, feature_columns, optimizer, activation_fn, dropout, input_layer_partitioner, learning_rate):
+    if not feature_columns:
+        raise ValueError("a DNN needs feature_columns")
+    return dict(hidden_units=tuple(hidden_units), feature_columns=list(feature_columns), optimizer=optimizer,
+                activation_fn=activation_fn, dropout=dropout, input_layer_partitioner=input_layer_partitioner,
+                learning_rate=learning_rate)
+
+
+def _linear(feature_columns, optimizer, partitioner, sparse_combiner, most):
+    if not feature_columns:
+        raise ValueError("a linear model needs feature_columns")
+    return dict(feature_columns=list(feature_columns), optimizer=optimizer, partitioner=partitioner,
+                sparse_combiner=sparse_combiner, learning_rate=_linear_learning_rate(len(feature_columns), most))
+
+
+def _refuse(**given):
+    for name, value in given.items():
+        if value:
+            raise NotImplementedError(f"{name}=... is not covered by ps_trainer.estimator's canned estimators")
+
+
+class DNNClassifier(Estimator):
+    def __init__(self, hidden_units, feature_columns, model_dir=None, n_classes=2, weight_column=None,
+                 label_vocabulary=None, optimizer="Adagrad", activation_fn=tf.nn.relu, dropout=None,
+                 input_layer_partitioner=None, config=None, warm_start_from=None,
+                 loss_reduction=v1.losses.Reduction.SUM, batch_norm=False):
+        _refuse(batch_norm=batch_norm)
+        head = _Head(n_classes=n_classes, weight_column=weight_column, label_vocabulary=label_vocabulary,
+                     loss_reduction=loss_reduction)
+        dnn = _dnn(hidden_units, feature_columns, optimizer, activation_fn, dropout, input_layer_partitioner,
+                   DNN_LEARNING_RATE)
+        super().__init__(_model_fn(head, dnn=dnn), model_dir, config, warm_start_from=warm_start_from)
+
+
+class DNNRegressor(Estimator):
+    def __init__(self, hidden_units, feature_columns, model_dir=None, label_dimension=1, weight_column=None,
+                 optimizer="Adagrad", activation_fn=tf.nn.relu, dropout=None, input_layer_partitioner=None,
+                 config=None, warm_start_from=None, loss_reduction=v1.losses.Reduction.SUM, batch_norm=False):
+        _refuse(batch_norm=batch_norm)
+        head = _Head(label_dimension=label_dimension, weight_column=weight_column, loss_reduction=loss_reduction)
+        dnn = _dnn(hidden_units, feature_columns, optimizer, activation_fn, dropout, input_layer_partitioner,
+                   DNN_LEARNING_RATE)
+        super().__init__(_model_fn(head, dnn=dnn), model_dir, config, warm_start_from=warm_start_from)
+
+
+class LinearClassifier(Estimator):
+    def __init__(self, feature_columns, model_dir=None, n_classes=2, weight_column=None, label_vocabulary=None,
+                 optimizer="Ftrl", config=None, partitioner=None, warm_start_from=None,
+                 loss_reduction=v1.losses.Reduction.SUM, sparse_combiner="sum"):
+        head = _Head(n_classes=n_classes, weight_column=weight_column, label_vocabulary=label_vocabulary,
+                     loss_reduction=loss_reduction)
+        linear = _linear(feature_columns, optimizer, partitioner, sparse_combiner, LINEAR_LEARNING_RATE)
+        super().__init__(_model_fn(head, linear=linear), model_dir, config, warm_start_from=warm_start_from)
+
+
+class LinearRegressor(Estimator):
+    def __init__(self, feature_columns, model_dir=None, label_dimension=1, weight_column=None, optimizer="Ftrl",
+                 config=None, partitioner=None, warm_start_from=None, loss_reduction=v1.losses.Reduction.SUM,
+                 sparse_combiner="sum"):
+        head = _Head(label_dimension=label_dimension, weight_column=weight_column, loss_reduction=loss_reduction)
+        linear = _linear(feature_columns, optimizer, partitioner, sparse_combiner, LINEAR_LEARNING_RATE)
+        super().__init__(_model_fn(head, linear=linear), model_dir, config, warm_start_from=warm_start_from)
+
+
+def _combined(head, linear_feature_columns, linear_optimizer, dnn_feature_columns, dnn_optimizer,
+              dnn_hidden_units, dnn_activation_fn, dnn_dropout, input_layer_partitioner, linear_sparse_combiner):
+    if not linear_feature_columns and not dnn_feature_columns:
+        raise ValueError("Either linear_feature_columns or dnn_feature_columns must be defined.")
+    if dnn_feature_columns and not dnn_hidden_units:
+        raise ValueError("dnn_hidden_units must be defined when dnn_feature_columns is specified.")
+    dnn = linear = None
+    if dnn_feature_columns:
+        dnn = _dnn(dnn_hidden_units, dnn_feature_columns, dnn_optimizer, dnn_activation_fn, dnn_dropout,
+                   input_layer_partitioner, COMBINED_DNN_LEARNING_RATE)
+    if linear_feature_columns:
+        linear = _linear(linear_feature_columns, linear_optimizer, None, linear_sparse_combiner,
+                         COMBINED_LINEAR_LEARNING_RATE)
+    return _model_fn(head, dnn=dnn, linear=linear)
+
+
+class DNNLinearCombinedClassifier(Estimator):
+    def __init__(self, model_dir=None, linear_feature_columns=None, linear_optimizer="Ftrl",
+                 dnn_feature_columns=None, dnn_optimizer="Adagrad", dnn_hidden_units=None,
+                 dnn_activation_fn=tf.nn.relu, dnn_dropout=None, n_classes=2, weight_column=None,
+                 label_vocabulary=None, input_layer_partitioner=None, config=None, warm_start_from=None,
+                 loss_reduction=v1.losses.Reduction.SUM, batch_norm=False, linear_sparse_combiner="sum"):
+        _refuse(batch_norm=batch_norm)
+        head = _Head(n_classes=n_classes, weight_column=weight_column, label_vocabulary=label_vocabulary,
+                     loss_reduction=loss_reduction)
+        super().__init__(_combined(head, linear_feature_columns, linear_optimizer, dnn_feature_columns, dnn_optimizer,
+                                   dnn_hidden_units, dnn_activation_fn, dnn_dropout, input_layer_partitioner,
+                                   linear_sparse_combiner), model_dir, config, warm_start_from=warm_start_from)
+
+
+class DNNLinearCombinedRegressor(Estimator):
+    def __init__(self, model_dir=None, linear_feature_columns=None, linear_optimizer="Ftrl",
+                 dnn_feature_columns=None, dnn_optimizer="Adagrad", dnn_hidden_units=None,
+                 dnn_activation_fn=tf.nn.relu, dnn_dropout=None, label_dimension=1, weight_column=None,
+                 input_layer_partitioner=None, config=None, warm_start_from=None,
+                 loss_reduction=v1.losses.Reduction.SUM, batch_norm=False, linear_sparse_combiner="sum"):
+        _refuse(batch_norm=batch_norm)
+        head = _Head(label_dimension=label_dimension, weight_column=weight_column, loss_reduction=loss_reduction)
+        super().__init__(_combined(head, linear_feature_columns, linear_optimizer, dnn_feature_columns, dnn_optimizer,
+                                   dnn_hidden_units, dnn_activation_fn, dnn_dropout, input_layer_partitioner,
+                                   linear_sparse_combiner), model_dir, config, warm_start_from=warm_start_from)
