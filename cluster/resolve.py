@@ -1,4 +1,4 @@
-"""Where the cluster comes from: flags, TF_CONFIG, SageMaker, Slurm or AWS Batch.
+"""Where the cluster comes from: flags, TF_CONFIG, a JobSet's pod, SageMaker, Slurm or AWS Batch.
 
 resolve() is a pure function of the explicit flag values and the environment (a dict), tried in
 that order; the first source present wins. AWS Batch also needs a rendezvous (I/O), passed in.
@@ -77,6 +77,8 @@ def _from_environment(env: Mapping[str, str], options: ResolveOptions) -> Resolv
     # The host lists say a cluster is meant; JOB_NAME alone says nothing (Jenkins sets it for every build).
     if "PS_HOSTS" in env or "WORKER_HOSTS" in env:
         return Resolved(from_env_vars(env), "JOB_NAME, TASK_INDEX, PS_HOSTS and WORKER_HOSTS")
+    if JOBSET_LAYOUT in env:
+        return Resolved(from_jobset(env), f"JobSet {env.get(JOBSET_NAME, '?')} ({JOBSET_LAYOUT})")
     if "SM_HOSTS" in env and "SM_CURRENT_HOST" in env:
         return Resolved(from_sagemaker(env), "SageMaker (SM_HOSTS)")
     slurm_tasks = "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in env else "SLURM_NTASKS"
@@ -188,6 +190,64 @@ def from_tf_config(text: str) -> spec.ClusterConfig:
     return spec.ClusterConfig(
         ps_hosts=hosts[spec.PS], worker_hosts=hosts[spec.WORKER], job_name=job, task_index=index,
         chief_hosts=hosts[chief_job], chief_job=chief_job)
+
+
+# ---------------------------------------------------------------- JobSet (and Kubeflow Trainer v2's TrainJob)
+
+# What the manifest (launch/jobset.py) sets in every pod: the layout, once, as JSON ({"ps": N, "chief":
+# 1, "worker": M, "port": P}); and, through the downward API, the pod's own JobSet annotations.
+JOBSET_LAYOUT = "PS_TRAINER_JOBSET"
+JOBSET_NAME = "PS_TRAINER_JOBSET_NAME"  # metadata.annotations['jobset.sigs.k8s.io/jobset-name']
+JOBSET_REPLICATED_JOB = "PS_TRAINER_REPLICATED_JOB"  # ...['jobset.sigs.k8s.io/replicatedjob-name']
+JOBSET_JOB_INDEX = "PS_TRAINER_JOB_INDEX"  # ...['jobset.sigs.k8s.io/job-index']
+COMPLETION_INDEX = "JOB_COMPLETION_INDEX"  # Kubernetes sets it in every pod of an Indexed Job
+JOBSET_JOBS = (spec.PS, spec.CHIEF, spec.WORKER, spec.EVALUATOR)  # the replicated jobs, by their names
+
+
+def jobset_host(jobset: str, replicated_job: str, pod_index: int, subdomain: str, port: int) -> str:
+    """A pod's address under JobSet's DNS host names: <jobset>-<replicated job>-<job index>-<pod
+    index>.<subdomain> (each replicated job here is one Indexed Job: job index 0)."""
+    return f"{jobset}-{replicated_job}-0-{pod_index}.{subdomain}:{port}"
+
+
+def from_jobset(env: Mapping[str, str]) -> spec.ClusterConfig:
+    """The cluster of a JobSet pod (a Trainer v2 TrainJob is a JobSet underneath, named as the TrainJob):
+    every host from the layout and the JobSet's name, this task from its replicated job and index."""
+    try:
+        layout = json.loads(env[JOBSET_LAYOUT])
+    except json.JSONDecodeError as err:
+        raise ClusterError(f"{JOBSET_LAYOUT} is not valid JSON: {err}") from None
+    if not isinstance(layout, dict) or set(layout) - {*JOBSET_JOBS, "port", "subdomain"}:
+        raise ClusterError(f"{JOBSET_LAYOUT} must be a JSON object of replica counts ({', '.join(JOBSET_JOBS)}), "
+                           f"'port' and optionally 'subdomain', not {env[JOBSET_LAYOUT]}")
+    counts = {job: layout.get(job, 0) for job in JOBSET_JOBS}
+    port = layout.get("port")
+    if not all(isinstance(count, int) and count >= 0 for count in counts.values()) or not isinstance(port, int):
+        raise ClusterError(f"{JOBSET_LAYOUT}={env[JOBSET_LAYOUT]}: the counts and the port must be integers")
+    if counts[spec.PS] < 1 or counts[spec.CHIEF] != 1 or counts[spec.EVALUATOR] > 1:
+        raise ClusterError(f"{JOBSET_LAYOUT}={env[JOBSET_LAYOUT]}: a job needs at least one ps, one chief and at "
+                           "most one evaluator")
+    for name in (JOBSET_NAME, JOBSET_REPLICATED_JOB, COMPLETION_INDEX):
+        if not env.get(name):
+            raise ClusterError(f"{name} is not set: the pod needs it (its JobSet's downward-API environment; "
+                               "scripts/make_jobset.py writes it)")
+    job, jobset = env[JOBSET_REPLICATED_JOB], env[JOBSET_NAME]
+    if job not in JOBSET_JOBS:
+        raise ClusterError(f"{JOBSET_REPLICATED_JOB}={job}: the replicated jobs are {', '.join(JOBSET_JOBS)}")
+    index = _count(env, COMPLETION_INDEX)
+    if env.get(JOBSET_JOB_INDEX, "0") != "0":
+        raise ClusterError(f"{JOBSET_JOB_INDEX}={env[JOBSET_JOB_INDEX]}: each replicated job is one Job "
+                           "(replicas: 1) whose pods are its tasks")
+    if index >= counts[job]:
+        raise ClusterError(f"{COMPLETION_INDEX}={index} is out of range: {JOBSET_LAYOUT} has {counts[job]} {job} "
+                           "task(s)")
+    subdomain = layout.get("subdomain") or jobset
+
+    def hosts(name):
+        return tuple(jobset_host(jobset, name, i, subdomain, port) for i in range(counts[name]))
+
+    return spec.ClusterConfig(ps_hosts=hosts(spec.PS), worker_hosts=hosts(spec.WORKER), job_name=job,
+                              task_index=index, chief_hosts=hosts(spec.CHIEF))
 
 
 # ---------------------------------------------------------------- SageMaker

@@ -266,3 +266,45 @@ def test_an_aws_batch_array_job_is_refused_rather_than_training_alone_on_every_c
 def test_bad_tf_config_is_refused_with_a_clear_message(tf_config, message):
     with pytest.raises(ClusterError, match=message):
         resolve(None, {"TF_CONFIG": tf_config})
+
+
+# A JobSet pod's environment as scripts/make_jobset.py's manifest gives it: the layout, and the downward
+# API's copy of the pod's JobSet annotations; Kubernetes sets JOB_COMPLETION_INDEX in an Indexed Job.
+def jobset_env(job, index, layout='{"ps":2,"chief":1,"worker":2,"evaluator":1,"port":2222}'):
+    return {"PS_TRAINER_JOBSET": layout, "PS_TRAINER_JOBSET_NAME": "ctr", "PS_TRAINER_REPLICATED_JOB": job,
+            "PS_TRAINER_JOB_INDEX": "0", "JOB_COMPLETION_INDEX": str(index)}
+
+
+@pytest.mark.parametrize("job, index, replica", [("ps", 1, None), ("chief", 0, 0), ("worker", 1, 2),
+                                                 ("evaluator", 0, None)])
+def test_a_jobset_pod_reads_every_host_and_its_own_task_from_its_environment(job, index, replica):
+    resolved = resolve(None, jobset_env(job, index))
+    cluster = resolved.cluster
+    assert resolved.source == "JobSet ctr (PS_TRAINER_JOBSET)"
+    assert cluster.ps_hosts == ("ctr-ps-0-0.ctr:2222", "ctr-ps-0-1.ctr:2222")
+    assert cluster.chief_hosts == ("ctr-chief-0-0.ctr:2222",)
+    assert cluster.worker_hosts == ("ctr-worker-0-0.ctr:2222", "ctr-worker-0-1.ctr:2222")
+    assert (cluster.job_name, cluster.task_index) == (job, index)
+    if replica is not None:
+        assert cluster.replica_index == replica and cluster.is_chief == (replica == 0)
+
+
+def test_a_jobset_subdomain_names_the_hosts_and_a_trainjob_is_the_same_jobset():
+    layout = '{"ps":1,"chief":1,"worker":0,"port":2300,"subdomain":"net"}'
+    cluster = resolve(None, jobset_env("chief", 0, layout)).cluster
+    assert cluster.ps_hosts == ("ctr-ps-0-0.net:2300",) and cluster.worker_hosts == ()
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"JOB_COMPLETION_INDEX": "2"}, "JOB_COMPLETION_INDEX=2 is out of range: PS_TRAINER_JOBSET has 2 worker task"),
+    ({"PS_TRAINER_REPLICATED_JOB": "workers"}, "PS_TRAINER_REPLICATED_JOB=workers: the replicated jobs are"),
+    ({"PS_TRAINER_JOBSET_NAME": ""}, "PS_TRAINER_JOBSET_NAME is not set"),
+    ({"PS_TRAINER_JOB_INDEX": "1"}, "PS_TRAINER_JOB_INDEX=1: each replicated job is one Job"),
+    ({"PS_TRAINER_JOBSET": '{"ps":0,"chief":1,"port":2222}'}, "a job needs at least one ps"),
+    ({"PS_TRAINER_JOBSET": '{"ps":1,"chief":1}'}, "the counts and the port must be integers"),
+    ({"PS_TRAINER_JOBSET": '{"ps":1,"chief":1,"port":2222,"master":1}'}, "must be a JSON object of replica counts"),
+    ({"PS_TRAINER_JOBSET": "{ps"}, "PS_TRAINER_JOBSET is not valid JSON"),
+])
+def test_a_jobset_pod_whose_environment_is_wrong_is_refused_naming_the_variable(change, message):
+    with pytest.raises(ClusterError, match=message):
+        resolve(None, {**jobset_env("worker", 1), **change})

@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""Writes a JobSet manifest (kubernetes-sigs/jobset) for this trainer, with a NetworkPolicy guarding its
+gRPC port: ps, chief, worker and evaluator tasks, each kind an Indexed Job.
+
+    python scripts/make_jobset.py --name=ctr --image=registry.example/ps-trainer:1 \\
+        --model_dir=/mnt/model/ctr --volume_claim=training-data -- --model=wide_deep --train_steps=20000 > job.yaml
+    kubectl apply -f job.yaml
+
+Flags after '--' go to every trainer.py. A manifest it cannot write (no image, no ps, a local
+model_dir without a volume) is refused in one line, exit 1. Needs PyYAML (pip install -e '.[kubeflow]').
+"""
+
+import sys
+
+import yaml
+from absl import app, flags
+
+from launch import jobset
+
+flags.DEFINE_string("name", None, "JobSet name (a DNS label).", required=True)
+flags.DEFINE_string("image", "", "Container image with ps-trainer installed in its working dir (the Dockerfile's).")
+flags.DEFINE_string("model_dir", "", f"model_dir every pod reaches: on --volume_claim (under {jobset.MOUNT_PATH}) "
+                    "or a gs:// path.")
+flags.DEFINE_string("namespace", "default", "Kubernetes namespace.")
+flags.DEFINE_integer("num_ps", 1, "ps tasks.")
+flags.DEFINE_integer("num_workers", 2, "Worker tasks besides the chief.")
+flags.DEFINE_boolean("evaluator", True, "Add an evaluator task.")
+flags.DEFINE_string("volume_claim", None, f"PVC to mount at {jobset.MOUNT_PATH} in every pod.")
+flags.DEFINE_string("queue", None, "Kueue LocalQueue to admit the JobSet (the kueue.x-k8s.io/queue-name label).")
+flags.DEFINE_integer("backoff_limit", 10, "Restarts of one task kind's pods after transient exits.", lower_bound=0)
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    job = jobset.JobSetSpec(
+        name=FLAGS.name, image=FLAGS.image, model_dir=FLAGS.model_dir, namespace=FLAGS.namespace,
+        num_ps=FLAGS.num_ps, num_workers=FLAGS.num_workers, evaluator=FLAGS.evaluator,
+        trainer_args=tuple(argv[1:]), volume_claim=FLAGS.volume_claim, queue=FLAGS.queue,
+        backoff_limit=FLAGS.backoff_limit)
+    problem = job.problem()
+    if problem:
+        sys.exit(f"make_jobset.py: {problem}")
+    yaml.safe_dump_all([jobset.jobset(job), jobset.network_policy(job)], sys.stdout, sort_keys=False)
+
+
+if __name__ == "__main__":
+    app.run(main)
