@@ -10,6 +10,7 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 from absl import logging
+from tensorflow.python.training import sync_replicas_optimizer  # the type of its hook, which a model_fn returns
 
 from cluster import placement, spec as cluster_spec
 from ps_trainer.estimator import export
@@ -17,9 +18,12 @@ from ps_trainer.estimator.run_config import RunConfig
 from ps_trainer.estimator.spec import EstimatorSpec, ModeKeys
 from training import checkpoints
 from training import worker as worker_role
+from training.step import sync
 
 v1 = tf.compat.v1
 CHIEF_READY_TIMEOUT_SECS = 7200  # TF1's session_creation_timeout_secs
+DEFAULT_STOP_GRACE_SECS = 120  # MonitoredTrainingSession's own
+_SYNC_REPLICAS_HOOK = sync_replicas_optimizer._SyncReplicasOptimizerHook  # pylint: disable=protected-access
 
 
 class Estimator:
@@ -108,7 +112,12 @@ class Estimator:
                 worker_role.wait_for_chief_ready(target, session_config, CHIEF_READY_TIMEOUT_SECS, cluster.task_name,
                                                  uninitialized)
             last_step = 0
+            # A SyncReplicasOptimizer's chief thread stays blocked on gradients that never come once training
+            # is over: the session's close cancels that wait after the grace period, which TF's default
+            # (120 s) would add to every sync program's end.
+            syncing = any(isinstance(hook, _SYNC_REPLICAS_HOOK) for hook in (*model.training_hooks, *(hooks or ())))
             with v1.train.MonitoredTrainingSession(
+                    stop_grace_period_secs=sync.STOP_GRACE_SECS if syncing else DEFAULT_STOP_GRACE_SECS,
                     master=target, is_chief=cluster.is_chief, checkpoint_dir=self.model_dir, scaffold=scaffold,
                     hooks=all_hooks, chief_only_hooks=chief_hooks,
                     save_checkpoint_secs=None if saving_listeners else self._config.save_checkpoints_secs,
