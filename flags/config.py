@@ -525,14 +525,28 @@ def read_data(f, cluster: spec.ClusterConfig, env) -> inputs.DataConfig:
                              categorical_columns=tuple(f.categorical_columns), num_classes=f.num_classes,
                              numeric_default=f.numeric_default, input_queue=bool(f.input_queue),
                              input_queue_lease_secs=f.input_queue_lease_secs,
-                             input_queue_audit=f.input_queue_audit)
+                             input_queue_audit=f.input_queue_audit, group_column=f.group_column)
     if cluster.job_name == spec.PS:
         return data
     problem = inputs.DATASETS[name].check(data)
     if problem:
         raise app.UsageError(problem)
+    check_group_column(data)
     path = decided(plan.input_path, input_settings(f, name, cluster))
     return dataclasses.replace(data, input_queue=path.queue, input_queue_by_default=path.by_default)
+
+
+def check_group_column(data: inputs.DataConfig) -> None:
+    """--group_column names a feature of the dataset, whose labels are two classes (an AUC's)."""
+    if data.group_column is None:
+        return
+    data_spec = inputs.spec(data)
+    if data.group_column not in data_spec.features:
+        raise app.UsageError(f"--group_column={data.group_column} is not a feature of --dataset={data.name} (its "
+                             f"features: {', '.join(sorted(data_spec.features))})")
+    if data_spec.num_classes != 2:
+        raise app.UsageError(f"--group_column: the group AUC is of two classes; --dataset={data.name} has "
+                             f"{data_spec.num_classes}")
 
 
 def read_dataset_name(f, data_dir: str | None, source: str) -> str:

@@ -30,6 +30,8 @@ class DataConfig:
     input_queue_by_default: bool = False  # chosen without --input_queue: a checkpoint saved without it wins
     input_queue_lease_secs: int = 120
     input_queue_audit: bool = False  # each worker writes the (epoch, file, record) of each example it trains
+    # The held-out evaluation also reports the group AUC over this feature's values (training/gauc.py).
+    group_column: str | None = None
 
     def split_dir(self, split: str) -> str | None:
         return self.eval_data_dir if split == "eval" and self.eval_data_dir else self.data_dir

@@ -565,3 +565,9 @@ def test_a_joining_worker_is_refused_what_cannot_join(tmp_path, args, expected):
 def test_only_a_worker_joins():
     assert "--join_address is for a worker joining a running job, not --job_name=ps" in usage_error(
         *CLUSTER, "--job_name=ps", "--task_index=0", "--join_address=127.0.0.1:2230")
+
+
+def test_a_group_column_is_a_feature_of_the_dataset():
+    assert read_flags(*WORKER, "--dataset=clicks", "--model=wide_deep", "--group_column=user").data.group_column == "user"
+    assert usage_error(*WORKER, "--dataset=clicks", "--model=wide_deep", "--group_column=query") == (
+        "--group_column=query is not a feature of --dataset=clicks (its features: category, hour, item, price, user)")

@@ -82,7 +82,7 @@ def test_wide_deep_on_two_ps_and_two_workers_exports_a_model_that_serves(make_cl
     cluster = make_cluster(num_ps=2, num_workers=2, trainer_args=[
         "--model=wide_deep", "--dataset=clicks", "--hash_buckets=50000", "--embedding_dim=8",
         "--hidden_units=32", "--train_steps=200", "--save_summaries_steps=50", "--log_every_n_steps=20",
-        "--profile_steps=20,25"])
+        "--profile_steps=20,25", "--group_column=user"])
     cluster.start_all()
     cluster.start("evaluator", 0)
     codes = cluster.wait(timeout=300)
@@ -114,7 +114,8 @@ def test_wide_deep_on_two_ps_and_two_workers_exports_a_model_that_serves(make_cl
     assert {"loss", "accuracy", "auc", "learning_rate"} <= tags(cluster.model_dir)
     for task in ("worker_0", "worker_1"):
         assert {"global_step/sec", "examples/sec"} <= tags(cluster.model_dir / "workers" / task)
-    assert {"loss", "accuracy", "auc"} <= tags(cluster.model_dir / "eval")
+    assert {"loss", "accuracy", "auc", "gauc"} <= tags(cluster.model_dir / "eval")  # --group_column: the group AUC
+    assert 0.5 < float(finished(chief_log)["heldout_gauc"]) <= 1 and int(finished(chief_log)["heldout_gauc_groups"]) > 0
     assert "auc" in cluster.log("evaluator", 0)
     traces = list((cluster.model_dir / "profile" / "worker_1").glob("plugins/profile/*/*.xplane.pb"))
     assert traces and traces[0].stat().st_size > 1000

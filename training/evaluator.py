@@ -8,12 +8,13 @@ flags, so it builds the graph the checkpoints hold."""
 
 import os
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
 import input as inputs
 import model
-from training import checkpoints, log_lines, run_record
+from training import checkpoints, gauc, log_lines, run_record
 
 v1 = tf.compat.v1
 EVAL_BATCH = 500
@@ -31,8 +32,8 @@ class UnreadableCheckpoint(Exception):
 
 
 def evaluate(cfg, checkpoint: str, max_examples: int | None = None) -> tuple[int, dict[str, float]]:
-    """(global step, {'loss', 'accuracy'[, 'auc']}) of `checkpoint` over the held-out split: all of
-    it, or its first `max_examples`."""
+    """(global step, {'loss', 'accuracy'[, 'auc'][, 'gauc', 'gauc_groups', 'gauc_skipped']}) of
+    `checkpoint` over the held-out split: all of it, or its first `max_examples`."""
     graph = tf.Graph()
     with graph.as_default():
         global_step = v1.train.get_or_create_global_step()
@@ -45,6 +46,9 @@ def evaluate(cfg, checkpoint: str, max_examples: int | None = None) -> tuple[int
                    "accuracy": v1.metrics.mean(output.accuracy, weights=tf.shape(labels)[0])}
         if output.auc is not None:  # over the whole split, not averaged per batch
             metrics["auc"] = v1.metrics.auc(labels, output.probabilities[:, 1], num_thresholds=1000)
+        # --group_column: each batch's (group, label, score), for the group AUC over the whole split.
+        grouped = ((features[cfg.data.group_column], labels, output.probabilities[:, 1])
+                   if cfg.data.group_column else None)
         saver = v1.train.Saver()  # the variables and the tables (model/embeddings.py's ID -> row maps)
         deltas = checkpoints.delta_restorer(checkpoint)
         init_metrics = v1.local_variables_initializer()
@@ -58,17 +62,27 @@ def evaluate(cfg, checkpoint: str, max_examples: int | None = None) -> tuple[int
                                            f"({log_lines.error_cause(str(err))})") from err
             sess.run(init_metrics)
             step = int(sess.run(global_step))
+            batches = []
             while True:
                 try:
-                    sess.run(updates)
+                    if grouped is None:
+                        sess.run(updates)
+                    else:
+                        batches.append(sess.run((updates, grouped))[1])
                 except tf.errors.OutOfRangeError:
                     break
-            return step, {name: float(value) for name, value in sess.run(results).items()}
+            figures = {name: float(value) for name, value in sess.run(results).items()}
+    if grouped is not None:
+        by_group = gauc.group_auc(*(np.concatenate(parts) for parts in zip(*batches))) if batches else None
+        figures.update(gauc=by_group.value, gauc_groups=by_group.groups, gauc_skipped=by_group.skipped)
+    return step, figures
 
 
 def describe(metrics: dict[str, float]) -> str:
     auc = f" auc {metrics['auc']:.3f}" if "auc" in metrics else ""
-    return f"held-out loss {metrics['loss']:.4f} accuracy {metrics['accuracy']:.3f}{auc}"
+    grouped = (f" gauc {metrics['gauc']:.3f} ({metrics['gauc_groups']:.0f} groups; {metrics['gauc_skipped']:.0f} of "
+               "one class skipped)" if "gauc" in metrics else "")
+    return f"held-out loss {metrics['loss']:.4f} accuracy {metrics['accuracy']:.3f}{auc}{grouped}"
 
 
 def run(cfg) -> None:

@@ -486,7 +486,8 @@ def _final_evaluation(cfg, checkpoint) -> dict[str, str]:
         return {}
     logging.info("%s: final checkpoint (global step %d): %s", cfg.cluster.task_name, step,
                  evaluator.describe(metrics))
-    return {f"heldout_{name}": f"{value:.4f}" for name, value in metrics.items()}
+    return {f"heldout_{name}": f"{value:.4f}" if isinstance(value, float) else str(value)
+            for name, value in metrics.items()}
 
 
 def _fmt(value, digits):

@@ -43,12 +43,14 @@ class EvalSpec(collections.namedtuple("EvalSpec", ["input_fn", "steps", "name", 
 
 
 def train_and_evaluate(estimator, train_spec: TrainSpec, eval_spec: EvalSpec):
-    """Runs this task's role; returns (the last evaluation's metrics, the exports its exporters made): an
-    evaluator's and one process's; (None, []) for the ps and the training replicas."""
+    """Runs this task's role. As TF1's: in one process it returns (the evaluation's metrics, the exports its
+    exporters made); on a cluster, None (the evaluator logs each evaluation's metrics: 'Saving dict for
+    global step N: ...')."""
     config = estimator.config
     cluster = config.cluster
     if config.task_type == spec.EVALUATOR:
-        return _evaluate_each_checkpoint(estimator, train_spec, eval_spec)
+        _evaluate_each_checkpoint(estimator, train_spec, eval_spec)
+        return None
     if not cluster.is_distributed:
         estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps)
         checkpoint = estimator.latest_checkpoint()
@@ -62,12 +64,12 @@ def train_and_evaluate(estimator, train_spec: TrainSpec, eval_spec: EvalSpec):
                      cluster.ps_hosts[cluster.task_index], cluster.num_replicas)
         shutdown.wait_for_every_replica(server, cluster, estimator.model_dir, train_steps, threading.Event())
         logging.info("ps %d: every training replica finished; exiting", cluster.task_index)
-        return None, []
+        return None
     step = estimator._train(train_spec.input_fn, hooks=train_spec.hooks,  # pylint: disable=protected-access
                             max_steps=train_spec.max_steps, target=server.target)
     shutdown.report_done(server, cluster, estimator.model_dir, step, train_steps)
     logging.info("%s: trained to global step %d", cluster.task_name, step)
-    return None, []
+    return None
 
 
 def _evaluate_each_checkpoint(estimator, train_spec, eval_spec) -> tuple[dict, list]:

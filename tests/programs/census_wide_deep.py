@@ -54,9 +54,10 @@ def main(argv):
     feature_spec = fc.make_parse_example_spec(wide + deep)
     exporter = tf.estimator.FinalExporter(
         "census", tf.estimator.export.build_parsing_serving_input_receiver_fn(feature_spec))
-    metrics, exports = tf.estimator.train_and_evaluate(
+    result = tf.estimator.train_and_evaluate(
         estimator, tf.estimator.TrainSpec(train_input, max_steps=FLAGS.train_steps),
         tf.estimator.EvalSpec(eval_input, steps=None, exporters=[exporter], throttle_secs=1))
+    metrics, exports = result or (None, [])  # TF1 returned None on the ps, the chief and the workers
     if metrics:
         print("final metrics: " + " ".join(f"{key}={value}" for key, value in sorted(metrics.items())), flush=True)
     for path in exports:

@@ -58,9 +58,10 @@ def main(argv):
     del argv
     config = tf.estimator.RunConfig(model_dir=FLAGS.model_dir, save_checkpoints_steps=100, tf_random_seed=7)
     estimator = tf.estimator.Estimator(model_fn, config=config, params={"batch_size": 64, "learning_rate": 0.1})
-    metrics, _ = tf.estimator.train_and_evaluate(
+    result = tf.estimator.train_and_evaluate(
         estimator, tf.estimator.TrainSpec(input_fn, max_steps=FLAGS.train_steps),
         tf.estimator.EvalSpec(input_fn, steps=None, throttle_secs=1))
+    metrics = result[0] if result else None  # TF1 returned None on the ps, the chief and the workers
     if metrics:
         print("final metrics: " + " ".join(f"{key}={value}" for key, value in sorted(metrics.items())), flush=True)
     if FLAGS.predict:

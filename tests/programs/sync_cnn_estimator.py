@@ -62,12 +62,13 @@ def main(argv):
     estimator = tf.estimator.Estimator(model_fn, config=config)
     x, y = make_data(4000, 0)
     held_x, held_y = make_data(1000, 1)
-    metrics, _ = tf.estimator.train_and_evaluate(
+    result = tf.estimator.train_and_evaluate(
         estimator,
         tf.estimator.TrainSpec(tf.estimator.inputs.numpy_input_fn(x, y, batch_size=32, num_epochs=None, shuffle=True),
                                max_steps=FLAGS.train_steps),
         tf.estimator.EvalSpec(tf.estimator.inputs.numpy_input_fn(held_x, held_y, batch_size=250, shuffle=False),
                               steps=None, throttle_secs=1))
+    metrics = result[0] if result else None  # TF1 returned None on the ps, the chief and the workers
     if metrics:
         print("final metrics: " + " ".join(f"{key}={value}" for key, value in sorted(metrics.items())), flush=True)
 
