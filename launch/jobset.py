@@ -132,14 +132,7 @@ def _replicated_job(job: JobSetSpec, name: str, count: int) -> dict:
 
 def network_policy(job: JobSetSpec) -> dict:
     """Only the JobSet's own pods reach its gRPC port (which has no authentication)."""
-    own_pods = {"matchLabels": {JOBSET_NAME_KEY: job.name}}
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {"name": f"{job.name}-grpc", "namespace": job.namespace},
-        "spec": {"podSelector": own_pods, "policyTypes": ["Ingress"],
-                 "ingress": [{"from": [{"podSelector": own_pods}], "ports": [{"protocol": "TCP", "port": PORT}]}]},
-    }
+    return kubeflow.grpc_network_policy(job.name, job.namespace, JOBSET_NAME_KEY, PORT)
 
 
 def pod_environments(manifest: dict) -> dict[tuple[str, int], dict[str, str]]:

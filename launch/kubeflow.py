@@ -110,17 +110,22 @@ def pod_failure_policy(container: str = CONTAINER) -> dict:
 
 
 def network_policy(job: TFJobSpec) -> dict:
-    own_pods = {"matchLabels": {JOB_NAME_LABEL: job.name}}
+    return grpc_network_policy(job.name, job.namespace, JOB_NAME_LABEL, PORT, job.metrics_port)
+
+
+def grpc_network_policy(name: str, namespace: str, job_label: str, port: int, metrics_port: int | None = None) -> dict:
+    """Only the pods labelled `job_label: name` reach the job's gRPC port (which has no authentication);
+    the metrics port, if any, is open to a scraper in any namespace."""
+    own_pods = {"matchLabels": {job_label: name}}
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": {"name": f"{job.name}-grpc", "namespace": job.namespace},
+        "metadata": {"name": f"{name}-grpc", "namespace": namespace},
         "spec": {
             "podSelector": own_pods,
             "policyTypes": ["Ingress"],
-            "ingress": [{"from": [{"podSelector": own_pods}], "ports": [{"protocol": "TCP", "port": PORT}]}] + (
-                # The metrics port (read-only) to a scraper in any namespace; the gRPC port stays the job's own.
-                [{"from": [{"namespaceSelector": {}}], "ports": [{"protocol": "TCP", "port": job.metrics_port}]}]
-                if job.metrics_port else []),
+            "ingress": [{"from": [{"podSelector": own_pods}], "ports": [{"protocol": "TCP", "port": port}]}] + (
+                [{"from": [{"namespaceSelector": {}}], "ports": [{"protocol": "TCP", "port": metrics_port}]}]
+                if metrics_port else []),
         },
     }
