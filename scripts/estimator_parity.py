@@ -113,7 +113,9 @@ def run_job(python, env, program, args, work, cluster: bool) -> dict:
             others = [job for job in procs if job != "ps"]
             if all(job in ended for job in others):
                 wall = time.monotonic() - start
-                if "ps" in procs and "ps" not in ended:
+                if "ps" in ended:
+                    ps_ending = f"exit {ended['ps']}"
+                elif "ps" in procs:
                     grace = time.monotonic()
                     while procs["ps"].poll() is None and time.monotonic() - grace < 30:
                         time.sleep(0.2)

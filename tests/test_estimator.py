@@ -123,8 +123,8 @@ def test_a_canned_wide_and_deep_program_trains_evaluates_and_exports_a_model_tha
                             capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = final_metrics(result.stdout)
-    # TF1's binary head's metrics; the held-out AUC (chance 0.5; the labels' own law gives 0.830; measured 0.773).
-    assert metrics["global_step"] == 600 and metrics["auc"] > 0.72, metrics
+    # TF1's binary head's metrics; the held-out AUC (chance 0.5; the labels' own law gives 0.830; measured 0.829).
+    assert metrics["global_step"] == 600 and metrics["auc"] > 0.8, metrics
     assert {"accuracy_baseline", "auc_precision_recall", "average_loss", "label/mean", "precision", "recall"} <= set(
         metrics)
     [export_dir] = exported(result.stdout)
@@ -139,7 +139,7 @@ def test_a_canned_wide_and_deep_program_on_a_tf_config_cluster_exports_from_its_
     codes, logs = run_tf_config_cluster(CANNED, tmp_path, "--train_steps=600")
     assert codes == {"ps": 0, "chief": 0, "worker": 0, "evaluator": 0}, {job: log[-2000:] for job, log in logs.items()}
     metrics = last_evaluation(logs["evaluator"])
-    assert metrics["global_step"] >= 600 and metrics["auc"] > 0.72, metrics
+    assert metrics["global_step"] >= 600 and metrics["auc"] > 0.8, metrics
     # The FinalExporter: once, after the final evaluation.
     [export_dir] = [str(path) for path in (tmp_path / "model" / "export" / "census").iterdir()]
     assert abs(float(served(export_dir).split()[0].split("=")[1]) - metrics["auc"]) < 0.01

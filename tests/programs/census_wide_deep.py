@@ -31,12 +31,15 @@ def make_data(examples, seed):
 
 
 def columns():
-    age = fc.numeric_column("age")
+    # Ages and hours scaled, as census programs did (normalizer_fn): raw (18-80, 10-70), they leave many
+    # initializations with a DNN whose ReLUs are dead from the first steps.
+    age = fc.numeric_column("age", normalizer_fn=lambda value: (value - 45) / 15)
     education = fc.categorical_column_with_vocabulary_list("education", ["school", "college", "masters", "doctorate"])
     occupation = fc.categorical_column_with_hash_bucket("occupation", 100)
-    age_buckets = fc.bucketized_column(age, [25, 35, 45, 55, 65])
+    age_buckets = fc.bucketized_column(fc.numeric_column("age"), [25, 35, 45, 55, 65])
     wide = [education, occupation, age_buckets, fc.crossed_column([age_buckets, education], 200)]
-    deep = [age, fc.numeric_column("hours"), fc.indicator_column(education), fc.embedding_column(occupation, 8)]
+    deep = [age, fc.numeric_column("hours", normalizer_fn=lambda value: (value - 40) / 15), fc.indicator_column(education),
+            fc.embedding_column(occupation, 8)]
     return wide, deep
 
 
