@@ -219,8 +219,8 @@ flags.DEFINE_enum("dataset", DATA.name, sorted(inputs.DATASETS),
 flags.DEFINE_string("eval_data_dir", None, "Held-out data for the evaluator, in the same format. "
                     "Default: the eval split in --data_dir (eval-*.tfrecord, eval-*.csv, t10k-* for idx).")
 flags.DEFINE_string("group_column", None, "The held-out evaluations also report the group AUC (GAUC): the "
-                    "mean of the AUCs of each value of this feature (a user, a query), weighted by its examples; groups "
-                    "of one class are skipped and counted. A feature of the dataset, e.g. user on clicks.")
+                    "mean of the AUCs of each value of this feature (a user, a query), weighted by its examples; "
+                    "groups of one class are skipped and counted. A feature of the dataset, e.g. user on clicks.")
 flags.DEFINE_string("label_column", DATA.label_column, "csv and tabular tfrecord: the int64 class column.")
 flags.DEFINE_list("numeric_columns", [], "csv and tabular tfrecord: float feature columns.")
 flags.DEFINE_list("categorical_columns", [], "csv and tabular tfrecord: string feature columns.")

@@ -8,10 +8,11 @@ For each program (tests/programs/) and each side: one process, then a TF_CONFIG 
 worker and evaluator processes on 127.0.0.1. It prints the held-out figure the program's evaluation
 logs last, the chief's training speed (the median of TensorFlow's `global_step/sec` lines, times the
 program's batch size: examples/s), the whole job's wall time (launch to the last task but the ps
-gone: the evaluator's final evaluation included) and how the ps ended (given 30 s more). In the reference venv the one added line,
-`import ps_trainer.estimator`, imports a shim that sets `tf.estimator = tf.compat.v1.estimator`: the V1
-classes TF1 programs were written for. The reference ps never exits by itself; it is stopped (by its
-process group) once the other tasks have ended, and reported so.
+gone: the evaluator's final evaluation included) and how the ps ended (given 30 s more). In the
+reference venv the one added line, `import ps_trainer.estimator`, imports a shim that sets
+`tf.estimator = tf.compat.v1.estimator`: the V1 classes TF1 programs were written for. The reference
+ps never exits by itself; it is stopped (by its process group) once the other tasks have ended, and
+reported so.
 """
 
 import json

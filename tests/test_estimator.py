@@ -237,7 +237,8 @@ def test_canned_wide_and_deep_is_tf1s_summed_loss_names_and_optimizers_and_steps
     v1, fc = tf.compat.v1, tf.compat.v1.feature_column
     education = fc.categorical_column_with_vocabulary_list("education", ["school", "college"])
     model = estimator.DNNLinearCombinedClassifier(
-        linear_feature_columns=[education], dnn_feature_columns=[fc.numeric_column("age"), fc.indicator_column(education)],
+        linear_feature_columns=[education],
+        dnn_feature_columns=[fc.numeric_column("age"), fc.indicator_column(education)],
         dnn_hidden_units=[3], model_dir="/nonexistent/unused")
     with tf.Graph().as_default():
         features = {"age": tf.constant([[30.0], [50.0], [70.0]]),

@@ -568,6 +568,7 @@ def test_only_a_worker_joins():
 
 
 def test_a_group_column_is_a_feature_of_the_dataset():
-    assert read_flags(*WORKER, "--dataset=clicks", "--model=wide_deep", "--group_column=user").data.group_column == "user"
+    read = read_flags(*WORKER, "--dataset=clicks", "--model=wide_deep", "--group_column=user")
+    assert read.data.group_column == "user"
     assert usage_error(*WORKER, "--dataset=clicks", "--model=wide_deep", "--group_column=query") == (
         "--group_column=query is not a feature of --dataset=clicks (its features: category, hour, item, price, user)")

@@ -62,7 +62,8 @@ def test_the_held_out_evaluation_reports_the_group_auc_of_the_checkpoints_scores
     rows = [row for name in ("eval-0.csv", "eval-1.csv") for row in csv.DictReader(open(tmp_path / "csv" / name))]
     features = {"price": np.array([float(r["price"]) for r in rows], np.float32),
                 "hour": np.array([float(r["hour"]) for r in rows], np.float32),
-                "user": np.array([r["user"] for r in rows], object), "city": np.array([r["city"] for r in rows], object)}
+                "user": np.array([r["user"] for r in rows], object),
+                "city": np.array([r["city"] for r in rows], object)}
     scores = export.predict(cfg, checkpoint, features)["probabilities"][:, 1]
     expected, skipped = pairwise_gauc([r["user"] for r in rows], [int(r["clicked"]) for r in rows], scores.tolist())
     assert metrics["gauc"] == pytest.approx(expected, abs=1e-6)

@@ -38,7 +38,8 @@ def test_each_rule_gives_the_default_its_reason_and_refuses_the_queue_asked_for(
     needing = dataclasses.replace(settings, needs_queue="num_epochs")
     with pytest.raises(plan.Conflict) as error:
         plan.input_path(needing)
-    assert str(error.value) == f"--num_epochs needs the input queue, and this run cannot use it: {rule.reason(settings)}."
+    assert str(error.value) == (f"--num_epochs needs the input queue, and this run cannot use it: "
+                                f"{rule.reason(settings)}.")
 
 
 def test_the_flags_alone_check_only_the_rules_they_know_and_the_first_that_holds_speaks():

@@ -83,7 +83,8 @@ def _evaluate_each_checkpoint(estimator, train_spec, eval_spec) -> tuple[dict, l
         newest = estimator.latest_checkpoint()
         step = checkpoints.checkpoint_step(newest)
         final = step is not None and step >= train_steps
-        if newest != evaluated and newest is not None and (final or time.monotonic() - started >= eval_spec.throttle_secs):
+        due = final or time.monotonic() - started >= eval_spec.throttle_secs
+        if newest != evaluated and newest is not None and due:
             started, evaluated = time.monotonic(), newest
             try:
                 metrics = estimator.evaluate(eval_spec.input_fn, steps=eval_spec.steps, hooks=eval_spec.hooks,

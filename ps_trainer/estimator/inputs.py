@@ -34,7 +34,8 @@ def numpy_input_fn(x, y=None, batch_size=128, num_epochs=1, shuffle=None, queue_
         arrays = {**{("x", k): np.asarray(v) for k, v in features.items()},
                   **{("y", k): np.asarray(v) for k, v in (labels or {}).items()}}
         _checked_length({f"{side}:{name}": array for (side, name), array in arrays.items()})
-        dataset = tf.data.Dataset.from_tensor_slices({f"{side}/{name}": array for (side, name), array in arrays.items()})
+        dataset = tf.data.Dataset.from_tensor_slices({f"{side}/{name}": array
+                                                      for (side, name), array in arrays.items()})
         if shuffle:
             dataset = dataset.shuffle(queue_capacity, reshuffle_each_iteration=True)
         dataset = dataset.repeat(num_epochs).batch(batch_size)

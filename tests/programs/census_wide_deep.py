@@ -38,8 +38,8 @@ def columns():
     occupation = fc.categorical_column_with_hash_bucket("occupation", 100)
     age_buckets = fc.bucketized_column(fc.numeric_column("age"), [25, 35, 45, 55, 65])
     wide = [education, occupation, age_buckets, fc.crossed_column([age_buckets, education], 200)]
-    deep = [age, fc.numeric_column("hours", normalizer_fn=lambda value: (value - 40) / 15), fc.indicator_column(education),
-            fc.embedding_column(occupation, 8)]
+    hours = fc.numeric_column("hours", normalizer_fn=lambda value: (value - 40) / 15)
+    deep = [age, hours, fc.indicator_column(education), fc.embedding_column(occupation, 8)]
     return wide, deep
 
 
