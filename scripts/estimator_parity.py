@@ -35,6 +35,9 @@ from launch.processes import LOOPBACK, free_ports  # noqa: E402
 flags.DEFINE_string("reference_venv", "/tmp/tf215-venv", "The reference venv (made here if missing).")
 flags.DEFINE_list("programs", ["clicks", "census", "sync_cnn"], "Programs to run (PROGRAMS).")
 flags.DEFINE_integer("timeout_secs", 600, "A job still going after this long is stopped and reported.")
+flags.DEFINE_boolean("evaluator", True, "Start the cluster's evaluator. Without it the training speed of the two "
+                     "sides compares alike: TF1's evaluator sleeps start_delay_secs (120 s) while the chief trains, "
+                     "this project's evaluates each checkpoint as it comes, on the same cores.")
 FLAGS = flags.FLAGS
 
 REFERENCE = ("tensorflow-cpu==2.15.1", "tensorflow-estimator==2.15.0", "numpy==1.26.4", "absl-py")
@@ -92,7 +95,7 @@ def stop_group(proc: subprocess.Popen) -> None:
 def run_job(python, env, program, args, work, cluster: bool) -> dict:
     """One run: (figure, steps/s, wall, ps ending) from the logs of its processes."""
     model_dir = work / "model"
-    jobs = JOBS if cluster else ("local",)
+    jobs = (JOBS if FLAGS.evaluator else JOBS[:-1]) if cluster else ("local",)
     hosts = dict(zip(("ps", "chief", "worker"), (f"{LOOPBACK}:{port}" for port in free_ports(3))))
     procs, logs = {}, {}
     start = time.monotonic()
@@ -135,7 +138,7 @@ def run_job(python, env, program, args, work, cluster: bool) -> dict:
             log.close()
     texts = {job: (work / f"{job}.log").read_text() for job in jobs}
     trainer = texts["chief" if cluster else "local"]
-    evaluated = texts["evaluator" if cluster else "local"]
+    evaluated = texts["evaluator" if cluster and FLAGS.evaluator else "chief" if cluster else "local"]
     return {"codes": {job: ended.get(job) for job in jobs if job != "ps"}, "steps_per_sec": steps_per_sec(trainer),
             "figure": evaluated, "wall": wall, "ps": ps_ending}
 

@@ -260,3 +260,39 @@ def test_canned_wide_and_deep_is_tf1s_summed_loss_names_and_optimizers_and_steps
             "linear/linear_model/bias_weights/part_0", "linear/linear_model/education/weights/part_0/Ftrl",
             "dnn/hiddenlayer_0/kernel/Adagrad"} <= names, sorted(names)
     assert not any(name.startswith("dnn/") and name.endswith("/Ftrl") for name in names)
+
+
+class _Exporting:
+    """An estimator's export_saved_model as the exporters call it: a timestamped directory per call."""
+
+    def __init__(self, model_dir):
+        self.model_dir, self.calls = str(model_dir), 0
+
+    def export_saved_model(self, export_dir_base, serving_input_receiver_fn, assets_extra=None, as_text=False,
+                           checkpoint_path=None):
+        del serving_input_receiver_fn, assets_extra, as_text
+        self.calls += 1
+        path = os.path.join(export_dir_base, str(1000 + self.calls))
+        os.makedirs(path)
+        with open(os.path.join(path, "from"), "w", encoding="utf-8") as f:
+            f.write(checkpoint_path)
+        return path.encode()
+
+
+@pytest.mark.pure
+def test_exporters_export_when_tf1s_did_and_keep_the_newest(tmp_path):
+    from ps_trainer.estimator import exporters  # pylint: disable=import-outside-toplevel
+
+    estimator, base = _Exporting(tmp_path / "model"), str(tmp_path / "export")
+    final = exporters.FinalExporter("final", lambda: None)
+    assert final.export(estimator, base + "/final", "ckpt-1", {"loss": 1.0}, is_the_final_export=False) is None
+    assert final.export(estimator, base + "/final", "ckpt-9", {"loss": 1.0}, is_the_final_export=True)
+    latest = exporters.LatestExporter("latest", lambda: None, exports_to_keep=2)
+    for step in range(4):
+        latest.export(estimator, base + "/latest", f"ckpt-{step}", {"loss": 1.0}, is_the_final_export=False)
+    kept = sorted(os.listdir(base + "/latest"))
+    assert [open(os.path.join(base, "latest", name, "from")).read() for name in kept] == ["ckpt-2", "ckpt-3"]
+    best = exporters.BestExporter("best", lambda: None)
+    made = [best.export(estimator, base + "/best", f"ckpt-{step}", {"loss": loss, "global_step": step}, False)
+            for step, loss in enumerate([0.5, 0.7, 0.4, 0.4])]
+    assert [m is not None for m in made] == [True, False, True, False]  # only a smaller loss exports
