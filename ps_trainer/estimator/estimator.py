@@ -75,7 +75,7 @@ class Estimator:
 
     def _train(self, input_fn, hooks=None, steps=None, max_steps=None, saving_listeners=None, target="") -> int:
         """Trains in this process, or (target: this task's server) as a replica of config.cluster; returns
-        the last global step this replica saw."""
+        the global step when this replica's training ended."""
         if steps is not None and max_steps is not None:
             raise ValueError("Estimator.train: give steps or max_steps, not both")
         for name, value in (("steps", steps), ("max_steps", max_steps)):
@@ -92,13 +92,12 @@ class Estimator:
                 global_step = v1.train.get_or_create_global_step()
                 features, labels, input_hooks = _features_and_labels(self._call_input_fn(input_fn, ModeKeys.TRAIN))
                 model = self._call_model_fn(features, labels, ModeKeys.TRAIN)
-            with tf.control_dependencies([model.train_op]):  # the global step this replica's step reached
-                reached = tf.identity(global_step)
+            last_step = _LastGlobalStep(global_step)
             scaffold = self._scaffold(model.scaffold)
             uninitialized = checkpoints.report_uninitialized() if not cluster.is_chief else None
             session_config = self._session_config(cluster)
             every = self._config.log_step_count_steps
-            all_hooks = [*input_hooks, v1.train.StopAtStepHook(num_steps=steps, last_step=max_steps),
+            all_hooks = [*input_hooks, last_step, v1.train.StopAtStepHook(num_steps=steps, last_step=max_steps),
                          v1.train.NanTensorHook(model.loss), *model.training_hooks, *(hooks or ())]
             if every:
                 all_hooks.append(v1.train.LoggingTensorHook({"loss": model.loss, "step": global_step},
@@ -111,7 +110,6 @@ class Estimator:
             if not cluster.is_chief:
                 worker_role.wait_for_chief_ready(target, session_config, CHIEF_READY_TIMEOUT_SECS, cluster.task_name,
                                                  uninitialized)
-            last_step = 0
             # A SyncReplicasOptimizer's chief thread stays blocked on gradients that never come once training
             # is over: the session's close cancels that wait after the grace period, which TF's default
             # (120 s) would add to every sync program's end.
@@ -124,9 +122,9 @@ class Estimator:
                     save_checkpoint_steps=None if saving_listeners else self._config.save_checkpoints_steps,
                     save_summaries_steps=self._config.save_summary_steps, config=session_config,
                     log_step_count_steps=every) as session:
-                while not session.should_stop():
-                    last_step = session.run(reached)
-        return int(last_step)
+                while not session.should_stop():  # as TF1's loop: the update and the loss, nothing from the ps
+                    session.run((model.train_op, model.loss))
+        return last_step.step
 
     # ---------------------------------------------------------------- evaluate
     def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None, name=None) -> dict:
@@ -272,6 +270,17 @@ class Estimator:
             config.MergeFrom(self._config.session_config)
         config.allow_soft_placement = True
         return config
+
+
+class _LastGlobalStep(v1.train.SessionRunHook):
+    """The global step when training ends (read once, at the end: a read each step would add a round trip
+    to the ps after every update)."""
+
+    def __init__(self, global_step):
+        self._global_step, self.step = global_step, 0
+
+    def end(self, session):
+        self.step = int(session.run(self._global_step))
 
 
 class _StopAfterRuns(v1.train.SessionRunHook):
