@@ -45,6 +45,8 @@ def test_the_group_auc_is_the_example_weighted_mean_of_pairwise_aucs_with_one_cl
     assert (found.groups + found.skipped, found.skipped) == (30, skipped)
     two = gauc.group_auc(["a", "a", "b", "b", "b", "c"], [1, 0, 1, 0, 0, 1], [0.9, 0.1, 0.2, 0.5, 0.1, 0.3])
     assert two == gauc.GroupAuc((2 * 1.0 + 3 * 0.5) / 5, 2, 1)  # 'c' has one class
+    empty = gauc.group_auc([], [], [])  # an empty held-out split
+    assert np.isnan(empty.value) and (empty.groups, empty.skipped) == (0, 0)
 
 
 @pytest.mark.inprocess

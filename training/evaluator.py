@@ -72,8 +72,8 @@ def evaluate(cfg, checkpoint: str, max_examples: int | None = None) -> tuple[int
                 except tf.errors.OutOfRangeError:
                     break
             figures = {name: float(value) for name, value in sess.run(results).items()}
-    if grouped is not None:
-        by_group = gauc.group_auc(*(np.concatenate(parts) for parts in zip(*batches))) if batches else None
+    if grouped is not None:  # no batch at all: an empty split, whose group AUC is NaN of 0 groups
+        by_group = gauc.group_auc(*(np.concatenate(parts) for parts in zip(*batches)) if batches else ([], [], []))
         figures.update(gauc=by_group.value, gauc_groups=by_group.groups, gauc_skipped=by_group.skipped)
     return step, figures
 

@@ -32,6 +32,8 @@ def group_auc(groups: np.ndarray, labels: np.ndarray, scores: np.ndarray) -> Gro
     """GAUC of binary `labels` (0/1) and `scores`, example by example, grouped by `groups`."""
     labels = np.asarray(labels).astype(np.int64).ravel()
     scores = np.asarray(scores, dtype=np.float64).ravel()
+    if not labels.size:
+        return GroupAuc(float("nan"), 0, 0)
     _, group_ids = np.unique(np.asarray(groups).ravel(), return_inverse=True)
     order = np.argsort(group_ids, kind="stable")
     bounds = np.flatnonzero(np.r_[True, group_ids[order][1:] != group_ids[order][:-1], True])
