@@ -21,7 +21,6 @@ the chief's mark and exits at once, with no ps to talk to.
 """
 
 import concurrent.futures
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from collections.abc import Callable
 import tensorflow as tf
 from absl import logging
 
+from cluster import model_dir as layout
 from cluster import peers, spec
 from input import storage
 
@@ -42,19 +42,14 @@ def _done_queue(ps_task: int, num_workers: int):
             shared_name=f"ps_shutdown_queue_{ps_task}", name=f"ps_shutdown_queue_{ps_task}")
 
 
-DONE_DIR = "done"
 MARK_CHECK_SECS = 5.0
-
-
-def mark_path(model_dir: str, replica: int) -> str:
-    return os.path.join(model_dir, DONE_DIR, f"replica-{replica}")
 
 
 def mark_done(model_dir: str, replica: int, global_step: int, train_steps: int, num_epochs: int = 0) -> None:
     """Records in model_dir that `replica` finished a run to train_steps (or --num_epochs, when given) at
     global_step (written whole, then renamed)."""
     epochs = f" num_epochs={num_epochs}" if num_epochs else ""
-    storage.write_whole(mark_path(model_dir, replica),
+    storage.write_whole(layout.done_mark(model_dir, replica),
                         f"global_step={global_step} train_steps={train_steps}{epochs}\n")
 
 
@@ -69,7 +64,7 @@ def finished_step(model_dir: str | None, replica: int, train_steps: int, num_epo
     if not model_dir:
         return None
     try:
-        with tf.io.gfile.GFile(mark_path(model_dir, replica)) as mark:
+        with tf.io.gfile.GFile(layout.done_mark(model_dir, replica)) as mark:
             fields = dict(field.split("=", 1) for field in mark.read().split())
         step = int(fields["global_step"])
         same_run = int(fields["train_steps"]) == train_steps and int(fields.get("num_epochs", 0)) == num_epochs
@@ -84,12 +79,9 @@ def marked_done(model_dir: str | None, replicas, train_steps: int, num_epochs: i
     return {replica for replica in replicas if finished_step(model_dir, replica, train_steps, num_epochs) is not None}
 
 
-MEMBERS_DIR = "members"
-
-
 def join(model_dir: str, replica: int, address: str) -> None:
     """Records in model_dir that a worker joined the running job as `replica`, at address."""
-    storage.write_whole(os.path.join(model_dir, MEMBERS_DIR, f"replica-{replica}"), f"address={address}\n")
+    storage.write_whole(layout.member(model_dir, replica), f"address={address}\n")
 
 
 def held_elsewhere(model_dir: str, replica: int, address: str,
@@ -103,15 +95,16 @@ def held_elsewhere(model_dir: str, replica: int, address: str,
 
 def joined(model_dir: str | None) -> dict[int, str]:
     """The workers that joined the job since it started: replica index -> host:port."""
-    if not model_dir or not tf.io.gfile.isdir(os.path.join(model_dir, MEMBERS_DIR)):
+    if not model_dir or not tf.io.gfile.isdir(layout.members_dir(model_dir)):
         return {}
     members = {}
-    for name in tf.io.gfile.listdir(os.path.join(model_dir, MEMBERS_DIR)):
-        if not name.startswith("replica-") or not name[len("replica-"):].isdigit():
+    for name in tf.io.gfile.listdir(layout.members_dir(model_dir)):
+        replica = layout.replica_of(name)
+        if replica is None:
             continue  # a member being written (.tmp)
         try:
-            with tf.io.gfile.GFile(os.path.join(model_dir, MEMBERS_DIR, name)) as record:
-                members[int(name[len("replica-"):])] = record.read().strip().removeprefix("address=")
+            with tf.io.gfile.GFile(layout.member(model_dir, replica)) as record:
+                members[replica] = record.read().strip().removeprefix("address=")
         except tf.errors.NotFoundError:
             continue
     return members

@@ -117,21 +117,18 @@ def resume_refusal(checkpoint: str | None, num_files: int, data_dir: str) -> str
     return None
 
 
-FILES_RECORD = "input_queue_files.json"  # in model_dir: the training files the queue's epochs are of
-
-
 def files_of(paths: list[str]) -> list[list]:
     """The training files as the queue numbers them: [name, bytes] each, in order. The name without its
     directory: the same files moved elsewhere are the same files."""
     return [[os.path.basename(path), tf.io.gfile.stat(path).length] for path in paths]
 
 
-def files_refusal(model_dir: str, files: list[list], has_checkpoint: bool, data_dir: str) -> str | None:
-    """Why the chief cannot resume model_dir's run over `files` (files_of the training split), or None.
-    Its checkpoint's epochs, and the done marks of a run that finished, are of the files it recorded: over
-    other files it would go on with their places (a run with --num_epochs that had finished trained nothing
-    and exited 0)."""
-    recorded = _recorded_files(model_dir)
+def files_refusal(record: str, files: list[list], has_checkpoint: bool, data_dir: str) -> str | None:
+    """Why the chief cannot resume the run whose files `record` lists (a file in its model_dir) over `files`
+    (files_of the training split), or None. Its checkpoint's epochs, and the done marks of a run that finished,
+    are of the files it recorded: over other files it would go on with their places (a run with --num_epochs
+    that had finished trained nothing and exited 0)."""
+    recorded = _recorded_files(record)
     if not has_checkpoint or recorded is None or recorded == files:
         return None
     then, now = dict(map(tuple, recorded)), dict(map(tuple, files))
@@ -139,24 +136,24 @@ def files_refusal(model_dir: str, files: list[list], has_checkpoint: bool, data_
                 != then[name]] + [f"{name} is new" for name in now if name not in then]
                + [f"{name} is gone" for name in then if name not in now]) or ["the same files in another order"]
     more = f" and {len(changes) - 2} more" if len(changes) > 2 else ""
-    return (f"--input_queue: the training files in {data_dir} are not those the run in {model_dir} read "
-            f"({'; '.join(changes[:2])}{more}; {os.path.join(model_dir, FILES_RECORD)} lists those): its "
+    return (f"--input_queue: the training files in {data_dir} are not those the run in {os.path.dirname(record)} "
+            f"read ({'; '.join(changes[:2])}{more}; {record} lists those): its "
             "checkpoint's epochs are of those files, and would be taken for these. Put those files back, or train "
             "these in a new --model_dir")
 
 
-def record_files(model_dir: str, files: list[list]) -> None:
-    """Records the files a run's queue is over (the chief, at each start that resumes nothing or passed
-    files_refusal)."""
-    if _recorded_files(model_dir) != files:
-        storage.write_whole(os.path.join(model_dir, FILES_RECORD), json.dumps(files))
+def record_files(record: str, files: list[list]) -> None:
+    """Records in `record` the files a run's queue is over (the chief, at each start that resumes nothing or
+    passed files_refusal)."""
+    if _recorded_files(record) != files:
+        storage.write_whole(record, json.dumps(files))
 
 
-def _recorded_files(model_dir: str) -> list[list] | None:
+def _recorded_files(record: str) -> list[list] | None:
     try:
-        with tf.io.gfile.GFile(os.path.join(model_dir, FILES_RECORD)) as f:
+        with tf.io.gfile.GFile(record) as f:
             return json.loads(f.read())
-    except (tf.errors.NotFoundError, ValueError):  # none (a run of an earlier release), or cut short
+    except (tf.errors.NotFoundError, ValueError):  # none, or cut short
         return None
 
 

@@ -8,6 +8,7 @@ import glob
 import numpy as np
 import tensorflow as tf
 
+from cluster import model_dir as layout
 from training import checkpoints, queue_hook
 
 
@@ -41,7 +42,7 @@ def save_leftovers(model_dir: str) -> int:
 def count_audit(model_dir: str) -> dict:
     """{epoch: [distinct examples, examples trained more than once, trained in all]} from every
     worker's --input_queue_audit file under model_dir (empty without one)."""
-    paths = sorted(glob.glob(queue_hook.audit_path(model_dir, "*")))
+    paths = sorted(glob.glob(layout.audit_file(model_dir, "*")))
     if not paths:
         return {}
     trained = np.concatenate([queue_hook.read_audit(path) for path in paths])

@@ -15,6 +15,8 @@ matplotlib.use("Agg")  # files only; no display needed
 import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=wrong-import-position
 import tensorflow as tf  # noqa: E402  pylint: disable=wrong-import-position
 
+from cluster import model_dir as layout  # noqa: E402  pylint: disable=wrong-import-position
+
 flags.DEFINE_string("model_dir", None, "The run's --model_dir.", required=True)
 flags.DEFINE_string("output", None, "PNG to write. Default: <model_dir>/run.png.")
 FLAGS = flags.FLAGS
@@ -34,7 +36,7 @@ def read_scalars(directory: str) -> dict[str, list[tuple[int, float]]]:
 
 def plot(model_dir: str, output: str) -> list[str]:
     """Writes the figure; returns the metrics it shows."""
-    runs = {"train": read_scalars(model_dir), "eval": read_scalars(os.path.join(model_dir, "eval"))}
+    runs = {"train": read_scalars(model_dir), "eval": read_scalars(layout.eval_dir(model_dir))}
     shown = [m for m in METRICS if any(m in series for series in runs.values())]
     if not shown:
         raise app.UsageError(f"{model_dir}: no loss, accuracy or auc summaries in its event files")
@@ -56,7 +58,7 @@ def plot(model_dir: str, output: str) -> list[str]:
 
 
 def main(argv):
-    output = FLAGS.output or os.path.join(FLAGS.model_dir, "run.png")
+    output = FLAGS.output or layout.plot(FLAGS.model_dir)
     shown = plot(FLAGS.model_dir, output)
     print(f"wrote {output} ({', '.join(shown)})")
 

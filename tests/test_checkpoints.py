@@ -11,6 +11,7 @@ import tensorflow as tf
 
 import input as inputs
 import model
+from cluster import model_dir as layout
 from cluster import spec
 from tests.support import run_trainer, train_one_worker
 from training import checkpoints, chief_claim, evaluator, exit_codes, log_lines
@@ -96,7 +97,7 @@ def test_a_directory_of_only_unreadable_checkpoints_stops_rather_than_start_from
     # A state file that cannot be read, or names no checkpoint: TensorFlow takes it for "no checkpoint".
     # The chief stops naming it, and removes nothing (it once removed every checkpoint as an unfinished
     # save, trained from step 0 and exited 0).
-    state = model_dir / checkpoints.STATE_FILE
+    state = model_dir / layout.CHECKPOINT_STATE
     written, files = state.read_text(), sorted(model_dir.iterdir())
     for broken in ("model_checkpoint_path: \"model.ckpt-1", ""):  # cut short, and empty
         state.write_text(broken)
@@ -207,7 +208,7 @@ def _claim(model_dir, address, host="h1", pid=100, serving=(), alive=()):
 @pytest.mark.pure
 def test_a_chief_stops_on_a_model_dir_another_live_chief_trains_in_and_takes_over_one_that_is_gone(tmp_path):
     first = _claim(tmp_path, "10.0.0.1:2222", host="h1", pid=100)
-    record = (tmp_path / chief_claim.FILE).read_text()
+    record = (tmp_path / layout.CHIEF_CLAIM).read_text()
     # Another run's chief, on this host or another, while the first still serves: stopped, naming it.
     for host, pid, alive in (("h1", 200, {100}), ("h2", 300, ())):
         with pytest.raises(exit_codes.Failure) as refused:
@@ -215,7 +216,7 @@ def test_a_chief_stops_on_a_model_dir_another_live_chief_trains_in_and_takes_ove
         assert refused.value.outcome is exit_codes.MODEL_DIR_IN_USE and refused.value.outcome.code == 1
         assert f"--model_dir={tmp_path} is in use" in str(refused.value)
         assert "at 10.0.0.1:2222, pid 100 on host h1" in str(refused.value)
-        assert (tmp_path / chief_claim.FILE).read_text() == record  # left as it was
+        assert (tmp_path / layout.CHIEF_CLAIM).read_text() == record  # left as it was
     # Its pid gone on this host (a port taken since by another process is not it), or its address silent.
     for host, serving in (("h1", {"10.0.0.1:2222"}), ("h2", ())):
         _claim(tmp_path, "10.0.0.9:2222", host=host, pid=200, serving=serving).release()
@@ -223,9 +224,9 @@ def test_a_chief_stops_on_a_model_dir_another_live_chief_trains_in_and_takes_ove
     # Its own earlier life, restarted at its address (pid and host new), takes the record over.
     again = _claim(tmp_path, "10.0.0.1:2222", host="h3", pid=7, serving={"10.0.0.1:2222"})
     first.release()  # no longer the first's record: left in place
-    assert (tmp_path / chief_claim.FILE).exists()
+    assert (tmp_path / layout.CHIEF_CLAIM).exists()
     again.release()
-    assert not (tmp_path / chief_claim.FILE).exists()
+    assert not (tmp_path / layout.CHIEF_CLAIM).exists()
 
 
 @pytest.mark.pure
@@ -240,6 +241,6 @@ def test_a_run_of_one_process_is_checked_by_its_pid_here_and_taken_over_from_ano
     assert "cannot be probed" in caplog.text
     _claim(tmp_path, "", host="h4", pid=500, serving={"127.0.0.1:5000"})
     first.release()
-    (tmp_path / chief_claim.FILE).write_text("{cut short")  # not a record: names no chief
+    (tmp_path / layout.CHIEF_CLAIM).write_text("{cut short")  # not a record: names no chief
     _claim(tmp_path, "", host="h1", pid=600, alive={500, 600}).release()
-    assert not (tmp_path / chief_claim.FILE).exists()
+    assert not (tmp_path / layout.CHIEF_CLAIM).exists()

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from cluster import model_dir as layout
 from launch import chaos, faults, processes
 from tests import support
 from tests.support import describe, finished, logged_step
@@ -70,7 +71,7 @@ def test_a_worker_joins_a_running_async_job_and_one_leaves_it_for_good(make_clus
     joined = log_lines.steps(cluster.log("worker", 2))
     assert joined[0].step >= joined_at and joined[-1].step >= left_at, describe(cluster)
     # And its examples count: it trained files of the queue, and the epochs done hold every example once.
-    assert len(queue_hook.read_audit(queue_hook.audit_path(str(cluster.model_dir), "worker_2"))) > 20 * BATCH
+    assert len(queue_hook.read_audit(layout.audit_file(str(cluster.model_dir), "worker_2"))) > 20 * BATCH
     done = {epoch for log in (cluster.log("worker", i) for i in range(3)) for epoch, _, _ in log_lines.epochs_done(log)}
     audit = chaos.count_audit(cluster.model_dir)
     assert done and all(audit[epoch][0] == EXAMPLES for epoch in done), (done, audit)

@@ -15,6 +15,7 @@ import tensorflow as tf
 from absl import app
 
 import trainer
+from cluster import model_dir as layout
 from cluster import peers, spec
 from tests.support import SCRIPTS
 from training import exit_codes, run_record, watchdog, worker
@@ -71,7 +72,7 @@ PATHS = {
 def _read_record(text: bytes):
     """run_record.read of a model_dir whose run.json holds `text`."""
     with tempfile.TemporaryDirectory() as model_dir:
-        pathlib.Path(model_dir, run_record.FILE).write_bytes(text)
+        pathlib.Path(model_dir, layout.RUN_RECORD).write_bytes(text)
         return run_record.read(model_dir)
 
 

@@ -8,6 +8,7 @@ from absl import app
 from absl import flags as absl_flags
 from absl.flags import FLAGS
 
+from cluster import model_dir as layout
 from flags import config as flag_config
 from tests.support import read_flags, write_click_csvs
 from training import exit_codes, run_record
@@ -225,14 +226,14 @@ def test_a_run_record_that_is_not_one_stops_the_task_naming_it_until_moved_aside
     args = ("--ps_hosts=localhost:2222", "--worker_hosts=localhost:2224", "--job_name=worker", "--task_index=0",
             "--model=wide_deep", "--dataset=zipf_clicks", f"--model_dir={tmp_path}", "--embedding=dynamic")
     a_checkpoint(tmp_path)
-    (tmp_path / run_record.FILE).write_bytes(text)
+    (tmp_path / layout.RUN_RECORD).write_bytes(text)
     with pytest.raises(exit_codes.Failure) as failure:
         read_flags(*args)
     assert failure.value.outcome is exit_codes.RUN_RECORD_UNREADABLE and failure.value.outcome.code == 1
     message = str(failure.value)
-    assert message.startswith(f"{tmp_path / run_record.FILE} is not the run record") and problem in message
+    assert message.startswith(f"{tmp_path / layout.RUN_RECORD} is not the run record") and problem in message
     assert "\n" not in message
-    (tmp_path / run_record.FILE).rename(tmp_path / "run.json.bad")
+    (tmp_path / layout.RUN_RECORD).rename(tmp_path / "run.json.bad")
     assert read_flags(*args).model.embedding_partitions == 1  # no record: this run's own cut
 
 
@@ -451,7 +452,7 @@ def test_the_evaluator_follows_the_runs_record_not_its_own_flags(tmp_path):
     assert followed.data.name == "clicks" and followed.data.seed == 7
     assert followed.data.eval_data_dir == "/elsewhere"  # paths stay the evaluator's own
     assert changed[:3] == ["--train_steps=5000", "--model=wide_deep", "--hidden_units=64,32"]
-    assert not [name for name in tmp_path.iterdir() if name.name != run_record.FILE]  # no temporary file left
+    assert not [name for name in tmp_path.iterdir() if name.name != layout.RUN_RECORD]  # no temporary file left
 
 
 def test_a_worker_whose_model_or_data_flags_are_not_the_chiefs_is_refused_naming_both(tmp_path):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from cluster import model_dir as layout
 from input import work_queue
 from launch import chaos, faults
 from tests import support
@@ -37,7 +38,7 @@ def test_a_worker_killed_mid_epoch_loses_no_example_and_the_run_ends_with_its_ep
         "--save_checkpoint_steps=100000"])
     cluster.start_all()
     deadline = time.monotonic() + 180
-    audit = pathlib.Path(queue_hook.audit_path(str(cluster.model_dir), "worker_1"))
+    audit = pathlib.Path(layout.audit_file(str(cluster.model_dir), "worker_1"))
 
     def mid_file() -> bool:
         """Worker 1 has trained a while (a progress line: 20 steps of its own), a fifth of the way into the

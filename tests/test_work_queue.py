@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 import input as inputs
+from cluster import model_dir as layout
 from input import work_queue
 from input.work_queue import DONE, TODO
 from tests.support import read_flags, write_click_csvs, write_embedded_as_tfrecord
@@ -534,7 +535,7 @@ def test_a_queue_call_that_times_out_mid_training_makes_the_session_again_and_lo
 @pytest.mark.inprocess
 def test_an_audit_file_cut_mid_record_reads_its_whole_records(tmp_path):
     # A worker killed while it wrote a step's records, or read while it writes them, leaves a record cut short.
-    path = tmp_path / queue_hook.AUDIT_FILE
+    path = tmp_path / layout.AUDIT
     whole = np.array([[0, 3, 10], [0, 3, 11]], "<i8")
     path.write_bytes(whole.tobytes() + np.array([1, 4], "<i8").tobytes())
     np.testing.assert_array_equal(queue_hook.read_audit(str(path)), whole)
@@ -543,6 +544,7 @@ def test_an_audit_file_cut_mid_record_reads_its_whole_records(tmp_path):
 @pytest.mark.inprocess
 def test_a_resume_over_other_training_files_is_refused_naming_what_changed(tmp_path):
     data, model_dir = tmp_path / "data", str(tmp_path / "model")
+    record = layout.queue_files(model_dir)
     data.mkdir()
     for name, text in (("train-0.csv", "a\n1\n"), ("train-1.csv", "a\n1\n2\n")):
         (data / name).write_text(text)
@@ -552,21 +554,21 @@ def test_a_resume_over_other_training_files_is_refused_naming_what_changed(tmp_p
 
     first = files()
     assert first == [["train-0.csv", 4], ["train-1.csv", 6]]
-    work_queue.record_files(model_dir, first)
-    assert work_queue.files_refusal(model_dir, first, True, str(data)) is None
+    work_queue.record_files(record, first)
+    assert work_queue.files_refusal(record, first, True, str(data)) is None
     moved = tmp_path / "moved"
     data.rename(moved)  # the same files elsewhere are the same files
     data = moved
-    assert work_queue.files_refusal(model_dir, files(), True, str(data)) is None
+    assert work_queue.files_refusal(record, files(), True, str(data)) is None
     (data / "train-1.csv").write_text("a\n1\n2\n3\n")
     (data / "train-0.csv").unlink()
     (data / "train-2.csv").write_text("a\n")
-    refusal = work_queue.files_refusal(model_dir, files(), True, str(data))
+    refusal = work_queue.files_refusal(record, files(), True, str(data))
     assert refusal == (
         f"--input_queue: the training files in {data} are not those the run in {model_dir} read (train-1.csv was 6 "
         f"bytes and is 8; train-2.csv is new and 1 more; {model_dir}/input_queue_files.json lists those): its "
         "checkpoint's epochs are of those files, and would be taken for these. Put those files back, or train these "
         "in a new --model_dir")
-    assert work_queue.files_refusal(model_dir, files(), False, str(data)) is None  # nothing to resume: a new record
-    work_queue.record_files(model_dir, files())
-    assert work_queue.files_refusal(model_dir, files(), True, str(data)) is None
+    assert work_queue.files_refusal(record, files(), False, str(data)) is None  # nothing to resume: a new one
+    work_queue.record_files(record, files())
+    assert work_queue.files_refusal(record, files(), True, str(data)) is None

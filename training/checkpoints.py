@@ -27,12 +27,12 @@ import tensorflow as tf
 from absl import logging
 from tensorflow.python.checkpoint import checkpoint_management  # the Saver's own state-file writer
 
+from cluster import model_dir as layout
 from model import touched_rows
 from training import exit_codes, incremental, log_lines
 
-STATE_FILE = "checkpoint"  # the Saver's state file, which names the checkpoints (tf.train.get_checkpoint_state)
-CHECKPOINT_FILE = re.compile(r"^(model\.ckpt-\d+)(?:_temp.*|\.index|\.data-.*|\.meta)$")
-STATE_TEMP_FILE = re.compile(r"^checkpoint\.tmp[0-9a-f]*$")
+CHECKPOINT_FILE = re.compile(rf"^({re.escape(layout.CHECKPOINT_PREFIX)}-\d+)(?:_temp.*|\.index|\.data-.*|\.meta)$")
+STATE_TEMP_FILE = re.compile(rf"^{re.escape(layout.CHECKPOINT_STATE)}\.tmp[0-9a-f]*$")
 # A graph collection: functions of the session that the chief calls just before it restores a
 # checkpoint over the ps tasks, to reset state that is no checkpoint's and that a restore makes wrong
 # (the sync round each worker last pushed a gradient for, the sync accumulators). Before, not after:
@@ -63,7 +63,7 @@ def registered_prefixes(model_dir: str) -> set[str]:
     read or names no checkpoint ends the task (CHECKPOINT_UNREADABLE) before anything is removed:
     TensorFlow takes such a file for "no checkpoint", so every checkpoint beside it would look like an
     unfinished save, be removed, and training would start again from step 0, exiting 0."""
-    path = os.path.join(model_dir, STATE_FILE)
+    path = layout.checkpoint_state(model_dir)
     if not tf.io.gfile.exists(path):
         return set()
     try:

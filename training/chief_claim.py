@@ -27,11 +27,11 @@ import time
 import tensorflow as tf
 from absl import logging
 
+from cluster import model_dir as layout
 from cluster import peers, spec
 from input import storage
 from training import exit_codes
 
-FILE = "chief.json"
 LOOPBACK_HOSTS = ("localhost", "127.", "[::1]", "::1")
 
 
@@ -49,7 +49,7 @@ class Claim:
     """This chief's record in model_dir; release() removes it if it is still this chief's."""
 
     def __init__(self, model_dir: str, record: dict):
-        self.path, self.record = os.path.join(model_dir, FILE), record
+        self.path, self.record = layout.chief_claim(model_dir), record
 
     def release(self) -> None:
         try:
@@ -65,7 +65,7 @@ def claim(model_dir: str, address: str, task_name: str, probe=peers.is_listening
     then raises a Failure (MODEL_DIR_IN_USE) naming it. `address`: this chief's host:port, or '' for a
     run of one process."""
     host, pid = host or socket.gethostname(), pid or os.getpid()
-    path = os.path.join(model_dir, FILE)
+    path = layout.chief_claim(model_dir)
     other = _read(path)
     if other is not None and not _own(other, address, host, pid):
         running = _still_running(other, host, probe, pid_alive)

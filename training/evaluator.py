@@ -6,14 +6,13 @@ next: it never stops on one, nor evaluates a model from scratch in its place. Th
 settings and last step come from <model_dir>/run.json (training/run_record.py), not from its own
 flags, so it builds the graph the checkpoints hold."""
 
-import os
-
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
 import input as inputs
 import model
+from cluster import model_dir as layout
 from training import checkpoints, gauc, log_lines, run_record
 
 v1 = tf.compat.v1
@@ -87,7 +86,7 @@ def describe(metrics: dict[str, float]) -> str:
 
 def run(cfg) -> None:
     train = cfg.train
-    writer = v1.summary.FileWriter(os.path.join(train.model_dir, "eval"))
+    writer = v1.summary.FileWriter(layout.eval_dir(train.model_dir))
     step = None
     followed = None
     try:
@@ -120,7 +119,7 @@ def _following_the_run(cfg, logged):
     if record is None:
         if logged != "own":
             logging.warning("evaluator: %s has no %s (a run of an older trainer?): using this task's own flags",
-                            cfg.train.model_dir, run_record.FILE)
+                            cfg.train.model_dir, layout.RUN_RECORD)
         return cfg, "own"
     run_cfg, changed = run_record.follow(cfg, record)
     if changed != logged:

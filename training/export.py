@@ -14,6 +14,7 @@ from absl import logging
 
 import input as inputs
 import model
+from cluster import model_dir as layout
 from training import checkpoints
 
 v1 = tf.compat.v1
@@ -48,7 +49,7 @@ def predict(cfg, checkpoint: str, features: dict) -> dict:
 def export(cfg, checkpoint: str) -> str:
     """Writes <model_dir>/export/<step of checkpoint> from `checkpoint`; returns its path."""
     step = int(tf.train.load_checkpoint(checkpoint).get_tensor("global_step"))
-    export_dir = os.path.join(cfg.train.model_dir, "export", str(step))
+    export_dir = layout.export_dir(cfg.train.model_dir, step)
     partial = export_dir + ".incomplete"
     if tf.io.gfile.exists(partial):
         tf.io.gfile.rmtree(partial)

@@ -13,6 +13,7 @@ from absl import logging
 import input as inputs
 import model
 from model import embeddings, touched_rows
+from cluster import model_dir as layout
 from cluster import placement, spec
 from input import work_queue
 from training import checkpoints, queue_hook, step
@@ -124,7 +125,7 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
     if feed:
         if built.end_op is not None:
             feed.end_op = built.end_op
-        audit = queue_hook.audit_path(cfg.train.model_dir, cluster.task_dir) if cfg.data.input_queue_audit else None
+        audit = layout.audit_file(cfg.train.model_dir, cluster.task_dir) if cfg.data.input_queue_audit else None
         queue = queue_hook.InputQueueHook(feed, *tags, batches.initializer, cfg.data.input_queue_lease_secs,
                                           drops_first_step=built.drops_next_push,
                                           audit_path=audit)

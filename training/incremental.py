@@ -25,12 +25,13 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.training.saving import saveable_object  # the Saver's interface for a table
 
+from cluster import model_dir as layout
 from model import layers, touched_rows
 
 v1 = tf.compat.v1
 
 # A delta's files: <full checkpoint's name>-delta-<step> and a suffix (a save in progress: _temp...).
-DELTA_FILE = re.compile(r"^(model\.ckpt-\d+)-delta-(\d+)(_temp.*|\.index|\.data-.*)$")
+DELTA_FILE = re.compile(rf"^({re.escape(layout.CHECKPOINT_PREFIX)}-\d+)-delta-(\d+)(_temp.*|\.index|\.data-.*)$")
 
 
 def delta_prefix(base_prefix: str, step: int) -> str:

@@ -13,12 +13,6 @@ from input import work_queue
 from training import log_lines
 
 v1 = tf.compat.v1
-AUDIT_FILE = "trained_examples.bin"  # --input_queue_audit, in <model_dir>/workers/<task>/
-
-
-def audit_path(model_dir: str, task_dir: str) -> str:
-    """Where a worker's --input_queue_audit goes (task_dir: ClusterConfig.task_dir, or a glob pattern)."""
-    return os.path.join(model_dir, "workers", task_dir, AUDIT_FILE)
 
 
 def read_audit(path: str) -> np.ndarray:

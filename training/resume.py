@@ -15,7 +15,7 @@ import tensorflow as tf
 from absl import logging
 
 import input as inputs
-from cluster import shutdown
+from cluster import model_dir as layout
 from input import work_queue
 from training import checkpoints, exit_codes, run_record
 
@@ -26,11 +26,11 @@ def check_training_files(cfg) -> None:
     """Refuses a resume over other training files than the run recorded; records them otherwise."""
     files = work_queue.files_of(inputs.DATASETS[cfg.data.name].files(cfg.data, "train"))
     model_dir = cfg.train.model_dir
-    refusal = work_queue.files_refusal(model_dir, files, tf.train.latest_checkpoint(model_dir) is not None,
-                                       cfg.data.data_dir)
+    refusal = work_queue.files_refusal(layout.queue_files(model_dir), files,
+                                       tf.train.latest_checkpoint(model_dir) is not None, cfg.data.data_dir)
     if refusal:
         raise exit_codes.Failure(f"{cfg.cluster.task_name}: {refusal}", exit_codes.BAD_FLAGS)
-    work_queue.record_files(model_dir, files)
+    work_queue.record_files(layout.queue_files(model_dir), files)
 
 
 def check_final_checkpoint(model_dir: str, last_step: int, task_name: str) -> None:
@@ -42,10 +42,10 @@ def check_final_checkpoint(model_dir: str, last_step: int, task_name: str) -> No
     if (checkpoints.checkpoint_step(newest) or 0) >= last_step:
         return
     raise exit_codes.Failure(
-        f"{task_name}: {shutdown.mark_path(model_dir, 0)} says training finished at global step {last_step}, but no "
+        f"{task_name}: {layout.done_mark(model_dir, 0)} says training finished at global step {last_step}, but no "
         f"checkpoint of that step is in {model_dir} (the newest: {os.path.basename(newest) if newest else 'none'}): "
         "the trained model is gone. To train again from the newest checkpoint, remove that mark with the rest of "
-        f"{os.path.join(model_dir, shutdown.DONE_DIR)}; or give the run a new --model_dir",
+        f"{layout.done_dir(model_dir)}; or give the run a new --model_dir",
         exit_codes.TRAINED_MODEL_GONE)
 
 

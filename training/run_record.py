@@ -10,15 +10,14 @@ reader's own.
 
 import dataclasses
 import json
-import os
 
 import tensorflow as tf
 
 import model
+from cluster import model_dir as layout
 from input import storage
 from training import exit_codes
 
-FILE = "run.json"
 _DATA_OWN = ("data_dir", "eval_data_dir", "cache", "skip_bad_records")
 # What only the training graph of this run does (mark the rows it changes for its delta checkpoints):
 # no reader's graph takes it.
@@ -30,14 +29,14 @@ def write(cfg) -> None:
     model_settings = {k: v for k, v in dataclasses.asdict(cfg.model).items() if k not in _MODEL_OWN}
     record = {"train_steps": cfg.train.train_steps, "model": model_settings, "data": data,
               "num_ps": cfg.cluster.num_ps}
-    storage.write_whole(os.path.join(cfg.train.model_dir, FILE), json.dumps(record, indent=1))
+    storage.write_whole(layout.run_record(cfg.train.model_dir), json.dumps(record, indent=1))
 
 
 def read(model_dir: str) -> dict | None:
     """The record, or None if the run wrote none (yet). A file there that is no record (not JSON, or no
     model settings in it: edited by hand, or a disk's fault) ends the task naming it: the chief would
     resume by it and the evaluator follow it."""
-    path = os.path.join(model_dir, FILE)
+    path = layout.run_record(model_dir)
     try:
         with tf.io.gfile.GFile(path, "rb") as f:
             text = f.read()
@@ -164,7 +163,7 @@ def peer_refusal(record: dict | None, cfg) -> str | None:
     if not differ:
         return None
     return (" ".join(f"--{flag}={mine}" for flag, mine, _ in differ) + ": the chief trains with "
-            + " ".join(f"--{flag}={saved}" for flag, _, saved in differ) + f" ({FILE} in --model_dir): every worker "
+            + " ".join(f"--{flag}={saved}" for flag, _, saved in differ) + f" ({layout.RUN_RECORD} in --model_dir): every worker "
             "needs the chief's model and data flags; start this one with them")
 
 

@@ -12,6 +12,7 @@ from absl import logging
 import input as inputs
 from input import work_queue
 from model import embeddings
+from cluster import model_dir as layout
 from cluster import peers, placement, shutdown, spec
 from training import checkpoints, chief_claim, evaluator, exit_codes, export, learning, log_lines, preemption
 from training import plan, resume, run_record, watchdog
@@ -218,7 +219,7 @@ def make_hooks(cfg, graph, stop=None, task_metrics=None) -> WorkerHooks:
     progress = training_hooks.ProgressHook(
         cluster.task_name, graph.step.metrics.loss, graph.step.metrics.accuracy, train_cfg.train_steps,
         train_cfg.batch_size * train_cfg.accumulate_batches,
-        train_cfg.log_every_n_steps, summary_dir=os.path.join(train_cfg.model_dir, "workers", cluster.task_dir),
+        train_cfg.log_every_n_steps, summary_dir=layout.worker_dir(train_cfg.model_dir, cluster.task_dir),
         steps_done=graph.step.steps_done, steps_per_run=train_cfg.steps_per_run,
         measure_staleness=cluster.is_distributed and not train_cfg.sync_replicas, metrics=task_metrics)
     stall_watchdog = watchdog.StallWatchdog(
@@ -245,7 +246,7 @@ def make_hooks(cfg, graph, stop=None, task_metrics=None) -> WorkerHooks:
         hooks.append(training_hooks.LiveRowsHook(cluster.task_name, live_rows, train_cfg.log_every_n_steps))
     if train_cfg.profile_steps:
         hooks.append(training_hooks.ProfileHook(cluster.task_name, *train_cfg.profile_steps,
-                                                os.path.join(train_cfg.model_dir, "profile", cluster.task_dir)))
+                                                layout.profile_dir(train_cfg.model_dir, cluster.task_dir)))
     return WorkerHooks(hooks, progress, stall_watchdog, not_learning)
 
 

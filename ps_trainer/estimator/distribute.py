@@ -4,13 +4,13 @@ max_steps and tell the ps tasks; the evaluator evaluates each new checkpoint and
 at max_steps. Without a cluster in TF_CONFIG it trains to max_steps in this process, then evaluates."""
 
 import collections
-import os
 import threading
 import time
 
 import tensorflow as tf
 from absl import logging
 
+from cluster import model_dir as layout
 from cluster import shutdown, spec
 from training import checkpoints
 from training.config import NO_STEP_LIMIT  # max_steps=None: a ps waits for the replicas' own ends
@@ -106,7 +106,7 @@ def _export(estimator, eval_spec, checkpoint, metrics, is_the_final_export) -> l
     """Runs EvalSpec's exporters after an evaluation, each into <model_dir>/export/<name>; the exports made."""
     made = []
     for exporter in eval_spec.exporters:
-        exported = exporter.export(estimator, os.path.join(estimator.model_dir, "export", exporter.name), checkpoint,
+        exported = exporter.export(estimator, layout.export_dir(estimator.model_dir, exporter.name), checkpoint,
                                    metrics, is_the_final_export)
         if exported is not None:
             logging.info("exporter %s: wrote %s", exporter.name, exported.decode())

@@ -12,6 +12,7 @@ import tensorflow as tf
 from absl import logging
 from tensorflow.python.training import sync_replicas_optimizer  # the type of its hook, which a model_fn returns
 
+from cluster import model_dir as layout
 from cluster import placement, spec as cluster_spec
 from ps_trainer.estimator import export
 from ps_trainer.estimator.run_config import RunConfig
@@ -154,7 +155,7 @@ class Estimator:
         return results
 
     def eval_dir(self, name=None) -> str:
-        return os.path.join(self.model_dir, "eval" if not name else f"eval_{name}")
+        return layout.eval_dir(self.model_dir, name)
 
     def _write_eval_summary(self, results, name):
         writer = v1.summary.FileWriterCache.get(self.eval_dir(name))
