@@ -74,7 +74,7 @@ with startup_notices_dropped(show_all=os.environ.get("TF_CPP_MIN_LOG_LEVEL") == 
     from flags import definitions  # noqa: F401  (defines every flag)
     import input as inputs
     from input import download
-    from training import evaluator, exit_codes, log_lines, metrics, ps, worker
+    from training import evaluator, exit_codes, log_lines, metrics, ps, start, worker
 
 
 def main(argv):
@@ -94,7 +94,7 @@ def main(argv):
 def run_role(argv):
     if FLAGS.download_only:
         return download_only(FLAGS.data_dir)
-    cfg = flag_config.read(FLAGS, argv, os.environ)
+    cfg = start.settle(flag_config.read(FLAGS, argv, os.environ))
     tf.compat.v1.disable_eager_execution()
     # TensorFlow's logger has a handler of its own besides absl's: every line would print twice.
     tf.get_logger().handlers.clear()

@@ -17,7 +17,7 @@ import input as inputs
 import model
 from cluster import rendezvous, resolve, spec
 from input import storage
-from training import plan, run_record
+from training import plan
 from training.step import momentum
 from training.config import NO_STEP_LIMIT, RunConfig, TrainConfig
 
@@ -41,6 +41,7 @@ def read(flag_values, argv, env=None) -> RunConfig:
         model=read_model(flag_values, cluster),
         data=read_data(flag_values, cluster, env),
         cluster_source=resolved.source,
+        given=frozenset(name for name in GIVEN if flag_values[name].present),
     )
     if cluster.job_name != spec.PS:
         data_spec = inputs.spec(run.data)
@@ -49,10 +50,12 @@ def read(flag_values, argv, env=None) -> RunConfig:
             raise app.UsageError(f"--model={run.model.name} with --dataset={run.data.name}: {problem}")
         pieces = model.needs_of(run.model.name).table_pieces
         if pieces and flag_values.embedding_partitions is None:  # the model's default cut of its tables
-            shards = (run_record.dynamic_shards(run.train.model_dir) if run.model.embedding == "dynamic" else None)
             run = dataclasses.replace(run, model=dataclasses.replace(
-                run.model, embedding_partitions=shards or pieces(run.model, data_spec, cluster.num_ps)))
+                run.model, embedding_partitions=pieces(run.model, data_spec, cluster.num_ps)))
     return run
+
+
+GIVEN = ("embedding_partitions",)  # RunConfig.given
 
 
 def check_flags_alone(f) -> None:
@@ -312,18 +315,6 @@ def default_model_dir(cluster: spec.ClusterConfig) -> str | None:
     return model_dir
 
 
-def unwritable_directory(path: str) -> str | None:
-    """Why a local directory cannot be made or written (looked at, not made), or None."""
-    existing = os.path.abspath(path)
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        return f"{existing} is a file"
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return f"{existing} is not writable by this user"
-    return None
-
-
 def parse_hosts(flag_name: str, values) -> tuple[str, ...]:
     hosts = tuple(v.strip() for v in values)
     for address in hosts:
@@ -388,13 +379,6 @@ def read_outputs(f, cluster: spec.ClusterConfig, env) -> dict:
                         "(set the estimator's checkpoint_s3_uri to keep them), the export also to SM_MODEL_DIR",
                         model_dir, tf.__version__, SAGEMAKER_CHECKPOINTS)
         model_dir = SAGEMAKER_CHECKPOINTS
-    problem = storage.problem("model_dir", model_dir) if cluster.job_name != spec.PS else None
-    if problem:
-        raise app.UsageError(problem)
-    if model_dir and "://" not in model_dir:
-        unwritable = unwritable_directory(model_dir)
-        if unwritable:
-            raise app.UsageError(f"--model_dir={model_dir} cannot be created or written: {unwritable}")
     steps = f.save_checkpoint_steps
     return dict(model_dir=model_dir,
                 # SageMaker packages what the job leaves in SM_MODEL_DIR as the model to deploy.
@@ -513,9 +497,6 @@ def read_data(f, cluster: spec.ClusterConfig, env) -> inputs.DataConfig:
             problem = storage.problem(flag, path)
             if problem:
                 raise app.UsageError(problem)
-        if cache not in (None, inputs.NO_CACHE, inputs.MEMORY) and tf.io.gfile.exists(cache) \
-                and not tf.io.gfile.isdir(cache):
-            raise app.UsageError(f"--cache={cache} is a file: give 'none', 'memory' or a directory.")
         name = read_dataset_name(f, data_dir, "--data_dir" if f.data_dir else "SM_CHANNEL_TRAINING")
     data = inputs.DataConfig(name=name, data_dir=data_dir, eval_data_dir=eval_data_dir,
                              synthetic_examples=f.synthetic_examples, seed=f.seed, cache=cache,

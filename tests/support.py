@@ -26,7 +26,7 @@ from launch import faults
 from launch.processes import ForkedTask, free_ports
 from training import graph as train_graph
 from training import hooks as training_hooks
-from training import evaluator, log_lines
+from training import evaluator, log_lines, start
 from training.config import RunConfig, TrainConfig
 
 v1 = tf.compat.v1
@@ -42,10 +42,11 @@ FAST_ARGS = ["--train_steps=200", "--log_every_n_steps=50", "--synthetic_example
 
 # ---------------------------------------------------------------- running the programs
 def read_flags(*args):
-    """Parses trainer.py's command line in-process, as trainer.main does, into a RunConfig."""
+    """Parses trainer.py's command line in-process, as trainer.main does, into a RunConfig: the flags read
+    (flags/config.py), then checked against the disk (training/start.py)."""
     FLAGS.unparse_flags()
     argv = FLAGS(["trainer.py", *args])
-    return flag_config.read(FLAGS, argv)
+    return start.settle(flag_config.read(FLAGS, argv))
 
 
 def run_trainer(*args, timeout: float = 120, env=None, preload=True) -> subprocess.CompletedProcess:

@@ -11,7 +11,7 @@ from absl.flags import FLAGS
 from cluster import model_dir as layout
 from flags import config as flag_config
 from tests.support import read_flags, write_click_csvs
-from training import exit_codes, run_record
+from training import exit_codes, run_record, start
 
 pytestmark = pytest.mark.pure
 
@@ -165,6 +165,21 @@ def test_model_dir_defaults_only_where_every_task_can_share_it(tmp_path):
     assert "--model_dir is required for a cluster across hosts (10.0.0.1, 10.0.0.2)" in message
     (tmp_path / "file").write_text("")
     assert "is a file" in usage_error("--model_dir=" + str(tmp_path / "file" / "run"))
+
+
+def test_reading_the_flags_opens_no_file_of_the_run_and_the_start_checks_them_on_disk(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("")
+    args = ["--model=wide_deep", "--dataset=clicks", "--embedding=dynamic", f"--model_dir={tmp_path / 'file' / 'run'}",
+            f"--cache={tmp_path / 'file'}"]
+    opened = []
+    monkeypatch.setattr(tf.io.gfile, "GFile", lambda *a, **k: opened.append(a) or open("/dev/null"))
+    monkeypatch.setattr(tf.io.gfile, "exists", lambda path: opened.append(path))
+    FLAGS.unparse_flags()
+    cfg = flag_config.read(FLAGS, FLAGS(["trainer.py", *args]))
+    assert not opened and cfg.train.model_dir == str(tmp_path / "file" / "run")
+    monkeypatch.undo()
+    with pytest.raises(app.UsageError, match=r"--model_dir=.*/file/run cannot be created or written: .*/file is a file"):
+        start.settle(cfg)
 
 
 def test_both_checkpoint_intervals_is_refused():

@@ -68,3 +68,6 @@ class RunConfig:
     model: model.ModelConfig
     data: inputs.DataConfig
     cluster_source: str = "flags"  # flags, defaults, or the environment that described the cluster
+    # The flags the task was given, of those a rule at start reads (training/start.py): a default gives way
+    # to what model_dir holds, a given flag does not.
+    given: frozenset[str] = frozenset()

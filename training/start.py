@@ -1,0 +1,65 @@
+"""What a task reads and checks on disk when it starts: after its flags are read (flags/config.py opens no
+file of the run) and before its server, so that a refusal here is a usage error like a flag's.
+
+- --model_dir can be reached, made and written (a ps given none keeps none);
+- --cache, when a directory, is not a file (a ps reads no data: not checked);
+- a run of dynamic tables that resumes keeps the number of pieces its checkpoints hold (run.json), unless
+  --embedding_partitions says otherwise: a dynamic table's IDs restore only into as many pieces.
+"""
+
+import dataclasses
+import os
+
+import tensorflow as tf
+from absl import app
+
+import input as inputs
+from cluster import spec
+from input import storage
+from training import run_record
+from training.config import RunConfig
+
+
+def settle(cfg: RunConfig) -> RunConfig:
+    """cfg checked against the disk, with what model_dir holds in place of the defaults it overrides;
+    UsageError naming the flag at fault."""
+    _check_model_dir(cfg)
+    if cfg.cluster.job_name == spec.PS:  # a ps reads no data, and its host may have none
+        return cfg
+    _check_cache(cfg.data)
+    if cfg.model.embedding != "dynamic" or "embedding_partitions" in cfg.given:
+        return cfg
+    pieces = run_record.dynamic_shards(cfg.train.model_dir)
+    if not pieces:
+        return cfg
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, embedding_partitions=pieces))
+
+
+def _check_model_dir(cfg: RunConfig) -> None:
+    model_dir = cfg.train.model_dir
+    problem = storage.problem("model_dir", model_dir) if cfg.cluster.job_name != spec.PS else None
+    if problem:
+        raise app.UsageError(problem)
+    if model_dir and "://" not in model_dir:
+        unwritable = unwritable_directory(model_dir)
+        if unwritable:
+            raise app.UsageError(f"--model_dir={model_dir} cannot be created or written: {unwritable}")
+
+
+def _check_cache(data: inputs.DataConfig) -> None:
+    cache = data.cache
+    if cache not in (None, inputs.NO_CACHE, inputs.MEMORY) and tf.io.gfile.exists(cache) \
+            and not tf.io.gfile.isdir(cache):
+        raise app.UsageError(f"--cache={cache} is a file: give 'none', 'memory' or a directory.")
+
+
+def unwritable_directory(path: str) -> str | None:
+    """Why a local directory cannot be made or written (looked at, not made), or None."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f"{existing} is a file"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable by this user"
+    return None
