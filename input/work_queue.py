@@ -188,6 +188,7 @@ class WorkQueue:
     finish(key, examples) -> (the lease was still this worker's, [epochs completed, -1 for none],
                               [examples trained of each], the global step).
     release -> files this worker held, now TODO again.   heartbeat: this worker is alive.
+    now: the time (seconds since the epoch) the calls above judge leases by; tf.timestamp() unless fed.
     report (fed report_keys, report_counts, report_step) -> raises those files' trained prefixes to the
             counts, unless the global step is behind report_step (a restore rolled that training back).
     """
@@ -213,6 +214,8 @@ class WorkQueue:
             self.report_counts = v1.placeholder_with_default(tf.zeros([0], tf.int64), [None], "report_counts")
             self.report_step = v1.placeholder_with_default(tf.constant(0, tf.int64), [], "report_step")
             counts = tf.minimum(self.report_counts, (1 << COUNT_BITS) - 1)  # more never happens; less is safe
+            # The wall-clock time the leases and heartbeats are judged by: now, unless a test feeds another.
+            self.now = v1.placeholder_with_default(tf.timestamp(), [], "now")
 
             def raise_prefixes():
                 with tf.control_dependencies([tf.raw_ops.ResourceScatterMax(
@@ -228,7 +231,7 @@ class WorkQueue:
             self.examples = v1.placeholder(tf.int64, [], "finished_examples")
             finished = section.execute(self._finish)
             self.release = section.execute(self._release)
-            self.heartbeat = self._seen(tf.timestamp())
+            self.heartbeat = self._seen(self.now)
             self.over = self.state.read_value()[0] >= num_epochs if num_epochs else tf.constant(False)
         with tf.control_dependencies(tf.nest.flatten(finished)):  # read where the global step lives
             self.finish = (*finished, tf.identity(global_step))
@@ -240,7 +243,7 @@ class WorkQueue:
         return [self.state.assign(_pack(epoch, examples, owners)), self._seen(now)]
 
     def _take(self):
-        now = tf.timestamp()
+        now = self.now
         epoch, examples, owners = unpack(self.state.read_value(), self.num_files)
         silent = now - tf.gather(self.last_seen.read_value(), tf.maximum(owners, 0)) > self.lease_secs
         expired = (owners >= 0) & tf.not_equal(owners, self.worker) & silent
@@ -265,7 +268,7 @@ class WorkQueue:
         return tf.where(ours, tf.bitwise.bitwise_and(packed, (1 << COUNT_BITS) - 1), tf.constant(0, tf.int64))
 
     def _finish(self):
-        now = tf.timestamp()
+        now = self.now
         epoch, examples, owners = unpack(self.state.read_value(), self.num_files)
         row, item = self.key // self.num_files - epoch, self.key % self.num_files
         position = tf.clip_by_value(row, 0, OPEN_EPOCHS - 1) * self.num_files + item
@@ -289,7 +292,7 @@ class WorkQueue:
             return tf.identity(mine), tf.stack(completed), tf.stack(completed_examples)
 
     def _release(self):
-        now = tf.timestamp()
+        now = self.now
         epoch, examples, owners = unpack(self.state.read_value(), self.num_files)
         held = tf.equal(owners, self.worker)
         with tf.control_dependencies(self._write(epoch, examples, tf.where(held, tf.constant(TODO, tf.int64), owners),

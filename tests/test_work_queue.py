@@ -88,7 +88,7 @@ def test_every_file_of_the_open_epochs_is_handed_out_once(cluster):
 
 @pytest.mark.servers
 def test_a_worker_that_restarts_or_goes_silent_loses_its_files_to_the_others(cluster):
-    first, second = Worker(cluster[0], 0, lease_secs=1.0), Worker(cluster[1], 1, lease_secs=1.0)
+    first, second = Worker(cluster[0], 0, lease_secs=60.0), Worker(cluster[1], 1, lease_secs=60.0)
     first.session.run(first.init)
     held = [second.take()[0] for _ in range(2)]
     assert held == [0, 1]
@@ -98,9 +98,12 @@ def test_a_worker_that_restarts_or_goes_silent_loses_its_files_to_the_others(clu
 
     # A worker silent past its lease: the next take reclaims its files, and they are handed out again.
     later = second.take()[0]
-    time.sleep(1.5)  # past the 1 s lease, with no call from the second worker
-    first.session.run(first.queue.heartbeat)
     key, _, reclaimed, _ = first.session.run(first.queue.take)
+    assert reclaimed == 0 and key != later  # within the lease: the second worker's file stays its own
+    first.finish(key)
+    lease_over = {first.queue.now: time.time() + 61}  # the clock 61 s on, with no call from the second worker
+    first.session.run(first.queue.heartbeat, lease_over)
+    key, _, reclaimed, _ = first.session.run(first.queue.take, lease_over)
     assert reclaimed == 1 and key == later
     assert not second.finish(later)[0]
     assert first.finish(later)[0]
