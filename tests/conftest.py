@@ -4,6 +4,7 @@ Every test says its tier with exactly one marker (setup.cfg lists them): pure, i
 e2e. The fast loop for everyday work is `pytest -m "pure or inprocess"`.
 """
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -81,22 +82,39 @@ def ports_of_this_test_process():
     processes.PORT_RANGE = range(whole.start + index * size, whole.start + (index + 1) * size)
 
 
-@pytest.fixture
-def make_cluster(tmp_path):
-    """Factory of LocalClusters under tmp_path; every one is stopped at teardown, whatever happened."""
+@contextlib.contextmanager
+def cluster_factory(directory):
+    """Makes LocalClusters under `directory`; every one is stopped on leaving, whatever happened."""
     # Imported here: pytest-xdist's controller loads this file too, and needs no TensorFlow.
     from launch.processes import LocalCluster  # pylint: disable=import-outside-toplevel
     from tests.support import FAST_ARGS  # pylint: disable=import-outside-toplevel
     clusters = []
 
     def make(num_ps=1, num_workers=2, trainer_args=(), name="run", preload=True, **options):
-        model_dir = tmp_path / name / "model"
+        model_dir = directory / name / "model"
         args = [f"--model_dir={model_dir}", *FAST_ARGS, *trainer_args]
-        cluster = LocalCluster(tmp_path / name, num_ps, num_workers, args, preload=preload, **options)
+        cluster = LocalCluster(directory / name, num_ps, num_workers, args, preload=preload, **options)
         cluster.model_dir = model_dir
         clusters.append(cluster)
         return cluster
 
-    yield make
-    for cluster in clusters:
-        cluster.stop_all(grace_secs=5)
+    try:
+        yield make
+    finally:
+        for cluster in clusters:
+            cluster.stop_all(grace_secs=5)
+
+
+@pytest.fixture
+def make_cluster(tmp_path):
+    """Factory of LocalClusters under tmp_path; every one is stopped at teardown, whatever happened."""
+    with cluster_factory(tmp_path) as make:
+        yield make
+
+
+@pytest.fixture(scope="module")
+def make_module_cluster(tmp_path_factory, request):
+    """make_cluster for a cluster that several tests of one module read (its tests share an xdist_group, so
+    one process runs them all, and the cluster once)."""
+    with cluster_factory(tmp_path_factory.mktemp(request.module.__name__.rpartition(".")[2])) as make:
+        yield make

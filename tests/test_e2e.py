@@ -7,12 +7,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 import tensorflow as tf
 
-from launch import faults
 from launch.processes import ForkedTask, free_ports
 from tests.support import (
     SCRIPTS,
@@ -405,8 +403,7 @@ def test_sigterm_to_the_chief_saves_a_checkpoint_and_a_restart_resumes_from_it(m
                                                                   "--worker_gone_secs=3"])
     cluster.start("ps", 0)
     cluster.start("worker", 0)  # the chief trains alone (async); worker 1 comes later
-    faults.wait_until(cluster, lambda: logged_step(cluster.log("worker", 0)) >= 100, time.monotonic() + TIMEOUT,
-                      "the chief's global step 100")
+    wait_for(lambda: logged_step(cluster.log("worker", 0)) >= 100, TIMEOUT, "the chief's global step 100", cluster)
     # A worker started with a model flag of its own stops before its first step, naming both values: its
     # steps would have updated the chief's variables through another graph.
     cluster.start("worker", 1, ["--hidden_units=128"])

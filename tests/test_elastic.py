@@ -7,9 +7,9 @@ import time
 import pytest
 
 from cluster import model_dir as layout
-from launch import chaos, faults, processes
+from launch import chaos, processes
 from tests import support
-from tests.support import describe, finished, logged_step
+from tests.support import describe, finished, logged_step, wait_for
 from training import log_lines, queue_hook
 
 pytestmark = pytest.mark.e2e
@@ -31,7 +31,7 @@ def test_a_worker_joins_a_running_async_job_and_one_leaves_it_for_good(make_clus
     def global_step(job, index):
         return logged_step(cluster.log(job, index))
 
-    faults.wait_until(cluster, lambda: global_step("worker", 0) >= 100, deadline, "global step 100")
+    wait_for(lambda: global_step("worker", 0) >= 100, deadline - time.monotonic(), "global step 100", cluster)
     # The job holds still until the joining worker's first step: on a loaded machine its start (importing
     # TensorFlow, building its graph) took longer than the job's remaining steps. Paused for less than
     # their lease (--input_queue_lease_secs, 120 s), the workers keep their files; one that resumes inside
@@ -44,13 +44,13 @@ def test_a_worker_joins_a_running_async_job_and_one_leaves_it_for_good(make_clus
     address = f"{processes.LOOPBACK}:{port}"
     cluster.start("worker", 2, [f"--join_address={address}", f"--metrics_port={metrics_port}"])
     try:
-        faults.wait_until(cluster, lambda: log_lines.first_steps(cluster.log("worker", 2)), deadline,
-                          "the joining worker's first step")
+        wait_for(lambda: log_lines.first_steps(cluster.log("worker", 2)), deadline - time.monotonic(),
+                 "the joining worker's first step", cluster)
     finally:
         for index in (0, 1):
             cluster.kill("worker", index, signal.SIGCONT)
-    faults.wait_until(cluster, lambda: any(not s.first for s in log_lines.steps(cluster.log("worker", 2))), deadline,
-                      "a progress line of the joining worker (20 steps of its own)")
+    wait_for(lambda: any(not s.first for s in log_lines.steps(cluster.log("worker", 2))), deadline - time.monotonic(),
+             "a progress line of the joining worker (20 steps of its own)", cluster)
     served = support.scrape(metrics_port)  # its progress line set them; it trains on past the next
     assert support.metric_value(served, "examples_per_second", task="worker:2") > 0
     assert support.metric_value(served, "global_step", task="worker:2") >= joined_at

@@ -132,8 +132,7 @@ def test_a_sync_worker_that_stays_dead_makes_the_others_exit_with_a_clear_messag
     cluster = make_cluster(num_ps=1, num_workers=2, trainer_args=[
         "--sync_replicas", "--train_steps=100000", "--stall_warning_secs=2", "--stall_timeout_secs=8"])
     cluster.start_all()
-    faults.wait_until(cluster, lambda: logged_step(cluster.log("worker", 0)) >= 50, time.monotonic() + 240,
-                      "the chief's global step 50")
+    wait_for(lambda: logged_step(cluster.log("worker", 0)) >= 50, 240, "the chief's global step 50", cluster)
     cluster.kill("worker", 1)
     assert cluster.wait("worker", timeout=60) == {("worker", 0): exit_codes.STALLED.code,
                                                   ("worker", 1): -9}, describe(cluster)
@@ -241,7 +240,7 @@ def test_two_ps_killed_in_a_row_in_sync_mode_still_train_to_the_last_step_with_c
         def highest_step():
             return max((s.step for s in faults.progress(cluster)), default=0)
         reached = highest_step() + 30
-        faults.wait_until(cluster, lambda r=reached: highest_step() >= r, deadline, f"global step {reached}")
+        wait_for(lambda r=reached: highest_step() >= r, deadline - time.monotonic(), f"global step {reached}", cluster)
         cluster.kill("ps", ps)
         time.sleep(0.5)
         cluster.start("ps", ps)
@@ -271,7 +270,7 @@ def test_a_worker_waiting_for_the_chief_rides_out_a_ps_that_goes_down_meanwhile(
         return lambda: cluster.log("ps", 0).count(": serving on ") == times
 
     cluster.start("ps", 0)
-    faults.wait_until(cluster, serving(1), deadline, "the ps to serve")
+    wait_for(serving(1), deadline - time.monotonic(), "the ps to serve", cluster)
     with tf.Graph().as_default() as graph:
         with v1.device("/job:ps/task:0"):
             v1.train.get_or_create_global_step()
@@ -291,10 +290,9 @@ def test_a_worker_waiting_for_the_chief_rides_out_a_ps_that_goes_down_meanwhile(
         time.sleep(2)  # polling: the variables are not initialized
         cluster.kill("ps", 0)
         cluster.start("ps", 0)
-        faults.wait_until(cluster, serving(2), deadline, "the restarted ps to serve")
-        while "did not answer while waiting for the chief" not in caplog.text and waiter.is_alive():
-            assert time.monotonic() < deadline, "timed out waiting for the waiting worker to meet the restarted ps"
-            time.sleep(0.05)
+        wait_for(serving(2), deadline - time.monotonic(), "the restarted ps to serve", cluster)
+        wait_for(lambda: "did not answer while waiting for the chief" in caplog.text or not waiter.is_alive(),
+                 deadline - time.monotonic(), "the waiting worker to meet the restarted ps")
         with v1.Session(server.target) as chief:
             chief.run(initialize)
         waiter.join(timeout=60)
@@ -313,8 +311,7 @@ def test_a_ps_restarted_after_the_workers_finished_exits_on_their_marks(make_clu
     # A rerun to a larger --train_steps does not take the old marks for its own: the ps waits.
     cluster.start("ps", 0, ["--train_steps=400"])
     # Its third start: once it serves (and handles SIGTERM), it reads the marks every MARK_CHECK_SECS.
-    faults.wait_until(cluster, lambda: cluster.log("ps", 0).count(": serving on ") == 3, time.monotonic() + 120,
-                      "the ps's third start")
+    wait_for(lambda: cluster.log("ps", 0).count(": serving on ") == 3, 120, "the ps's third start", cluster)
     time.sleep(shutdown.MARK_CHECK_SECS + 1)  # its check at start and one more
     assert cluster.wait("ps", timeout=0.1) == {("ps", 0): None}, describe(cluster)
     cluster.kill("ps", 0, signal.SIGTERM)

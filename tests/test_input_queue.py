@@ -11,9 +11,9 @@ import tensorflow as tf
 
 from cluster import model_dir as layout
 from input import work_queue
-from launch import chaos, faults
+from launch import chaos
 from tests import support
-from tests.support import describe, finished
+from tests.support import describe, finished, wait_for
 from training import exit_codes, log_lines, queue_hook
 
 pytestmark = pytest.mark.e2e
@@ -50,7 +50,7 @@ def test_a_worker_killed_mid_epoch_loses_no_example_and_the_run_ends_with_its_ep
         trained = queue_hook.read_audit(str(audit)) if audit.exists() else np.zeros([0, 3])
         return trained.size > 0 and 2 * BATCH <= trained[-1, 2] < ROWS_PER_FILE - 6 * BATCH
 
-    faults.wait_until(cluster, mid_file, deadline, "worker 1 past global step 100, two batches into a file")
+    wait_for(mid_file, deadline - time.monotonic(), "worker 1 past global step 100, two batches into a file", cluster)
     cluster.kill("worker", 1)
     cluster.start("worker", 1)
     codes = cluster.wait(timeout=max(30, deadline - time.monotonic()))
@@ -100,7 +100,7 @@ def test_a_cluster_stopped_mid_epoch_resumes_the_epoch_from_its_checkpoint(make_
         _, examples, _ = work_queue.unpack(tf.train.load_checkpoint(newest).get_tensor(work_queue.STATE), FILES)
         return examples[0] > 0
 
-    faults.wait_until(first, saved_mid_epoch, deadline, "a checkpoint with some of the epoch's files done")
+    wait_for(saved_mid_epoch, deadline - time.monotonic(), "a checkpoint with some of the epoch's files done", first)
     for job, index in (("worker", 0), ("worker", 1), ("ps", 0)):  # the whole cluster, at once
         first.kill(job, index)
     checkpoint = tf.train.load_checkpoint(tf.train.latest_checkpoint(model_dir))
@@ -183,8 +183,8 @@ def test_a_file_gone_between_epochs_stops_the_workers_naming_it(make_cluster, tm
         "--hidden_units=16", "--input_queue", "--num_epochs=50", f"--batch_size={BATCH}", "--train_steps=100000"])
     cluster.start_all()
     deadline = time.monotonic() + 120
-    faults.wait_until(cluster, lambda: any(log_lines.epochs_done(cluster.log("worker", i)) for i in (0, 1)),
-                      deadline, "the first epoch done")
+    wait_for(lambda: any(log_lines.epochs_done(cluster.log("worker", i)) for i in (0, 1)), deadline - time.monotonic(),
+             "the first epoch done", cluster)
     (data_dir / "train-05.csv").unlink()
     codes = cluster.wait("worker", timeout=max(30, deadline - time.monotonic()))
     assert set(codes.values()) == {exit_codes.BAD_DATA.code}, describe(cluster)

@@ -6,7 +6,6 @@ restart, stopping exactly at --train_steps) and --accumulate_batches (a synchron
 every worker's micro-batches)."""
 
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -17,7 +16,7 @@ import model
 from model import needs, touched_rows
 from cluster import placement, spec
 from launch import measure
-from tests.support import held_out, in_process_cluster, join_all, train_one_worker, trained_runs
+from tests.support import held_out, in_process_cluster, join_all, train_one_worker, trained_runs, wait_for
 from training import graph as train_graph
 from training.config import RunConfig, TrainConfig
 from training.step import StepContext, accumulate, local_steps, single, sync
@@ -279,14 +278,13 @@ def test_a_synchronous_round_applies_the_mean_of_every_workers_micro_batches():
         for thread in threads:
             thread.start()
         join_all(threads)
-        # The chief's queue runner applies the round; read until it has (bounded by join's 30 s above
-        # and by this loop's).
+        # The chief's queue runner applies the round: read until it has.
         session, _, global_step, var = chief
-        for _ in range(100):
-            step, value = session.run_step_fn(lambda step_context: step_context.session.run([global_step, var]))
-            if step == 1:
-                break
-            time.sleep(0.1)
+        read = []
+        wait_for(lambda: read.append(session.run_step_fn(
+            lambda step_context: step_context.session.run([global_step, var]))) or read[-1][0] >= 1, 10,
+            "the chief's queue runner to apply the round")
+        step, value = read[-1]
         every_micro_batch = np.array(MICRO_BATCH_GRADIENTS).reshape(-1, 2)
         assert step == 1  # one round, one global step
         np.testing.assert_allclose(value, np.array(INITIAL) - LEARNING_RATE * every_micro_batch.mean(axis=0),

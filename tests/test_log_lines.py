@@ -41,6 +41,14 @@ def test_first_step_and_progress_lines_read_back(written):
     assert str(log_lines.task_lines(text)[1]).startswith("worker:1 step 400/2000 loss 0.5321 accuracy 0.844 ")
 
 
+def test_a_session_made_again_reads_back_with_its_global_step(written):
+    log_lines.log_first_step("worker:0", 0, 2.3)
+    log_lines.log_session_again("worker:0", 412)
+    log_lines.log_session_again("chief:0", 980)
+    assert log_lines.sessions_again(written.getvalue()) == [412, 980]
+    assert log_lines.sessions_again("W1128 07:00:00.000 1 x.py:1] worker:0 first step done at global step 0") == []
+
+
 def test_the_finished_line_reads_back_its_fields_and_the_last_one_counts(written):
     log_lines.log_finished("worker:0", {"global_step": 100, "loss": "0.5000"})
     log_lines.log_finished("worker:0", {"global_step": 2000, "local_steps": 1001, "heldout_accuracy": "0.8510"})

@@ -1,6 +1,7 @@
 """Live metrics: every task of a real cluster serves Prometheus's text format on its own address, and
 the values move while it trains."""
 
+import contextlib
 import time
 
 import pytest
@@ -8,7 +9,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from launch.processes import free_ports
-from tests.support import describe, metric_value as value, scrape
+from tests.support import describe, metric_value as value, scrape, wait_for
 from training import metrics
 
 
@@ -41,15 +42,15 @@ def test_every_task_of_a_running_cluster_serves_metrics_that_move(make_cluster):
     def scraped_step(key, above=0):
         """The first global step the task serves past `above`: served once the task is up, moving once
         it trains (a progress line every 20 steps sets it; on a loaded machine 20 steps can take seconds)."""
-        while True:
-            assert time.monotonic() < deadline, f"{key} served no global step past {above}\n{describe(cluster)}"
-            try:
-                step = value(scrape(ports[key]), "global_step", task=f"{key[0]}:{key[1]}")
-                if step > above:
-                    return step
-            except (OSError, KeyError):
-                pass
-            time.sleep(0.5)
+        served = []
+
+        def past():
+            with contextlib.suppress(OSError, KeyError):
+                served.append(value(scrape(ports[key]), "global_step", task=f"{key[0]}:{key[1]}"))
+            return bool(served) and served[-1] > above
+
+        wait_for(past, deadline - time.monotonic(), f"{key} to serve a global step past {above}", cluster)
+        return served[-1]
 
     first = {key: scraped_step(key) for key in (("worker", 0), ("worker", 1))}
     for key, step in first.items():

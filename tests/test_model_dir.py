@@ -54,7 +54,8 @@ def test_the_checkpoint_names_the_layout_gives_are_those_the_checkpoint_readers_
     for name in (f"{prefix}.index", f"{prefix}.data-00000-of-00002", f"{prefix}.meta", f"{prefix}_temp/part-0"):
         assert checkpoints.CHECKPOINT_FILE.match(name).group(1) == prefix
     assert checkpoints.STATE_TEMP_FILE.match(f"{layout.CHECKPOINT_STATE}.tmp1a2b")
-    assert incremental.DELTA_FILE.match(f"{incremental.delta_prefix(prefix, 250)}.index").groups()[:2] == (prefix, "250")
+    delta = incremental.DELTA_FILE.match(f"{incremental.delta_prefix(prefix, 250)}.index")
+    assert delta.groups()[:2] == (prefix, "250")
     assert [layout.replica_of(name) for name in ("replica-3", "replica-3.tmp", "other")] == [3, None, None]
     assert layout.eval_dir("m", "holdout") == "m/eval_holdout" and layout.export_dir("m", 200) == "m/export/200"
 

@@ -21,7 +21,7 @@ import pytest
 import tensorflow as tf
 
 from launch import processes
-from tests.support import ROOT, SCRIPTS, stop_process_group
+from tests.support import ROOT, SCRIPTS, stop_process_group, wait_for
 from training import log_lines
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("slurm")]  # one real Slurm at a time
@@ -67,11 +67,11 @@ class Slurm:
                                 f"--pid-file={self.root / 'munged.pid'}", f"--seed-file={self.root / 'munged.seed'}"])
         self._daemon("slurmctld", ["-D", "-i"])
         self._daemon("slurmd", ["-D"])
-        deadline = time.monotonic() + 60
-        while self.run("sinfo", "-h", "-o", "%t").stdout.strip() != "idle":
-            assert time.monotonic() < deadline, f"the node never came up idle:\n{self.logs()}"
+        def idle():
             assert all(proc.poll() is None for proc in self.procs), f"a daemon exited:\n{self.logs()}"
-            time.sleep(0.5)
+            return self.run("sinfo", "-h", "-o", "%t").stdout.strip() == "idle"
+
+        wait_for(idle, 60, "the node to come up idle")
 
     def _daemon(self, name, args):
         log = open(self.root / f"{name}.out", "w")
@@ -92,10 +92,8 @@ class Slurm:
     def wait_until_gone(self, job_id: str, timeout: float) -> dict:
         """Its record, once the job has ended and left the queue: a cancelled job is recorded at once,
         and stays in the queue, completing, until every one of its processes has ended."""
-        deadline = time.monotonic() + timeout
-        while not self.job_record(job_id) or self.run("squeue", "-h", "-j", job_id).stdout.strip():
-            assert time.monotonic() < deadline, f"job {job_id} still there after {timeout} s"
-            time.sleep(0.5)
+        wait_for(lambda: self.job_record(job_id) and not self.run("squeue", "-h", "-j", job_id).stdout.strip(),
+                 timeout, f"job {job_id} to end and leave the queue")
         return self.job_record(job_id)
 
     def logs(self) -> str:
@@ -171,11 +169,11 @@ def test_a_batch_job_of_three_tasks_trains_to_the_end_and_completes(slurm, tmp_p
 def test_scancel_checkpoints_the_current_step_and_a_resubmission_resumes_there(slurm, tmp_path):
     _, job_id, logs = submit(slurm, tmp_path, "cancelled", "--train_steps=1000000", "--save_checkpoint_steps=1000000",
                              wait=False)
-    deadline = time.monotonic() + 180
-    while max((s.step for s in log_lines.steps(rank_log(logs, 1))), default=0) < 40:
-        assert time.monotonic() < deadline and not slurm.job_record(job_id), \
-            f"no step 40: {slurm.job_record(job_id)}\n{rank_log(logs, 1)[-3000:]}"
-        time.sleep(0.5)
+    def step_40():
+        assert not slurm.job_record(job_id), f"the job ended: {slurm.job_record(job_id)}\n{rank_log(logs, 1)[-3000:]}"
+        return max((s.step for s in log_lines.steps(rank_log(logs, 1))), default=0) >= 40
+
+    wait_for(step_40, 180, "step 40 of the job")
     cancelled_at = time.monotonic()
     assert slurm.run("scancel", job_id).returncode == 0
     record = slurm.wait_until_gone(job_id, timeout=60)

@@ -14,7 +14,7 @@ import tensorflow as tf
 import input as inputs
 import model
 from cluster import placement, spec
-from tests.support import in_process_cluster, join_all
+from tests.support import in_process_cluster, join_all, wait_for
 from training import graph as train_graph
 from training import checkpoints, learning, worker
 from training.step import single, sync
@@ -230,10 +230,7 @@ def other_pushes_round_0_and_the_chief_stops(chief, other):
 
 
 def wait_for_a_gradient(chief, failure, timeout=30):
-    deadline = time.monotonic() + timeout
-    while min(chief.accumulated()) < 1:
-        assert time.monotonic() < deadline, failure
-        time.sleep(0.05)
+    wait_for(lambda: min(chief.accumulated()) >= 1, timeout, failure)
 
 
 def a_restarted_chief_completes_round_0(chief, waiting):

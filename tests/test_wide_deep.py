@@ -12,6 +12,7 @@ import tensorflow as tf
 
 import input as inputs
 import model
+from cluster import model_dir as layout
 from cluster import spec
 from launch import measure
 from model import grouped_lookup
@@ -77,53 +78,84 @@ def test_a_step_moves_the_rows_it_touches_not_the_table():
     assert large < large_vars / 20  # and is far below the variables' size
 
 
-@pytest.mark.e2e
-def test_wide_deep_on_two_ps_and_two_workers_exports_a_model_that_serves(make_cluster, tmp_path):
-    cluster = make_cluster(num_ps=2, num_workers=2, trainer_args=[
+@pytest.fixture(scope="module")
+def two_ps_run(make_module_cluster):
+    """wide_deep on 2 ps and 2 workers with an evaluator, run to its end once for the tests below: its
+    cluster, with every task's exit code."""
+    cluster = make_module_cluster(num_ps=2, num_workers=2, trainer_args=[
         "--model=wide_deep", "--dataset=clicks", "--hash_buckets=50000", "--embedding_dim=8",
         "--hidden_units=32", "--train_steps=200", "--save_summaries_steps=50", "--log_every_n_steps=20",
         "--profile_steps=20,25", "--group_column=user"])
     cluster.start_all()
     cluster.start("evaluator", 0)
-    codes = cluster.wait(timeout=300)
-    assert set(codes.values()) == {0}, describe(cluster)
+    cluster.codes = cluster.wait(timeout=300)
+    return cluster
+
+
+def finished_run(cluster):
+    """The run's chief log, once every task exited 0 and the chief reached the last step."""
+    assert set(cluster.codes.values()) == {0}, describe(cluster)
     chief_log = cluster.log("worker", 0)
     assert int(finished(chief_log)["global_step"]) >= 200
+    return chief_log
 
-    # The tables are cut in two and spread over both ps: each holds about half.
+
+TWO_PS_RUN = pytest.mark.xdist_group("wide_deep_two_ps_run")
+
+
+@pytest.mark.e2e
+@TWO_PS_RUN
+def test_the_tables_are_cut_in_two_and_spread_over_both_ps(two_ps_run):
+    chief_log = finished_run(two_ps_run)
     placed = dict(re.findall(r"(/job:ps/task:\d) ([\d.]+) MiB", re.search(r"variables placed: .*", chief_log)[0]))
     assert set(placed) == {"/job:ps/task:0", "/job:ps/task:1"}
     sizes = sorted(float(v) for v in placed.values())
-    assert sizes[0] > 2.0 and sizes[0] / sizes[1] > 0.8
-    reader = tf.train.load_checkpoint(str(cluster.model_dir))
+    assert sizes[0] > 2.0 and sizes[0] / sizes[1] > 0.8  # each holds about half
+    reader = tf.train.load_checkpoint(str(two_ps_run.model_dir))
     assert reader.get_variable_to_shape_map()["wide_deep/user/embedding"] == [50000, 8]
 
-    # The export, loaded in a fresh process, predicts what the final checkpoint predicts.
-    step = int(finished(chief_log)["global_step"])
-    export_dir = cluster.model_dir / "export" / str(reader.get_tensor("global_step"))
-    assert (export_dir / "saved_model.pb").exists() and step >= 200
-    cfg = read_flags(*cluster.trainer_args)
+
+@pytest.mark.e2e
+@TWO_PS_RUN
+def test_the_export_loaded_in_a_fresh_process_predicts_what_the_final_checkpoint_predicts(two_ps_run):
+    finished_run(two_ps_run)
+    final = tf.train.latest_checkpoint(str(two_ps_run.model_dir))
+    export_dir = pathlib.Path(layout.export_dir(str(two_ps_run.model_dir),
+                                                tf.train.load_checkpoint(final).get_tensor("global_step")))
+    assert (export_dir / "saved_model.pb").exists()
+    cfg = read_flags(*two_ps_run.trainer_args)
     features, _ = next(iter(inputs.batches(cfg.data, inputs.Shard(0, 1), 16, split="eval", repeat=False)))
     features = {name: value.numpy() for name, value in features.items()}
-    expected = export.predict(cfg, tf.train.latest_checkpoint(str(cluster.model_dir)), features)
+    expected = export.predict(cfg, final, features)
     served = serve_in_fresh_process(export_dir, features)
     np.testing.assert_allclose(served["probabilities"], expected["probabilities"], rtol=1e-5, atol=1e-6)
     assert served["classes"] == expected["classes"].tolist()
 
-    # What TensorBoard shows: the chief's training summaries, each worker's speed, the evaluator's.
-    assert {"loss", "accuracy", "auc", "learning_rate"} <= tags(cluster.model_dir)
-    for task in ("worker_0", "worker_1"):
-        assert {"global_step/sec", "examples/sec"} <= tags(cluster.model_dir / "workers" / task)
-    assert {"loss", "accuracy", "auc", "gauc"} <= tags(cluster.model_dir / "eval")  # --group_column: the group AUC
-    assert 0.5 < float(finished(chief_log)["heldout_gauc"]) <= 1 and int(finished(chief_log)["heldout_gauc_groups"]) > 0
-    assert "auc" in cluster.log("evaluator", 0)
-    traces = list((cluster.model_dir / "profile" / "worker_1").glob("plugins/profile/*/*.xplane.pb"))
-    assert traces and traces[0].stat().st_size > 1000
 
+@pytest.mark.e2e
+@TWO_PS_RUN
+def test_tensorboard_shows_the_chiefs_training_each_workers_speed_and_the_evaluators_group_auc(two_ps_run):
+    chief_log = finished_run(two_ps_run)
+    model_dir = str(two_ps_run.model_dir)
+    assert {"loss", "accuracy", "auc", "learning_rate"} <= tags(model_dir)
+    for task in ("worker_0", "worker_1"):
+        assert {"global_step/sec", "examples/sec"} <= tags(layout.worker_dir(model_dir, task))
+    assert {"loss", "accuracy", "auc", "gauc"} <= tags(layout.eval_dir(model_dir))  # --group_column: the group AUC
+    result = finished(chief_log)
+    assert 0.5 < float(result["heldout_gauc"]) <= 1 and int(result["heldout_gauc_groups"]) > 0, result
+    assert "auc" in two_ps_run.log("evaluator", 0)
+
+
+@pytest.mark.e2e
+@TWO_PS_RUN
+def test_the_profiler_traces_the_steps_asked_for_and_plot_run_draws_the_summaries(two_ps_run, tmp_path):
+    finished_run(two_ps_run)
+    model_dir = str(two_ps_run.model_dir)
+    traces = list(pathlib.Path(layout.profile_dir(model_dir, "worker_1")).glob("plugins/profile/*/*.xplane.pb"))
+    assert traces and traces[0].stat().st_size > 1000
     png = tmp_path / "run.png"
-    result = subprocess.run([sys.executable, str(SCRIPTS / "plot_run.py"),
-                             f"--model_dir={cluster.model_dir}", f"--output={png}"],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, str(SCRIPTS / "plot_run.py"), f"--model_dir={model_dir}",
+                             f"--output={png}"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 

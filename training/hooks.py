@@ -47,6 +47,7 @@ class ProgressHook(v1.train.SessionRunHook):
         self._batch_size = batch_size
         self._every_n = every_n
         self.local_steps = 0
+        self.sessions = 0  # training sessions made: more than one when MonitoredSession made one again
         self.global_step = None
         self.loss = None
         self.accuracy = None
@@ -56,6 +57,9 @@ class ProgressHook(v1.train.SessionRunHook):
 
     def after_create_session(self, session, coord):
         self.global_step = int(session.run(self._global_step_tensor))
+        self.sessions += 1
+        if self.sessions > 1:
+            log_lines.log_session_again(self._task_name, self.global_step)
         self._mark = (time.monotonic(), self.local_steps, self.global_step)
         self._last_read = None
         if self._summary_dir and self._writer is None:

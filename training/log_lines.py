@@ -30,6 +30,7 @@ _EPOCH_DONE = re.compile(_PREFIX + _TASK
                          + r": input queue: epoch (\d+) done at global step (\d+): (\d+) examples")
 _EPOCH_TALLY = re.compile(_PREFIX + _TASK + r": input queue: trained (\d+) file\(s\), (\d+) examples of epoch (\d+)"
                           r"(?:, (\d+) of them by an earlier reader)?(?:.*, (\d+) of them trained here before)?")
+_SESSION_AGAIN = re.compile(_PREFIX + _TASK + r" training session made again at global step (\d+)")
 _ANY_TASK_LINE = re.compile(_PREFIX + _TASK + r" (.*)$")
 _KEY_VALUE = re.compile(r"(\w+)=(\S+)")
 
@@ -58,6 +59,11 @@ def error_cause(message: str, limit: int = 300) -> str:
 
 def log_first_step(task: str, global_step: int, loss: float) -> None:
     logging.info("%s first step done at global step %d, loss %.4f", task, global_step, loss)
+
+
+def log_session_again(task: str, global_step: int) -> None:
+    logging.warning("%s training session made again at global step %d (MonitoredSession does so after an error "
+                    "it takes for a lost task: the error logged above)", task, global_step)
 
 
 def log_progress(task: str, global_step: int, train_steps: int | None, loss: float, accuracy: float,
@@ -110,6 +116,11 @@ def epoch_tallies(text: str) -> dict[int, tuple[int, int, int, int]]:
     the tally lines of one log (its last run's)."""
     return {int(m[6]): (int(m[4]), int(m[5]), int(m[7] or 0), int(m[8] or 0))
             for m in map(_EPOCH_TALLY.match, text.splitlines()) if m}
+
+
+def sessions_again(text: str) -> list[int]:
+    """The global step of each training session a task made again, within one start, in one log."""
+    return [int(m[4]) for m in map(_SESSION_AGAIN.match, text.splitlines()) if m]
 
 
 def steps(text: str, now: datetime.datetime | None = None) -> list[Step]:
