@@ -126,7 +126,7 @@ def input_settings(f, name: str | None = None, cluster: spec.ClusterConfig | Non
     return plan.InputSettings(
         input_queue=f.input_queue, needs_queue=next((flag for flag in plan.QUEUE_FLAGS if f[flag].value), None),
         several_batches=(several, f[several].value) if several else None, cache=f.cache, backup_workers=backup,
-        dataset=name, has_files=None if name is None else hasattr(inputs.DATASETS[name], "files"),
+        dataset=name, has_files=None if name is None else inputs.lists_files(name),
         distributed=None if cluster is None else cluster.is_distributed,
         joins=bool(cluster and cluster.joins))
 

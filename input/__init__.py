@@ -1,16 +1,6 @@
 """Data sources by name, and the pipeline that turns one worker's shard into batches.
 
-A source is a module with
-  check(cfg) -> a problem to report, or None;
-  spec(cfg) -> DataSpec: the raw features of one example (what a served model takes) and the
-               number of classes;
-  records(cfg, split, shard) -> unbatched (features dict, int64 label) of that shard only;
-  blocks(cfg, split, shard), if the source makes its records in blocks -> those blocks, each
-               component with a leading dimension (records = packing.unbatched(blocks));
-  shard_description(cfg, split, shard) -> which records that shard is, in words;
-  KIND: "generated" (made from the seed: cached in memory by default) or "files" (streamed), and
-  for files found_in(data_dir) -> whether the directory holds this format's training files.
-Adding one is one new file and one line in DATASETS.
+A source is a module that has what `Source` names. Adding one is one new file and one line in DATASETS.
 
 File sources stream: a worker holds the shuffle buffer, the blocks being read and the prefetched
 batches, never its shard. --cache=memory keeps every example a worker has read (its whole shard,
@@ -19,6 +9,8 @@ the data, per worker) and rereads it from the second epoch on.
 """
 
 import os
+from collections.abc import Callable
+from typing import Protocol
 
 import tensorflow as tf
 
@@ -26,7 +18,41 @@ from input import clicks, criteo, csv_files, idx, packing, synthetic, tfrecord, 
 from input.records import bad_record_message  # noqa: F401  (the trainer reports input errors)
 from input.specs import DataConfig, DataSpec, Shard  # noqa: F401
 
-DATASETS = {
+
+
+class Source(Protocol):
+    """What a data source module has (DATASETS' values)."""
+
+    KIND: str  # "generated" (made from the seed: cached in memory by default) or "files" (streamed)
+
+    def check(self, cfg: DataConfig) -> str | None:
+        """A problem to report, or None."""
+
+    def spec(self, cfg: DataConfig) -> DataSpec:
+        """The raw features of one example (what a served model takes) and the number of classes."""
+
+    def blocks(self, cfg: DataConfig, split: str, shard: Shard) -> tf.data.Dataset:
+        """That shard's records in blocks, each component with a leading dimension."""
+
+    def records(self, cfg: DataConfig, split: str, shard: Shard) -> tf.data.Dataset:
+        """That shard's records one at a time, (features dict, int64 label): packing.unbatched(blocks)."""
+
+    def shard_description(self, cfg: DataConfig, split: str, shard: Shard) -> str:
+        """Which records that shard is, in words."""
+
+
+class FileSource(Source, Protocol):
+    """What a source of KIND "files" has besides."""
+
+    # (cfg, split) -> the split's files, which the input queue hands out one at a time; None for a format
+    # whose records are not cut by file (MNIST's IDX: one file of images, one of labels).
+    files: Callable[[DataConfig, str], list[str]] | None
+
+    def found_in(self, data_dir: str) -> bool:
+        """Whether the directory holds this format's training files."""
+
+
+DATASETS: dict[str, Source] = {
     "synthetic": synthetic,
     "clicks": clicks,
     "tfrecord": tfrecord,
@@ -45,6 +71,11 @@ def spec(cfg: DataConfig) -> DataSpec:
 
 def is_generated(name: str) -> bool:
     return DATASETS[name].KIND == GENERATED
+
+
+def lists_files(name: str) -> bool:
+    """Whether the source lists its files (FileSource.files), which the input queue hands out one at a time."""
+    return not is_generated(name) and DATASETS[name].files is not None
 
 
 def formats_in(data_dir: str) -> list[str]:
@@ -83,8 +114,9 @@ def batches(cfg: DataConfig, shard: Shard, batch_size: int, split: str = "train"
             dataset = dataset.repeat()
         return dataset.batch(batch_size, drop_remainder=repeat)
 
-    examples, in_blocks = _examples(DATASETS[cfg.name], cfg, split, shard)
-    return packing.batched(examples, batch, in_blocks).prefetch(tuning.PREFETCH_BATCHES)
+    # Packed a block at a time, which costs less than an example at a time (input/packing.py).
+    blocks = DATASETS[cfg.name].blocks(cfg, split, shard)
+    return packing.batched(blocks, batch, in_blocks=True).prefetch(tuning.PREFETCH_BATCHES)
 
 
 @tuning.pipeline
@@ -98,9 +130,8 @@ def queued_batches(cfg: DataConfig, shard: Shard, batch_size: int) -> tf.data.Da
     source, feed = DATASETS[cfg.name], shard.feed
 
     def one_pass(_):
-        examples, in_blocks = _examples(source, cfg, "train", shard)
-        batches = packing.batched(examples, lambda records: records.shuffle(
-            cfg.shuffle_buffer, seed=cfg.seed + feed.queue.worker).batch(batch_size), in_blocks)
+        batches = packing.batched(source.blocks(cfg, "train", shard), lambda records: records.shuffle(
+            cfg.shuffle_buffer, seed=cfg.seed + feed.queue.worker).batch(batch_size), in_blocks=True)
         if not feed.empty_batches:
             return batches
         # Sync: a pass that took no file still gives the round this worker's share, an empty batch.
@@ -110,14 +141,6 @@ def queued_batches(cfg: DataConfig, shard: Shard, batch_size: int) -> tf.data.Da
 
     passes = tf.data.Dataset.from_generator(feed.passes, output_signature=tf.TensorSpec([], tf.int64))
     return passes.flat_map(one_pass).prefetch(tuning.PREFETCH_BATCHES)
-
-
-def _examples(source, cfg: DataConfig, split: str, shard: Shard) -> tuple[tf.data.Dataset, bool]:
-    """(a source's blocks() if it has them, else its records(); whether they are blocks): packed a
-    block at a time costs less than an example at a time (input/packing.py)."""
-    if hasattr(source, "blocks"):
-        return source.blocks(cfg, split, shard), True
-    return source.records(cfg, split, shard), False
 
 
 def _empty(spec: tf.TensorSpec) -> tf.Tensor:

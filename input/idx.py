@@ -27,6 +27,7 @@ class IdxError(ValueError):
 
 
 KIND = "files"
+files = None  # one file of images, one of labels: nothing the input queue could hand out by file
 
 
 def paths(cfg, split: str) -> tuple[str, str]:

@@ -1,22 +1,37 @@
 """Models by name: each turns a batch of raw features into logits; build() adds loss and metrics.
 
-A model is a module with logits(features, cfg, data_spec, training) and check(data_spec) -> a problem or
-None (the features it needs), and, if it needs anything particular of the trainer (its own default
-optimizer, tables partitioned across the ps tasks), NEEDS = model.needs.Needs(...). Adding one, dense
-or sparse, is one new file and one line in MODELS. Models take raw
+A model is a module that has what `Model` names. Adding one, dense or sparse, is one new file and one
+line in MODELS. Models take raw
 features (uint8 images, float numbers, strings) and do their own preprocessing in the graph, so an
 exported model serves raw features too.
 """
 
 import dataclasses
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import tensorflow as tf
 
 from model import cnn, mlp, wide_deep
 from model.needs import Needs
 
-MODELS = {
+
+
+class Model(Protocol):
+    """What a model module has (MODELS' values)."""
+
+    # What it needs of the trainer (its own default optimizer, tables cut across the ps tasks): Needs() for
+    # nothing particular.
+    NEEDS: Needs
+
+    def check(self, data_spec) -> str | None:
+        """A problem with the data (a feature it needs and the data lacks), or None."""
+
+    def logits(self, features, cfg: "ModelConfig", data_spec, training: bool) -> tf.Tensor:
+        """The batch's raw features to logits, [batch, classes] (`training`: it may add rows to dynamic
+        tables)."""
+
+
+MODELS: dict[str, Model] = {
     "mlp": mlp,
     "cnn": cnn,
     "wide_deep": wide_deep,
@@ -58,7 +73,7 @@ class ModelOutput(NamedTuple):
 
 def needs_of(name: str) -> Needs:
     """What the model named `name` declares it needs of the trainer."""
-    return getattr(MODELS[name], "NEEDS", Needs())
+    return MODELS[name].NEEDS
 
 
 def check(cfg: ModelConfig, data_spec) -> str | None:

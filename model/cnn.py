@@ -3,6 +3,9 @@
 import tensorflow as tf
 
 from model import layers
+from model.needs import Needs
+
+NEEDS = Needs()  # nothing particular of the trainer
 
 
 def check(data_spec):

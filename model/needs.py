@@ -1,6 +1,6 @@
 """What a model declares to the trainer, so that no rule about a model lives outside model/.
 
-A model module may set NEEDS = Needs(...); one that does not needs nothing particular. Variables the
+A model module sets NEEDS = Needs(...): Needs() for nothing particular. Variables the
 model creates inside `wide_part()` are its wide part: the optimizer that splits wide from deep
 (--optimizer=ftrl_adagrad) reads them from the WIDE_VARIABLES collection, never from their names.
 Variables it creates inside `table_part()` are its embedding tables (rows, and a dynamic table's

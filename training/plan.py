@@ -174,7 +174,8 @@ class StepPath:
 def step_path(settings: StepSettings) -> StepPath:
     """The step path of these settings (the cluster known), or Conflict."""
     s = settings
-    rounds = bool(s.distributed) and s.local_steps > 1 and s.tables_take_rounds  # one process reads its tables as they are
+    # One process reads its tables as they are: rounds of rows are for a cluster.
+    rounds = bool(s.distributed) and s.local_steps > 1 and s.tables_take_rounds
     if s.local_steps > 1:
         if s.has_tables and not s.tables_take_rounds:
             if s.steps_per_run > 1:

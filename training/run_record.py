@@ -163,8 +163,9 @@ def peer_refusal(record: dict | None, cfg) -> str | None:
     if not differ:
         return None
     return (" ".join(f"--{flag}={mine}" for flag, mine, _ in differ) + ": the chief trains with "
-            + " ".join(f"--{flag}={saved}" for flag, _, saved in differ) + f" ({layout.RUN_RECORD} in --model_dir): every worker "
-            "needs the chief's model and data flags; start this one with them")
+            + " ".join(f"--{flag}={saved}" for flag, _, saved in differ)
+            + f" ({layout.RUN_RECORD} in --model_dir): every worker needs the chief's model and data flags; start this "
+            "one with them")
 
 
 def follow(cfg, record: dict):

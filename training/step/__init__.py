@@ -9,12 +9,12 @@ its path in training/plan.py, one line in LEVERS, and its flag in flags/.
 
 from training import plan
 from training.step import accumulate, local_steps, single, steps_per_run, wire
-from training.step.base import Step, StepContext  # noqa: F401  (the shapes every lever shares)
+from training.step.base import Lever, Step, StepContext  # noqa: F401  (the shapes every lever shares)
 from training.step.loop import Metrics  # noqa: F401
 
 # The module that builds each step path of training/plan.py (where the path is chosen). Rounds of rows
 # are local_steps with the tables' rows copied too (its reader sees TrainConfig.batches_per_read).
-LEVERS = {
+LEVERS: dict[str, Lever] = {
     plan.SINGLE: single,
     plan.STEPS_PER_RUN: steps_per_run,
     plan.LOCAL_STEPS: local_steps,
@@ -23,16 +23,15 @@ LEVERS = {
 }
 
 
-def lever(train):
+def lever(train) -> Lever:
     """The module that builds this run's step."""
     return LEVERS[plan.path_of(train)]
 
 
-def reader_and_getter(chosen_lever, cluster, train):
+def reader_and_getter(chosen_lever: Lever, cluster, train):
     """(the lever's reader or None, the variable_scope custom_getter the model reads variables
-    through): the lever's own (a lever module with a reader(cluster, train)), else the wire's
-    (clusters only: one process has no wire)."""
-    reader = chosen_lever.reader(cluster, train) if hasattr(chosen_lever, "reader") else None
+    through): the lever's own (Lever.reader), else the wire's (clusters only: one process has no wire)."""
+    reader = chosen_lever.reader(cluster, train) if chosen_lever.reader else None
     if reader is not None:
         return reader, reader.getter
     return None, wire.read_through(wire.WIRE_DTYPES[train.wire_dtype]) if cluster.is_distributed else None

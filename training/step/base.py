@@ -1,6 +1,6 @@
-"""The shapes every lever shares: what it is given (StepContext) and what it builds (Step)."""
+"""The shapes every lever shares: what it is (Lever), what it is given (StepContext) and what it builds (Step)."""
 
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Protocol
 
 import tensorflow as tf
 
@@ -36,3 +36,14 @@ class Step(NamedTuple):
     # are all trained), and () -> whether this session's next push goes stale (its batch trains nothing).
     end_op: tf.Operation | None = None
     drops_next_push: Callable[[], bool] | None = None
+
+
+class Lever(Protocol):
+    """What a lever module has (training/step.LEVERS' values)."""
+
+    # (cluster, train) -> the lever's own reader of the variables, whose custom getter the model reads them
+    # through (worker-side copies, a snapshot); None for a lever that reads them as the wire does.
+    reader: Callable | None
+
+    def build(self, ctx: StepContext) -> Step:
+        """The step one session.run takes."""

@@ -9,6 +9,7 @@ from training.step.base import Step, StepContext
 from training.step.loop import Metrics
 
 v1 = tf.compat.v1
+reader = None  # the model reads the variables through the wire (training/step/wire.py)
 
 
 class Update(NamedTuple):

@@ -11,6 +11,8 @@ from training.step import single, update
 from training.step.base import Step, StepContext
 from training.step.loop import Iteration, Metrics, training_loop
 
+reader = None  # the model reads the variables through the wire (training/step/wire.py)
+
 
 def build(ctx: StepContext) -> Step:
     train = ctx.train
