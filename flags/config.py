@@ -18,7 +18,7 @@ import model
 from cluster import rendezvous, resolve, spec
 from input import storage
 from training import plan
-from training.step import momentum
+from training import momentum
 from training.config import NO_STEP_LIMIT, RunConfig, TrainConfig
 
 SAGEMAKER_CHECKPOINTS = "/opt/ml/checkpoints"

@@ -9,7 +9,7 @@ from absl import flags
 import input as inputs
 import model
 from training import plan
-from training.step import optimizers, schedules
+from training import optimizers, schedules
 from training.config import TrainConfig
 
 TRAIN, MODEL, DATA = TrainConfig(), model.ModelConfig(), inputs.DataConfig()

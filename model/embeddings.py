@@ -28,7 +28,7 @@ until a later sighting admits them, as if seen one time fewer.
 
 A growth copies each variable into a longer one, one at a time (the extra memory is one variable's
 copy), inside the shard's lock; the optimizers update a growing table's rows inside that lock too
-(training/step/optimizers.RowsLocked), so that no update meets a row variable and a slot of different
+(training/optimizers.RowsLocked), so that no update meets a row variable and a slot of different
 lengths, and none is lost to a copy.
 
 With --embedding_steps_to_live=S the chief, before each checkpoint, evicts the IDs whose rows no step
@@ -531,7 +531,7 @@ def _trained_shards(graph=None, evicting=False):
 
 def rows_lock(variable) -> tf.CriticalSection | None:
     """The lock of the shard whose rows `variable` holds, if it is a dynamic table's row variable: an
-    optimizer updates it inside (training/step/optimizers.RowsLocked), as upkeep() changes it there."""
+    optimizer updates it inside (training/optimizers.RowsLocked), as upkeep() changes it there."""
     return _LOCKS.get(variable.graph, {}).get(variable.op.name)
 
 

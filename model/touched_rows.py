@@ -93,7 +93,7 @@ def _root(graph):
 
 def marks_rows_of(variable, marker) -> None:
     """Says that `marker` marks the rows of `variable`: the optimizers mark the rows they update
-    (training/step/optimizers.RowsLocked)."""
+    (training/optimizers.RowsLocked)."""
     if marker is not None:
         _MARKERS.setdefault(variable.graph, {})[variable.op.name] = marker
 

@@ -6,7 +6,7 @@
 
 The ops' own cost, without gRPC or a cluster: 26 embedding tables of 10,000 x 16 and 26 wide tables
 of 10,000 x 2, read through --tree's model/grouped_lookup.py with zipf_clicks' ID distribution at batch
-256, and updated by its Adagrad (training/step/optimizers.py). On a cluster the same ops run on the
+256, and updated by its Adagrad (training/optimizers.py). On a cluster the same ops run on the
 worker and the ps; this adds them up. Prints CPU ms per step for each repetition.
 """
 
@@ -48,7 +48,7 @@ def main(argv):
     import numpy as np  # pylint: disable=import-outside-toplevel
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     grouped_lookup = importlib.import_module("model.grouped_lookup")
-    optimizers = importlib.import_module("training.step.optimizers")
+    optimizers = importlib.import_module("training.optimizers")
     print(f"timing {pathlib.Path(inspect.getfile(grouped_lookup)).resolve()}")
     v1 = tf.compat.v1
     data = batches(np, 50)

@@ -32,7 +32,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 import tensorflow as tf  # noqa: E402
 
 from cluster import spec  # noqa: E402
-from training.step import optimizers  # noqa: E402
+from training import optimizers  # noqa: E402
 from launch import faults  # noqa: E402
 from launch.processes import LocalCluster  # noqa: E402
 from model import embeddings  # noqa: E402

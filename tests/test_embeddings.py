@@ -22,7 +22,7 @@ from tests.support import (ROOT, describe, finished, in_process_cluster, join_al
 from training import export, incremental, log_lines, run_record
 from training import graph as train_graph
 from training.config import TrainConfig
-from training.step import optimizers
+from training import optimizers
 
 v1 = tf.compat.v1
 WIDTH = 3
@@ -641,7 +641,7 @@ def adam_rows(value, grad, m, v, step, lr=0.1, beta1=0.9, beta2=0.999, epsilon=1
 
 @pytest.mark.inprocess
 def test_lazy_adam_updates_exactly_the_rows_a_batch_touched_and_adam_every_row():
-    from training.step import optimizers  # pylint: disable=import-outside-toplevel
+    from training import optimizers  # pylint: disable=import-outside-toplevel
     start = np.arange(12, dtype=np.float32).reshape(6, 2) / 10
     weights = np.array([[1.0, -2.0], [0.5, 3.0], [2.0, 1.0]], np.float32)
     batches = ([1, 3, 1], [4, 3, 0])  # row 1 twice in the first batch: its gradients add up

@@ -18,7 +18,7 @@ import tensorflow as tf
 from cluster import peers, shutdown
 from launch import faults
 from tests.support import ROOT, SCRIPTS, describe, finished, logged_step, run_launcher, wait_for
-from training import checkpoints, exit_codes, log_lines, watchdog, worker
+from training import checkpoints, exit_codes, log_lines, session_loop, watchdog
 
 TRAIN_STEPS = 300
 LN10 = 2.3026
@@ -280,7 +280,7 @@ def test_a_worker_waiting_for_the_chief_rides_out_a_ps_that_goes_down_meanwhile(
         def wait():
             try:
                 with graph.as_default():
-                    outcome["returned"] = worker.wait_for_chief_ready(server.target, None, 90, "worker:1",
+                    outcome["returned"] = session_loop.wait_for_chief_ready(server.target, None, 90, "worker:1",
                                                                       uninitialized)
             except Exception as err:  # pylint: disable=broad-except
                 outcome["raised"] = err

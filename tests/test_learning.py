@@ -7,7 +7,7 @@ import pytest
 
 from tests.support import read_flags
 from training import learning
-from training.step import momentum
+from training import momentum
 
 pytestmark = pytest.mark.pure
 

@@ -34,7 +34,7 @@ def test_several_steps_per_run_stop_exactly_at_train_steps(tmp_path, name, data)
     # Ten steps a run, the last run cut at --train_steps (then, as StopAtStepHook's read fell, a run that
     # takes none).
     assert trained_runs(runs) == [(10, 10 * i) for i in range(1, 10)] + [(5, 95)]
-    assert progress.local_steps == 95 and progress.global_step == 95
+    assert progress.own_steps == 95 and progress.global_step == 95
     # It trained: better than chance on the held-out split (clicks has two classes, the images ten).
     figures = held_out(tmp_path, data, model.ModelConfig(name=name))
     assert (figures["auc"] > 0.6) if name == "wide_deep" else (figures["accuracy"] > 0.3), figures
@@ -166,7 +166,7 @@ def test_one_worker_with_local_steps_trains_the_model_as_plain_sgd_and_resumes_f
     assert saved[-1] == 23 and local.get_tensor("global_step") == 23
     for name in ("mlp/hidden0/kernel", "mlp/hidden0/bias", "mlp/logits/kernel", "mlp/logits/bias"):
         np.testing.assert_allclose(local.get_tensor(name), plain.get_tensor(name), rtol=1e-4, atol=1e-6)
-    assert progress.local_steps == plain_progress.local_steps == 23
+    assert progress.own_steps == plain_progress.own_steps == 23
     # A new cluster (every server restarted) resumes from the checkpoint, the copies from the restored values.
     servers, _, (cluster,) = in_process_cluster(num_workers=1, num_ps=2)
     runs, progress, saved, _ = train_one_worker(tmp_path / "local", data, mlp, 5, 40,
@@ -186,7 +186,7 @@ def test_with_tables_one_worker_with_local_steps_trains_as_plain_sgd_pushing_its
                                                         optimizer="sgd")
     _, _, plain_saved, plain_variables = train_one_worker(tmp_path / "plain", data, wide_deep, 1, 23, optimizer="sgd")
     # A run is one step: the tables' rows are read and updated on the ps every step.
-    assert runs == [(1, step) for step in range(1, 24)] and progress.local_steps == 23
+    assert runs == [(1, step) for step in range(1, 24)] and progress.own_steps == 23
     assert variables == plain_variables  # no copies or slots of theirs in the checkpoint
     assert 20 in saved and 20 in plain_saved and saved[-1] == plain_saved[-1] == 23
     tables = ("wide_deep/user/embedding", "wide_deep/item/wide")
@@ -214,7 +214,7 @@ def test_with_hashed_tables_one_worker_trains_rounds_of_rows_as_plain_training(t
     _, _, plain_saved, plain_variables = train_one_worker(tmp_path / "plain", data, wide_deep, 1, 23,
                                                           optimizer=optimizer)
     assert trained_runs(runs) == [(5, 5), (5, 10), (5, 15), (5, 20), (3, 23)]  # exactly --train_steps
-    assert progress.local_steps == 23
+    assert progress.own_steps == 23
     assert 20 in saved and 20 in plain_saved and saved[-1] == plain_saved[-1] == 23
     local, plain = (tf.train.load_checkpoint(str(tmp_path / run / "model.ckpt-23")) for run in ("local", "plain"))
     saved_names = plain.get_variable_to_shape_map()

@@ -16,7 +16,7 @@ import model
 from cluster import placement, spec
 from tests.support import in_process_cluster, join_all, wait_for
 from training import graph as train_graph
-from training import checkpoints, learning, worker
+from training import checkpoints, learning, session_loop, worker
 from training.step import single, sync
 from training.config import RunConfig, TrainConfig
 
@@ -61,7 +61,7 @@ class Replica:
             self.leave_spare_token = token_queue.enqueue(tf.constant(1, tf.int64))
             config = spec.session_config(cluster_cfg)
             if not cluster_cfg.is_chief:
-                worker.wait_for_chief_ready(server.target, config, 30, cluster_cfg.task_name,
+                session_loop.wait_for_chief_ready(server.target, config, 30, cluster_cfg.task_name,
                                            checkpoints.report_uninitialized())
             self.session = v1.train.MonitoredTrainingSession(
                 master=server.target, is_chief=cluster_cfg.is_chief, hooks=hooks,
@@ -354,8 +354,8 @@ def test_a_cancelled_step_starts_a_new_session_and_training_reaches_its_end(tmp_
                           save_checkpoint_secs=None, save_checkpoint_steps=1000),
         model=model.ModelConfig(), data=inputs.DataConfig(synthetic_examples=2000))
     with tf.Graph().as_default():
-        progress = worker.train(cfg, servers[0])
-    assert cancel.raised and progress.global_step >= 60
+        trained = worker.train(cfg, servers[0])
+    assert cancel.raised and trained.global_step >= 60
 
 
 @pytest.mark.inprocess

@@ -20,7 +20,8 @@ from tests.support import SCRIPTS, describe, finished, in_process_cluster, read_
 from training import export
 from training import graph as train_graph
 from training.config import RunConfig, TrainConfig
-from training.step import optimizers, update
+from training import optimizers
+from training.step import update
 
 v1 = tf.compat.v1
 

@@ -6,7 +6,7 @@ import dataclasses
 import input as inputs
 import model
 from cluster import spec
-from training.step import momentum as momentum_rule
+from training import momentum as momentum_rule
 
 
 # --train_steps with --num_epochs and no --train_steps given: the epochs alone end the run.
@@ -19,7 +19,7 @@ class TrainConfig:
     num_epochs: int = 0  # with --input_queue: the run ends when this many epochs are trained (0: no limit)
     batch_size: int = 64
     learning_rate: float = 0.05
-    lr_schedule: str = "constant"  # training/step/schedules.py
+    lr_schedule: str = "constant"  # training/schedules.py
     decay_steps: int | None = None  # default: train_steps
     decay_rate: float = 0.94
     staircase: bool = False
@@ -30,7 +30,7 @@ class TrainConfig:
     clip_gradient_norm: float | None = None
     optimizer: str = "momentum"
     momentum: float = 0.9
-    momentum_choice: momentum_rule.MomentumChoice | None = None  # why this momentum (training/step/momentum.py)
+    momentum_choice: momentum_rule.MomentumChoice | None = None  # why this momentum (training/momentum.py)
     not_learning: str = "stop"  # stop, warn or off: see training/learning.py
     sync_replicas: bool = False
     replicas_to_aggregate: int = 1

@@ -17,7 +17,7 @@ from cluster import model_dir as layout
 from cluster import placement, spec
 from input import work_queue
 from training import checkpoints, queue_hook, step
-from training.step import optimizers, schedules
+from training import optimizers, schedules
 
 v1 = tf.compat.v1
 

@@ -41,12 +41,9 @@ class ProgressHook(v1.train.SessionRunHook):
         self._writer = None
         self._metrics = metrics  # training/metrics.TaskMetrics, updated with each progress line
         self._train_steps = train_steps
-        # The global step training ends at: --train_steps, or where the --num_epochs ended (the worker sets it).
-        self.last_step = train_steps
-        self.over_at_start = False  # the worker found training over before it began (the chief's done mark)
         self._batch_size = batch_size
         self._every_n = every_n
-        self.local_steps = 0
+        self.own_steps = 0
         self.sessions = 0  # training sessions made: more than one when MonitoredSession made one again
         self.global_step = None
         self.loss = None
@@ -60,7 +57,7 @@ class ProgressHook(v1.train.SessionRunHook):
         self.sessions += 1
         if self.sessions > 1:
             log_lines.log_session_again(self._task_name, self.global_step)
-        self._mark = (time.monotonic(), self.local_steps, self.global_step)
+        self._mark = (time.monotonic(), self.own_steps, self.global_step)
         self._last_read = None
         if self._summary_dir and self._writer is None:
             self._writer = v1.summary.FileWriter(self._summary_dir)
@@ -69,8 +66,8 @@ class ProgressHook(v1.train.SessionRunHook):
         fetches = {"global_step": self._global_step_tensor}
         if self._steps_done is not None:
             fetches["steps_done"] = self._steps_done
-        logs_now = (self.local_steps + self._steps_per_run) // self._every_n > self.local_steps // self._every_n
-        if self.local_steps == 0 or logs_now:
+        logs_now = (self.own_steps + self._steps_per_run) // self._every_n > self.own_steps // self._every_n
+        if self.own_steps == 0 or logs_now:
             fetches.update(self._fetches)
         return v1.train.SessionRunArgs(fetches)
 
@@ -79,8 +76,8 @@ class ProgressHook(v1.train.SessionRunHook):
         steps = int(results.get("steps_done", 1))
         if steps == 0:  # a run past --train_steps (the loop's own check stopped it)
             return
-        first_run = self.local_steps == 0
-        self.local_steps += steps
+        first_run = self.own_steps == 0
+        self.own_steps += steps
         read = int(results["global_step"])
         self.global_step = read + steps
         if self._measure_staleness:
@@ -99,17 +96,17 @@ class ProgressHook(v1.train.SessionRunHook):
         # The per-step read can predate other workers' updates: ask the variable itself.
         self.global_step = int(session.run(self._global_step_tensor))
         if self._writer:
-            if self.local_steps > self._mark[1]:  # the last, partial interval: every worker gets a point
+            if self.own_steps > self._mark[1]:  # the last, partial interval: every worker gets a point
                 self._write_rates(*self._rates(), self._take_staleness())
             self._writer.close()
 
     def _rates(self):
         """(seconds, examples/sec, global steps/sec) since the last mark; moves the mark to now."""
         now = time.monotonic()
-        then, then_local, then_global = self._mark
+        then, then_own, then_global = self._mark
         elapsed = max(now - then, 1e-9)
-        self._mark = (now, self.local_steps, self.global_step)
-        return ((self.local_steps - then_local) * self._batch_size / elapsed,
+        self._mark = (now, self.own_steps, self.global_step)
+        return ((self.own_steps - then_own) * self._batch_size / elapsed,
                 (self.global_step - then_global) / elapsed)
 
     def _take_staleness(self) -> dict[str, float]:
@@ -136,7 +133,7 @@ class ProgressHook(v1.train.SessionRunHook):
                                self.accuracy, examples_per_sec, left if limited else None, staleness)
         self._write_rates(examples_per_sec, global_rate, staleness)
         if self._metrics:
-            self._metrics.progress(self.global_step, self.local_steps, examples_per_sec, self.loss, self.accuracy,
+            self._metrics.progress(self.global_step, self.own_steps, examples_per_sec, self.loss, self.accuracy,
                                    staleness)
 
 

@@ -18,7 +18,7 @@ from ps_trainer.estimator import export
 from ps_trainer.estimator.run_config import RunConfig
 from ps_trainer.estimator.spec import EstimatorSpec, ModeKeys
 from training import checkpoints
-from training import worker as worker_role
+from training import session_loop
 from training.step import sync
 
 v1 = tf.compat.v1
@@ -109,7 +109,7 @@ class Estimator:
                     self.model_dir, save_secs=self._config.save_checkpoints_secs,
                     save_steps=self._config.save_checkpoints_steps, scaffold=scaffold, listeners=saving_listeners))
             if not cluster.is_chief:
-                worker_role.wait_for_chief_ready(target, session_config, CHIEF_READY_TIMEOUT_SECS, cluster.task_name,
+                session_loop.wait_for_chief_ready(target, session_config, CHIEF_READY_TIMEOUT_SECS, cluster.task_name,
                                                  uninitialized)
             # A SyncReplicasOptimizer's chief thread stays blocked on gradients that never come once training
             # is over: the session's close cancels that wait after the grace period, which TF's default

@@ -9,7 +9,7 @@ The push rule: the ps moves by the mean of the workers' rounds. Workers in step 
 model averaging; out of step, each round still counts 1/N (asynchronous model averaging), and no worker
 waits for a peer, so a slow or restarted worker holds nobody up. Downpour's plain sum learned less
 (docs/speed.md has the measurement and its command). A round reads no stale values, so a worker keeps
-one worker's momentum at any worker count (training/step/momentum.py). With one worker this is plain
+one worker's momentum at any worker count (training/momentum.py). With one worker this is plain
 SGD to the digit.
 
 A global step counts one worker's batch, as in plain asynchronous training: a round adds the steps

@@ -1,0 +1,203 @@
+"""The worker's session loop: MonitoredTrainingSessions one after another until training is over, through
+ps restarts and sessions that end early; a non-chief first waits for the chief to have the variables ready.
+
+The worker role (training/worker.py) calls train_to_the_end, which returns where training ended (Ended).
+"""
+
+import time
+from typing import NamedTuple
+
+import tensorflow as tf
+from absl import logging
+
+from cluster import shutdown, spec
+from input import work_queue
+from training import exit_codes, log_lines, run_record
+from training.step import sync
+
+v1 = tf.compat.v1
+
+CHIEF_POLL_SECS = 0.5
+# A non-chief's MonitoredTrainingSession gives up at once when the variables are not ready
+# (below SessionManager's 30 s poll); see _one_session.
+NOT_READY_RETRY_SECS = 1
+SESSION_NOT_READY = "Session was not ready"
+# Sessions in a row that may end short of --train_steps with no step done before the worker gives up.
+MAX_EARLY_ENDS = 10
+
+
+class Ended(NamedTuple):
+    """Where training ended: the global step reached, and the step it was to end at (--train_steps, or where
+    the input queue's epochs ended)."""
+    global_step: int
+    last_step: int
+
+
+class _Session(NamedTuple):
+    ready: bool  # False: a non-chief found the variables not ready, and waits for the chief again
+    over_at: int | None = None  # training was over before the session began: the global step it ended at
+
+
+def train_to_the_end(cfg, target, graph, hooks, stop=None) -> Ended:
+    """Sessions one after another until the global step reaches --train_steps, a stop is requested or
+    the run is found not learning: a session ends early when a ps restarts or the input ends.
+    `hooks`: training/worker_hooks.WorkerHooks (its progress hook reads the global step of each run)."""
+    cluster, train_cfg, progress = cfg.cluster, cfg.train, hooks.progress
+    config = spec.session_config(cluster)
+    scaffold = v1.train.Scaffold(saver=graph.saver)
+    early_ends = 0
+    reached = progress.global_step
+    while True:
+        start_step = reached
+        session = _one_session(cfg, target, config, graph, scaffold, hooks.all, progress)
+        if not session.ready:
+            logging.info("%s: the variables on the ps are not initialized (did a ps task restart?); "
+                         "waiting for the chief to restore them", cluster.task_name)
+            continue
+        reached = progress.global_step if session.over_at is None else session.over_at
+        if ((stop and stop.requested.is_set()) or (hooks.not_learning and hooks.not_learning.failure)
+                or reached >= train_cfg.train_steps):
+            return Ended(reached, train_cfg.train_steps)
+        if graph.input_queue and _all_epochs_done(graph.input_queue.feed):
+            now = _global_step_now(target, config)
+            logging.info("%s: input queue: all %d epoch(s) trained; training ends at global step %d",
+                         cluster.task_name, train_cfg.num_epochs, now)
+            return Ended(now, now)
+        # Only the global step says training is over. A session can end short of it with no
+        # error: an OutOfRangeError (a closed queue, an input that ran out) ends a
+        # MonitoredSession as cleanly as the last step does.
+        early_ends = early_ends + 1 if reached == start_step else 0
+        if early_ends >= MAX_EARLY_ENDS:
+            raise exit_codes.Failure(
+                f"{cluster.task_name}: {early_ends} sessions in a row ended at global step "
+                f"{reached} with no step done, short of --train_steps={train_cfg.train_steps} "
+                "(an input that ends, or a queue closed); giving up", exit_codes.INPUT_ENDED)
+        logging.warning("%s: the session ended at global step %s, short of --train_steps=%d; starting a "
+                        "new one", cluster.task_name, reached, train_cfg.train_steps)
+        time.sleep(CHIEF_POLL_SECS)
+
+
+def _one_session(cfg, target, config, graph, scaffold, hooks, progress) -> _Session:
+    """Trains in one MonitoredTrainingSession until the end or a stop request.
+
+    A non-chief's MonitoredTrainingSession re-creates its session after a ps restarts, and then
+    waits for the chief to restore the variables, polling every 30 s. With max_wait_secs under
+    that poll, its first not-ready check raises DeadlineExceededError instead: this worker polls
+    with wait_for_chief_ready and enters a new session (the hooks and scaffold are reused).
+    """
+    cluster, train_cfg = cfg.cluster, cfg.train
+    if not cluster.is_chief:
+        over = wait_for_chief_ready(target, config, train_cfg.startup_timeout_secs, cluster.task_name,
+                                    graph.uninitialized, train_cfg)
+        if over is not None:
+            return _Session(ready=True, over_at=over)
+        # The chief wrote run.json before it initialized the variables this worker waited for.
+        refusal = run_record.peer_refusal(run_record.read(train_cfg.model_dir), cfg)
+        if refusal:
+            raise exit_codes.Failure(f"{cluster.task_name}: {refusal}", exit_codes.BAD_FLAGS)
+    try:
+        with v1.train.MonitoredTrainingSession(
+                master=target,
+                is_chief=cluster.is_chief,
+                checkpoint_dir=train_cfg.model_dir,
+                hooks=hooks,
+                chief_only_hooks=list(graph.step.chief_only_hooks),
+                scaffold=scaffold,
+                save_checkpoint_steps=train_cfg.save_checkpoint_steps,
+                save_checkpoint_secs=train_cfg.save_checkpoint_secs,
+                save_summaries_steps=train_cfg.save_summaries_steps,
+                save_summaries_secs=None,
+                log_step_count_steps=0,
+                config=config,
+                max_wait_secs=train_cfg.startup_timeout_secs if cluster.is_chief else NOT_READY_RETRY_SECS,
+                stop_grace_period_secs=sync.STOP_GRACE_SECS if train_cfg.sync_replicas else 10,
+        ) as sess:
+            # StopAtStepHook looks only after a step: a worker (re)started once training is over
+            # would push one more update. ProgressHook read the global step when the session began.
+            # After that StopAtStepHook alone decides: it reads the variable itself, where
+            # ProgressHook's per-step figure is an estimate (in sync mode a step can return before
+            # the chief's queue runner has applied that round).
+            if progress.global_step < train_cfg.train_steps:
+                while not sess.should_stop():
+                    sess.run(graph.step.train_op)
+    except tf.errors.DeadlineExceededError as err:
+        if cluster.is_chief or SESSION_NOT_READY not in err.message:
+            raise
+        return _Session(ready=False)
+    except tf.errors.CancelledError:
+        # MonitoredSession recreates its session on Aborted and Unavailable only. When a ps task
+        # restarts mid-step, the step can end Cancelled instead (a receive cancelled because the ps
+        # aborted a request it saw twice, seen in the chaos soak): the same recoverable failure.
+        if not cluster.is_distributed:
+            raise
+        logging.warning("%s: a step was cancelled (a ps task or the network failed mid-step); starting a new "
+                        "session", cluster.task_name)
+    return _Session(ready=True)
+
+
+def wait_for_chief_ready(target, session_config, timeout_secs, task_name, uninitialized,
+                         train_cfg=None) -> int | None:
+    """Polls until the chief has initialized or restored the variables, every CHIEF_POLL_SECS.
+    Returns None then, or the final global step if training turns out to be over already (the
+    global step is at --train_steps, or the chief's done mark says so): a worker restarted after the
+    end, when a ps has restarted too, would otherwise wait for a chief that is gone.
+
+    MonitoredTrainingSession's own wait for non-chief workers polls every 30 s; entering it once the
+    variables are ready means its first check passes. `uninitialized`: checkpoints.report_uninitialized()
+    of the graph, built beforehand (a MonitoredTrainingSession that failed can leave the graph finalized).
+    """
+    global_step = v1.train.get_global_step()
+    start = last_log = time.monotonic()
+    while True:
+        try:
+            with v1.Session(target, config=session_config) as sess:
+                while True:
+                    names = sess.run(uninitialized)
+                    if not len(names):
+                        return None
+                    if train_cfg is not None:
+                        over = _training_over(sess, names, global_step, train_cfg)
+                        if over is not None:
+                            logging.info("%s: training is over (global step %d); not waiting for the chief",
+                                         task_name, over)
+                            return over
+                    now = time.monotonic()
+                    if now - start > timeout_secs:
+                        raise exit_codes.Failure(
+                            f"{task_name}: the chief did not initialize the variables within {timeout_secs} s "
+                            "(--startup_timeout_secs); is the chief task running?", exit_codes.CHIEF_NOT_READY)
+                    if now - last_log >= 10:
+                        logging.info("%s: waiting for the chief to initialize %d variables", task_name, len(names))
+                        last_log = now
+                    time.sleep(CHIEF_POLL_SECS)
+        except (tf.errors.UnavailableError, tf.errors.AbortedError) as err:
+            # A ps task down while this worker waits (the chaos drill: a second ps killed while the
+            # chief restored the first): the chief waits for it as well. Past the timeout, this
+            # reaches the top: a transient exit.
+            if time.monotonic() - start > timeout_secs:
+                raise
+            logging.info("%s: a ps task did not answer while waiting for the chief (%s); asking again",
+                         task_name, log_lines.error_cause(err.message, 120))
+            time.sleep(CHIEF_POLL_SECS)
+
+
+def _training_over(sess, uninitialized_names, global_step, train_cfg) -> int | None:
+    if global_step is not None and global_step.op.name.encode() not in set(uninitialized_names):
+        step = int(sess.run(global_step))
+        if step >= train_cfg.train_steps:
+            return step
+    return shutdown.chief_finished_step(train_cfg.model_dir, train_cfg.train_steps, train_cfg.num_epochs)
+
+
+def _all_epochs_done(feed: work_queue.ItemFeed) -> bool:
+    """--input_queue: every epoch is done (a sync worker can be woken by the end before its input saw it)."""
+    try:
+        return feed.all_done()
+    except work_queue.RETRYABLE:  # ps 0 restarting: the next session asks again
+        return False
+
+
+def _global_step_now(target, config) -> int:
+    """The global step as the ps holds it (the progress hook's figure is this worker's last step's)."""
+    with v1.Session(target, config=config) as sess:
+        return int(sess.run(v1.train.get_global_step()))
