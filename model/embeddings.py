@@ -43,14 +43,13 @@ same rows, and every row the map names).
 import dataclasses
 import functools
 import re
-import weakref
 from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.training.saving import saveable_object  # the Saver's interface for a table
 
-from model import layers, touched_rows
+from model import layers, registry, touched_rows
 
 v1 = tf.compat.v1
 
@@ -66,10 +65,6 @@ LIVE_ROWS = "ps_trainer_live_rows"
 # Each growing shard's rows_held and rows_wanted: state that a checkpoint should not hold (the Upkeep's
 # reconciliation sets it after a restore).
 ROWS_HELD = "ps_trainer_rows_held"
-# The shards of each graph's trained tables, for upkeep() and eviction(): (table name, _Shard).
-_TRAINED = weakref.WeakKeyDictionary()
-# Each graph's row variables of dynamic tables, by name: the lock of their shard, for rows_lock().
-_LOCKS = weakref.WeakKeyDictionary()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,7 +173,7 @@ class DistinctIds:
 def distinct_ids(ids: tf.Tensor, options: TableOptions) -> DistinctIds:
     """The DistinctIds of ids [batch, columns] for tables of `options`, on the caller's device; each
     built once per tensor of IDs and cut into parts, which every table of its columns shares."""
-    built = _DISTINCT.setdefault(ids.graph, {})
+    built = registry.of(ids.graph).distinct_ids
     key = (ids.name, options.shards, options.devices)
     if key not in built:
         built[key] = DistinctIds(ids, options)
@@ -225,7 +220,7 @@ class DynamicTable:
                 v1.add_to_collection(LIVE_ROWS, live_rows[-1])
         if training:
             v1.summary.scalar("live_rows", tf.add_n(live_rows))
-            _TRAINED.setdefault(v1.get_default_graph(), []).extend((name, s) for s in self._shards)
+            registry.of().trained_shards.extend((name, s) for s in self._shards)
 
     def contents(self) -> list[tuple[tf.Tensor, tf.Tensor]]:
         """(IDs, their rows) of each shard, read from its map on its ps."""
@@ -251,7 +246,7 @@ class DynamicTable:
                     values = _row_variable(storage, [rows.start_rows, width], initializer, grow=self.options.grow)
                     rows.storages.append((values, initializer))
                     if self.options.grow:
-                        _LOCKS.setdefault(v1.get_default_graph(), {})[values.op.name] = rows.lock
+                        registry.of().row_locks[values.op.name] = rows.lock
                     touched_rows.marks_rows_of(values, rows.marker)
                     found = self._found_rows[shard]
                     if self.options.grow and not self._training:  # a save may catch a map naming rows not held
@@ -264,8 +259,6 @@ class DynamicTable:
 
 _ROWS_GATHER_GRADIENT = "PsTrainerRowsGather"
 _DENSE_GRADIENT = "PsTrainerDenseGradient"
-# Each graph's DistinctIds, by the name of their tensor of IDs and the tables' shards and devices.
-_DISTINCT = weakref.WeakKeyDictionary()
 
 
 @tf.RegisterGradient(_ROWS_GATHER_GRADIENT)
@@ -523,7 +516,7 @@ def _trained_shards(graph=None, evicting=False):
     """(table, shard) of the tables trained in the graph that grow (or, `evicting`, that evict), each
     shard once (a table built twice shares them)."""
     unique = {}
-    for table, shard in _TRAINED.get(graph or v1.get_default_graph(), []):
+    for table, shard in registry.of(graph).trained_shards:
         if shard.options.steps_to_live if evicting else shard.options.grow:
             unique.setdefault(shard.scope, (table, shard))
     return list(unique.values())
@@ -532,7 +525,7 @@ def _trained_shards(graph=None, evicting=False):
 def rows_lock(variable) -> tf.CriticalSection | None:
     """The lock of the shard whose rows `variable` holds, if it is a dynamic table's row variable: an
     optimizer updates it inside (training/optimizers.RowsLocked), as upkeep() changes it there."""
-    return _LOCKS.get(variable.graph, {}).get(variable.op.name)
+    return registry.of(variable.graph).row_locks.get(variable.op.name)
 
 
 class Upkeep(NamedTuple):

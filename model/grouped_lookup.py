@@ -20,16 +20,16 @@ the unique and segment sum it would run per piece.
 """
 
 import contextlib
-import weakref
 from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
 
+from model import registry
+
 v1 = tf.compat.v1
 
 DISTINCT_ROWS = "ps_trainer_distinct_rows"  # the row tensors of lookup()'s gathers: no row twice
-_SOURCES = weakref.WeakKeyDictionary()  # a graph: the source of rows_from() its lookups read from
 ROW_BITS = 40  # a (slot, row) pair as one int64: slot << ROW_BITS | row (a piece holds under 2^40 rows)
 
 
@@ -68,21 +68,21 @@ def lookup(families, ids) -> list:
 @contextlib.contextmanager
 def rows_from(source):
     """Inside, lookup() in the default graph returns source.lookup(families, ids)."""
-    graph = v1.get_default_graph()
-    _SOURCES[graph] = source
+    registered = registry.of()
+    registered.rows_source = source
     try:
         yield source
     finally:
-        del _SOURCES[graph]
+        registered.rows_source = None
 
 
 def _source():
     """The source of the rows_from() the default graph is in, or in a loop body's graph, the graph it is
     built in; None outside any."""
     graph = v1.get_default_graph()
-    while graph is not None and graph not in _SOURCES:
+    while graph is not None and registry.of(graph).rows_source is None:
         graph = getattr(graph, "outer_graph", None)
-    return _SOURCES[graph] if graph is not None else None
+    return registry.of(graph).rows_source if graph is not None else None
 
 
 def cut_alike(families) -> tuple[list, int]:

@@ -20,9 +20,10 @@ equal to what is on disk).
 """
 
 import dataclasses
-import weakref
 
 import tensorflow as tf
+
+from model import registry
 
 v1 = tf.compat.v1
 
@@ -30,11 +31,6 @@ v1 = tf.compat.v1
 # to checkpoints.NOT_SAVED).
 MARKS = "ps_trainer_touched_rows_marks"
 MARK_DTYPE = tf.int32
-# Each graph's groups by name, and each graph's markers by the op name of a variable they mark rows of.
-_GROUPS = weakref.WeakKeyDictionary()
-_MARKERS = weakref.WeakKeyDictionary()
-# Each graph's generation counters, by device.
-_GENERATIONS = weakref.WeakKeyDictionary()
 
 
 @dataclasses.dataclass
@@ -69,7 +65,7 @@ def group(name: str, device: str, row_variables, rows: int, mark: bool, grow: bo
     rows on `device` (its length unknown to the graph if the group's rows `grow`). Returns its marker,
     or None."""
     graph = _root(v1.get_default_graph())
-    groups = _GROUPS.setdefault(graph, {})
+    groups = registry.of(graph).row_groups
     if name in groups:
         return groups[name].marker
     marker = None
@@ -95,22 +91,22 @@ def marks_rows_of(variable, marker) -> None:
     """Says that `marker` marks the rows of `variable`: the optimizers mark the rows they update
     (training/optimizers.RowsLocked)."""
     if marker is not None:
-        _MARKERS.setdefault(variable.graph, {})[variable.op.name] = marker
+        registry.of(variable.graph).markers[variable.op.name] = marker
 
 
 def groups(graph=None) -> list[RowGroup]:
-    return list(_GROUPS.get(_root(graph or v1.get_default_graph()), {}).values())
+    return list(registry.of(_root(graph or v1.get_default_graph())).row_groups.values())
 
 
 def marker_of(variable) -> tf.Variable | None:
     """The marker of the rows of `variable` (a table's row variable), or None."""
-    return _MARKERS.get(variable.graph, {}).get(variable.op.name)
+    return registry.of(variable.graph).markers.get(variable.op.name)
 
 
 def generation_of(device: str) -> Generation:
     """The default graph's generation counters on `device`, made the first time."""
     graph = _root(v1.get_default_graph())
-    found = _GENERATIONS.setdefault(graph, {})
+    found = registry.of(graph).generations
     if device not in found:
         with v1.device(device), v1.name_scope(None), v1.name_scope(f"touched_rows/generation{len(found)}/"):
             found[device] = Generation(*(
@@ -121,7 +117,7 @@ def generation_of(device: str) -> Generation:
 
 
 def generations(graph=None) -> dict[str, Generation]:
-    return dict(_GENERATIONS.get(_root(graph or v1.get_default_graph()), {}))
+    return dict(registry.of(_root(graph or v1.get_default_graph())).generations)
 
 
 def current(marker) -> tf.Tensor:

@@ -13,7 +13,7 @@ import tensorflow as tf
 import input as inputs
 import model
 from cluster import spec
-from model import embeddings
+from model import embeddings, registry
 from training import checkpoints, evaluator, export, incremental
 from training import graph as train_graph
 from training.config import RunConfig, TrainConfig
@@ -71,7 +71,7 @@ def restored(trainer, prefix) -> dict[str, np.ndarray]:
     """Every saved variable and each map's (ID, row) pairs, as the chief's saver restores `prefix` (and
     its deltas) into the trainer's graph in a new session (where nothing is initialized yet)."""
     with trainer.graph.as_default():
-        trained = embeddings._TRAINED.get(trainer.graph, [])  # pylint: disable=protected-access
+        trained = registry.of(trainer.graph).trained_shards
         maps = {shard.map.full_name: shard.map.pairs() for _, shard in trained}
         variables = {variable.op.name: variable for variable in checkpoints.saved_variables()
                      if isinstance(variable, tf.Variable)}
