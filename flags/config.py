@@ -15,6 +15,7 @@ from absl import app, logging
 
 import input as inputs
 import model
+from model import tables
 from cluster import rendezvous, resolve, spec
 from input import storage
 from training import plan
@@ -80,27 +81,21 @@ def check_flags_alone(f) -> None:
     check_table_flags(f)
 
 
-# The settings of a model's embedding tables, and of those only dynamic tables have: each given where it
-# would do nothing is refused by name, never ignored (a user would believe admission or eviction on).
-TABLE_FLAGS = ("embedding", "hash_buckets", "embedding_dim", "embedding_partitions")
-DYNAMIC_TABLE_FLAGS = ("embedding_capacity", "embedding_growth", "embedding_steps_to_live", "embedding_min_count")
+# The settings of a model's embedding tables, besides those of one kind only (model/tables.py): each given
+# where it would do nothing is refused by name, never ignored (a user would believe admission or eviction on).
+TABLE_FLAGS = ("embedding", "embedding_dim", "embedding_partitions")
 
 
 def check_table_flags(f) -> None:
-    """Table flags given for a model without tables; a dynamic table's flags given for hashed tables,
-    and --hash_buckets for dynamic ones."""
-    given = [name for name in TABLE_FLAGS + DYNAMIC_TABLE_FLAGS if f[name].present]
+    """Table flags given for a model without tables; a kind's own flags given for another kind."""
+    own = {name: kind for kind, module in tables.KINDS.items() for name in module.OWN_FLAGS}
+    given = [name for name in (*TABLE_FLAGS, *own) if f[name].present]
     if given and not has_tables(f):
         raise app.UsageError(f"--{given[0]} sets embedding tables: --model={f.model} has none (wide_deep has); "
                              "drop the flag.")
-    dynamic_only = next((name for name in DYNAMIC_TABLE_FLAGS if f[name].present), None)
-    if dynamic_only and f.embedding != "dynamic":
-        raise app.UsageError(f"--{dynamic_only} is for --embedding=dynamic (a row per ID, made when training "
-                             f"meets it); --embedding={f.embedding} tables hold --hash_buckets rows from the start, "
-                             "with nothing to admit, evict or grow: add --embedding=dynamic or drop the flag.")
-    if f["hash_buckets"].present and f.embedding == "dynamic":
-        raise app.UsageError("--hash_buckets sizes hashed tables; --embedding=dynamic tables hold a row per ID "
-                             "(up to --embedding_capacity): drop the flag.")
+    misplaced = next((name for name in given if name in own and own[name] != f.embedding), None)
+    if misplaced:
+        raise app.UsageError(tables.KINDS[own[misplaced]].misplaced(misplaced, f.embedding))
 
 
 def check_incremental(f) -> None:

@@ -1,8 +1,9 @@
 """Wide and deep: a ranking model over categorical and numeric features.
 
-Each categorical value gets a row of a table per column: with --embedding=hashed, the row its hash
-picks among --hash_buckets (distinct values can share one); with --embedding=dynamic, a row of its
-own, made the first time training meets it (model/embeddings.py). The deep part reads an embedding
+Each categorical value gets a row of a table per column, of the kind --embedding names (model/tables.py):
+with --embedding=hashed, the row its hash picks among --hash_buckets (distinct values can share one,
+model/hashed.py); with --embedding=dynamic, a row of its own, made the first time training meets it
+(model/dynamic.py). The deep part reads an embedding
 of --embedding_dim columns from the row and feeds the embeddings and the numeric features through
 --hidden_units; the wide part adds a learned weight per row (and per numeric feature).
 The tables are the model's bulk, spread over the ps tasks: each cut into --embedding_partitions
@@ -16,8 +17,8 @@ trains as the canonical wide-and-deep model does: FTRL for the wide part, Adagra
 
 import tensorflow as tf
 
-from model import embeddings, grouped_lookup, layers, touched_rows
-from model.needs import Needs, table_part, wide_part
+from model import layers, tables
+from model.needs import Needs, wide_part
 
 v1 = tf.compat.v1
 
@@ -54,63 +55,6 @@ def numeric_input(values):
     return tf.sign(values) * tf.math.log1p(tf.abs(values))
 
 
-def hashed_tables(cfg, num_classes, training):
-    """(embedding table, wide weight table) of the current column: --hash_buckets rows each."""
-    partitioner = (v1.fixed_size_partitioner(cfg.embedding_partitions) if cfg.embedding_partitions > 1 else None)
-    with table_part():
-        table = v1.get_variable("embedding", [cfg.hash_buckets, cfg.embedding_dim], partitioner=partitioner,
-                                initializer=_embedding_initializer(cfg))
-        with wide_part():
-            weights = v1.get_variable("wide", [cfg.hash_buckets, num_classes], partitioner=partitioner,
-                                      initializer=v1.zeros_initializer())
-    for piece in [*grouped_lookup.pieces(table), *grouped_lookup.pieces(weights)]:
-        # Each piece and its optimizer slots: a group of rows that incremental checkpoints save.
-        marker = touched_rows.group(piece.op.name, piece.device, lambda slots_of, p=piece: [
-            (p, None), *((slot, None) for slot, _ in slots_of(p))], piece.shape[0],
-            mark=training and cfg.mark_touched_rows)
-        touched_rows.marks_rows_of(piece, marker)
-    return table, weights
-
-
-def hashed_columns(features, names, cfg, num_classes, training):
-    """(embeddings, wide weights) of every categorical column, each [batch, columns, width]. On the ps
-    tasks every column's tables are gathered from at once, one call per ps (model/grouped_lookup.py);
-    alone, each with embedding_lookup ("div": fixed_size_partitioner gives a piece a range of rows)."""
-    tables = []
-    for name in names:
-        with v1.variable_scope(name):
-            tables.append(hashed_tables(cfg, num_classes, training))
-    ids = tf.stack([tf.strings.to_hash_bucket_fast(features[name], cfg.hash_buckets) for name in names], axis=1)
-    deep, wide = zip(*tables)
-    if cfg.table_devices:
-        return tuple(grouped_lookup.lookup([deep, wide], ids))
-    return tuple(tf.stack([v1.nn.embedding_lookup(table, ids[:, c], partition_strategy="div")
-                           for c, table in enumerate(column_tables)], axis=1) for column_tables in (deep, wide))
-
-
-def dynamic_columns(features, names, cfg, num_classes, training):
-    """(embeddings, wide weights) of every categorical column, each [batch, columns, width], from rows
-    of their own (model/embeddings.py); each ps is sent the batch's distinct IDs of every column at once
-    and sends one tensor of rows back per trained value, a row per distinct ID."""
-    options = embeddings.TableOptions(capacity=cfg.embedding_capacity, shards=cfg.embedding_partitions,
-                                      devices=cfg.table_devices, min_count=cfg.embedding_min_count,
-                                      steps_to_live=cfg.embedding_steps_to_live, grow=cfg.embedding_growth,
-                                      mark_changes=cfg.mark_touched_rows)
-    ids = tf.stack([features[name] for name in names], axis=1)
-    tables = []
-    with table_part():
-        for column, name in enumerate(names):
-            with v1.variable_scope(name):
-                tables.append(embeddings.DynamicTable(v1.get_variable_scope().name, ids, options, training, column))
-        deep = embeddings.rows_of_columns(tables, "embedding", cfg.embedding_dim, _embedding_initializer(cfg))
-        with wide_part():
-            wide = embeddings.rows_of_columns(tables, "wide", num_classes, v1.zeros_initializer())
-    return deep, wide
-
-
-COLUMNS = {"hashed": hashed_columns, "dynamic": dynamic_columns}
-
-
 def _embedding_initializer(cfg):
     return v1.truncated_normal_initializer(stddev=cfg.embedding_dim ** -0.5)
 
@@ -125,7 +69,8 @@ def logits(features, cfg, data_spec, training):
     num_classes = data_spec.num_classes
     deep_inputs, wide_terms = [], []
     if categorical:
-        deep, wide = COLUMNS[cfg.embedding](features, categorical, cfg, num_classes, training)
+        deep, wide = tables.KINDS[cfg.embedding].columns(features, categorical, cfg, num_classes, training,
+                                                         _embedding_initializer(cfg))
         deep_inputs.append(tf.reshape(deep, [-1, len(categorical) * cfg.embedding_dim]))
         wide_terms.append(tf.reduce_sum(wide, axis=1))
     if numeric:

@@ -14,6 +14,7 @@ import json
 import tensorflow as tf
 
 import model
+from model import tables
 from cluster import model_dir as layout
 from input import storage
 from training import exit_codes
@@ -54,14 +55,14 @@ def read(model_dir: str) -> dict | None:
     return record
 
 
-def dynamic_shards(model_dir: str) -> int | None:
-    """The shards of the dynamic tables that model_dir's checkpoints hold, or None (no checkpoint, or
-    not dynamic tables): a resume keeps them unless --embedding_partitions says otherwise, since a
-    dynamic table's IDs restore only into as many shards (layout_refusal)."""
+def resumed_pieces(model_dir: str, embedding: str) -> int | None:
+    """The pieces of `embedding` tables that a resume of model_dir's checkpoints keeps unless
+    --embedding_partitions says otherwise (model/tables.py's TableKind.resumed_pieces), or None (no
+    checkpoint, another kind of table, or a kind that takes this run's cut)."""
     record = read(model_dir) if tf.train.latest_checkpoint(model_dir) else None
-    if record is None or record["model"].get("embedding") != "dynamic":
+    if record is None or record["model"].get("embedding", "hashed") != embedding:
         return None
-    return record["model"].get("embedding_partitions")
+    return tables.KINDS[embedding].resumed_pieces(record["model"])
 
 
 def layout_change(record: dict | None, cfg) -> str | None:
@@ -99,42 +100,15 @@ def shape_flags(record: dict | None, cfg) -> list[str]:
 
 
 def layout_refusal(record: dict | None, cfg) -> str | None:
-    """Why this run cannot resume the run that wrote `record`, or None: dynamic tables keep each ID in
-    the shard a hash of it picks among their shards, with admission counts and eviction state only
-    when those are on; so their checkpoint restores into the same kind of table, the same number of
-    shards, the same capacity (a limit a resume may change, with --embedding_growth) and the same
-    state kept, only."""
+    """Why this run cannot resume the run that wrote `record`, or None: a checkpoint's tables restore into
+    the same kind of table only, and each kind says what else it needs (model/tables.py)."""
     if record is None:
         return None
     before = record["model"].get("embedding", "hashed")
     if before != cfg.model.embedding:
         return (f"--embedding={cfg.model.embedding}: the checkpoints in this --model_dir hold {before} tables; "
                 f"resume with --embedding={before}, or train the other kind in a new --model_dir")
-    if before != "dynamic":
-        return None
-    saved, now = record["model"], cfg.model
-    shards = saved.get("embedding_partitions")
-    if shards not in (None, now.embedding_partitions):
-        return (f"the checkpoints' dynamic tables have {shards} shards each, this run's "
-                f"{now.embedding_partitions} (one per ps unless --embedding_partitions says): resume with "
-                f"--embedding_partitions={shards}")
-    capacity, grew = saved.get("embedding_capacity"), saved.get("embedding_growth", False)
-    if grew and not now.embedding_growth:
-        return ("--noembedding_growth: the checkpoints' dynamic tables grew with the values they met, to "
-                "lengths of their own; resume with --embedding_growth")
-    if capacity not in (None, now.embedding_capacity) and not now.embedding_growth:
-        return (f"--embedding_capacity={now.embedding_capacity}: the checkpoints' dynamic tables hold "
-                f"{capacity} rows each, and a table's capacity is fixed for its run: resume with "
-                f"--embedding_capacity={capacity}, or with --embedding_growth (whose capacity is a limit), "
-                f"or train with the new one in a new --model_dir")
-    for flag, kept in (("embedding_min_count", lambda value: value > 1),
-                       ("embedding_steps_to_live", lambda value: value > 0)):
-        if flag in saved and kept(saved[flag]) != kept(getattr(now, flag)):
-            return (f"--{flag}={getattr(now, flag)}: the checkpoints' dynamic tables were trained with "
-                    f"--{flag}={saved[flag]}, which {'keeps' if kept(saved[flag]) else 'does not keep'} the "
-                    f"state it needs; resume with --{flag}={saved[flag]} (or another value that "
-                    f"{'keeps' if kept(saved[flag]) else 'does not keep'} it)")
-    return None
+    return tables.KINDS[before].restore_refusal(record["model"], cfg.model)
 
 
 # The data settings a worker must share with the chief, besides the model's: what it reads and how it

@@ -3,8 +3,9 @@ file of the run) and before its server, so that a refusal here is a usage error 
 
 - --model_dir can be reached, made and written (a ps given none keeps none);
 - --cache, when a directory, is not a file (a ps reads no data: not checked);
-- a run of dynamic tables that resumes keeps the number of pieces its checkpoints hold (run.json), unless
-  --embedding_partitions says otherwise: a dynamic table's IDs restore only into as many pieces.
+- a run that resumes keeps the number of pieces its checkpoints' tables are cut into (run.json) where their
+  kind says so (dynamic tables: their IDs restore only into as many pieces), unless --embedding_partitions
+  says otherwise.
 """
 
 import dataclasses
@@ -14,6 +15,7 @@ import tensorflow as tf
 from absl import app
 
 import input as inputs
+import model
 from cluster import spec
 from input import storage
 from training import run_record
@@ -27,9 +29,9 @@ def settle(cfg: RunConfig) -> RunConfig:
     if cfg.cluster.job_name == spec.PS:  # a ps reads no data, and its host may have none
         return cfg
     _check_cache(cfg.data)
-    if cfg.model.embedding != "dynamic" or "embedding_partitions" in cfg.given:
+    if "embedding_partitions" in cfg.given or not model.needs_of(cfg.model.name).partitioned_tables:
         return cfg
-    pieces = run_record.dynamic_shards(cfg.train.model_dir)
+    pieces = run_record.resumed_pieces(cfg.train.model_dir, cfg.model.embedding)
     if not pieces:
         return cfg
     return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, embedding_partitions=pieces))

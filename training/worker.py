@@ -63,8 +63,9 @@ def _settle_input(cfg):
     if path.queue:
         return cfg
     if cfg.cluster.joins:
-        raise exit_codes.Failure(f"{cfg.cluster.task_name}: --join_address needs the input queue, and this job reads "
-                            f"fixed shards (its checkpoint {checkpoint} was saved with them)", exit_codes.BAD_FLAGS)
+        raise exit_codes.Failure(
+            f"{cfg.cluster.task_name}: --join_address needs the input queue, and this job reads fixed shards (its "
+            f"checkpoint {checkpoint} was saved with them)", exit_codes.BAD_FLAGS)
     logging.info("%s: the checkpoint to resume (%s) was saved by a run that read fixed shards: this run reads them "
                  "too, not the input queue (which needs a new --model_dir)", cfg.cluster.task_name, checkpoint)
     return dataclasses.replace(cfg, data=dataclasses.replace(data, input_queue=False, input_queue_by_default=False))
@@ -107,13 +108,13 @@ def _train(cfg, server, stop, task_metrics) -> Trained:
     except tf.errors.DataLossError as err:
         if not _input_data_loss(err):
             raise
-        raise exit_codes.Failure(f"{cluster.task_name}: {log_lines.error_cause(err.message)} (an input file is corrupt: "
-                            "a gzipped one whose data is damaged, say; replace it and restart)",
-                            exit_codes.BAD_DATA) from None
+        raise exit_codes.Failure(
+            f"{cluster.task_name}: {log_lines.error_cause(err.message)} (an input file is corrupt: a gzipped one "
+            "whose data is damaged, say; replace it and restart)", exit_codes.BAD_DATA) from None
     except tf.errors.NotFoundError as err:  # an input file that went away while training read it
-        raise exit_codes.Failure(f"{cluster.task_name}: {log_lines.error_cause(err.message)} (an input file is gone; "
-                            "put it back and restart: the checkpoints keep what was trained)",
-                            exit_codes.BAD_DATA) from None
+        raise exit_codes.Failure(
+            f"{cluster.task_name}: {log_lines.error_cause(err.message)} (an input file is gone; put it back and "
+            "restart: the checkpoints keep what was trained)", exit_codes.BAD_DATA) from None
     finally:
         hooks.stall_watchdog.stop()
     if hooks.not_learning and hooks.not_learning.failure:
@@ -172,7 +173,7 @@ def _training_error(err, cluster, train_cfg, progress):
     bad_record = inputs.bad_record_message(err.message)
     if bad_record:
         return exit_codes.Failure(f"{cluster.task_name}: {bad_record} (--skip_bad_records skips such records, "
-                             "logging each)", exit_codes.BAD_DATA)
+                                  "logging each)", exit_codes.BAD_DATA)
     return None
 
 
@@ -214,9 +215,9 @@ def _run(cfg, server, task_metrics) -> tuple[int, bool]:
     if cfg.cluster.joins:  # before it trains: the ps tasks then wait for it to finish too
         other = shutdown.held_elsewhere(cfg.train.model_dir, cfg.cluster.replica_index, cfg.cluster.join_address)
         if other:
-            raise exit_codes.Failure(f"--task_index={cfg.cluster.task_index}: a worker at {other} joined the job with that "
-                                "index and still serves; give each joining worker an index of its own",
-                                exit_codes.BAD_FLAGS)
+            raise exit_codes.Failure(
+                f"--task_index={cfg.cluster.task_index}: a worker at {other} joined the job with that index and "
+                "still serves; give each joining worker an index of its own", exit_codes.BAD_FLAGS)
         shutdown.join(cfg.train.model_dir, cfg.cluster.replica_index, cfg.cluster.join_address)
     trained = train(cfg, server, stop, task_metrics)
     if stop.requested.is_set():
@@ -227,7 +228,7 @@ def _run(cfg, server, task_metrics) -> tuple[int, bool]:
         return exit_codes.PREEMPTED, False
     if trained.global_step < trained.last_step:  # train() returns only at the end; never exit 0 short of it
         raise exit_codes.Failure(f"{cfg.cluster.task_name}: training ended at global step {trained.global_step}, "
-                            f"short of --train_steps={cfg.train.train_steps}")
+                                 f"short of --train_steps={cfg.train.train_steps}")
     final_checkpoint = tf.train.latest_checkpoint(cfg.train.model_dir) if cfg.cluster.is_chief else None
     if cfg.cluster.is_chief and (checkpoints.checkpoint_step(final_checkpoint) or 0) < trained.last_step:
         # Before the ps tasks are told: they keep the trained variables for a restarted chief to save.

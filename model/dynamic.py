@@ -1,0 +1,77 @@
+"""Dynamic tables (--embedding=dynamic): a row of its own for each raw value, made when training first
+meets it (model/embeddings.py's DynamicTable), each table cut into shards by a hash of the ID. A kind of
+table: what model/tables.py's TableKind names."""
+
+import tensorflow as tf
+
+from model import embeddings
+from model.needs import table_part, wide_part
+
+v1 = tf.compat.v1
+
+# The settings only dynamic tables have: given for another kind, each is refused by name, never ignored (a
+# user would believe admission or eviction on).
+OWN_FLAGS = ("embedding_capacity", "embedding_growth", "embedding_steps_to_live", "embedding_min_count")
+
+
+def misplaced(flag: str, embedding: str) -> str:
+    """The refusal of this kind's own flag given for --embedding=`embedding`."""
+    return (f"--{flag} is for --embedding=dynamic (a row per ID, made when training meets it); "
+            f"--embedding={embedding} tables hold --hash_buckets rows from the start, with nothing to admit, evict "
+            "or grow: add --embedding=dynamic or drop the flag.")
+
+
+def restore_refusal(saved: dict, now) -> str | None:
+    """Why a checkpoint of dynamic tables (`saved`: its run's model settings) cannot restore into `now`'s
+    (model.ModelConfig), or None: each ID lies in the shard a hash of it picks among the table's shards, with
+    admission counts and eviction state only when those are on; so the checkpoint restores into the same
+    number of shards, the same capacity (a limit a resume may change, with --embedding_growth) and the same
+    state kept, only."""
+    shards = saved.get("embedding_partitions")
+    if shards not in (None, now.embedding_partitions):
+        return (f"the checkpoints' dynamic tables have {shards} shards each, this run's "
+                f"{now.embedding_partitions} (one per ps unless --embedding_partitions says): resume with "
+                f"--embedding_partitions={shards}")
+    capacity, grew = saved.get("embedding_capacity"), saved.get("embedding_growth", False)
+    if grew and not now.embedding_growth:
+        return ("--noembedding_growth: the checkpoints' dynamic tables grew with the values they met, to "
+                "lengths of their own; resume with --embedding_growth")
+    if capacity not in (None, now.embedding_capacity) and not now.embedding_growth:
+        return (f"--embedding_capacity={now.embedding_capacity}: the checkpoints' dynamic tables hold "
+                f"{capacity} rows each, and a table's capacity is fixed for its run: resume with "
+                f"--embedding_capacity={capacity}, or with --embedding_growth (whose capacity is a limit), "
+                f"or train with the new one in a new --model_dir")
+    for flag, kept in (("embedding_min_count", lambda value: value > 1),
+                       ("embedding_steps_to_live", lambda value: value > 0)):
+        if flag in saved and kept(saved[flag]) != kept(getattr(now, flag)):
+            return (f"--{flag}={getattr(now, flag)}: the checkpoints' dynamic tables were trained with "
+                    f"--{flag}={saved[flag]}, which {'keeps' if kept(saved[flag]) else 'does not keep'} the "
+                    f"state it needs; resume with --{flag}={saved[flag]} (or another value that "
+                    f"{'keeps' if kept(saved[flag]) else 'does not keep'} it)")
+    return None
+
+
+def resumed_pieces(saved: dict) -> int | None:
+    """The shards a resume keeps unless --embedding_partitions says otherwise (`saved`: the checkpoint's run's
+    model settings): its IDs restore only into as many (restore_refusal)."""
+    return saved.get("embedding_partitions")
+
+
+def columns(features, names, cfg, num_classes, training, initializer):
+    """(embeddings, wide weights) of every categorical column, each [batch, columns, width], from rows
+    of their own; each ps is sent the batch's distinct IDs of every column at once and sends one tensor
+    of rows back per trained value, a row per distinct ID."""
+    options = embeddings.TableOptions(capacity=cfg.embedding_capacity, shards=cfg.embedding_partitions,
+                                      devices=cfg.table_devices, min_count=cfg.embedding_min_count,
+                                      steps_to_live=cfg.embedding_steps_to_live, grow=cfg.embedding_growth,
+                                      mark_changes=cfg.mark_touched_rows)
+    ids = tf.stack([features[name] for name in names], axis=1)
+    tables = []
+    with table_part():
+        for column, name in enumerate(names):
+            with v1.variable_scope(name):
+                tables.append(embeddings.DynamicTable(v1.get_variable_scope().name, ids, options, training, column))
+        deep = embeddings.rows_of_columns(tables, "embedding", cfg.embedding_dim, initializer)
+        with wide_part():
+            wide = embeddings.rows_of_columns(tables, "wide", num_classes, v1.zeros_initializer())
+    return deep, wide

@@ -1,0 +1,66 @@
+"""Hashed tables (--embedding=hashed): a table per categorical column of --hash_buckets rows from the
+start, the row of a value picked by a hash of it (distinct values can share one); cut into row ranges
+(fixed_size_partitioner). A kind of table: what model/tables.py's TableKind names."""
+
+import tensorflow as tf
+
+from model import grouped_lookup, touched_rows
+from model.needs import table_part, wide_part
+
+v1 = tf.compat.v1
+
+OWN_FLAGS = ("hash_buckets",)
+
+
+def misplaced(flag: str, embedding: str) -> str:
+    """The refusal of this kind's own flag given for --embedding=`embedding`."""
+    del flag
+    return (f"--hash_buckets sizes hashed tables; --embedding={embedding} tables hold a row per ID (up to "
+            "--embedding_capacity): drop the flag.")
+
+
+def restore_refusal(saved: dict, now) -> str | None:
+    """Why a checkpoint of hashed tables (`saved`: its run's model settings) cannot restore into `now`'s:
+    never for the cut. TensorFlow's Saver restores a partitioned variable, and its optimizer slots, into any
+    cut (each is saved whole, as slices); a shape that differs is checkpoints.shape_refusal's."""
+    del saved, now
+    return None
+
+
+def resumed_pieces(saved: dict) -> None:
+    """A resume cuts hashed tables as this run's flags say: none kept from the checkpoint."""
+    del saved
+
+
+def columns(features, names, cfg, num_classes, training, initializer):
+    """(embeddings, wide weights) of every categorical column, each [batch, columns, width]. On the ps
+    tasks every column's tables are gathered from at once, one call per ps (model/grouped_lookup.py);
+    alone, each with embedding_lookup ("div": fixed_size_partitioner gives a piece a range of rows)."""
+    tables = []
+    for name in names:
+        with v1.variable_scope(name):
+            tables.append(_tables(cfg, num_classes, training, initializer))
+    ids = tf.stack([tf.strings.to_hash_bucket_fast(features[name], cfg.hash_buckets) for name in names], axis=1)
+    deep, wide = zip(*tables)
+    if cfg.table_devices:
+        return tuple(grouped_lookup.lookup([deep, wide], ids))
+    return tuple(tf.stack([v1.nn.embedding_lookup(table, ids[:, c], partition_strategy="div")
+                           for c, table in enumerate(column_tables)], axis=1) for column_tables in (deep, wide))
+
+
+def _tables(cfg, num_classes, training, initializer):
+    """(embedding table, wide weight table) of the current column: --hash_buckets rows each."""
+    partitioner = (v1.fixed_size_partitioner(cfg.embedding_partitions) if cfg.embedding_partitions > 1 else None)
+    with table_part():
+        table = v1.get_variable("embedding", [cfg.hash_buckets, cfg.embedding_dim], partitioner=partitioner,
+                                initializer=initializer)
+        with wide_part():
+            weights = v1.get_variable("wide", [cfg.hash_buckets, num_classes], partitioner=partitioner,
+                                      initializer=v1.zeros_initializer())
+    for piece in [*grouped_lookup.pieces(table), *grouped_lookup.pieces(weights)]:
+        # Each piece and its optimizer slots: a group of rows that incremental checkpoints save.
+        marker = touched_rows.group(piece.op.name, piece.device, lambda slots_of, p=piece: [
+            (p, None), *((slot, None) for slot, _ in slots_of(p))], piece.shape[0],
+            mark=training and cfg.mark_touched_rows)
+        touched_rows.marks_rows_of(piece, marker)
+    return table, weights
