@@ -441,19 +441,23 @@ CRITEO_BAD = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(CRITEO_BAD))
-def test_a_bad_criteo_row_is_named_by_file_and_line_or_skipped(tmp_path, case, capfd):
-    row, expected = CRITEO_BAD[case]
+def test_a_bad_criteo_row_is_named_by_file_and_line_or_skipped(tmp_path, capfd):
+    # A good row, then each kind of bad one, then a good one: the first bad row stops the read, naming it;
+    # skipped, each is named with its own reason, and the good rows are read.
+    cases = sorted(CRITEO_BAD)
     path = tmp_path / "train-day_0"
-    path.write_text(criteo_row() + row + criteo_row())
+    path.write_text(criteo_row() + "".join(CRITEO_BAD[case][0] for case in cases) + criteo_row())
     cfg = inputs.DataConfig(name="criteo", data_dir=str(tmp_path))
     with pytest.raises(tf.errors.InvalidArgumentError) as error:
         criteo_epoch(cfg)
-    assert inputs.bad_record_message(error.value.message) == f"bad input record: {path} record 2: {expected}"
+    assert inputs.bad_record_message(error.value.message) == (
+        f"bad input record: {path} record 2: {CRITEO_BAD[cases[0]][1]}")
     skipped = criteo_epoch(dataclasses.replace(cfg, skip_bad_records=True))
     assert len(skipped) == 2
-    skip = f"skipped bad record 1 (so far, this worker): BadRecord: {path} record 2: {expected}"
-    assert skip in capfd.readouterr().err
+    logged = capfd.readouterr().err
+    for number, case in enumerate(cases, start=1):
+        assert (f"skipped bad record {number} (so far, this worker): BadRecord: {path} record {number + 1}: "
+                f"{CRITEO_BAD[case][1]}") in logged, case
 
 
 @pytest.mark.parametrize("compress", [False, True], ids=["raw", "gz"])
