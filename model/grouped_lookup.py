@@ -30,7 +30,7 @@ from model import registry
 v1 = tf.compat.v1
 
 DISTINCT_ROWS = "ps_trainer_distinct_rows"  # the row tensors of lookup()'s gathers: no row twice
-ROW_BITS = 40  # a (slot, row) pair as one int64: slot << ROW_BITS | row (a piece holds under 2^40 rows)
+ROW_BITS = 40  # a (cell, row) pair as one int64: cell << ROW_BITS | row (a piece holds under 2^40 rows)
 
 
 def pieces(table) -> list:
@@ -53,11 +53,11 @@ def lookup(families, ids) -> list:
     source = _source()
     if source is not None:
         return source.lookup(families, ids)
-    family_pieces, num_slots = cut_alike(families)
+    family_pieces, num_cells = cut_alike(families)
     distinct, repeat = tf.unique(pairs(family_pieces, ids))
     columns = len(family_pieces[0])
     found = [None] * len(families)
-    for placed in gather(family_pieces, num_slots, distinct):
+    for placed in gather(family_pieces, num_cells, distinct):
         for i, f in enumerate(placed.families):
             # The gradient of this gather sums each distinct row's share on the worker (an unsorted segment sum).
             found[f] = tf.reshape(tf.gather(tf.dynamic_stitch(placed.positions, [rows[i] for rows in placed.rows]),
@@ -86,7 +86,7 @@ def _source():
 
 
 def cut_alike(families) -> tuple[list, int]:
-    """(each family's tables as lists of pieces, the number of (column, piece) slots), checking that
+    """(each family's tables as lists of pieces, the number of (column, piece) cells), checking that
     the families are cut into the same row ranges."""
     family_pieces = [[pieces(table) for table in tables] for tables in families]
     cuts = [[p.shape[0] for p in column] for column in family_pieces[0]]
@@ -96,34 +96,34 @@ def cut_alike(families) -> tuple[list, int]:
 
 
 def pairs(family_pieces, ids) -> tf.Tensor:
-    """Each of ids[:, c] as the (slot, row) pair of the piece of column c's tables that holds it, one
-    int64 (slot << ROW_BITS | row), row by row of ids."""
+    """Each of ids[:, c] as the (cell, row) pair of the piece of column c's tables that holds it, one
+    int64 (cell << ROW_BITS | row), row by row of ids."""
     table_pieces = family_pieces[0]
     columns, most = len(table_pieces), max(len(column) for column in table_pieces)
     # starts[c, p]: the first row of column c's piece p (past the last piece: never reached).
     starts = np.full([columns, most], np.iinfo(np.int64).max, np.int64)
-    slot_base, num_slots = np.zeros([columns], np.int64), 0  # a slot is one piece of one column's table
+    cell_base, num_cells = np.zeros([columns], np.int64), 0  # a cell is one piece of one column's table
     for column, column_pieces in enumerate(table_pieces):
-        slot_base[column] = num_slots
+        cell_base[column] = num_cells
         starts[column, :len(column_pieces)] = np.cumsum([0] + [p.shape[0] for p in column_pieces[:-1]])
-        num_slots += len(column_pieces)
+        num_cells += len(column_pieces)
 
     flat = tf.reshape(tf.cast(ids, tf.int64), [-1])
     column = tf.tile(tf.range(columns, dtype=tf.int64), tf.shape(ids, out_type=tf.int64)[:1])
     column_starts = tf.gather(tf.constant(starts), column)
     piece = tf.reduce_sum(tf.cast(flat[:, None] >= column_starts, tf.int64), axis=1) - 1
     local = flat - tf.gather(tf.reshape(column_starts, [-1]), tf.range(tf.size(flat, tf.int64)) * most + piece)
-    slot = tf.gather(tf.constant(slot_base), column) + piece
-    return tf.bitwise.bitwise_or(tf.bitwise.left_shift(slot, ROW_BITS), local)
+    cell = tf.gather(tf.constant(cell_base), column) + piece
+    return tf.bitwise.bitwise_or(tf.bitwise.left_shift(cell, ROW_BITS), local)
 
 
 def split_pairs(distinct) -> tuple[tf.Tensor, tf.Tensor]:
-    """(slot, row) of pairs()' int64s."""
+    """(cell, row) of pairs()' int64s."""
     return tf.bitwise.right_shift(distinct, ROW_BITS), tf.bitwise.bitwise_and(distinct, (1 << ROW_BITS) - 1)
 
 
 def placements(family_pieces) -> dict:
-    """{the device of each slot: the families placed so}: families whose pieces sit on the same ps
+    """{the device of each cell: the families placed so}: families whose pieces sit on the same ps
     tasks share one tensor of pairs to each of them; whole tables spread over the ps by size may put a
     column's embedding and its weights apart."""
     found = {}
@@ -132,33 +132,34 @@ def placements(family_pieces) -> dict:
     return found
 
 
-def gather(family_pieces, num_slots, distinct):
+def gather(family_pieces, num_cells, distinct):
     """Gathers the rows that `distinct` pairs name, one tensor of pairs to each ps: yields a Placement for
     each group of families whose pieces sit alike."""
-    slot, local = split_pairs(distinct)
-    family_slots = [sum(family, []) for family in family_pieces]  # each family's pieces in slot order
+    cell, local = split_pairs(distinct)
+    family_cells = [sum(family, []) for family in family_pieces]  # each family's pieces in cell order
     for placement, placed_families in placements(family_pieces).items():
         devices = list(dict.fromkeys(placement))
-        group = tf.gather(tf.constant([devices.index(device) for device in placement], tf.int32), slot)
-        packed = tf.dynamic_partition(tf.stack([slot, local], axis=1), group, len(devices))
+        group = tf.gather(tf.constant([devices.index(device) for device in placement], tf.int32), cell)
+        packed = tf.dynamic_partition(tf.stack([cell, local], axis=1), group, len(devices))
         positions = tf.dynamic_partition(tf.range(tf.size(distinct)), group, len(devices))
-        rows, slots_here = [], []  # [device][family]; [device]: the slots there
+        rows, cells_here = [], []  # [device][family]; [device]: the cells there
         for index, device in enumerate(devices):
             here = [s for s, placed_on in enumerate(placement) if placed_on == device]
-            with v1.colocate_with(family_slots[placed_families[0]][here[0]]):
-                rows.append(_gather_here([[family_slots[f][s] for s in here] for f in placed_families], here,
-                                         num_slots, packed[index]))
-            slots_here.append(here)
-        yield Placement(placed_families, packed, positions, rows, slots_here)
+            with v1.colocate_with(family_cells[placed_families[0]][here[0]]):
+                rows.append(_gather_here([[family_cells[family][cell] for cell in here] for family in placed_families],
+                                         here,
+                                         num_cells, packed[index]))
+            cells_here.append(here)
+        yield Placement(placed_families, packed, positions, rows, cells_here)
 
 
 class Placement(NamedTuple):
     """What gather() did for the families placed alike, device by device."""
     families: list  # the families' indices
-    packed: list  # [device]: its (slot, row) pairs, [n, 2], as it receives them
+    packed: list  # [device]: its (cell, row) pairs, [n, 2], as it receives them
     positions: list  # [device]: the positions of its pairs among the distinct pairs
     rows: list  # [device][family]: the rows gathered there
-    slots: list  # [device]: the slots whose pieces are there
+    cells: list  # [device]: the cells whose pieces are there
 
 
 def rows_are_distinct(indices) -> bool:
@@ -170,32 +171,32 @@ def rows_are_distinct(indices) -> bool:
     return indices.name in distinct
 
 
-def _by_piece(slots, num_slots, packed):
-    """On one device: which of `slots` each of the `packed` (slot, row) pairs falls in, and the rows
+def _by_piece(cells, num_cells, packed):
+    """On one device: which of `cells` each of the `packed` (cell, row) pairs falls in, and the rows
     and positions among the pairs, piece by piece."""
-    rank = np.zeros([num_slots], np.int32)
-    rank[slots] = np.arange(len(slots), dtype=np.int32)
-    slot, row = tf.unstack(packed, axis=1)
-    which = tf.gather(tf.constant(rank), slot)
-    return (which, tf.dynamic_partition(row, which, len(slots)),
-            tf.dynamic_partition(tf.range(tf.size(which)), which, len(slots)))
+    rank = np.zeros([num_cells], np.int32)
+    rank[cells] = np.arange(len(cells), dtype=np.int32)
+    cell, row = tf.unstack(packed, axis=1)
+    which = tf.gather(tf.constant(rank), cell)
+    return (which, tf.dynamic_partition(row, which, len(cells)),
+            tf.dynamic_partition(tf.range(tf.size(which)), which, len(cells)))
 
 
-def _gather_here(family_pieces, slots, num_slots, packed) -> list:
-    """On one device: for each family, the rows of its pieces there that `packed` (slot, row) pairs
+def _gather_here(family_pieces, cells, num_cells, packed) -> list:
+    """On one device: for each family, the rows of its pieces there that `packed` (cell, row) pairs
     name, in their order."""
-    _, rows, where = _by_piece(slots, num_slots, packed)
+    _, rows, where = _by_piece(cells, num_cells, packed)
     for piece_rows in rows:
         v1.add_to_collection(DISTINCT_ROWS, piece_rows)
     return [tf.dynamic_stitch(where, [tf.gather(piece, piece_rows) for piece, piece_rows in zip(pieces, rows)])
             for pieces in family_pieces]
 
 
-def scatter_add_here(family_pieces, slots, num_slots, packed, values) -> tuple[list, list]:
+def scatter_add_here(family_pieces, cells, num_cells, packed, values) -> tuple[list, list]:
     """On one device: adds values[f] (a row per pair of `packed`, in order) to the rows of family f's
     pieces there that the pairs name. Returns (each piece's rows, [family][piece] its add)."""
-    which, rows, _ = _by_piece(slots, num_slots, packed)
+    which, rows, _ = _by_piece(cells, num_cells, packed)
     return rows, [[tf.raw_ops.ResourceScatterAdd(resource=piece.handle, indices=piece_rows, updates=part)
                    for piece, piece_rows, part in zip(pieces, rows, tf.dynamic_partition(family_values, which,
-                                                                                        len(slots)))]
+                                                                                        len(cells)))]
                   for pieces, family_values in zip(family_pieces, values)]

@@ -7,7 +7,8 @@ read back from its log file (absl's prefix, then the message):
     worker:1 step 400/2000 loss 0.5321 accuracy 0.844 9120 examples/sec 0:00:21 left
     worker:1 finished: global_step=2000 local_steps=1004 loss=0.3712 accuracy=0.891 seconds=48.0
 
-The 'finished:' line is key=value pairs, so a reader takes whichever fields it knows. With
+The 'finished:' line is key=value pairs, so a reader takes whichever fields it knows (local_steps: the
+steps this worker ran itself, whatever the --local_steps lever). With
 --input_queue a worker also writes the epochs it saw end and, at its end, what it trained of each:
 
     worker:1: input queue: epoch 0 done at global step 150: 4800 examples, every file trained

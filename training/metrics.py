@@ -27,7 +27,8 @@ class TaskMetrics:
         info = gauge("task_info", "1 for a running task, labelled with its job", "job")
         info.labels(task_name, job or "local").set(1)
         self._global_step = gauge("global_step", "The global step this worker last read").labels(task_name)
-        self._local_steps = gauge("local_steps", "Training steps this worker has run").labels(task_name)
+        # Named local_steps where it is served (as in the finished line): this worker's own steps.
+        self._own_steps = gauge("local_steps", "Training steps this worker has run").labels(task_name)
         self._examples = gauge("examples_per_second", "This worker's examples/s over its last progress interval"
                                ).labels(task_name)
         self._loss = gauge("loss", "The training loss of this worker's last logged batch").labels(task_name)
@@ -38,10 +39,10 @@ class TaskMetrics:
         self._ps_bytes = gauge("ps_variable_bytes", "Bytes of variables placed on each ps (the chief's placement)",
                                "ps")
 
-    def progress(self, global_step: int, local_steps: int, examples_per_sec: float, loss, accuracy,
+    def progress(self, global_step: int, own_steps: int, examples_per_sec: float, loss, accuracy,
                  staleness: dict[str, float]) -> None:
         self._global_step.set(global_step)
-        self._local_steps.set(local_steps)
+        self._own_steps.set(own_steps)
         self._examples.set(examples_per_sec)
         if loss is not None:
             self._loss.set(loss)

@@ -58,7 +58,7 @@ class RowCopies:
 
     def __init__(self, device):
         self.device = device  # this worker's device: where the copies (and their slots) live
-        self.family_pieces = self.num_slots = None  # the lookup's tables, as grouped_lookup.cut_alike gives
+        self.family_pieces = self.num_cells = None  # the lookup's tables, as grouped_lookup.cut_alike gives
         self.copies = []  # [family]: its rows' copy, [None, width]
         self.distinct = None  # the round's (piece, row) pairs, sorted, as grouped_lookup.pairs() gives
 
@@ -72,9 +72,9 @@ class RowCopies:
         return self._rows(families, ids, naming=False)
 
     def _rows(self, families, ids, naming: bool) -> list:
-        family_pieces, num_slots = grouped_lookup.cut_alike(families)
+        family_pieces, num_cells = grouped_lookup.cut_alike(families)
         if self.family_pieces is None:
-            self._make_copies(family_pieces, num_slots)
+            self._make_copies(family_pieces, num_cells)
         elif _identities(family_pieces) != _identities(self.family_pieces):
             raise ValueError("--local_steps with tables: the model makes more than one grouped lookup")
         pairs = grouped_lookup.pairs(family_pieces, ids)
@@ -98,8 +98,8 @@ class RowCopies:
             kwargs["initial_value"] = lambda: tf.zeros([0, copy.shape[1]], copy.dtype)
         return next_creator(**kwargs)
 
-    def _make_copies(self, family_pieces, num_slots):
-        self.family_pieces, self.num_slots = family_pieces, num_slots
+    def _make_copies(self, family_pieces, num_cells):
+        self.family_pieces, self.num_cells = family_pieces, num_cells
         wide = {id(variable) for variable in v1.get_collection(needs.WIDE_VARIABLES)}
         for f in range(len(family_pieces)):
             width = family_pieces[f][0][0].shape[1]
@@ -132,7 +132,7 @@ class RowCopies:
         self._derived = {e: derived for e, (f, name) in enumerate(self._members) if name is None and weights_from_slots
                          and (derived := weights_from_slots(self.family_pieces[f][0][0])) is not None}
         self._placements, self.fetched = [], [None] * len(extended)
-        for placed in grouped_lookup.gather(extended, self.num_slots, self.distinct):
+        for placed in grouped_lookup.gather(extended, self.num_cells, self.distinct):
             joined = []
             for device_rows in placed.rows:
                 with v1.colocate_with(device_rows[0]):  # one tensor from each ps
@@ -156,12 +156,12 @@ class RowCopies:
             sent = [e for e in placed.families if e not in self._derived]  # what crosses: all but derived rows
             with v1.device(self.device):
                 change = tf.concat([self._locals[e].read_value() - self.fetched[e] for e in sent], axis=1)
-            for index, here in enumerate(placed.slots):
+            for index, here in enumerate(placed.cells):
                 with v1.device(self.device):
                     part = tf.gather(change, placed.positions[index])
                 with v1.colocate_with(self._extended_pieces(placed.families[0], here)[0]):
                     rows, adds = grouped_lookup.scatter_add_here(
-                        [self._extended_pieces(e, here) for e in sent], here, self.num_slots, placed.packed[index],
+                        [self._extended_pieces(e, here) for e in sent], here, self.num_cells, placed.packed[index],
                         tf.split(part, [self._widths[e] for e in sent], axis=1))
                     written = sum(adds, [])
                     for e in placed.families:
@@ -175,24 +175,25 @@ class RowCopies:
                     ops += written + marks
         return tf.group(*ops, name="push_round_rows")
 
-    def _set_derived(self, e, slots, rows, adds) -> list:
-        """Sets the rows of extended family e's pieces of `slots` from its slots' rows there, once the
-        slots' changes are added (`adds`: by extended family, each piece's add)."""
+    def _set_derived(self, e, cells, rows, adds) -> list:
+        """Sets the rows of extended family e's pieces of `cells` (grouped_lookup's (column, piece) indexes)
+        from its optimizer slots' rows there, once the slots' changes are added (`adds`: by extended family,
+        each piece's add)."""
         f, _ = self._members[e]
         slot_families = {self._members[s][1]: s for s in adds if self._members[s][0] == f}
         updates = []
-        for i, (piece, piece_rows) in enumerate(zip(self._extended_pieces(e, slots), rows)):
+        for i, (piece, piece_rows) in enumerate(zip(self._extended_pieces(e, cells), rows)):
             with tf.control_dependencies([adds[s][i] for s in slot_families.values()]):
-                values = self._derived[e]({name: tf.gather(self._extended_pieces(s, slots)[i], piece_rows)
+                values = self._derived[e]({name: tf.gather(self._extended_pieces(s, cells)[i], piece_rows)
                                            for name, s in slot_families.items()})
                 updates.append(tf.raw_ops.ResourceScatterUpdate(resource=piece.handle, indices=piece_rows,
                                                                 updates=values))
         return updates
 
-    def _extended_pieces(self, e, slots) -> list:
-        """Extended family e's pieces of `slots`."""
+    def _extended_pieces(self, e, cells) -> list:
+        """Extended family e's pieces of `cells`."""
         pieces = [piece for column in self._extended[e] for piece in column]
-        return [pieces[s] for s in slots]
+        return [pieces[cell] for cell in cells]
 
 
 def _identities(family_pieces) -> list:
