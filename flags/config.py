@@ -285,7 +285,7 @@ def default_model_dir(cluster: spec.ClusterConfig) -> str | None:
     """Where a task without --model_dir keeps the run: a new directory for one process; for a cluster
     on this one host, a directory named from its addresses, the same for every task, ps tasks included
     (they read the workers' done marks there; a rerun of the same cluster resumes from it). Across
-    hosts no default can be shared: UsageError for a training task, None for a ps (as before)."""
+    hosts no default can be shared: UsageError for a training task, None for a ps."""
     if cluster.job_name == spec.EVALUATOR:
         raise app.UsageError("--model_dir is required for the evaluator: the chief's --model_dir, where it finds "
                              "the checkpoints to evaluate.")

@@ -92,7 +92,7 @@ def few_files_warning(num_files: int, num_workers: int, num_epochs: int) -> str 
 
 
 STATE = "input_queue/state"  # the state variable's name in the checkpoints
-PREFIXES = "input_queue/trained_prefix"  # the trained prefixes' (absent from the last release's checkpoints)
+PREFIXES = "input_queue/trained_prefix"  # the trained prefixes' (a checkpoint without them: OlderLayout)
 COUNT_BITS = 32  # a prefix's count in the low bits of its packed value, the file's key above them
 
 

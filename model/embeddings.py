@@ -631,8 +631,8 @@ class _Map(tf.lookup.experimental.DenseHashTable):
     MutableHashTable saves, under the same names: so a checkpoint of either kind restores into it.
 
     Its buckets are an array of keys beside an array of values (16 bytes a bucket for int64 keys, 32 for
-    strings), at most 80% full, doubled when fuller. MutableHashTable, the map before, took about 130
-    bytes an entry on the ps (docs/data.md). Its own checkpoint would hold the bucket arrays, empty
+    strings), at most 80% full, doubled when fuller (MutableHashTable takes about 130 bytes an entry on
+    the ps: docs/data.md). Its own checkpoint would hold the bucket arrays, empty
     buckets included and placed by hash; the pairs are what every other reader of a checkpoint knows."""
 
     def __init__(self, key_dtype, default_value: int, name: str):

@@ -219,9 +219,9 @@ def delta_restorer(checkpoint: str) -> incremental.Deltas | None:
 
 
 class OlderLayout(NamedTuple):
-    """How to restore the checkpoints of a model_dir saved before some variables were added (the
-    input queue's trained prefixes, added after the release at 7f2a350): a Saver of every other
-    variable, and the added ones' initializer."""
+    """How to restore a checkpoint that lacks some of this graph's variables that a restore can start
+    afresh (the input queue's trained prefixes): a Saver of every other variable, and the added ones'
+    initializer."""
     added: frozenset[str]  # the added variables' names in the checkpoints
     saver: tf.compat.v1.train.Saver
     initializer: tf.Operation

@@ -114,7 +114,7 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
     uninitialized = checkpoints.report_uninitialized()
     # As MonitoredTrainingSession's default saver (sharded: each ps saves its own variables), with
     # --keep_checkpoint_max.
-    # A checkpoint of the last release's input queue has no trained prefixes: it restores without them.
+    # A checkpoint whose input queue has no trained prefixes restores without them (checkpoints.OlderLayout).
     older = checkpoints.older_layout(train.model_dir, [feed.queue.prefixes] if feed else [], sharded=True)
     saver = checkpoints.LiveStateSaver(uninitialized, sharded=True, max_to_keep=train.keep_checkpoint_max,
                                        save_relative_paths=True, before_save=evict, after_restore=tables.after_restore,
