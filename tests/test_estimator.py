@@ -296,3 +296,53 @@ def test_exporters_export_when_tf1s_did_and_keep_the_newest(tmp_path):
     made = [best.export(estimator, base + "/best", f"ckpt-{step}", {"loss": loss, "global_step": step}, False)
             for step, loss in enumerate([0.5, 0.7, 0.4, 0.4])]
     assert [m is not None for m in made] == [True, False, True, False]  # only a smaller loss exports
+
+
+@pytest.mark.inprocess
+def test_warm_start_from_a_checkpoint_dir_a_savedmodel_or_settings_starts_the_named_variables_there(tmp_path):
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+    from ps_trainer import estimator  # pylint: disable=import-outside-toplevel
+
+    v1 = tf.compat.v1
+
+    def model_fn(features, labels, mode, params):
+        kernel = v1.get_variable("kernel", [2, 1], initializer=v1.zeros_initializer())
+        bias = v1.get_variable("bias", [1], initializer=v1.zeros_initializer())
+        predictions = tf.matmul(features["x"], kernel) + bias
+        if mode == estimator.ModeKeys.PREDICT:
+            return estimator.EstimatorSpec(mode, predictions={"y": predictions})
+        loss = v1.losses.mean_squared_error(labels, predictions)
+        train_op = v1.train.GradientDescentOptimizer(params["rate"]).minimize(loss, v1.train.get_global_step())
+        return estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    def input_fn():
+        x = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+        return tf.data.Dataset.from_tensors(({"x": x}, np.array([[1.0], [2.0]], np.float32))).repeat()
+
+    def trained(name, rate, steps, warm_start_from=None):
+        model = estimator.Estimator(model_fn, str(tmp_path / name), params={"rate": rate},
+                                    warm_start_from=warm_start_from)
+        model.train(input_fn, steps=steps)
+        return model
+
+    first = trained("first", 0.05, 5)
+    kernel, bias = first.get_variable_value("kernel"), first.get_variable_value("bias")
+    assert np.abs(kernel).min() > 0 and abs(bias[0]) > 0
+    # Trained at rate 0, a warm start keeps what it started from.
+    from_dir = trained("from_dir", 0.0, 1, warm_start_from=first.model_dir)
+    np.testing.assert_array_equal(from_dir.get_variable_value("kernel"), kernel)
+    np.testing.assert_array_equal(from_dir.get_variable_value("bias"), bias)
+    only_kernel = trained("only_kernel", 0.0, 1, estimator.WarmStartSettings(first.model_dir, "kernel"))
+    np.testing.assert_array_equal(only_kernel.get_variable_value("kernel"), kernel)
+    assert only_kernel.get_variable_value("bias")[0] == 0  # its initializer's
+    receiver = estimator.export.build_raw_serving_input_receiver_fn({"x": tf.constant([[0.0, 0.0]])})
+    exported = first.export_saved_model(str(tmp_path / "export"), receiver)
+    from_export = trained("from_export", 0.0, 1, warm_start_from=exported)
+    np.testing.assert_array_equal(from_export.get_variable_value("kernel"), kernel)
+    # A checkpoint in its own model_dir wins over the warm start: a restarted job resumes what it trained.
+    again = trained("only_kernel", 0.0, 1, warm_start_from=first.model_dir)
+    assert again.get_variable_value("bias")[0] == 0 and again.get_variable_value("global_step") == 2
+    with pytest.raises(ValueError, match="warm_start_from must be a path or a WarmStartSettings, not int"):
+        estimator.Estimator(model_fn, str(tmp_path / "bad"), warm_start_from=3)

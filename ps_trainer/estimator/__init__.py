@@ -22,7 +22,7 @@ from ps_trainer.estimator.canned import (  # noqa: E402
     DNNClassifier, DNNLinearCombinedClassifier, DNNLinearCombinedRegressor, DNNRegressor, LinearClassifier,
     LinearRegressor)
 from ps_trainer.estimator.distribute import EvalSpec, TrainSpec, train_and_evaluate  # noqa: E402
-from ps_trainer.estimator.estimator import Estimator  # noqa: E402
+from ps_trainer.estimator.estimator import Estimator, WarmStartSettings  # noqa: E402
 from ps_trainer.estimator.exporters import BestExporter, Exporter, FinalExporter, LatestExporter  # noqa: E402
 from ps_trainer.estimator.run_config import RunConfig  # noqa: E402
 from ps_trainer.estimator.spec import EstimatorSpec, ModeKeys  # noqa: E402
@@ -30,7 +30,9 @@ from ps_trainer.estimator.spec import EstimatorSpec, ModeKeys  # noqa: E402
 __all__ = ["BestExporter", "DNNClassifier", "DNNLinearCombinedClassifier", "DNNLinearCombinedRegressor",
            "DNNRegressor", "Estimator", "EstimatorSpec", "EvalSpec", "Exporter", "FinalExporter", "LatestExporter",
            "LinearClassifier", "LinearRegressor", "ModeKeys", "RunConfig", "TrainSpec", "export", "inputs",
-           "train_and_evaluate"]
+           "VocabInfo", "WarmStartSettings", "train_and_evaluate"]
+
+VocabInfo = tf.compat.v1.train.VocabInfo  # WarmStartSettings.var_name_to_vocab_info's values, as TF1's
 
 
 def __getattr__(name):

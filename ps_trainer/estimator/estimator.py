@@ -6,6 +6,7 @@ import contextlib
 import inspect
 import os
 import tempfile
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -27,13 +28,39 @@ DEFAULT_STOP_GRACE_SECS = 120  # MonitoredTrainingSession's own
 _SYNC_REPLICAS_HOOK = sync_replicas_optimizer._SyncReplicasOptimizerHook  # pylint: disable=protected-access
 
 
+class WarmStartSettings(NamedTuple):
+    """TF1's WarmStartSettings: which variables training starts from `ckpt_to_initialize_from` (a checkpoint,
+    or a directory of them: its latest) instead of their initializers; the arguments of
+    tf.compat.v1.train.warm_start, which applies them. vars_to_warm_start: a regular expression over the
+    trainable variables (the default, '.*': all of them), a list of names or variables, or None (only those
+    of var_name_to_vocab_info)."""
+    ckpt_to_initialize_from: str
+    vars_to_warm_start: object = ".*"
+    var_name_to_vocab_info: dict | None = None
+    var_name_to_prev_var_name: dict | None = None
+
+
+def _warm_start_settings(warm_start_from) -> WarmStartSettings | None:
+    """Estimator's warm_start_from as TF1 read it: a path (a checkpoint, a directory of them, or a SavedModel,
+    whose variables are a checkpoint) or WarmStartSettings."""
+    if warm_start_from is None or isinstance(warm_start_from, WarmStartSettings):
+        return warm_start_from
+    if not isinstance(warm_start_from, (str, bytes, os.PathLike)):
+        raise ValueError(f"warm_start_from must be a path or a WarmStartSettings, not {type(warm_start_from).__name__}")
+    path = os.fsdecode(warm_start_from)
+    saved_variables = os.path.join(path, tf.saved_model.VARIABLES_DIRECTORY, tf.saved_model.VARIABLES_FILENAME)
+    if tf.io.gfile.exists(saved_variables + ".index"):
+        logging.info("Warm-starting from a SavedModel")
+        return WarmStartSettings(saved_variables)
+    return WarmStartSettings(path)
+
+
 class Estimator:
-    """TF1's Estimator(model_fn, model_dir, config, params). model_fn takes `features` and any of
-    labels, mode, params, config, and returns an EstimatorSpec."""
+    """TF1's Estimator(model_fn, model_dir, config, params, warm_start_from). model_fn takes `features` and any
+    of labels, mode, params, config, and returns an EstimatorSpec."""
 
     def __init__(self, model_fn, model_dir=None, config=None, params=None, warm_start_from=None):
-        if warm_start_from is not None:
-            raise NotImplementedError("Estimator(warm_start_from=...) is not covered by ps_trainer.estimator")
+        self._warm_start = _warm_start_settings(warm_start_from)
         if not callable(model_fn):
             raise TypeError(f"Estimator: model_fn must be a function, not {type(model_fn).__name__}")
         if "features" not in inspect.signature(model_fn).parameters:
@@ -93,6 +120,9 @@ class Estimator:
                 global_step = v1.train.get_or_create_global_step()
                 features, labels, input_hooks = _features_and_labels(self._call_input_fn(input_fn, ModeKeys.TRAIN))
                 model = self._call_model_fn(features, labels, ModeKeys.TRAIN)
+                if self._warm_start:  # the initializers of the variables it names: a checkpoint in model_dir wins
+                    logging.info("Warm-starting with WarmStartSettings: %s", self._warm_start)
+                    v1.train.warm_start(*self._warm_start)
             last_step = _LastGlobalStep(global_step)
             scaffold = self._scaffold(model.scaffold)
             uninitialized = checkpoints.report_uninitialized() if not cluster.is_chief else None
