@@ -71,7 +71,7 @@ class ProcessCluster:
     stdin = subprocess.DEVNULL  # what a task reads; the SSH cluster gives each a pipe
 
     def __init__(self, run_dir, ps_hosts, worker_hosts, trainer_args=(), env=None, chief_hosts=(),
-                 evaluator_hosts=(), tf_config=False, python=None, preload=False):
+                 evaluator_hosts=(), tf_config=False, python=None, preload=False, program=None, evaluator=False):
         self.run_dir = pathlib.Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.ps_hosts, self.worker_hosts = list(ps_hosts), list(worker_hosts)
@@ -84,6 +84,8 @@ class ProcessCluster:
         self.env_of_task: dict[tuple[str, int], dict[str, str]] = {}
         self.procs: dict[tuple[str, int], subprocess.Popen | ForkedTask] = {}
         self.preload = preload
+        # A user's TF1 program (ps_trainer.estimator) in place of trainer.py: its tasks read TF_CONFIG.
+        self.program, self.evaluator = program, evaluator
 
     def __enter__(self):
         return self
@@ -91,7 +93,8 @@ class ProcessCluster:
     def __exit__(self, *exc):
         self.stop_all()
 
-    def command(self, job: str, index: int, extra_args=(), trainer: str = str(TRAINER)) -> list[str]:
+    def command(self, job: str, index: int, extra_args=(), trainer: str | None = None) -> list[str]:
+        trainer = trainer or self.program or str(TRAINER)
         if self.tf_config:
             return [self.python, trainer, *self.trainer_args, *extra_args]
         hosts = [f"--ps_hosts={','.join(self.ps_hosts)}", f"--worker_hosts={','.join(self.worker_hosts)}"]
@@ -147,6 +150,8 @@ class ProcessCluster:
             self.start("chief", 0, extra_args)
         for index in range(len(self.worker_hosts)):
             self.start("worker", index, extra_args)
+        if self.evaluator:
+            self.start("evaluator", 0, extra_args)
 
     def tasks(self, job: str | None = None):
         return [(key, proc) for key, proc in self.procs.items() if job is None or key[0] == job]
@@ -335,15 +340,18 @@ class LocalCluster(ProcessCluster):
 
     More training tasks than the cores this process may run on: they run with --nothread_spinning (before the
     caller's flags, which can say otherwise), so that no task spin-waits on a core another needs;
-    `share_cores=False` leaves that out (a release older than the flag: scripts/compare_releases.py)."""
+    `share_cores=False` leaves that out (a release older than the flag: scripts/compare_releases.py).
+    `program`: a user's TF1 program (ps_trainer.estimator) run in place of trainer.py, each task told its
+    role by TF_CONFIG (with `chief`: the chief and num_workers workers; with `evaluator`, an evaluator)."""
 
     def __init__(self, run_dir, num_ps=1, num_workers=2, trainer_args=(), env=None, chief=False,
-                 tf_config=False, preload=False, share_cores=True):
+                 tf_config=False, preload=False, share_cores=True, program=None, evaluator=False):
         ports = free_ports(num_ps + num_workers + 2)
         hosts = [f"{LOOPBACK}:{p}" for p in ports]
         # The cores this process may run on (a container's or taskset's share), not the host's count.
-        if share_cores and num_ps + num_workers + int(chief) > len(os.sched_getaffinity(0)):
+        if share_cores and not program and num_ps + num_workers + int(chief) > len(os.sched_getaffinity(0)):
             trainer_args = ["--nothread_spinning", *trainer_args]
         super().__init__(run_dir, hosts[:num_ps], hosts[num_ps:num_ps + num_workers], trainer_args, env,
                          chief_hosts=[hosts[-2]] if chief else [], evaluator_hosts=[hosts[-1]],
-                         tf_config=tf_config, preload=preload)
+                         tf_config=tf_config or bool(program), preload=preload, program=program,
+                         evaluator=evaluator)

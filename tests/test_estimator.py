@@ -6,13 +6,14 @@ chief, worker, evaluator) in which every task, the ps included, exits 0 by itsel
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 
 import pytest
 
 from launch.processes import LOOPBACK, free_ports
-from tests.support import ROOT, stop_process_group
+from tests.support import ROOT, SCRIPTS, run_launcher, stop_process_group, wait_for
 
 PROGRAM = ROOT / "tests" / "programs" / "clicks_estimator.py"
 TIMEOUT = 240
@@ -46,38 +47,74 @@ def test_a_tf1_program_with_one_line_added_trains_evaluates_and_predicts_in_one_
     assert sorted(os.listdir(tmp_path / "model" / "eval"))  # the evaluation's summaries
 
 
-def run_tf_config_cluster(program, tmp_path, *args) -> tuple[dict[str, int], dict[str, str]]:
-    """Runs `program` as ps, chief, worker and evaluator processes of one TF_CONFIG cluster on loopback
-    ports; (exit code, log) of each task, every process stopped by its group if it outlives TIMEOUT."""
-    ps, chief, worker = (f"{LOOPBACK}:{port}" for port in free_ports(3))
-    cluster = {"ps": [ps], "chief": [chief], "worker": [worker]}
-    tasks = {}
-    try:
-        for job in ("ps", "chief", "worker", "evaluator"):
-            env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": job, "index": 0}})}
-            log = open(tmp_path / f"{job}.log", "w")  # pylint: disable=consider-using-with  # closed below
-            tasks[job] = (subprocess.Popen([sys.executable, str(program), f"--model_dir={tmp_path / 'model'}", *args],
-                                           stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
-                                           stdin=subprocess.DEVNULL, start_new_session=True), log)
-        codes = {job: proc.wait(timeout=TIMEOUT) for job, (proc, _) in tasks.items()}
-    finally:
-        for proc, log in tasks.values():
+class TfConfigCluster:
+    """`program` as the ps, chief, worker and evaluator processes of one TF_CONFIG cluster on loopback ports,
+    each started (and started again) by job name, its output appended to <job>.log; every process still
+    running at the end is stopped by its group."""
+
+    def __init__(self, program, tmp_path, *args):
+        ps, chief, worker = (f"{LOOPBACK}:{port}" for port in free_ports(3))
+        self.cluster = {"ps": [ps], "chief": [chief], "worker": [worker]}
+        self.program, self.dir, self.args, self.tasks = program, tmp_path, args, {}
+
+    def start(self, job):
+        env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": self.cluster, "task": {"type": job, "index": 0}})}
+        with open(self.dir / f"{job}.log", "a") as log:
+            self.tasks[job] = subprocess.Popen(
+                [sys.executable, str(self.program), f"--model_dir={self.dir / 'model'}", *self.args], stdout=log,
+                stderr=subprocess.STDOUT, env=env, cwd=ROOT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def kill(self, job):
+        os.killpg(self.tasks[job].pid, signal.SIGKILL)
+        self.tasks[job].wait(timeout=30)
+
+    def log(self, job) -> str:
+        return (self.dir / f"{job}.log").read_text()
+
+    def wait(self) -> tuple[dict[str, int], dict[str, str]]:
+        """(exit code, log) of each task."""
+        codes = {job: proc.wait(timeout=TIMEOUT) for job, proc in self.tasks.items()}
+        return codes, {job: self.log(job) for job in self.tasks}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for proc in self.tasks.values():
             if proc.poll() is None:
                 stop_process_group(proc)
-            log.close()
-    return codes, {job: (tmp_path / f"{job}.log").read_text() for job in tasks}
+
+
+def run_tf_config_cluster(program, tmp_path, *args) -> tuple[dict[str, int], dict[str, str]]:
+    """Runs `program` as the ps, chief, worker and evaluator of a TF_CONFIG cluster to their ends."""
+    with TfConfigCluster(program, tmp_path, *args) as cluster:
+        for job in ("ps", "chief", "worker", "evaluator"):
+            cluster.start(job)
+        return cluster.wait()
+
+
+def logged_step(log: str) -> int:
+    """The highest global step an Estimator's 'loss = ..., step = N' line names (0 before any)."""
+    return max((int(step) for step in re.findall(r"loss = [^,]+, step = (\d+)", log)), default=0)
 
 
 @pytest.mark.e2e
-def test_a_tf1_program_on_a_tf_config_cluster_trains_to_max_steps_and_every_task_exits_by_itself(tmp_path):
-    codes, logs = run_tf_config_cluster(PROGRAM, tmp_path, "--train_steps=600")
+def test_a_tf1_program_rides_out_its_ps_and_its_worker_killed_and_restarted_mid_run(tmp_path):
+    with TfConfigCluster(PROGRAM, tmp_path, "--train_steps=1500") as cluster:
+        for job in ("ps", "chief", "worker", "evaluator"):
+            cluster.start(job)
+        wait_for(lambda: logged_step(cluster.log("chief")) >= 300, TIMEOUT, "the chief's step 300")
+        for job in ("ps", "worker"):
+            cluster.kill(job)
+            cluster.start(job)
+        codes, logs = cluster.wait()
     assert codes == {"ps": 0, "chief": 0, "worker": 0, "evaluator": 0}, {job: log[-2000:] for job, log in logs.items()}
-    assert "ps 0: every training replica finished; exiting" in logs["ps"]  # no kill needed
-    # The evaluator evaluated the final checkpoint (an async peer's last step can land after the chief's save).
+    # The chief restored the checkpoint of the ps's variables and trained on to the end; the restarted worker
+    # trained beside it; the final checkpoint's held-out figure is the model's, not chance's (0.5).
+    assert re.search(r"Restoring parameters from .*model\.ckpt-\d+", logs["chief"]), logs["chief"][-3000:]
+    assert "trained to global step" in logs["chief"] and logs["worker"].count("trained to global step") == 1
     metrics = last_evaluation(logs["evaluator"])
-    assert metrics["global_step"] >= 600 and metrics["auc"] > 0.8, metrics
-    for job in ("chief", "worker"):  # both replicas trained, on the ps's variables
-        assert "loss = " in logs[job] and "trained to global step" in logs[job], logs[job][-2000:]
+    assert metrics["global_step"] >= 1500 and metrics["auc"] > 0.8, metrics
 
 
 CANNED = ROOT / "tests" / "programs" / "census_wide_deep.py"
@@ -346,3 +383,21 @@ def test_warm_start_from_a_checkpoint_dir_a_savedmodel_or_settings_starts_the_na
     assert again.get_variable_value("bias")[0] == 0 and again.get_variable_value("global_step") == 2
     with pytest.raises(ValueError, match="warm_start_from must be a path or a WarmStartSettings, not int"):
         estimator.Estimator(model_fn, str(tmp_path / "bad"), warm_start_from=3)
+
+
+@pytest.mark.e2e
+def test_a_tf1_program_launched_as_a_tf_config_cluster_trains_to_max_steps_and_every_task_exits_by_itself(tmp_path):
+    # scripts/run_local.py --program: the ps, a chief, a worker and an evaluator, each with its TF_CONFIG.
+    result = run_launcher([sys.executable, str(SCRIPTS / "run_local.py"), f"--program={PROGRAM}",
+                           f"--run_dir={tmp_path}", "--", "--train_steps=600"], timeout=TIMEOUT)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert re.search(r"summary: final step 6\d\d", result.stdout), result.stdout[-2000:]
+    for task in ("chief 0", "worker 0", "ps 0", "evaluator 0"):
+        assert f"{task}: exit 0" in result.stdout, result.stdout[-2000:]
+    logs = {job: (tmp_path / f"{job}-0.log").read_text() for job in ("ps", "chief", "worker", "evaluator")}
+    assert "ps 0: every training replica finished; exiting" in logs["ps"]  # no kill needed
+    # The evaluator evaluated the final checkpoint (an async peer's last step can land after the chief's save).
+    metrics = last_evaluation(logs["evaluator"])
+    assert metrics["global_step"] >= 600 and metrics["auc"] > 0.8, metrics
+    for job in ("chief", "worker"):  # both replicas trained, on the ps's variables
+        assert "loss = " in logs[job] and "trained to global step" in logs[job], logs[job][-2000:]

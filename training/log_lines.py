@@ -31,6 +31,7 @@ _EPOCH_DONE = re.compile(_PREFIX + _TASK
                          + r": input queue: epoch (\d+) done at global step (\d+): (\d+) examples")
 _EPOCH_TALLY = re.compile(_PREFIX + _TASK + r": input queue: trained (\d+) file\(s\), (\d+) examples of epoch (\d+)"
                           r"(?:, (\d+) of them by an earlier reader)?(?:.*, (\d+) of them trained here before)?")
+_TRAINED_TO = re.compile(_PREFIX + _TASK + r": trained to global step (\d+)$")
 _SESSION_AGAIN = re.compile(_PREFIX + _TASK + r" training session made again at global step (\d+)")
 _ANY_TASK_LINE = re.compile(_PREFIX + _TASK + r" (.*)$")
 _KEY_VALUE = re.compile(r"(\w+)=(\S+)")
@@ -60,6 +61,17 @@ def error_cause(message: str, limit: int = 300) -> str:
 
 def log_first_step(task: str, global_step: int, loss: float) -> None:
     logging.info("%s first step done at global step %d, loss %.4f", task, global_step, loss)
+
+
+def log_trained_to(task: str, global_step: int) -> None:
+    """An Estimator program's replica (ps_trainer.estimator), at its end: its 'finished' line."""
+    logging.info("%s: trained to global step %d", task, global_step)
+
+
+def trained_to(text: str) -> int | None:
+    """The global step of the last 'trained to' line of one log, or None."""
+    steps = [int(m[4]) for m in map(_TRAINED_TO.match, text.splitlines()) if m]
+    return steps[-1] if steps else None
 
 
 def log_session_again(task: str, global_step: int) -> None:

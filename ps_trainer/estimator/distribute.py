@@ -12,7 +12,7 @@ from absl import logging
 
 from cluster import model_dir as layout
 from cluster import shutdown, spec
-from training import checkpoints
+from training import checkpoints, log_lines
 from training.config import NO_STEP_LIMIT  # max_steps=None: a ps waits for the replicas' own ends
 CHECKPOINT_POLL_SECS = 1.0
 
@@ -68,7 +68,7 @@ def train_and_evaluate(estimator, train_spec: TrainSpec, eval_spec: EvalSpec):
     step = estimator._train(train_spec.input_fn, hooks=train_spec.hooks,  # pylint: disable=protected-access
                             max_steps=train_spec.max_steps, target=server.target)
     shutdown.report_done(server, cluster, estimator.model_dir, step, train_steps)
-    logging.info("%s: trained to global step %d", cluster.task_name, step)
+    log_lines.log_trained_to(cluster.task_name, step)
     return None
 
 
