@@ -16,7 +16,7 @@ from training import metrics
 @pytest.mark.pure
 def test_a_progress_line_sets_every_gauge_in_the_text_format():
     task = metrics.TaskMetrics("worker:1", "worker")
-    task.progress(global_step=120, local_steps=60, examples_per_sec=3200.5, loss=0.42, accuracy=0.9,
+    task.progress(global_step=120, own_steps=60, examples_per_sec=3200.5, loss=0.42, accuracy=0.9,
                   staleness={"mean": 1.0, "max": 3.0})
     task.held_out({"accuracy": 0.91})
     task.ps_bytes({"/job:ps/task:0": 1024})
