@@ -150,36 +150,32 @@ def served(export_dir) -> str:
     return result.stdout.strip().splitlines()[-1]
 
 
-def exported(output: str) -> list[str]:
-    return [line.split(": ", 1)[1] for line in output.splitlines() if line.startswith("exported: ")]
-
-
 @pytest.mark.e2e
-def test_a_canned_wide_and_deep_program_trains_evaluates_and_exports_a_model_that_serves(tmp_path):
-    result = subprocess.run([sys.executable, str(CANNED), f"--model_dir={tmp_path / 'model'}", "--train_steps=600"],
-                            capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT, stdin=subprocess.DEVNULL)
-    assert result.returncode == 0, result.stderr[-3000:]
-    metrics = final_metrics(result.stdout)
-    # TF1's binary head's metrics; the held-out AUC (chance 0.5; the labels' own law gives 0.830; measured 0.829).
-    assert metrics["global_step"] == 600 and metrics["auc"] > 0.8, metrics
-    assert {"accuracy_baseline", "auc_precision_recall", "average_loss", "label/mean", "precision", "recall"} <= set(
-        metrics)
-    [export_dir] = exported(result.stdout)
-    assert export_dir.startswith(str(tmp_path / "model" / "export" / "census")) and os.path.isdir(export_dir)
-    line = served(export_dir)  # the export scores the held-out examples as the evaluation did
-    assert abs(float(line.split()[0].split("=")[1]) - metrics["auc"]) < 0.01, (line, metrics)
-    assert "classes=[b'0', b'1'] scores=(3, 2)" in line
-
-
-@pytest.mark.e2e
-def test_a_canned_wide_and_deep_program_on_a_tf_config_cluster_exports_from_its_evaluator(tmp_path):
-    codes, logs = run_tf_config_cluster(CANNED, tmp_path, "--train_steps=600")
-    assert codes == {"ps": 0, "chief": 0, "worker": 0, "evaluator": 0}, {job: log[-2000:] for job, log in logs.items()}
+def test_a_canned_program_launched_as_a_tf_config_cluster_trains_to_max_steps_and_exports_from_its_evaluator(
+        tmp_path):
+    # scripts/run_local.py --program: the ps, a chief, a worker and an evaluator, each with its TF_CONFIG.
+    result = run_launcher([sys.executable, str(SCRIPTS / "run_local.py"), f"--program={CANNED}",
+                           f"--run_dir={tmp_path}", "--", "--train_steps=600"], timeout=TIMEOUT)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert re.search(r"summary: final step 6\d\d", result.stdout), result.stdout[-2000:]
+    for task in ("chief 0", "worker 0", "ps 0", "evaluator 0"):
+        assert f"{task}: exit 0" in result.stdout, result.stdout[-2000:]
+    logs = {job: (tmp_path / f"{job}-0.log").read_text() for job in ("ps", "chief", "worker", "evaluator")}
+    assert "ps 0: every training replica finished; exiting" in logs["ps"]  # no kill needed
+    for job in ("chief", "worker"):  # both replicas trained, on the ps's variables
+        assert "loss = " in logs[job] and "trained to global step" in logs[job], logs[job][-2000:]
+    # The evaluator evaluated the final checkpoint (an async peer's last step can land after the chief's save),
+    # with TF1's binary head's metrics; the held-out AUC (chance 0.5; the labels' own law gives 0.830).
     metrics = last_evaluation(logs["evaluator"])
     assert metrics["global_step"] >= 600 and metrics["auc"] > 0.8, metrics
-    # The FinalExporter: once, after the final evaluation.
+    assert {"accuracy_baseline", "auc_precision_recall", "average_loss", "label/mean", "precision", "recall"} <= set(
+        metrics)
+    # The FinalExporter: once, after the final evaluation; the export scores the held-out people as the
+    # evaluation did.
     [export_dir] = [str(path) for path in (tmp_path / "model" / "export" / "census").iterdir()]
-    assert abs(float(served(export_dir).split()[0].split("=")[1]) - metrics["auc"]) < 0.01
+    line = served(export_dir)
+    assert abs(float(line.split()[0].split("=")[1]) - metrics["auc"]) < 0.01, (line, metrics)
+    assert "classes=[b'0', b'1'] scores=(3, 2)" in line
 
 
 SYNC_CNN = ROOT / "tests" / "programs" / "sync_cnn_estimator.py"
@@ -383,21 +379,3 @@ def test_warm_start_from_a_checkpoint_dir_a_savedmodel_or_settings_starts_the_na
     assert again.get_variable_value("bias")[0] == 0 and again.get_variable_value("global_step") == 2
     with pytest.raises(ValueError, match="warm_start_from must be a path or a WarmStartSettings, not int"):
         estimator.Estimator(model_fn, str(tmp_path / "bad"), warm_start_from=3)
-
-
-@pytest.mark.e2e
-def test_a_tf1_program_launched_as_a_tf_config_cluster_trains_to_max_steps_and_every_task_exits_by_itself(tmp_path):
-    # scripts/run_local.py --program: the ps, a chief, a worker and an evaluator, each with its TF_CONFIG.
-    result = run_launcher([sys.executable, str(SCRIPTS / "run_local.py"), f"--program={PROGRAM}",
-                           f"--run_dir={tmp_path}", "--", "--train_steps=600"], timeout=TIMEOUT)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert re.search(r"summary: final step 6\d\d", result.stdout), result.stdout[-2000:]
-    for task in ("chief 0", "worker 0", "ps 0", "evaluator 0"):
-        assert f"{task}: exit 0" in result.stdout, result.stdout[-2000:]
-    logs = {job: (tmp_path / f"{job}-0.log").read_text() for job in ("ps", "chief", "worker", "evaluator")}
-    assert "ps 0: every training replica finished; exiting" in logs["ps"]  # no kill needed
-    # The evaluator evaluated the final checkpoint (an async peer's last step can land after the chief's save).
-    metrics = last_evaluation(logs["evaluator"])
-    assert metrics["global_step"] >= 600 and metrics["auc"] > 0.8, metrics
-    for job in ("chief", "worker"):  # both replicas trained, on the ps's variables
-        assert "loss = " in logs[job] and "trained to global step" in logs[job], logs[job][-2000:]
