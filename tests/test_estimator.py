@@ -55,32 +55,37 @@ class TfConfigCluster:
     def __init__(self, program, tmp_path, *args):
         ps, chief, worker = (f"{LOOPBACK}:{port}" for port in free_ports(3))
         self.cluster = {"ps": [ps], "chief": [chief], "worker": [worker]}
-        self.program, self.dir, self.args, self.tasks = program, tmp_path, args, {}
+        self.program, self.dir, self.args, self.procs = program, tmp_path, args, {}
 
     def start(self, job):
         env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": self.cluster, "task": {"type": job, "index": 0}})}
         with open(self.dir / f"{job}.log", "a") as log:
-            self.tasks[job] = subprocess.Popen(
+            self.procs[job] = subprocess.Popen(
                 [sys.executable, str(self.program), f"--model_dir={self.dir / 'model'}", *self.args], stdout=log,
                 stderr=subprocess.STDOUT, env=env, cwd=ROOT, stdin=subprocess.DEVNULL, start_new_session=True)
 
     def kill(self, job):
-        os.killpg(self.tasks[job].pid, signal.SIGKILL)
-        self.tasks[job].wait(timeout=30)
+        os.killpg(self.procs[job].pid, signal.SIGKILL)
+        self.procs[job].wait(timeout=30)
 
-    def log(self, job) -> str:
+    def tasks(self):
+        """((job, 0), process) of each task, as support.wait_for reads a cluster's."""
+        return [((job, 0), proc) for job, proc in self.procs.items()]
+
+    def log(self, job, index=0) -> str:
+        del index
         return (self.dir / f"{job}.log").read_text()
 
     def wait(self) -> tuple[dict[str, int], dict[str, str]]:
         """(exit code, log) of each task."""
-        codes = {job: proc.wait(timeout=TIMEOUT) for job, proc in self.tasks.items()}
-        return codes, {job: self.log(job) for job in self.tasks}
+        codes = {job: proc.wait(timeout=TIMEOUT) for job, proc in self.procs.items()}
+        return codes, {job: self.log(job) for job in self.procs}
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        for proc in self.tasks.values():
+        for proc in self.procs.values():
             if proc.poll() is None:
                 stop_process_group(proc)
 
@@ -103,7 +108,7 @@ def test_a_tf1_program_rides_out_its_ps_and_its_worker_killed_and_restarted_mid_
     with TfConfigCluster(PROGRAM, tmp_path, "--train_steps=1500") as cluster:
         for job in ("ps", "chief", "worker", "evaluator"):
             cluster.start(job)
-        wait_for(lambda: logged_step(cluster.log("chief")) >= 300, TIMEOUT, "the chief's step 300")
+        wait_for(lambda: logged_step(cluster.log("chief")) >= 300, TIMEOUT, "the chief's step 300", cluster)
         for job in ("ps", "worker"):
             cluster.kill(job)
             cluster.start(job)
