@@ -98,7 +98,7 @@ def run_tf_config_cluster(program, tmp_path, *args) -> tuple[dict[str, int], dic
         return cluster.wait()
 
 
-def logged_step(log: str) -> int:
+def estimator_step(log: str) -> int:
     """The highest global step an Estimator's 'loss = ..., step = N' line names (0 before any)."""
     return max((int(step) for step in re.findall(r"loss = [^,]+, step = (\d+)", log)), default=0)
 
@@ -108,7 +108,7 @@ def test_a_tf1_program_rides_out_its_ps_and_its_worker_killed_and_restarted_mid_
     with TfConfigCluster(PROGRAM, tmp_path, "--train_steps=1500") as cluster:
         for job in ("ps", "chief", "worker", "evaluator"):
             cluster.start(job)
-        wait_for(lambda: logged_step(cluster.log("chief")) >= 300, TIMEOUT, "the chief's step 300", cluster)
+        wait_for(lambda: estimator_step(cluster.log("chief")) >= 300, TIMEOUT, "the chief's step 300", cluster)
         for job in ("ps", "worker"):
             cluster.kill(job)
             cluster.start(job)

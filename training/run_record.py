@@ -88,11 +88,12 @@ SHAPE_SETTINGS = ("name", "hidden_units", "embedding_dim", "hash_buckets")
 
 def shape_flags(record: dict | None, cfg) -> list[str]:
     """'--flag=value' as the run that wrote `record` had it, for each SHAPE_SETTINGS this run has otherwise
-    (--hash_buckets only for hashed tables)."""
+    (a table kind's own flag only for that kind's tables: --hash_buckets for hashed ones)."""
+    others = {flag for kind, module in tables.KINDS.items() if kind != cfg.model.embedding for flag in module.OWN_FLAGS}
     changed = []
     for setting in SHAPE_SETTINGS:
         saved = (record or {}).get("model", {}).get(setting)
-        if saved is None or setting == "hash_buckets" and cfg.model.embedding != "hashed":
+        if saved is None or setting in others:
             continue
         if (tuple(saved) if isinstance(saved, list) else saved) != getattr(cfg.model, setting):  # JSON: a list
             changed.append(f"--{'model' if setting == 'name' else setting}={_flag_value(saved)}")
