@@ -25,26 +25,26 @@ class Source(Protocol):
 
     KIND: str  # "generated" (made from the seed: cached in memory by default) or "files" (streamed)
 
-    def check(self, cfg: DataConfig) -> str | None:
+    def check(self, data_cfg: DataConfig) -> str | None:
         """A problem to report, or None."""
 
-    def spec(self, cfg: DataConfig) -> DataSpec:
+    def spec(self, data_cfg: DataConfig) -> DataSpec:
         """The raw features of one example (what a served model takes) and the number of classes."""
 
-    def blocks(self, cfg: DataConfig, split: str, shard: Shard) -> tf.data.Dataset:
+    def blocks(self, data_cfg: DataConfig, split: str, shard: Shard) -> tf.data.Dataset:
         """That shard's records in blocks, each component with a leading dimension."""
 
-    def records(self, cfg: DataConfig, split: str, shard: Shard) -> tf.data.Dataset:
+    def records(self, data_cfg: DataConfig, split: str, shard: Shard) -> tf.data.Dataset:
         """That shard's records one at a time, (features dict, int64 label): packing.unbatched(blocks)."""
 
-    def shard_description(self, cfg: DataConfig, split: str, shard: Shard) -> str:
+    def shard_description(self, data_cfg: DataConfig, split: str, shard: Shard) -> str:
         """Which records that shard is, in words."""
 
 
 class FileSource(Source, Protocol):
     """What a source of KIND "files" has besides."""
 
-    # (cfg, split) -> the split's files, which the input queue hands out one at a time; None for a format
+    # (data_cfg, split) -> the split's files, which the input queue hands out one at a time; None for a format
     # whose records are not cut by file (MNIST's IDX: one file of images, one of labels).
     files: Callable[[DataConfig, str], list[str]] | None
 
@@ -65,8 +65,8 @@ NO_CACHE, MEMORY = "none", "memory"
 GENERATED = "generated"
 
 
-def spec(cfg: DataConfig) -> DataSpec:
-    return DATASETS[cfg.name].spec(cfg)
+def spec(data_cfg: DataConfig) -> DataSpec:
+    return DATASETS[data_cfg.name].spec(data_cfg)
 
 
 def is_generated(name: str) -> bool:
@@ -83,55 +83,56 @@ def formats_in(data_dir: str) -> list[str]:
     return [name for name, source in DATASETS.items() if not is_generated(name) and source.found_in(data_dir)]
 
 
-def cache_mode(cfg: DataConfig) -> str:
-    return cfg.cache or (MEMORY if is_generated(cfg.name) else NO_CACHE)
+def cache_mode(data_cfg: DataConfig) -> str:
+    return data_cfg.cache or (MEMORY if is_generated(data_cfg.name) else NO_CACHE)
 
 
-def describe(cfg: DataConfig, shard: Shard, split: str = "train") -> str:
+def describe(data_cfg: DataConfig, shard: Shard, split: str = "train") -> str:
     """What a worker reads, for its startup line."""
-    where = "" if is_generated(cfg.name) else f" from {cfg.split_dir(split)}"
-    if cfg.input_queue and split == "train":
-        count = len(DATASETS[cfg.name].files(cfg, split))
-        return f"dataset {cfg.name}{where}, {split} split: {count} file(s) handed out by the input queue on ps 0"
-    return (f"dataset {cfg.name}{where}, {split} split: {DATASETS[cfg.name].shard_description(cfg, split, shard)}"
-            f" (worker shard {shard.index} of {shard.count}); cache: {cache_mode(cfg)}")
+    where = "" if is_generated(data_cfg.name) else f" from {data_cfg.split_dir(split)}"
+    if data_cfg.input_queue and split == "train":
+        count = len(DATASETS[data_cfg.name].files(data_cfg, split))
+        return f"dataset {data_cfg.name}{where}, {split} split: {count} file(s) handed out by the input queue on ps 0"
+    described = DATASETS[data_cfg.name].shard_description(data_cfg, split, shard)
+    return (f"dataset {data_cfg.name}{where}, {split} split: {described}"
+            f" (worker shard {shard.index} of {shard.count}); cache: {cache_mode(data_cfg)}")
 
 
 @tuning.pipeline
-def batches(cfg: DataConfig, shard: Shard, batch_size: int, split: str = "train",
+def batches(data_cfg: DataConfig, shard: Shard, batch_size: int, split: str = "train",
             repeat: bool = True) -> tf.data.Dataset:
     """(features, int64 labels) batches of this shard, shuffled with a per-shard seed; with a feed
     (--input_queue), queued_batches()."""
     if shard.feed is not None:
-        return queued_batches(cfg, shard, batch_size)
+        return queued_batches(data_cfg, shard, batch_size)
 
     def batch(records):
-        dataset = _cached(records, cache_mode(cfg), split, shard)
+        dataset = _cached(records, cache_mode(data_cfg), split, shard)
         if split == "train":
-            dataset = dataset.shuffle(cfg.shuffle_buffer, seed=cfg.seed + shard.index,
+            dataset = dataset.shuffle(data_cfg.shuffle_buffer, seed=data_cfg.seed + shard.index,
                                       reshuffle_each_iteration=True)
         if repeat:
             dataset = dataset.repeat()
         return dataset.batch(batch_size, drop_remainder=repeat)
 
     # Packed a block at a time, which costs less than an example at a time (input/packing.py).
-    blocks = DATASETS[cfg.name].blocks(cfg, split, shard)
+    blocks = DATASETS[data_cfg.name].blocks(data_cfg, split, shard)
     return packing.batched(blocks, batch, in_blocks=True).prefetch(tuning.PREFETCH_BATCHES)
 
 
 @tuning.pipeline
-def queued_batches(cfg: DataConfig, shard: Shard, batch_size: int) -> tf.data.Dataset:
+def queued_batches(data_cfg: DataConfig, shard: Shard, batch_size: int) -> tf.data.Dataset:
     """--input_queue: (features, int64 labels, int64 file keys, int64 ordinals of the examples in their
     files) batches of the files the work queue
     (input/work_queue.py) hands this worker, in passes. A pass reads files while there are files to
     take, then ends: its shuffle buffer drains and its last batch, short, is trained, so that the files
     it read get finished before the next pass waits for a peer's files to come free (the last ones of
     the run, or a dead worker's). Nothing is cached: each epoch is read from the files."""
-    source, feed = DATASETS[cfg.name], shard.feed
+    source, feed = DATASETS[data_cfg.name], shard.feed
 
     def one_pass(_):
-        batches = packing.batched(source.blocks(cfg, "train", shard), lambda records: records.shuffle(
-            cfg.shuffle_buffer, seed=cfg.seed + feed.queue.worker).batch(batch_size), in_blocks=True)
+        batches = packing.batched(source.blocks(data_cfg, "train", shard), lambda records: records.shuffle(
+            data_cfg.shuffle_buffer, seed=data_cfg.seed + feed.queue.worker).batch(batch_size), in_blocks=True)
         if not feed.empty_batches:
             return batches
         # Sync: a pass that took no file still gives the round this worker's share, an empty batch.

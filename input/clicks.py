@@ -22,11 +22,11 @@ CATEGORICAL = ("user", "item", "category")
 KIND = "generated"
 
 
-def check(cfg):
+def check(data_cfg):
     return None
 
 
-def spec(cfg):
+def spec(data_cfg):
     features = {name: tf.TensorSpec([], tf.float32, name) for name in NUMERIC}
     features.update({name: tf.TensorSpec([], tf.string, name) for name in CATEGORICAL})
     return DataSpec(features, 2)
@@ -39,10 +39,10 @@ def _affinity(seed, kind, ids):
 
 
 @tuning.pipeline
-def blocks(cfg, split: str, shard) -> tf.data.Dataset:
-    first = 0 if split == "train" else cfg.synthetic_examples
-    count = cfg.synthetic_examples if split == "train" else EVAL_EXAMPLES
-    seed = cfg.seed
+def blocks(data_cfg, split: str, shard) -> tf.data.Dataset:
+    first = 0 if split == "train" else data_cfg.synthetic_examples
+    count = data_cfg.synthetic_examples if split == "train" else EVAL_EXAMPLES
+    seed = data_cfg.seed
 
     def make(indices):
         # Each example's draws from its own index, as made one at a time (the same examples).
@@ -72,5 +72,5 @@ def blocks(cfg, split: str, shard) -> tf.data.Dataset:
 records = packing.unbatched(blocks)
 
 
-def shard_description(cfg, split: str, shard) -> str:
-    return generated_shard_description(cfg, split, shard, EVAL_EXAMPLES)
+def shard_description(data_cfg, split: str, shard) -> str:
+    return generated_shard_description(data_cfg, split, shard, EVAL_EXAMPLES)

@@ -44,17 +44,17 @@ def _files(data_dir: str, split: str) -> list[str]:
     return sorted(path for path in tf.io.gfile.glob(pattern(data_dir, split)) if not tf.io.gfile.isdir(path))
 
 
-def files(cfg, split: str) -> list[str]:
-    return _files(cfg.split_dir(split), split)
+def files(data_cfg, split: str) -> list[str]:
+    return _files(data_cfg.split_dir(split), split)
 
 
-def check(cfg):
-    if not cfg.data_dir:
+def check(data_cfg):
+    if not data_cfg.data_dir:
         return "--dataset=criteo needs --data_dir: a directory of train* files in Criteo's tab-separated layout."
-    for split in ("train", "eval") if cfg.eval_data_dir else ("train",):
-        files = _files(cfg.split_dir(split), split)
+    for split in ("train", "eval") if data_cfg.eval_data_dir else ("train",):
+        files = _files(data_cfg.split_dir(split), split)
         if not files:
-            directory = cfg.split_dir(split)
+            directory = data_cfg.split_dir(split)
             return f"{directory} holds no {split} files (nothing matches {pattern(directory, split)})."
         refusal = record_files.gzip_refusal(files)
         if refusal:
@@ -62,7 +62,7 @@ def check(cfg):
     return None
 
 
-def spec(cfg):
+def spec(data_cfg):
     features = {name: tf.TensorSpec([], tf.float32, name) for name in INTEGER}
     features.update({name: tf.TensorSpec([], tf.string, name) for name in CATEGORICAL})
     return DataSpec(features, 2)
@@ -99,10 +99,10 @@ def parse_block(path, indices, lines, numeric_default: float):
 
 
 @tuning.pipeline
-def blocks(cfg, split: str, shard) -> tf.data.Dataset:
-    files = _files(cfg.split_dir(split), split)
+def blocks(data_cfg, split: str, shard) -> tf.data.Dataset:
+    files = _files(data_cfg.split_dir(split), split)
     if not files:
-        raise FileNotFoundError(f"no {split} files match {pattern(cfg.split_dir(split), split)}")
+        raise FileNotFoundError(f"no {split} files match {pattern(data_cfg.split_dir(split), split)}")
     by_file = len(files) >= shard.count
 
     def read_file(path):
@@ -115,16 +115,16 @@ def blocks(cfg, split: str, shard) -> tf.data.Dataset:
         if not by_file:  # every shard.count-th row of each file
             mine = tf.equal((indices - 1) % shard.count, shard.index)
             indices, lines = tf.boolean_mask(indices, mine), tf.boolean_mask(lines, mine)
-        bad, problems, values = parse_block(path, indices, lines, cfg.numeric_default)
-        return record_files.resolve(bad, problems, values, cfg.skip_bad_records)
+        bad, problems, values = parse_block(path, indices, lines, data_cfg.numeric_default)
+        return record_files.resolve(bad, problems, values, data_cfg.skip_bad_records)
 
     blocks = record_files.read_files(files[shard.index::shard.count] if by_file else files, PARALLEL_FILES, read_file,
-                                     checked, cfg.skip_bad_records, feed=shard.feed)
-    return record_files.settle(blocks, cfg.skip_bad_records)
+                                     checked, data_cfg.skip_bad_records, feed=shard.feed)
+    return record_files.settle(blocks, data_cfg.skip_bad_records)
 
 
 records = packing.unbatched(blocks)
 
 
-def shard_description(cfg, split: str, shard) -> str:
-    return record_files.file_shard_description(_files(cfg.split_dir(split), split), shard, unit="rows")
+def shard_description(data_cfg, split: str, shard) -> str:
+    return record_files.file_shard_description(_files(data_cfg.split_dir(split), split), shard, unit="rows")

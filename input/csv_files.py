@@ -57,29 +57,29 @@ def header(path: str) -> list[str]:
                            quoting=csv.QUOTE_MINIMAL if _QUOTING[separator] else csv.QUOTE_NONE), [])
 
 
-def files(cfg, split: str) -> list[str]:
-    return _glob(cfg.split_dir(split), split)
+def files(data_cfg, split: str) -> list[str]:
+    return _glob(data_cfg.split_dir(split), split)
 
 
 def found_in(data_dir: str) -> bool:
     return bool(_glob(data_dir, "train"))
 
 
-def check(cfg):
-    if not cfg.data_dir:
+def check(data_cfg):
+    if not data_cfg.data_dir:
         return "--dataset=csv needs --data_dir: a directory of train-*.csv files with a header row."
-    if not cfg.numeric_columns and not cfg.categorical_columns:
+    if not data_cfg.numeric_columns and not data_cfg.categorical_columns:
         return "--dataset=csv needs --numeric_columns and/or --categorical_columns: the feature columns."
-    for split in ("train", "eval") if cfg.eval_data_dir else ("train",):
-        files = _glob(cfg.split_dir(split), split)
+    for split in ("train", "eval") if data_cfg.eval_data_dir else ("train",):
+        files = _glob(data_cfg.split_dir(split), split)
         if not files:
-            wanted = pattern(cfg.split_dir(split), split)
-            return (f"{cfg.split_dir(split)} holds no {split} files (nothing matches {wanted}, {split}-*.tsv, or "
+            wanted = pattern(data_cfg.split_dir(split), split)
+            return (f"{data_cfg.split_dir(split)} holds no {split} files (nothing matches {wanted}, {split}-*.tsv, or "
                     "either with .gz added).")
         kinds = {delimiter(path) for path in files}
         if len(kinds) > 1:
-            return (f"{cfg.split_dir(split)} holds both comma-separated (.csv) and tab-separated (.tsv) {split} files: "
-                    "give one kind.")
+            return (f"{data_cfg.split_dir(split)} holds both comma-separated (.csv) and tab-separated (.tsv) "
+                    f"{split} files: give one kind.")
         refusal = record_files.gzip_refusal(files)
         if refusal:
             return refusal
@@ -87,7 +87,7 @@ def check(cfg):
             columns = header(files[0])
         except (OSError, EOFError, UnicodeDecodeError) as err:  # gzip.BadGzipFile is an OSError
             return f"{files[0]}: cannot read its header row: {err}."
-        for name in (cfg.label_column, *cfg.numeric_columns, *cfg.categorical_columns):
+        for name in (data_cfg.label_column, *data_cfg.numeric_columns, *data_cfg.categorical_columns):
             if name not in columns:
                 return f"{files[0]}: no column '{name}' in its header ({', '.join(columns)})."
             if columns.count(name) > 1:
@@ -95,8 +95,8 @@ def check(cfg):
     return None
 
 
-def spec(cfg):
-    return tabular_spec(cfg)
+def spec(data_cfg):
+    return tabular_spec(data_cfg)
 
 
 # A field is quoted whole ("a ""b"", c": quotes inside doubled) or holds no quote; rows are one line each.
@@ -118,17 +118,17 @@ def _field_counts(lines: tf.Tensor, separator: str) -> tf.Tensor:
 
 
 @tuning.pipeline
-def blocks(cfg, split: str, shard) -> tf.data.Dataset:
-    data_dir = cfg.split_dir(split)
+def blocks(data_cfg, split: str, shard) -> tf.data.Dataset:
+    data_dir = data_cfg.split_dir(split)
     files = _glob(data_dir, split)
     if not files:
         raise FileNotFoundError(f"no {split} files match {pattern(data_dir, split)}")
     columns, separator = header(files[0]), delimiter(files[0])  # one kind per split: check()
-    wanted = (cfg.label_column, *cfg.numeric_columns, *cfg.categorical_columns)
+    wanted = (data_cfg.label_column, *data_cfg.numeric_columns, *data_cfg.categorical_columns)
     # Read in file order, by the places of the first file's header; every file's header is checked.
     selected = sorted(columns.index(name) for name in wanted)
     names = [columns[i] for i in selected]
-    data_spec = spec(cfg)
+    data_spec = spec(data_cfg)
 
     def read_file(path):
         header_fits, width = _header(path, names, selected, separator)
@@ -154,20 +154,20 @@ def blocks(cfg, split: str, shard) -> tf.data.Dataset:
         if not by_file:  # every shard.count-th row of each file
             mine = tf.equal((indices - 1) % shard.count, shard.index)
             indices, rows = tf.boolean_mask(indices, mine), tf.boolean_mask(rows, mine)
-        bad, problems, values = _parse_block(path, indices, rows, width, separator, names, selected, cfg,
+        bad, problems, values = _parse_block(path, indices, rows, width, separator, names, selected, data_cfg,
                                              data_spec.num_classes)
-        return record_files.resolve(bad, problems, values, cfg.skip_bad_records)
+        return record_files.resolve(bad, problems, values, data_cfg.skip_bad_records)
 
     by_file = len(files) >= shard.count
     blocks = record_files.read_files(files[shard.index::shard.count] if by_file else files, PARALLEL_FILES, read_file,
-                                     checked, cfg.skip_bad_records, feed=shard.feed)
-    return record_files.settle(blocks, cfg.skip_bad_records)
+                                     checked, data_cfg.skip_bad_records, feed=shard.feed)
+    return record_files.settle(blocks, data_cfg.skip_bad_records)
 
 
 records = packing.unbatched(blocks)
 
 
-def _parse_block(path, indices, rows, width, separator, names, selected, cfg, num_classes):
+def _parse_block(path, indices, rows, width, separator, names, selected, data_cfg, num_classes):
     """(bad [n], problems [k], (features, labels)) of a block of rows, for record_files.resolve(). Each row is
     checked before it is read: a row with more or fewer fields than its file's header (a comma missing or
     added shifts every later column onto the wrong name), a quote that does not enclose its whole field, an
@@ -180,31 +180,31 @@ def _parse_block(path, indices, rows, width, separator, names, selected, cfg, nu
     safe = tf.where(fits, rows, tf.strings.reduce_join(tf.fill([width - 1], separator)))
     text = dict(zip(names, tf.io.decode_csv(safe, [""] * len(names), field_delim=separator, use_quote_delim=quoting,
                                             select_cols=selected)))
-    label_text = text[cfg.label_column]
-    numeric = tf.stack([text[name] for name in cfg.numeric_columns] or [tf.fill(tf.shape(rows), "")], axis=1)
+    label_text = text[data_cfg.label_column]
+    numeric = tf.stack([text[name] for name in data_cfg.numeric_columns] or [tf.fill(tf.shape(rows), "")], axis=1)
     empty = tf.equal(numeric, "")
     not_number = tf.logical_and(tf.logical_not(empty), tf.logical_not(tf.strings.regex_full_match(numeric, _NUMBER)))
     first_not_number = tf.argmax(tf.cast(not_number, tf.int32), axis=1)
     label_is_integer = tf.strings.regex_full_match(label_text, _INTEGER)
     labels = tf.strings.to_number(tf.where(label_is_integer, label_text, "0"), tf.int64)
-    out_of_range, out_of_range_message = record_files.label_failure(labels, cfg.label_column, num_classes)
+    out_of_range, out_of_range_message = record_files.label_failure(labels, data_cfg.label_column, num_classes)
     bad, problems = record_files.name_bad_records(path, indices, [
         (tf.logical_not(well_formed), "a quote in it does not enclose its whole field (a row is one line)"),
         (tf.not_equal(counts, width), lambda: tf.strings.join(
             ["has ", tf.strings.as_string(counts), f" {_SEPARATED[separator]} fields where its header has ",
              tf.strings.as_string(width)])),
-        (tf.equal(label_text, ""), f"'{cfg.label_column}' is empty"),
+        (tf.equal(label_text, ""), f"'{data_cfg.label_column}' is empty"),
         (tf.logical_not(label_is_integer), lambda: tf.strings.join(
-            [f"'{cfg.label_column}' is '", label_text, "', not an integer"])),
+            [f"'{data_cfg.label_column}' is '", label_text, "', not an integer"])),
         (tf.logical_and(label_is_integer, out_of_range), out_of_range_message),
         (tf.reduce_any(not_number, axis=1), lambda: tf.strings.join(
-            ["'", tf.gather(list(cfg.numeric_columns) or [""], first_not_number), "' is '",
+            ["'", tf.gather(list(data_cfg.numeric_columns) or [""], first_not_number), "' is '",
              tf.gather(numeric, first_not_number, batch_dims=1), "', not a number"])),
     ])
     values = tf.strings.to_number(tf.where(tf.logical_or(empty, not_number), "0", numeric), tf.float32)
-    values = tf.where(empty, tf.constant(cfg.numeric_default, tf.float32), values)
-    features = {name: values[:, i] for i, name in enumerate(cfg.numeric_columns)}
-    features.update({name: text[name] for name in cfg.categorical_columns})
+    values = tf.where(empty, tf.constant(data_cfg.numeric_default, tf.float32), values)
+    features = {name: values[:, i] for i, name in enumerate(data_cfg.numeric_columns)}
+    features.update({name: text[name] for name in data_cfg.categorical_columns})
     return bad, problems, (features, labels)
 
 
@@ -222,5 +222,5 @@ def _header(path, names: list[str], places: list[int], separator: str) -> tuple[
     return fits, _field_counts(line, separator)
 
 
-def shard_description(cfg, split: str, shard) -> str:
-    return record_files.file_shard_description(_glob(cfg.split_dir(split), split), shard, unit="rows")
+def shard_description(data_cfg, split: str, shard) -> str:
+    return record_files.file_shard_description(_glob(data_cfg.split_dir(split), split), shard, unit="rows")

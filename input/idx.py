@@ -30,9 +30,9 @@ KIND = "files"
 files = None  # one file of images, one of labels: nothing the input queue could hand out by file
 
 
-def paths(cfg, split: str) -> tuple[str, str]:
+def paths(data_cfg, split: str) -> tuple[str, str]:
     """The (images, labels) files of a split, .gz or not."""
-    data_dir = cfg.split_dir(split)
+    data_dir = data_cfg.split_dir(split)
     found = []
     for kind in ("images-idx3-ubyte", "labels-idx1-ubyte"):
         name = os.path.join(data_dir, f"{PREFIX[split]}-{kind}")
@@ -67,9 +67,9 @@ def read_header(path: str, magic: int) -> tuple[int, ...]:
         return struct.unpack(f">{ndims}I", f.read(4 * ndims))
 
 
-def check_split(cfg, split: str) -> int:
+def check_split(data_cfg, split: str) -> int:
     """Number of examples of a split; IdxError naming the file at fault."""
-    images_path, labels_path = paths(cfg, split)
+    images_path, labels_path = paths(data_cfg, split)
     count, rows, cols = read_header(images_path, IMAGE_MAGIC)
     (label_count,) = read_header(labels_path, LABEL_MAGIC)
     if (rows, cols) != synthetic.IMAGE_SHAPE[:2]:
@@ -89,25 +89,25 @@ def found_in(data_dir: str) -> bool:
     return tf.io.gfile.exists(name) or tf.io.gfile.exists(name + ".gz")
 
 
-def check(cfg):
-    if not cfg.data_dir:
+def check(data_cfg):
+    if not data_cfg.data_dir:
         return "--dataset=idx needs --data_dir: a directory of MNIST IDX files (train-images-idx3-ubyte, ...)."
     try:
-        check_split(cfg, "train")
-        if cfg.eval_data_dir:
-            check_split(cfg, "eval")
+        check_split(data_cfg, "train")
+        if data_cfg.eval_data_dir:
+            check_split(data_cfg, "eval")
     except IdxError as err:
         return str(err)
     return None
 
 
-def spec(cfg):
-    return synthetic.spec(cfg)
+def spec(data_cfg):
+    return synthetic.spec(data_cfg)
 
 
 @tuning.pipeline
-def blocks(cfg, split: str, shard) -> tf.data.Dataset:
-    images_path, labels_path = paths(cfg, split)
+def blocks(data_cfg, split: str, shard) -> tf.data.Dataset:
+    images_path, labels_path = paths(data_cfg, split)
 
     def fixed(path, size, header):
         return tf.data.FixedLengthRecordDataset(path, size, header_bytes=header, buffer_size=1 << 20,
@@ -125,18 +125,18 @@ def blocks(cfg, split: str, shard) -> tf.data.Dataset:
         bad, problems = record_files.name_bad_records(labels_path, indices,
                                               [record_files.label_failure(labels, "label", NUM_CLASSES)])
         images = tf.reshape(tf.io.decode_raw(images, tf.uint8), [-1, *synthetic.IMAGE_SHAPE])
-        return record_files.resolve(bad, problems, ({"image": images}, labels), cfg.skip_bad_records)
+        return record_files.resolve(bad, problems, ({"image": images}, labels), data_cfg.skip_bad_records)
 
     blocks = pairs.batch(record_files.BLOCK).enumerate().map(
         decode, num_parallel_calls=tuning.PARALLEL_CALLS, deterministic=True)
-    return record_files.settle(blocks, cfg.skip_bad_records)
+    return record_files.settle(blocks, data_cfg.skip_bad_records)
 
 
 records = packing.unbatched(blocks)
 
 
-def shard_description(cfg, split: str, shard) -> str:
-    images_path, labels_path = paths(cfg, split)
+def shard_description(data_cfg, split: str, shard) -> str:
+    images_path, labels_path = paths(data_cfg, split)
     if shard.count == 1:
         return f"every record of {os.path.basename(images_path)} and {os.path.basename(labels_path)}"
     return (f"records {shard.index}, {shard.index + shard.count}, ... (one in {shard.count}) of "

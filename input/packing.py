@@ -16,10 +16,10 @@ import tensorflow as tf
 
 
 def unbatched(blocks):
-    """A source's records(cfg, split, shard): its blocks(cfg, split, shard), a record per element."""
+    """A source's records(data_cfg, split, shard): its blocks(data_cfg, split, shard), a record per element."""
 
-    def records(cfg, split: str, shard) -> tf.data.Dataset:
-        return blocks(cfg, split, shard).unbatch()
+    def records(data_cfg, split: str, shard) -> tf.data.Dataset:
+        return blocks(data_cfg, split, shard).unbatch()
 
     records.__doc__ = f"The records of {blocks.__module__}.blocks(), one per element."
     return records

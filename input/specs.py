@@ -50,14 +50,14 @@ class Shard(NamedTuple):
     feed: object = None  # --input_queue: the work queue's feed (input/work_queue.py) instead; count is 1
 
 
-def tabular_spec(cfg: DataConfig) -> DataSpec:
-    features = {name: tf.TensorSpec([], tf.float32, name) for name in cfg.numeric_columns}
-    features.update({name: tf.TensorSpec([], tf.string, name) for name in cfg.categorical_columns})
-    return DataSpec(features, cfg.num_classes)
+def tabular_spec(data_cfg: DataConfig) -> DataSpec:
+    features = {name: tf.TensorSpec([], tf.float32, name) for name in data_cfg.numeric_columns}
+    features.update({name: tf.TensorSpec([], tf.string, name) for name in data_cfg.categorical_columns})
+    return DataSpec(features, data_cfg.num_classes)
 
 
-def generated_shard_description(cfg: DataConfig, split: str, shard: Shard, eval_examples: int) -> str:
+def generated_shard_description(data_cfg: DataConfig, split: str, shard: Shard, eval_examples: int) -> str:
     """Which of a generated dataset's examples a worker makes, in the words of the startup line."""
-    count = cfg.synthetic_examples if split == "train" else eval_examples
+    count = data_cfg.synthetic_examples if split == "train" else eval_examples
     every = f"examples {shard.index}, {shard.index + shard.count}, ... of" if shard.count > 1 else "all"
-    return f"{every} {count} generated from seed {cfg.seed}"
+    return f"{every} {count} generated from seed {data_cfg.seed}"

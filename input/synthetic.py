@@ -26,11 +26,11 @@ MAX_SHIFT = 3
 BLOCK = 64
 
 
-def check(cfg):
+def check(data_cfg):
     return None
 
 
-def spec(cfg):
+def spec(data_cfg):
     return DataSpec({"image": tf.TensorSpec(IMAGE_SHAPE, tf.uint8, "image")}, NUM_CLASSES)
 
 
@@ -50,12 +50,12 @@ def prototypes(seed: int) -> np.ndarray:
 
 
 @tuning.pipeline
-def blocks(cfg, split: str, shard) -> tf.data.Dataset:
+def blocks(data_cfg, split: str, shard) -> tf.data.Dataset:
     """Blocks of ({'image': uint8 images}, int64 labels) of `split`, only the blocks of `shard`."""
-    count = cfg.synthetic_examples if split == "train" else EVAL_EXAMPLES
+    count = data_cfg.synthetic_examples if split == "train" else EVAL_EXAMPLES
     stream = 0 if split == "train" else 1  # the split's own random numbers: no example in both
-    templates = tf.constant(prototypes(cfg.seed))
-    seed = cfg.seed
+    templates = tf.constant(prototypes(data_cfg.seed))
+    seed = data_cfg.seed
 
     def make(block):
         def seed_of(part):  # a block's own stream of each of its four draws
@@ -82,8 +82,8 @@ def blocks(cfg, split: str, shard) -> tf.data.Dataset:
 records = packing.unbatched(blocks)
 
 
-def shard_description(cfg, split: str, shard) -> str:
-    count = cfg.synthetic_examples if split == "train" else EVAL_EXAMPLES
+def shard_description(data_cfg, split: str, shard) -> str:
+    count = data_cfg.synthetic_examples if split == "train" else EVAL_EXAMPLES
     every = f"blocks {shard.index}, {shard.index + shard.count}, ... of {BLOCK} examples of" if shard.count > 1 \
         else "all"
-    return f"{every} {count} generated from seed {cfg.seed}"
+    return f"{every} {count} generated from seed {data_cfg.seed}"

@@ -29,27 +29,28 @@ def pattern(data_dir: str, split: str) -> str:
     return os.path.join(data_dir, f"{split}-*.tfrecord")
 
 
-def files(cfg, split: str) -> list[str]:
-    return sorted(tf.io.gfile.glob(pattern(cfg.split_dir(split), split)))
+def files(data_cfg, split: str) -> list[str]:
+    return sorted(tf.io.gfile.glob(pattern(data_cfg.split_dir(split), split)))
 
 
 def found_in(data_dir: str) -> bool:
     return bool(tf.io.gfile.glob(pattern(data_dir, "train")))
 
 
-def check(cfg):
-    if not cfg.data_dir:
-        return f"--dataset={cfg.name} needs --data_dir: a directory of train-*.tfrecord files."
-    for split in ("train", "eval") if cfg.eval_data_dir else ("train",):
-        if not tf.io.gfile.glob(pattern(cfg.split_dir(split), split)):
+def check(data_cfg):
+    if not data_cfg.data_dir:
+        return f"--dataset={data_cfg.name} needs --data_dir: a directory of train-*.tfrecord files."
+    for split in ("train", "eval") if data_cfg.eval_data_dir else ("train",):
+        if not tf.io.gfile.glob(pattern(data_cfg.split_dir(split), split)):
             flag = "--eval_data_dir" if split == "eval" else "--data_dir"
-            return (f"{flag}={cfg.split_dir(split)} holds no {split} files "
-                    f"(nothing matches {pattern(cfg.split_dir(split), split)}).")
+            return (f"{flag}={data_cfg.split_dir(split)} holds no {split} files "
+                    f"(nothing matches {pattern(data_cfg.split_dir(split), split)}).")
     return None
 
 
-def spec(cfg):
-    return tabular_spec(cfg) if cfg.numeric_columns or cfg.categorical_columns else synthetic.spec(cfg)
+def spec(data_cfg):
+    tabular = data_cfg.numeric_columns or data_cfg.categorical_columns
+    return tabular_spec(data_cfg) if tabular else synthetic.spec(data_cfg)
 
 
 def _kind(dtype) -> str:
@@ -137,12 +138,12 @@ def decoder(data_spec, label_name: str):
 
 
 @tuning.pipeline
-def blocks(cfg, split: str, shard) -> tf.data.Dataset:
-    data_dir = cfg.split_dir(split)
+def blocks(data_cfg, split: str, shard) -> tf.data.Dataset:
+    data_dir = data_cfg.split_dir(split)
     files = sorted(tf.io.gfile.glob(pattern(data_dir, split)))
     if not files:
         raise FileNotFoundError(f"no {split} files match {pattern(data_dir, split)}")
-    decode, skip = decoder(spec(cfg), cfg.label_column), cfg.skip_bad_records
+    decode, skip = decoder(spec(data_cfg), data_cfg.label_column), data_cfg.skip_bad_records
     if len(files) >= shard.count:  # whole files per worker
         blocks = record_files.tfrecord_blocks(files[shard.index::shard.count], PARALLEL_FILES, decode, skip,
                                               feed=shard.feed)
@@ -155,8 +156,8 @@ def blocks(cfg, split: str, shard) -> tf.data.Dataset:
 records = packing.unbatched(blocks)
 
 
-def shard_description(cfg, split: str, shard) -> str:
-    files = sorted(tf.io.gfile.glob(pattern(cfg.split_dir(split), split)))
+def shard_description(data_cfg, split: str, shard) -> str:
+    files = sorted(tf.io.gfile.glob(pattern(data_cfg.split_dir(split), split)))
     return record_files.file_shard_description(files, shard)
 
 

@@ -25,12 +25,12 @@ AFFINITY_SCALE = 0.5  # of each column's affinity: 26 of them, so the score's sp
 BLOCK = 1024  # examples made by one call
 
 
-def check(cfg):
+def check(data_cfg):
     return None
 
 
-def spec(cfg):
-    return criteo.spec(cfg)
+def spec(data_cfg):
+    return criteo.spec(data_cfg)
 
 
 def _zipf_ranks(uniform, cardinality):
@@ -56,10 +56,10 @@ def _ids_and_affinities(uniform):
 
 
 @tuning.pipeline
-def blocks(cfg, split: str, shard) -> tf.data.Dataset:
-    first = 0 if split == "train" else cfg.synthetic_examples
-    count = cfg.synthetic_examples if split == "train" else EVAL_EXAMPLES
-    seed = cfg.seed
+def blocks(data_cfg, split: str, shard) -> tf.data.Dataset:
+    first = 0 if split == "train" else data_cfg.synthetic_examples
+    count = data_cfg.synthetic_examples if split == "train" else EVAL_EXAMPLES
+    seed = data_cfg.seed
 
     def make(indices):
         draws = tf.map_fn(lambda index: tf.random.stateless_uniform([26 + 13 + 1], [seed, index]), indices,
@@ -79,8 +79,8 @@ def blocks(cfg, split: str, shard) -> tf.data.Dataset:
 records = packing.unbatched(blocks)
 
 
-def shard_description(cfg, split: str, shard) -> str:
-    return generated_shard_description(cfg, split, shard, EVAL_EXAMPLES)
+def shard_description(data_cfg, split: str, shard) -> str:
+    return generated_shard_description(data_cfg, split, shard, EVAL_EXAMPLES)
 
 
 def expected_distinct_ids(examples: int) -> int:

@@ -26,7 +26,7 @@ class Model(Protocol):
     def check(self, data_spec) -> str | None:
         """A problem with the data (a feature it needs and the data lacks), or None."""
 
-    def logits(self, features, cfg: "ModelConfig", data_spec, training: bool) -> tf.Tensor:
+    def logits(self, features, model_cfg: "ModelConfig", data_spec, training: bool) -> tf.Tensor:
         """The batch's raw features to logits, [batch, classes] (`training`: it may add rows to dynamic
         tables)."""
 
@@ -76,22 +76,22 @@ def needs_of(name: str) -> Needs:
     return MODELS[name].NEEDS
 
 
-def check(cfg: ModelConfig, data_spec) -> str | None:
-    return MODELS[cfg.name].check(data_spec)
+def check(model_cfg: ModelConfig, data_spec) -> str | None:
+    return MODELS[model_cfg.name].check(data_spec)
 
 
-def logits_of(features, cfg: ModelConfig, data_spec, training: bool = False) -> tf.Tensor:
+def logits_of(features, model_cfg: ModelConfig, data_spec, training: bool = False) -> tf.Tensor:
     """The model alone, features to logits: what training builds (`training`: it may add rows to
     dynamic tables) and what is evaluated and exported (it only reads them)."""
-    with tf.compat.v1.variable_scope(cfg.name):
-        return MODELS[cfg.name].logits(features, cfg, data_spec, training)
+    with tf.compat.v1.variable_scope(model_cfg.name):
+        return MODELS[model_cfg.name].logits(features, model_cfg, data_spec, training)
 
 
-def build(features, labels, cfg: ModelConfig, data_spec, summaries: bool = True,
+def build(features, labels, model_cfg: ModelConfig, data_spec, summaries: bool = True,
           training: bool = False) -> ModelOutput:
     """Logits, mean cross-entropy loss and batch metrics (0 for an empty batch), with their summaries
     unless told not to."""
-    logits = logits_of(features, cfg, data_spec, training)
+    logits = logits_of(features, model_cfg, data_spec, training)
     probabilities = tf.nn.softmax(logits, name="probabilities")
     # Means that are 0 for an empty batch, with no gradient: a sync worker with nothing to read in a
     # round sends one (input/work_queue.py), a share that adds nothing to the round.

@@ -12,7 +12,7 @@ def check(data_spec):
     return layers.needs_image(data_spec)
 
 
-def logits(features, cfg, data_spec, training):
+def logits(features, model_cfg, data_spec, training):
     images, num_classes = layers.image_input(features), data_spec.num_classes
     # oneDNN's convolution fails on a batch of no images once gradients are built ("input depth must be
     # evenly divisible by filter depth"), and a sync worker with nothing to read sends one

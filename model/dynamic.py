@@ -57,21 +57,21 @@ def resumed_pieces(saved: dict) -> int | None:
     return saved.get("embedding_partitions")
 
 
-def columns(features, names, cfg, num_classes, training, initializer):
+def columns(features, names, model_cfg, num_classes, training, initializer):
     """(embeddings, wide weights) of every categorical column, each [batch, columns, width], from rows
     of their own; each ps is sent the batch's distinct IDs of every column at once and sends one tensor
     of rows back per trained value, a row per distinct ID."""
-    options = embeddings.TableOptions(capacity=cfg.embedding_capacity, shards=cfg.embedding_partitions,
-                                      devices=cfg.table_devices, min_count=cfg.embedding_min_count,
-                                      steps_to_live=cfg.embedding_steps_to_live, grow=cfg.embedding_growth,
-                                      mark_changes=cfg.mark_touched_rows)
+    options = embeddings.TableOptions(capacity=model_cfg.embedding_capacity, shards=model_cfg.embedding_partitions,
+                                      devices=model_cfg.table_devices, min_count=model_cfg.embedding_min_count,
+                                      steps_to_live=model_cfg.embedding_steps_to_live, grow=model_cfg.embedding_growth,
+                                      mark_changes=model_cfg.mark_touched_rows)
     ids = tf.stack([features[name] for name in names], axis=1)
     tables = []
     with table_part():
         for column, name in enumerate(names):
             with v1.variable_scope(name):
                 tables.append(embeddings.DynamicTable(v1.get_variable_scope().name, ids, options, training, column))
-        deep = embeddings.rows_of_columns(tables, "embedding", cfg.embedding_dim, initializer)
+        deep = embeddings.rows_of_columns(tables, "embedding", model_cfg.embedding_dim, initializer)
         with wide_part():
             wide = embeddings.rows_of_columns(tables, "wide", num_classes, v1.zeros_initializer())
     return deep, wide

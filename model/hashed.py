@@ -32,35 +32,36 @@ def resumed_pieces(saved: dict) -> None:
     del saved
 
 
-def columns(features, names, cfg, num_classes, training, initializer):
+def columns(features, names, model_cfg, num_classes, training, initializer):
     """(embeddings, wide weights) of every categorical column, each [batch, columns, width]. On the ps
     tasks every column's tables are gathered from at once, one call per ps (model/grouped_lookup.py);
     alone, each with embedding_lookup ("div": fixed_size_partitioner gives a piece a range of rows)."""
     tables = []
     for name in names:
         with v1.variable_scope(name):
-            tables.append(_tables(cfg, num_classes, training, initializer))
-    ids = tf.stack([tf.strings.to_hash_bucket_fast(features[name], cfg.hash_buckets) for name in names], axis=1)
+            tables.append(_tables(model_cfg, num_classes, training, initializer))
+    ids = tf.stack([tf.strings.to_hash_bucket_fast(features[name], model_cfg.hash_buckets) for name in names], axis=1)
     deep, wide = zip(*tables)
-    if cfg.table_devices:
+    if model_cfg.table_devices:
         return tuple(grouped_lookup.lookup([deep, wide], ids))
     return tuple(tf.stack([v1.nn.embedding_lookup(table, ids[:, c], partition_strategy="div")
                            for c, table in enumerate(column_tables)], axis=1) for column_tables in (deep, wide))
 
 
-def _tables(cfg, num_classes, training, initializer):
+def _tables(model_cfg, num_classes, training, initializer):
     """(embedding table, wide weight table) of the current column: --hash_buckets rows each."""
-    partitioner = (v1.fixed_size_partitioner(cfg.embedding_partitions) if cfg.embedding_partitions > 1 else None)
+    shards = model_cfg.embedding_partitions
+    partitioner = v1.fixed_size_partitioner(shards) if shards > 1 else None
     with table_part():
-        table = v1.get_variable("embedding", [cfg.hash_buckets, cfg.embedding_dim], partitioner=partitioner,
+        table = v1.get_variable("embedding", [model_cfg.hash_buckets, model_cfg.embedding_dim], partitioner=partitioner,
                                 initializer=initializer)
         with wide_part():
-            weights = v1.get_variable("wide", [cfg.hash_buckets, num_classes], partitioner=partitioner,
+            weights = v1.get_variable("wide", [model_cfg.hash_buckets, num_classes], partitioner=partitioner,
                                       initializer=v1.zeros_initializer())
     for piece in [*grouped_lookup.pieces(table), *grouped_lookup.pieces(weights)]:
         # Each piece and its optimizer slots: a group of rows that incremental checkpoints save.
         marker = touched_rows.group(piece.op.name, piece.device, lambda slots_of, p=piece: [
             (p, None), *((slot, None) for slot, _ in slots_of(p))], piece.shape[0],
-            mark=training and cfg.mark_touched_rows)
+            mark=training and model_cfg.mark_touched_rows)
         touched_rows.marks_rows_of(piece, marker)
     return table, weights

@@ -15,8 +15,9 @@ class TableKind(Protocol):
     def misplaced(self, flag: str, embedding: str) -> str:
         """The refusal of one of OWN_FLAGS given for another kind, --embedding=`embedding`."""
 
-    def columns(self, features, names, cfg, num_classes: int, training: bool, initializer) -> tuple[tf.Tensor, ...]:
-        """(embeddings [batch, columns, cfg.embedding_dim], wide weights [batch, columns, num_classes]) of
+    def columns(self, features, names, model_cfg, num_classes: int, training: bool,
+                initializer) -> tuple[tf.Tensor, ...]:
+        """(embeddings [batch, columns, model_cfg.embedding_dim], wide weights [batch, columns, num_classes]) of
         the categorical columns `names` (`training`: a kind may add rows as it meets IDs)."""
 
     def restore_refusal(self, saved: dict, now) -> str | None:

@@ -23,7 +23,7 @@ from model.needs import Needs, wide_part
 v1 = tf.compat.v1
 
 
-def table_pieces(cfg, data_spec, num_ps: int) -> int:
+def table_pieces(model_cfg, data_spec, num_ps: int) -> int:
     """How many pieces each table is cut into by default. Every gather and sparse update of a piece is an
     op of its own on its ps, whatever the piece's size: two ps tasks that each hold a piece of every
     table each cost a step nearly as much as one ps holding them all (measured: docs/data.md). So tables
@@ -32,7 +32,7 @@ def table_pieces(cfg, data_spec, num_ps: int) -> int:
     quarter above its share (fewer tables than ps tasks, or a few); then each is cut into one piece per
     ps (a dynamic table's shard chosen by a hash of the ID). A dynamic run resumed without
     --embedding_partitions keeps its checkpoint's shards (flags/config.py)."""
-    del cfg
+    del model_cfg
     if num_ps <= 1:
         return 1
     num_tables = len(categorical_columns(data_spec))
@@ -55,23 +55,23 @@ def numeric_input(values):
     return tf.sign(values) * tf.math.log1p(tf.abs(values))
 
 
-def _embedding_initializer(cfg):
-    return v1.truncated_normal_initializer(stddev=cfg.embedding_dim ** -0.5)
+def _embedding_initializer(model_cfg):
+    return v1.truncated_normal_initializer(stddev=model_cfg.embedding_dim ** -0.5)
 
 
 def categorical_columns(data_spec) -> list[str]:
     return sorted(n for n, s in data_spec.features.items() if s.dtype == tf.string)
 
 
-def logits(features, cfg, data_spec, training):
+def logits(features, model_cfg, data_spec, training):
     categorical = categorical_columns(data_spec)
     numeric = sorted(n for n, s in data_spec.features.items() if s.dtype == tf.float32)
     num_classes = data_spec.num_classes
     deep_inputs, wide_terms = [], []
     if categorical:
-        deep, wide = tables.KINDS[cfg.embedding].columns(features, categorical, cfg, num_classes, training,
-                                                         _embedding_initializer(cfg))
-        deep_inputs.append(tf.reshape(deep, [-1, len(categorical) * cfg.embedding_dim]))
+        deep, wide = tables.KINDS[model_cfg.embedding].columns(features, categorical, model_cfg, num_classes, training,
+                                                         _embedding_initializer(model_cfg))
+        deep_inputs.append(tf.reshape(deep, [-1, len(categorical) * model_cfg.embedding_dim]))
         wide_terms.append(tf.reduce_sum(wide, axis=1))
     if numeric:
         values = numeric_input(tf.stack([tf.cast(features[n], tf.float32) for n in numeric], axis=1))
@@ -79,6 +79,6 @@ def logits(features, cfg, data_spec, training):
         with wide_part():
             wide_terms.append(layers.dense(values, num_classes, "wide_numeric"))
     net = tf.concat(deep_inputs, axis=1)
-    for i, units in enumerate(cfg.hidden_units):
+    for i, units in enumerate(model_cfg.hidden_units):
         net = layers.dense(net, units, f"hidden{i}", activation=tf.nn.relu)
     return layers.dense(net, num_classes, "deep_logits") + tf.add_n(wide_terms)
