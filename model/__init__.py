@@ -48,7 +48,7 @@ class ModelConfig:
     hash_buckets: int = 10000
     embedding_dim: int = 16
     embedding_partitions: int = 1
-    # wide_deep: "hashed" (the tables above) or "dynamic" (model/embeddings.py: a row per raw ID, with
+    # wide_deep: "hashed" (the tables above) or "dynamic" (model/dynamic/: a row per raw ID, with
     # embedding_capacity rows per table, held from the start or, with embedding_growth, a limit that the
     # storage grows to with the IDs met; an ID admitted at its embedding_min_count-th sighting).
     embedding: str = "hashed"

@@ -12,7 +12,7 @@ v1 = tf.compat.v1
 def masked(values, mask):
     """The entries of `values` (along its first axis) where the 1-D bool `mask` holds: what
     tf.boolean_mask gives, in 5 graph ops instead of its 27. A dynamic table's graph masks some 60
-    times (model/embeddings.py, training/incremental.py), and each op costs the graph's build."""
+    times (model/dynamic/, training/incremental.py), and each op costs the graph's build."""
     return tf.gather(values, tf.reshape(tf.where(mask), [-1]))
 
 

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 @dataclasses.dataclass
 class Registry:
-    # model/embeddings.py: (table name, shard) of each dynamic table built for training; the lock of the
+    # model/dynamic/: (table name, shard) of each dynamic table built for training; the lock of the
     # shard whose rows a growing row variable holds, by the variable's op name; the DistinctIds built, by
     # (name of the tensor of IDs, shards, devices).
     trained_shards: list = dataclasses.field(default_factory=list)

@@ -2,11 +2,12 @@
 own with what TableKind names: how a column's rows are looked up, which flags only it takes, how a checkpoint
 of it restores and what a resume keeps of it. The trainer asks the kind; it never names one."""
 
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import tensorflow as tf
 
-from model import dynamic, hashed
+from model import dynamic, grouped_lookup, hashed, touched_rows
+from model.dynamic import table as dynamic_table
 
 
 class TableKind(Protocol):
@@ -30,3 +31,47 @@ class TableKind(Protocol):
 
 
 KINDS: dict[str, TableKind] = {"hashed": hashed, "dynamic": dynamic}
+
+
+class RowUpdate(NamedTuple):
+    """How an optimizer's update of a variable's rows runs, as the tables built in its graph ask: `lock`,
+    the lock of the dynamic table's shard whose rows it holds, when they grow (model/dynamic/upkeep.py
+    replaces the row variable and its slots one by one inside it: an update in between would meet a
+    variable and a slot of different lengths); `marker`, the marks of the rows incremental checkpoints
+    save (model/touched_rows.py); `distinct`, whether the gradient's indices name no row twice (a grouped
+    lookup's, summed on the worker: model/grouped_lookup.py). A variable of no table: none of them."""
+    lock: tf.CriticalSection | None = None
+    marker: tf.Variable | None = None
+    distinct: bool = False
+
+    def of_rows(self, apply, indices) -> tf.Operation:
+        """apply(), the update of rows `indices`, marked once written, inside the lock if there is one (taken
+        for the update alone, once the gradient is computed)."""
+        def update():
+            applied = apply()
+            if self.marker is None:
+                return applied
+            with tf.control_dependencies([applied]):
+                return touched_rows.mark(self.marker, indices)
+
+        if self.lock is None:
+            return update()
+
+        def locked():
+            with tf.control_dependencies([update()]):
+                return tf.constant(True)
+        return self.lock.execute(locked, exclusive_resource_access=self.marker is None).op
+
+    def of_all(self, apply) -> tf.Operation:
+        """apply(), a dense update: every row changed."""
+        applied = apply()
+        if self.marker is None:
+            return applied
+        with tf.control_dependencies([applied]):
+            return touched_rows.mark_all(self.marker)
+
+
+def row_update(variable, indices=None) -> RowUpdate:
+    """The RowUpdate of `variable` (a resource handle or variable), for a gradient at `indices` (None: dense)."""
+    return RowUpdate(lock=dynamic_table.rows_lock(variable), marker=touched_rows.marker_of(variable),
+                     distinct=indices is not None and grouped_lookup.rows_are_distinct(indices))

@@ -89,7 +89,7 @@ def _root(graph):
 
 def marks_rows_of(variable, marker) -> None:
     """Says that `marker` marks the rows of `variable`: the optimizers mark the rows they update
-    (training/optimizers.RowsLocked)."""
+    (model/tables.RowUpdate)."""
     if marker is not None:
         registry.of(variable.graph).markers[variable.op.name] = marker
 

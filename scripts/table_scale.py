@@ -6,7 +6,7 @@ restore it.
     python scripts/table_scale.py --ids=1000000 --num_ps=1
 
 Starts --num_ps ps tasks of trainer.py on 127.0.0.1 (real processes) and is their one worker: one
-table of model/embeddings.py, sharded over them, trained by Adagrad; its storage starts small and
+table of model/dynamic/, sharded over them, trained by Adagrad; its storage starts small and
 grows with the IDs (--embedding_growth: its upkeep, which training runs every few steps, runs after
 each step here). It admits --ids distinct IDs, --batch_ids per batch (each step gathers the batch's
 rows and applies Adagrad's sparse update on the ps that holds them; a batch larger than the rows left
@@ -35,7 +35,8 @@ from cluster import spec  # noqa: E402
 from training import optimizers  # noqa: E402
 from launch import faults  # noqa: E402
 from launch.processes import LocalCluster  # noqa: E402
-from model import embeddings  # noqa: E402
+from model.dynamic import ids as table_ids, storage as table_storage  # noqa: E402
+from model.dynamic import table as dynamic_table, upkeep as table_upkeep  # noqa: E402
 
 flags.DEFINE_integer("ids", 10_000_000, "Distinct IDs admitted (live rows at the end).", lower_bound=1000)
 flags.DEFINE_integer("num_ps", 2, "ps tasks the table is sharded over.", lower_bound=1)
@@ -73,10 +74,10 @@ def build(cfg, capacity: int):
     """(ids, train op, the table's upkeep, the rows of ids, rows held): reading the rows of IDs
     already admitted changes nothing."""
     ids = v1.placeholder(tf.int64, [None], name="ids")
-    options = embeddings.TableOptions(capacity=capacity, shards=FLAGS.num_ps, devices=cfg.ps_devices(), grow=True)
+    options = table_ids.TableOptions(capacity=capacity, shards=FLAGS.num_ps, devices=cfg.ps_devices(), grow=True)
     with v1.device(cfg.worker_device()):
         global_step = v1.train.get_or_create_global_step()
-    table = embeddings.DynamicTable("scale", ids, options, training=True)
+    table = dynamic_table.DynamicTable("scale", ids, options, training=True)
     rows = table.rows("embedding", FLAGS.width, v1.random_normal_initializer(stddev=0.01))
     with v1.device(cfg.worker_device()):
         loss = tf.reduce_mean(tf.square(rows - 1.0))
@@ -84,7 +85,7 @@ def build(cfg, capacity: int):
     train = optimizer.minimize(loss, global_step=global_step)
     slots_of = lambda variable: optimizers.slots_and_starts(optimizer, variable)  # noqa: E731
     held = tf.add_n([shard.held for shard in table._shards])  # pylint: disable=protected-access
-    return ids, train, embeddings.upkeep(slots_of), rows, held
+    return ids, train, table_upkeep.upkeep(slots_of), rows, held
 
 
 def main(argv):
@@ -105,7 +106,7 @@ def main(argv):
         with tf.Graph().as_default():
             ids, train, upkeep, served, held = build(cfg, capacity)
             saver = v1.train.Saver(sharded=True)
-            live = tf.add_n(v1.get_collection(embeddings.LIVE_ROWS))  # each shard's map size, read on its ps
+            live = tf.add_n(v1.get_collection(table_storage.LIVE_ROWS))  # each shard's map size, read on its ps
             with v1.Session(server.target, config=spec.session_config(cfg)) as sess:
                 began = time.monotonic()
                 sess.run(v1.global_variables_initializer())

@@ -1,4 +1,4 @@
-"""Dynamic embedding tables (model/embeddings.py): a row per raw ID, never shared, kept across
+"""Dynamic embedding tables (model/dynamic/): a row per raw ID, never shared, kept across
 steps, checkpoints and a ps restart; admission; a full table; serving raw IDs; a real cluster."""
 
 import dataclasses
@@ -16,7 +16,7 @@ import tensorflow as tf
 import input as inputs
 from cluster import spec
 from launch import measure
-from model import embeddings
+from model.dynamic import ids as table_ids, storage as table_storage, table as dynamic_table, upkeep as table_upkeep
 from tests.support import (ROOT, describe, finished, in_process_cluster, join_all, logged_step, read_flags,
                            run_trainer, serve_in_fresh_process, wait_for)
 from training import export, incremental, log_lines, run_record
@@ -32,10 +32,10 @@ def table_graph(ids_dtype=tf.string, capacity=40, shards=2, min_count=1, trainin
                 steps_to_live=0, initializer=None, grow=False):
     """(ids placeholder, their rows of a WIDTH-wide variable 'embedding', the table) in the default graph."""
     ids = v1.placeholder(ids_dtype, [None], name="ids")
-    options = embeddings.TableOptions(capacity=capacity, shards=shards, devices=devices, min_count=min_count,
+    options = table_ids.TableOptions(capacity=capacity, shards=shards, devices=devices, min_count=min_count,
                                       steps_to_live=steps_to_live, grow=grow)
     with v1.variable_scope("user"):
-        table = embeddings.DynamicTable("user", ids, options, training)
+        table = dynamic_table.DynamicTable("user", ids, options, training)
         rows = table.rows("embedding", WIDTH, initializer or v1.random_normal_initializer(seed=1))
     return ids, rows, table
 
@@ -74,7 +74,7 @@ def test_each_id_gets_a_row_of_its_own_that_stays_across_steps_and_a_checkpoint(
     keys = [key for shard in maps.values() for key in shard]
     assert sorted(keys) == sorted(seen)  # every ID in exactly one shard
     for shard in maps.values():  # within a shard, no row shared, none the default row
-        assert len(set(shard.values())) == len(shard) and min(shard.values()) > embeddings.DEFAULT_ROW
+        assert len(set(shard.values())) == len(shard) and min(shard.values()) > table_storage.DEFAULT_ROW
     reader = tf.train.load_checkpoint(checkpoint)
     for number, shard in maps.items():
         stored = reader.get_tensor(f"user/shard{number}/embedding")
@@ -104,7 +104,7 @@ def test_a_step_updates_the_rows_of_the_batch_and_no_other():
 def test_an_id_reads_the_default_row_until_its_nth_sighting_then_gets_its_own():
     with tf.Graph().as_default():
         ids, rows, table = table_graph(shards=1, min_count=3)
-        live = v1.get_collection(embeddings.LIVE_ROWS)
+        live = v1.get_collection(table_storage.LIVE_ROWS)
         with v1.Session() as sess:
             sess.run(v1.global_variables_initializer())
             default = sess.run(rows, {ids: ["never"]})[0]
@@ -153,14 +153,14 @@ def test_storage_grows_with_the_ids_met_keeping_every_row_value_and_slot_and_nev
         ids, rows, table = table_graph(tf.int64, capacity=200_000, shards=2, grow=True)
         optimizer = optimizers.AdagradOptimizer(0.1)
         train = optimizer.minimize(tf.reduce_sum(rows))
-        upkeep = embeddings.upkeep(lambda variable: optimizers.slots_and_starts(optimizer, variable))
+        upkeep = table_upkeep.upkeep(lambda variable: optimizers.slots_and_starts(optimizer, variable))
         storages = sorted((v for v in v1.global_variables() if v.op.name.endswith("/embedding")),
                           key=lambda v: v.op.name)
         slots = [optimizer.get_slot(v, "accumulator") for v in storages]
         assert storages[0].shape.as_list() == [None, WIDTH]  # rows grow; the width is known
         with v1.Session() as sess:
             sess.run(v1.global_variables_initializer())
-            assert [len(v) for v in sess.run(storages)] == [embeddings.GROWTH_ROWS] * 2
+            assert [len(v) for v in sess.run(storages)] == [table_storage.GROWTH_ROWS] * 2
             first = np.arange(batch, dtype=np.int64) * 7 + 1
             train_and_keep_up(sess, train, upkeep, {ids: first})
             trained = sess.run([storages, slots])
@@ -183,7 +183,7 @@ def test_storage_grows_with_the_ids_met_keeping_every_row_value_and_slot_and_nev
             # The storage holds what the IDs need, with a growth step of room at most.
             for shard in (0, 1):
                 live = sum(1 for s, _ in rows_now.values() if s == shard)
-                assert live < lengths[shard] <= live + 1 + max(embeddings.GROWTH_ROWS, lengths[shard] // 8) * 2
+                assert live < lengths[shard] <= live + 1 + max(table_storage.GROWTH_ROWS, lengths[shard] // 8) * 2
             # Rows a step finds no room for read the default row and get one at a later sighting.
             burst = np.arange(20_000, dtype=np.int64) * 7 + 10_000_000
             train_and_keep_up(sess, train, upkeep, {ids: burst})
@@ -202,7 +202,7 @@ def test_storage_grows_with_the_ids_met_keeping_every_row_value_and_slot_and_nev
 def test_a_full_table_resumes_from_its_checkpoint_with_a_higher_capacity(tmp_path):
     def graph(capacity):
         ids, rows, table = table_graph(capacity=capacity, shards=1, grow=True)
-        return ids, rows, table, embeddings.upkeep(lambda variable: [])
+        return ids, rows, table, table_upkeep.upkeep(lambda variable: [])
 
     with tf.Graph().as_default():
         ids, rows, table, _ = graph(capacity=4)
@@ -258,7 +258,7 @@ def test_the_ids_the_map_keeps_for_itself_read_the_default_row_and_are_never_adm
         with v1.Session() as sess:
             sess.run(v1.global_variables_initializer())
             storage = [v for v in v1.global_variables() if v.op.name == "user/shard0/embedding"][0]
-            default = sess.run(storage)[embeddings.DEFAULT_ROW]
+            default = sess.run(storage)[table_storage.DEFAULT_ROW]
             got = sess.run(rows, {ids: [lowest, lowest + 1, lowest + 2, 5]})  # the 3 lowest int64s: no ID
             np.testing.assert_array_equal(got[:3], [default, default, default])
             assert sorted(map_of(sess, table)) == [5]
@@ -273,7 +273,7 @@ def test_a_restore_of_a_save_caught_mid_growth_gives_every_row_variable_the_rows
         optimizer = optimizers.AdagradOptimizer(0.1)
         train = optimizer.minimize(tf.reduce_sum(rows))
         slots_of = lambda variable: optimizers.slots_and_starts(optimizer, variable)  # noqa: E731
-        upkeep = embeddings.upkeep(slots_of)
+        upkeep = table_upkeep.upkeep(slots_of)
         shard = table._shards[0]
         storage = [v for v in v1.global_variables() if v.op.name == "user/shard0/embedding"][0]
         accumulator = optimizer.get_slot(storage, "accumulator")
@@ -287,8 +287,8 @@ def test_a_restore_of_a_save_caught_mid_growth_gives_every_row_variable_the_rows
             v1.train.Saver().restore(sess, checkpoint)
             upkeep.after_restore(sess)
             lengths = [len(v) for v in sess.run([storage, accumulator])]
-            assert lengths == [embeddings.GROWTH_ROWS + 5000] * 2
-            np.testing.assert_allclose(sess.run(accumulator)[embeddings.GROWTH_ROWS:], 0.1)  # fresh slot rows
+            assert lengths == [table_storage.GROWTH_ROWS + 5000] * 2
+            np.testing.assert_allclose(sess.run(accumulator)[table_storage.GROWTH_ROWS:], 0.1)  # fresh slot rows
             assert sess.run([shard.next_row, shard.held]) == [101, lengths[0]]  # past the 100 rows named
             sess.run(train, {ids: [1000, 1001]})  # new IDs get rows of their own, past those
             new_rows = [row for key, (_, row) in map_of(sess, table).items() if key >= 1000]
@@ -305,7 +305,7 @@ def test_a_restored_table_serves_raw_ids_and_stores_none_it_does_not_know(tmp_pa
             checkpoint = v1.train.Saver().save(sess, str(tmp_path / "model.ckpt"))
     with tf.Graph().as_default():
         ids, rows, _ = table_graph(training=False)
-        live = v1.get_collection(embeddings.LIVE_ROWS)
+        live = v1.get_collection(table_storage.LIVE_ROWS)
         with v1.Session() as sess:
             v1.train.Saver().restore(sess, checkpoint)
             served = sess.run(rows, {ids: ["c", "new", "a", "", "b", "other"]})
@@ -314,7 +314,7 @@ def test_a_restored_table_serves_raw_ids_and_stores_none_it_does_not_know(tmp_pa
         np.testing.assert_array_equal(served[index], trained[key])
     # Unknown IDs read their shard's default row (row 0 of the shard their hash picks).
     reader = tf.train.load_checkpoint(checkpoint)
-    defaults = [reader.get_tensor(f"user/shard{s}/embedding")[embeddings.DEFAULT_ROW] for s in (0, 1)]
+    defaults = [reader.get_tensor(f"user/shard{s}/embedding")[table_storage.DEFAULT_ROW] for s in (0, 1)]
     for index in (1, 3, 5):
         assert any(np.array_equal(served[index], default) for default in defaults)
 
@@ -326,10 +326,10 @@ def test_eviction_frees_the_rows_untouched_for_steps_to_live_resets_them_and_the
         ids, rows, _ = table_graph(capacity=6, shards=1, steps_to_live=3, initializer=v1.zeros_initializer())
         optimizer = v1.train.AdagradOptimizer(0.5, initial_accumulator_value=0.1)
         train = optimizer.minimize(tf.reduce_sum(rows), global_step=global_step)
-        evict = embeddings.eviction(lambda variable: [(optimizer.get_slot(variable, "accumulator"), 0.1)])
+        evict = table_upkeep.eviction(lambda variable: [(optimizer.get_slot(variable, "accumulator"), 0.1)])
         table = [v for v in v1.global_variables() if v.op.name == "user/shard0/embedding"][0]
         accumulator = optimizer.get_slot(table, "accumulator")
-        live = v1.get_collection(embeddings.LIVE_ROWS)
+        live = v1.get_collection(table_storage.LIVE_ROWS)
         with v1.Session() as sess:
             sess.run(v1.global_variables_initializer())
             sess.run(train, {ids: ["a", "b"]})  # step 1: a row 1, b row 2
@@ -413,7 +413,7 @@ def test_workers_training_while_the_storage_grows_under_them_never_meet_a_slot_o
         ids, rows, table = table_graph(tf.int64, capacity=100_000, shards=1, devices=devices, grow=True)
         optimizer = optimizers.OPTIMIZERS["adagrad"](0.1, None)
         train = optimizer.minimize(tf.reduce_sum(tf.square(rows)))
-        return ids, train, embeddings.upkeep(lambda v: optimizers.slots_and_starts(optimizer, v)), table, optimizer
+        return ids, train, table_upkeep.upkeep(lambda v: optimizers.slots_and_starts(optimizer, v)), table, optimizer
 
     with tf.Graph().as_default():
         graph()
@@ -444,7 +444,7 @@ def test_workers_training_while_the_storage_grows_under_them_never_meet_a_slot_o
             lengths = [len(value) for value in sess.run([storage, optimizer.get_slot(storage, "accumulator")])]
             held = sess.run(table._shards[0].held)
     assert sorted(keys) == sorted(all_ids) and len(set(rows)) == len(rows)
-    assert lengths[0] == lengths[1] == held > max(rows) and held > embeddings.GROWTH_ROWS * 2
+    assert lengths[0] == lengths[1] == held > max(rows) and held > table_storage.GROWTH_ROWS * 2
 
 
 @pytest.mark.inprocess
@@ -457,7 +457,7 @@ def test_rows_a_table_adds_start_their_slots_where_the_optimizer_starts_them(nam
         train = optimizer.minimize(tf.reduce_sum(rows))
         storage = [v for v in v1.global_variables() if v.op.name == "user/shard0/embedding"][0]
         slots = optimizers.slots_and_starts(optimizer, storage)
-        upkeep = embeddings.upkeep(lambda v: optimizers.slots_and_starts(optimizer, v))
+        upkeep = table_upkeep.upkeep(lambda v: optimizers.slots_and_starts(optimizer, v))
         with v1.Session() as sess:
             sess.run(v1.global_variables_initializer())
             for slot, start in slots:  # as the optimizer made them
@@ -465,8 +465,8 @@ def test_rows_a_table_adds_start_their_slots_where_the_optimizer_starts_them(nam
             train_and_keep_up(sess, train, upkeep, {ids: np.arange(5000)})
             for slot, start in slots:  # the rows added by the growth, as the optimizer would have made them
                 value = sess.run(slot)
-                assert len(value) > embeddings.GROWTH_ROWS
-                np.testing.assert_allclose(value[embeddings.GROWTH_ROWS:], start)
+                assert len(value) > table_storage.GROWTH_ROWS
+                np.testing.assert_allclose(value[table_storage.GROWTH_ROWS:], start)
 
 
 @pytest.mark.servers
@@ -497,15 +497,15 @@ def test_the_tables_of_several_columns_cross_to_each_ps_in_one_tensor_and_read_t
     """Cut by ID, the shards of each column start on the next ps; whole (one shard each), the tables
     of consecutive columns live on consecutive ps tasks. Either way a row crosses once, from its ps."""
     workers, _, (hosts,) = in_process_cluster(num_workers=1, num_ps=2)
-    options = embeddings.TableOptions(capacity=40, shards=shards, devices=hosts.ps_devices())
+    options = table_ids.TableOptions(capacity=40, shards=shards, devices=hosts.ps_devices())
     batch = np.array([["a", "x", "a"], ["b", "x", "q"], ["a", "y", "r"], ["c", "z", "a"]], object)
     with tf.Graph().as_default():
         ids = v1.placeholder(tf.string, [None, 3])
         tables = []
         for column, name in enumerate(("user", "item", "query")):
             with v1.variable_scope(name):
-                tables.append(embeddings.DynamicTable(name, ids, options, True, column))
-        rows = embeddings.rows_of_columns(tables, "embedding", WIDTH, v1.random_normal_initializer(seed=1))
+                tables.append(dynamic_table.DynamicTable(name, ids, options, True, column))
+        rows = dynamic_table.rows_of_columns(tables, "embedding", WIDTH, v1.random_normal_initializer(seed=1))
         contents = [table.contents() for table in tables]
         values = {v.op.name: v for v in v1.global_variables() if v.op.name.endswith("/embedding")}
         placed = {v.op.name: v.device for v in values.values()}

@@ -13,7 +13,8 @@ import tensorflow as tf
 import input as inputs
 import model
 from cluster import spec
-from model import embeddings, registry
+from model import registry
+from model.dynamic import storage as table_storage
 from training import checkpoints, evaluator, export, incremental
 from training import graph as train_graph
 from training.config import RunConfig, TrainConfig
@@ -35,7 +36,7 @@ def config(model_dir, model_cfg, keep=5) -> RunConfig:
 
 @pytest.fixture(autouse=True)
 def grown_early(monkeypatch):
-    monkeypatch.setattr(embeddings, "GROWTH_ROWS", 64)
+    monkeypatch.setattr(table_storage, "GROWTH_ROWS", 64)
 
 
 class Trainer:
@@ -121,7 +122,7 @@ def test_a_full_checkpoint_and_its_deltas_restore_what_a_full_checkpoint_at_that
         np.testing.assert_array_equal(export.predict(cfg, base, features)["logits"],
                                       export.predict(reference_cfg, reference, features)["logits"])
     if model_cfg.embedding_growth:  # what the deltas carried: grown storage, admissions and evictions
-        assert whole["wide_deep/user/shard0/embedding"].shape[0] > embeddings.GROWTH_ROWS
+        assert whole["wide_deep/user/shard0/embedding"].shape[0] > table_storage.GROWTH_ROWS
         assert re.search(r"evicted the rows .*wide_deep/user [1-9]", caplog.text)
 
 

@@ -48,7 +48,7 @@ def evaluate(cfg, checkpoint: str, max_examples: int | None = None) -> tuple[int
         # --group_column: each batch's (group, label, score), for the group AUC over the whole split.
         grouped = ((features[cfg.data.group_column], labels, output.probabilities[:, 1])
                    if cfg.data.group_column else None)
-        saver = v1.train.Saver()  # the variables and the tables (model/embeddings.py's ID -> row maps)
+        saver = v1.train.Saver()  # the variables and the tables (model/dynamic/storage.py's ID -> row maps)
         deltas = checkpoints.delta_restorer(checkpoint)
         init_metrics = v1.local_variables_initializer()
         updates = [update for _, update in metrics.values()]

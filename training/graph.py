@@ -12,7 +12,8 @@ from absl import logging
 
 import input as inputs
 import model
-from model import embeddings, touched_rows
+from model import touched_rows
+from model.dynamic import storage as table_storage, upkeep as table_upkeep
 from cluster import model_dir as layout
 from cluster import placement, spec
 from input import work_queue
@@ -24,7 +25,7 @@ v1 = tf.compat.v1
 
 def _eviction(slots_of, steps_to_live: int):
     """What the chief runs before each save when dynamic tables evict: the eviction, then a log line."""
-    counts = embeddings.eviction(slots_of)
+    counts = table_upkeep.eviction(slots_of)
     if counts is None:
         return None
 
@@ -44,8 +45,8 @@ class TrainGraph(NamedTuple):
     uninitialized: tf.Tensor
     # --input_queue: the hook that feeds this worker's input from the work queue, else None.
     input_queue: queue_hook.InputQueueHook | None = None
-    # Dynamic tables: their upkeep (model/embeddings.upkeep), run every few training steps.
-    tables: embeddings.Upkeep = embeddings.Upkeep()
+    # Dynamic tables: their upkeep (model/dynamic/upkeep.py), run every few training steps.
+    tables: table_upkeep.Upkeep = table_upkeep.Upkeep()
 
 
 def _work_queue(cfg, global_step) -> work_queue.ItemFeed:
@@ -105,8 +106,8 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
 
         # Only the chief restores and saves: a non-chief worker's graph has no reconciliation, no eviction.
         evict = _eviction(slots_of, cfg.model.embedding_steps_to_live) if cluster.is_chief else None
-        tables = embeddings.upkeep(slots_of, restores=cluster.is_chief)
-        for held in v1.get_collection(embeddings.ROWS_HELD) + v1.get_collection(touched_rows.MARKS):
+        tables = table_upkeep.upkeep(slots_of, restores=cluster.is_chief)
+        for held in v1.get_collection(table_storage.ROWS_HELD) + v1.get_collection(touched_rows.MARKS):
             v1.add_to_collection(checkpoints.NOT_SAVED, held)
     # CriticalSection's record of its executions (the work queue's, dynamic tables'), for access checks
     # while the graph is built: a MetaGraphDef cannot hold it, and every checkpoint's save warns of it.

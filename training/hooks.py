@@ -169,7 +169,7 @@ class ProfileHook(v1.train.SessionRunHook):
 
 class TableUpkeepHook(v1.train.SessionRunHook):
     """Every `every_n`-th training run also reads whether each dynamic table's shard needs room
-    (model/embeddings.Upkeep: a bool per shard, read on its ps), and the shards that do are grown in a
+    (model/dynamic/upkeep.Upkeep: a bool per shard, read on its ps), and the shards that do are grown in a
     run of their own."""
 
     def __init__(self, upkeep, every_n):
@@ -186,7 +186,7 @@ class TableUpkeepHook(v1.train.SessionRunHook):
 
 class LiveRowsHook(v1.train.SessionRunHook):
     """Logs the live rows of each dynamic embedding table, per shard, and of each ps, every `every_n`
-    runs and at the end: the chief's view of the tables growing (model/embeddings.py). Fetched only on
+    runs and at the end: the chief's view of the tables growing (model/dynamic/). Fetched only on
     those runs, so other runs pay nothing."""
 
     def __init__(self, task_name, live_rows, every_n):

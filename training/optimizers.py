@@ -5,72 +5,46 @@ import re
 
 import tensorflow as tf
 
-from model import embeddings, grouped_lookup, needs, touched_rows
+from model import needs, tables
 
 _v1 = tf.compat.v1.train
 PARTITION_SUFFIX = re.compile(r"/part_\d+$")  # TensorFlow's name for a piece of a partitioned variable
 
 
-class RowsLocked:
-    """Mixed into an optimizer: its sparse update of a dynamic table's rows runs inside the lock of the
-    table's shard (model/embeddings.py), and an update of a table whose rows incremental checkpoints
-    track marks the rows it changed (model/touched_rows.py), once they are written.
-
-    A growth replaces the shard's row variable and its slots one by one, inside that lock; an update in
-    between would meet a variable and a slot of different lengths (TensorFlow's sparse applies refuse
-    them). The lock is taken once the gradient is computed, for the update alone; other variables'
-    updates do not take it."""
+class RowUpdates:
+    """Mixed into an optimizer: its update of a table's rows runs as the table asks (model/tables.RowUpdate:
+    inside the lock of a growing dynamic table's shard, marking the rows incremental checkpoints save, and
+    without TensorFlow's unique and segment sum for rows a grouped lookup read, which name no row twice).
+    Other variables' updates are TensorFlow's."""
 
     def _resource_apply_sparse_duplicate_indices(self, grad, handle, indices):
+        update = tables.row_update(handle, indices)
         apply = super()._resource_apply_sparse_duplicate_indices
-        if apply.__func__ is _v1.Optimizer._resource_apply_sparse_duplicate_indices and (
-                grouped_lookup.rows_are_distinct(indices)):
-            # Rows a grouped lookup read name no row twice (their gradients summed on the worker): applied
-            # as they come, without the unique and segment sum that TensorFlow's method runs per piece.
-            apply = self._resource_apply_sparse
-        lock, marker = embeddings.rows_lock(handle), touched_rows.marker_of(handle)
-
-        def update():
-            applied = apply(grad, handle, indices)
-            if marker is None:
-                return applied
-            with tf.control_dependencies([applied]):
-                return touched_rows.mark(marker, indices)
-
-        if lock is None:
-            return update()
-
-        def locked():
-            with tf.control_dependencies([update()]):
-                return tf.constant(True)
-        return lock.execute(locked, exclusive_resource_access=marker is None).op
+        if update.distinct and apply.__func__ is _v1.Optimizer._resource_apply_sparse_duplicate_indices:
+            apply = self._resource_apply_sparse  # gradients summed on the worker already: applied as they come
+        return update.of_rows(lambda: apply(grad, handle, indices), indices)
 
     def _resource_apply_dense(self, grad, handle):
-        applied = super()._resource_apply_dense(grad, handle)
-        marker = touched_rows.marker_of(handle)
-        if marker is None:
-            return applied
-        with tf.control_dependencies([applied]):  # a dense gradient of a table: every row changed
-            return touched_rows.mark_all(marker)
+        return tables.row_update(handle).of_all(lambda: super(RowUpdates, self)._resource_apply_dense(grad, handle))
 
 
-class SgdOptimizer(RowsLocked, _v1.GradientDescentOptimizer):
+class SgdOptimizer(RowUpdates, _v1.GradientDescentOptimizer):
     pass
 
 
-class MomentumOptimizer(RowsLocked, _v1.MomentumOptimizer):
+class MomentumOptimizer(RowUpdates, _v1.MomentumOptimizer):
     pass
 
 
-class AdamOptimizer(RowsLocked, _v1.AdamOptimizer):
+class AdamOptimizer(RowUpdates, _v1.AdamOptimizer):
     pass
 
 
-class AdagradOptimizer(RowsLocked, _v1.AdagradOptimizer):
+class AdagradOptimizer(RowUpdates, _v1.AdagradOptimizer):
     pass
 
 
-class RMSPropOptimizer(RowsLocked, _v1.RMSPropOptimizer):
+class RMSPropOptimizer(RowUpdates, _v1.RMSPropOptimizer):
     pass
 
 
@@ -92,9 +66,9 @@ class WideAndDeepOptimizer(_v1.Optimizer):
         grads_and_vars, wide_names = list(grads_and_vars), needs.wide_variable_names()
         wide = [(g, v) for g, v in grads_and_vars if v.op.name in wide_names]
         deep = [(g, v) for g, v in grads_and_vars if v.op.name not in wide_names]
-        tables = {PARTITION_SUFFIX.sub("", v.op.name) for _, v in wide}
+        wide_tables = {PARTITION_SUFFIX.sub("", v.op.name) for _, v in wide}
         if self._wide is None:
-            self._wide = GrowableFtrlOptimizer(min(0.2, 1 / math.sqrt(max(1, len(tables)))))
+            self._wide = GrowableFtrlOptimizer(min(0.2, 1 / math.sqrt(max(1, len(wide_tables)))))
         updates = ([self._wide.apply_gradients(wide)] if wide else []) + (
             [self._deep.apply_gradients(deep)] if deep else [])
         with tf.control_dependencies(updates):
@@ -114,7 +88,7 @@ class WideAndDeepOptimizer(_v1.Optimizer):
         return sorted(set(self._deep.get_slot_names()) | set(self._wide.get_slot_names() if self._wide else ()))
 
 
-class GrowableFtrlOptimizer(RowsLocked, _v1.FtrlOptimizer):
+class GrowableFtrlOptimizer(RowUpdates, _v1.FtrlOptimizer):
     """FTRL whose slots can be made for a variable of unknown length (a dynamic table's rows, [None,
     width]): TensorFlow's makes its accumulator with an initializer that needs the whole shape. Such a
     slot starts as Adagrad's does, filled to the variable's shape when it is initialized."""
@@ -147,7 +121,7 @@ class GrowableFtrlOptimizer(RowsLocked, _v1.FtrlOptimizer):
         return weights
 
 
-class LazyAdamOptimizer(RowsLocked, _v1.AdamOptimizer):
+class LazyAdamOptimizer(RowUpdates, _v1.AdamOptimizer):
     """Adam that, for a sparse gradient (an embedding lookup's), updates only the rows the batch
     touched: their moments, and their values. TensorFlow's Adam decays every row's moments at every
     step, so a step costs the whole table (tensorflow/tensorflow#6460). A row untouched for a while
@@ -187,7 +161,7 @@ OPTIMIZERS = {
 
 # The value each row of an optimizer slot starts at, by slot name (0 for the others): what the slot
 # initializers of the optimizers above give (tests/test_embeddings.py checks it). Rows that a dynamic table
-# adds or evicts start there again (model/embeddings.py).
+# adds or evicts start there again (model/dynamic/upkeep.py).
 SLOT_START = {"accumulator": 0.1, "accum": 0.1, "rms": 1.0}
 
 

@@ -13,7 +13,7 @@ from absl import logging
 
 import input as inputs
 from input import work_queue
-from model import embeddings
+from model.dynamic import storage as table_storage
 from cluster import peers, placement, shutdown, spec
 from training import checkpoints, chief_claim, evaluator, exit_codes, export, log_lines, preemption
 from training import plan, resume, session_loop, worker_hooks
@@ -167,7 +167,7 @@ def _training_error(err, cluster, train_cfg, progress):
             f"{cluster.task_name}: the loss became NaN or Inf after global step {progress.global_step}; "
             f"training stopped before applying it, so the latest checkpoint in {train_cfg.model_dir} "
             "is the last good one. Lower --learning_rate or check the data.", exit_codes.NON_FINITE_LOSS)
-    full = embeddings.full_table_message(err.message)
+    full = table_storage.full_table_message(err.message)
     if full:
         return exit_codes.Failure(f"{cluster.task_name}: {full}", exit_codes.TABLE_FULL)
     bad_record = inputs.bad_record_message(err.message)

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 import input as inputs
 from cluster import model_dir as layout
-from model import embeddings
+from model.dynamic import storage as table_storage, upkeep as table_upkeep
 from training import hooks as training_hooks
 from training import learning, preemption, watchdog
 
@@ -47,10 +47,10 @@ def make_hooks(cfg, graph, stop=None, task_metrics=None) -> WorkerHooks:
             cause=learning.likely_cause(train_cfg))
         hooks.append(not_learning)
     if graph.tables.needs:
-        hooks.append(training_hooks.TableUpkeepHook(graph.tables, embeddings.UPKEEP_EVERY_N_RUNS))
+        hooks.append(training_hooks.TableUpkeepHook(graph.tables, table_upkeep.UPKEEP_EVERY_N_RUNS))
     if cluster.is_chief and graph.saver.deltas is not None:
         hooks.append(training_hooks.DeltaSaverHook(graph.saver, train_cfg.model_dir, train_cfg.incremental_save_secs))
-    live_rows = v1.get_collection(embeddings.LIVE_ROWS)
+    live_rows = v1.get_collection(table_storage.LIVE_ROWS)
     if live_rows and cluster.is_chief:
         hooks.append(training_hooks.LiveRowsHook(cluster.task_name, live_rows, train_cfg.log_every_n_steps))
     if train_cfg.profile_steps:

@@ -1,10 +1,14 @@
 """Dynamic tables (--embedding=dynamic): a row of its own for each raw value, made when training first
-meets it (model/embeddings.py's DynamicTable), each table cut into shards by a hash of the ID. A kind of
-table: what model/tables.py's TableKind names."""
+meets it, each table cut into shards by a hash of the ID. A kind of table: what model/tables.py's TableKind
+names. Its modules, by job: ids.py (which shard holds an ID, and a batch's IDs on their way to the ps
+tasks), storage.py (a shard's map, counters and row variables, and admission), upkeep.py (growth, eviction,
+the reconciliation after a restore), table.py (DynamicTable: the rows of a batch of IDs, and their
+gradients)."""
 
 import tensorflow as tf
 
-from model import embeddings
+from model.dynamic import table as dynamic_table
+from model.dynamic.ids import TableOptions
 from model.needs import table_part, wide_part
 
 v1 = tf.compat.v1
@@ -61,7 +65,7 @@ def columns(features, names, model_cfg, num_classes, training, initializer):
     """(embeddings, wide weights) of every categorical column, each [batch, columns, width], from rows
     of their own; each ps is sent the batch's distinct IDs of every column at once and sends one tensor
     of rows back per trained value, a row per distinct ID."""
-    options = embeddings.TableOptions(capacity=model_cfg.embedding_capacity, shards=model_cfg.embedding_partitions,
+    options = TableOptions(capacity=model_cfg.embedding_capacity, shards=model_cfg.embedding_partitions,
                                       devices=model_cfg.table_devices, min_count=model_cfg.embedding_min_count,
                                       steps_to_live=model_cfg.embedding_steps_to_live, grow=model_cfg.embedding_growth,
                                       mark_changes=model_cfg.mark_touched_rows)
@@ -70,8 +74,8 @@ def columns(features, names, model_cfg, num_classes, training, initializer):
     with table_part():
         for column, name in enumerate(names):
             with v1.variable_scope(name):
-                tables.append(embeddings.DynamicTable(v1.get_variable_scope().name, ids, options, training, column))
-        deep = embeddings.rows_of_columns(tables, "embedding", model_cfg.embedding_dim, initializer)
+                tables.append(dynamic_table.DynamicTable(v1.get_variable_scope().name, ids, options, training, column))
+        deep = dynamic_table.rows_of_columns(tables, "embedding", model_cfg.embedding_dim, initializer)
         with wide_part():
-            wide = embeddings.rows_of_columns(tables, "wide", num_classes, v1.zeros_initializer())
+            wide = dynamic_table.rows_of_columns(tables, "wide", num_classes, v1.zeros_initializer())
     return deep, wide
