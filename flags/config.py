@@ -49,10 +49,10 @@ def read(flag_values, argv, env=None) -> RunConfig:
         problem = model.check(run.model, data_spec)
         if problem:
             raise app.UsageError(f"--model={run.model.name} with --dataset={run.data.name}: {problem}")
-        pieces = model.needs_of(run.model.name).table_pieces
-        if pieces and flag_values.embedding_partitions is None:  # the model's default cut of its tables
+        shards = model.needs_of(run.model.name).table_shards
+        if shards and flag_values.embedding_partitions is None:  # the model's default cut of its tables
             run = dataclasses.replace(run, model=dataclasses.replace(
-                run.model, embedding_partitions=pieces(run.model, data_spec, cluster.num_ps)))
+                run.model, embedding_partitions=shards(run.model, data_spec, cluster.num_ps)))
     return run
 
 

@@ -186,16 +186,16 @@ flags.DEFINE_list("hidden_units", [str(units) for units in MODEL.hidden_units],
 flags.DEFINE_integer("hash_buckets", MODEL.hash_buckets, "wide_deep: rows of each categorical feature's hashed "
                      "embedding table (1000000 with --embedding_dim=32 is 128 MB per table).", lower_bound=1)
 flags.DEFINE_integer("embedding_dim", MODEL.embedding_dim, "wide_deep: width of the embeddings.", lower_bound=1)
-flags.DEFINE_integer("embedding_partitions", None, "wide_deep: pieces each table is cut into "
+flags.DEFINE_integer("embedding_partitions", None, "wide_deep: shards each table is cut into "
                      "(fixed_size_partitioner; dynamic tables by a hash of the ID). Default: tables whole, spread "
-                     "over the ps tasks (hashed ones by size), one piece per ps when there are too few tables to "
+                     "over the ps tasks (hashed ones by size), one shard per ps when there are too few tables to "
                      "spread evenly; a dynamic run resumes with its checkpoint's shards.", lower_bound=1)
 flags.DEFINE_enum("embedding", MODEL.embedding, ["hashed", "dynamic"],
                   "wide_deep: 'hashed' tables of --hash_buckets rows (distinct values may share a row), or "
                   "'dynamic': a row of its own for each raw value, made when training first meets it, cut "
                   "over the ps tasks by a hash of the value.")
 flags.DEFINE_integer("embedding_capacity", MODEL.embedding_capacity,
-                     "--embedding=dynamic: the rows each table can hold, over all its pieces: allocated up front, "
+                     "--embedding=dynamic: the rows each table can hold, over all its shards: allocated up front, "
                      "or with --embedding_growth the limit its storage grows to; a table that fills up stops "
                      "training with a message naming it.", lower_bound=2)
 flags.DEFINE_bool("embedding_growth", MODEL.embedding_growth,

@@ -42,9 +42,9 @@ MODELS: dict[str, Model] = {
 class ModelConfig:
     name: str = "mlp"
     hidden_units: tuple[int, ...] = (256,)
-    # wide_deep: rows of each hashed embedding table, their width, and how many pieces each
-    # table is cut into (flags/config.py's default: model.needs' table_pieces, whole tables spread over
-    # the ps tasks when they spread evenly, else one piece per ps).
+    # wide_deep: rows of each hashed embedding table, their width, and how many shards each
+    # table is cut into (flags/config.py's default: model.needs' table_shards, whole tables spread over
+    # the ps tasks when they spread evenly, else one shard per ps).
     hash_buckets: int = 10000
     embedding_dim: int = 16
     embedding_partitions: int = 1
@@ -58,7 +58,7 @@ class ModelConfig:
     embedding_steps_to_live: int = 0
     # Training marks the table rows it changes, for incremental checkpoints (model/touched_rows.py).
     mark_touched_rows: bool = False
-    # Where each piece of a table lives, the ps tasks in order: set for the training graph of a
+    # Where each shard of a table lives, the ps tasks in order: set for the training graph of a
     # cluster only (the evaluator and the export build the model on no particular device).
     table_devices: tuple[str, ...] = ()
 

@@ -1,22 +1,22 @@
-"""One gather per ps for the tables of every column together, in place of a gather per table piece.
+"""One gather per ps for the tables of every column together, in place of a gather per table shard.
 
-tf.nn.embedding_lookup on a table cut into pieces over the ps tasks sends each piece its own ids and
-gets its own rows back, and the gradient comes back piece by piece: a model with 26 categorical
+tf.nn.embedding_lookup on a table cut into shards over the ps tasks sends each shard its own ids and
+gets its own rows back, and the gradient comes back shard by shard: a model with 26 categorical
 columns, each with an embedding and a wide table, made 485 calls between a worker and 2 ps per step
-(launch/measure.round_trips), each a fixed cost (docs/speed.md). Here each device that holds pieces
-receives one tensor of (piece, row) pairs for all the tables at once, gathers from its pieces there,
+(launch/measure.round_trips), each a fixed cost (docs/speed.md). Here each device that holds shards
+receives one tensor of (shard, row) pairs for all the tables at once, gathers from its shards there,
 and returns one tensor of rows per family of tables cut alike (wide_deep's embeddings and wide
 weights: one tensor of pairs for both where they sit on the same ps); the gradient takes the same way
-back, one tensor per device, and is split into each piece's sparse gradient on the device
-(gradients are colocated with their ops). The variables, their pieces and their rows are the same
-as embedding_lookup's ("div": a piece holds a range of rows), so checkpoints, the evaluator and the
+back, one tensor per device, and is split into each shard's sparse gradient on the device
+(gradients are colocated with their ops). The variables, their shards and their rows are the same
+as embedding_lookup's ("div": a shard holds a range of rows), so checkpoints, the evaluator and the
 export do not change.
 
 Each (table, row) a batch names crosses once: click-log IDs repeat (Zipf's law; on zipf_clicks a batch
 of 256 names about 37% distinct rows), so the worker sends each ps the distinct rows only and repeats
-them itself, and their gradients are summed on the worker before they cross back. A piece's gradient
+them itself, and their gradients are summed on the worker before they cross back. A shard's gradient
 then arrives with distinct rows, and the optimizer applies it as it comes (rows_are_distinct), without
-the unique and segment sum it would run per piece.
+the unique and segment sum it would run per shard.
 """
 
 import contextlib
@@ -30,11 +30,11 @@ from model import registry
 v1 = tf.compat.v1
 
 DISTINCT_ROWS = "ps_trainer_distinct_rows"  # the row tensors of lookup()'s gathers: no row twice
-ROW_BITS = 40  # a (cell, row) pair as one int64: cell << ROW_BITS | row (a piece holds under 2^40 rows)
+ROW_BITS = 40  # a (cell, row) pair as one int64: cell << ROW_BITS | row (a shard holds under 2^40 rows)
 
 
-def pieces(table) -> list:
-    """A table's pieces in row order: a PartitionedVariable's, or the variable alone."""
+def shards(table) -> list:
+    """A table's shards in row order: a PartitionedVariable's, or the variable alone."""
     return [table] if isinstance(table, tf.Variable) else list(table)
 
 
@@ -44,7 +44,7 @@ def lookup(families, ids) -> list:
     families: lists of tables, a table per column, each list of one width: variables or
     PartitionedVariables (cut into row ranges), every family cut into the same row ranges (wide_deep's
     embedding and wide weight tables), so that one unique finds the distinct rows of all of them;
-    families whose pieces also sit on the same ps tasks send each of them one tensor of pairs. ids:
+    families whose shards also sit on the same ps tasks send each of them one tensor of pairs. ids:
     int64 [batch, columns], each a row of its column's tables.
 
     Inside rows_from(source), the source answers instead (training/step/row_copies.py: a round's rows
@@ -53,15 +53,15 @@ def lookup(families, ids) -> list:
     source = _source()
     if source is not None:
         return source.lookup(families, ids)
-    family_pieces, num_cells = cut_alike(families)
-    distinct, repeat = tf.unique(pairs(family_pieces, ids))
-    columns = len(family_pieces[0])
+    family_shards, num_cells = cut_alike(families)
+    distinct, repeat = tf.unique(pairs(family_shards, ids))
+    columns = len(family_shards[0])
     found = [None] * len(families)
-    for placed in gather(family_pieces, num_cells, distinct):
+    for placed in gather(family_shards, num_cells, distinct):
         for i, f in enumerate(placed.families):
             # The gradient of this gather sums each distinct row's share on the worker (an unsorted segment sum).
             found[f] = tf.reshape(tf.gather(tf.dynamic_stitch(placed.positions, [rows[i] for rows in placed.rows]),
-                                            repeat), [-1, columns, family_pieces[f][0][0].shape[1]])
+                                            repeat), [-1, columns, family_shards[f][0][0].shape[1]])
     return found
 
 
@@ -86,34 +86,34 @@ def _source():
 
 
 def cut_alike(families) -> tuple[list, int]:
-    """(each family's tables as lists of pieces, the number of (column, piece) cells), checking that
+    """(each family's tables as lists of shards, the number of (column, shard) cells), checking that
     the families are cut into the same row ranges."""
-    family_pieces = [[pieces(table) for table in tables] for tables in families]
-    cuts = [[p.shape[0] for p in column] for column in family_pieces[0]]
-    if any([[p.shape[0] for p in column] for column in other] != cuts for other in family_pieces[1:]):
+    family_shards = [[shards(table) for table in tables] for tables in families]
+    cuts = [[p.shape[0] for p in column] for column in family_shards[0]]
+    if any([[p.shape[0] for p in column] for column in other] != cuts for other in family_shards[1:]):
         raise ValueError("grouped_lookup.lookup: the families' tables are not cut alike")
-    return family_pieces, sum(len(column) for column in family_pieces[0])
+    return family_shards, sum(len(column) for column in family_shards[0])
 
 
-def pairs(family_pieces, ids) -> tf.Tensor:
-    """Each of ids[:, c] as the (cell, row) pair of the piece of column c's tables that holds it, one
+def pairs(family_shards, ids) -> tf.Tensor:
+    """Each of ids[:, c] as the (cell, row) pair of the shard of column c's tables that holds it, one
     int64 (cell << ROW_BITS | row), row by row of ids."""
-    table_pieces = family_pieces[0]
-    columns, most = len(table_pieces), max(len(column) for column in table_pieces)
-    # starts[c, p]: the first row of column c's piece p (past the last piece: never reached).
+    table_shards = family_shards[0]
+    columns, most = len(table_shards), max(len(column) for column in table_shards)
+    # starts[c, p]: the first row of column c's shard p (past the last shard: never reached).
     starts = np.full([columns, most], np.iinfo(np.int64).max, np.int64)
-    cell_base, num_cells = np.zeros([columns], np.int64), 0  # a cell is one piece of one column's table
-    for column, column_pieces in enumerate(table_pieces):
+    cell_base, num_cells = np.zeros([columns], np.int64), 0  # a cell is one shard of one column's table
+    for column, column_shards in enumerate(table_shards):
         cell_base[column] = num_cells
-        starts[column, :len(column_pieces)] = np.cumsum([0] + [p.shape[0] for p in column_pieces[:-1]])
-        num_cells += len(column_pieces)
+        starts[column, :len(column_shards)] = np.cumsum([0] + [p.shape[0] for p in column_shards[:-1]])
+        num_cells += len(column_shards)
 
     flat = tf.reshape(tf.cast(ids, tf.int64), [-1])
     column = tf.tile(tf.range(columns, dtype=tf.int64), tf.shape(ids, out_type=tf.int64)[:1])
     column_starts = tf.gather(tf.constant(starts), column)
-    piece = tf.reduce_sum(tf.cast(flat[:, None] >= column_starts, tf.int64), axis=1) - 1
-    local = flat - tf.gather(tf.reshape(column_starts, [-1]), tf.range(tf.size(flat, tf.int64)) * most + piece)
-    cell = tf.gather(tf.constant(cell_base), column) + piece
+    shard = tf.reduce_sum(tf.cast(flat[:, None] >= column_starts, tf.int64), axis=1) - 1
+    local = flat - tf.gather(tf.reshape(column_starts, [-1]), tf.range(tf.size(flat, tf.int64)) * most + shard)
+    cell = tf.gather(tf.constant(cell_base), column) + shard
     return tf.bitwise.bitwise_or(tf.bitwise.left_shift(cell, ROW_BITS), local)
 
 
@@ -122,22 +122,22 @@ def split_pairs(distinct) -> tuple[tf.Tensor, tf.Tensor]:
     return tf.bitwise.right_shift(distinct, ROW_BITS), tf.bitwise.bitwise_and(distinct, (1 << ROW_BITS) - 1)
 
 
-def placements(family_pieces) -> dict:
-    """{the device of each cell: the families placed so}: families whose pieces sit on the same ps
+def placements(family_shards) -> dict:
+    """{the device of each cell: the families placed so}: families whose shards sit on the same ps
     tasks share one tensor of pairs to each of them; whole tables spread over the ps by size may put a
     column's embedding and its weights apart."""
     found = {}
-    for f, family in enumerate(family_pieces):
-        found.setdefault(tuple(piece.device for piece in sum(family, [])), []).append(f)
+    for f, family in enumerate(family_shards):
+        found.setdefault(tuple(shard.device for shard in sum(family, [])), []).append(f)
     return found
 
 
-def gather(family_pieces, num_cells, distinct):
+def gather(family_shards, num_cells, distinct):
     """Gathers the rows that `distinct` pairs name, one tensor of pairs to each ps: yields a Placement for
-    each group of families whose pieces sit alike."""
+    each group of families whose shards sit alike."""
     cell, local = split_pairs(distinct)
-    family_cells = [sum(family, []) for family in family_pieces]  # each family's pieces in cell order
-    for placement, placed_families in placements(family_pieces).items():
+    family_cells = [sum(family, []) for family in family_shards]  # each family's shards in cell order
+    for placement, placed_families in placements(family_shards).items():
         devices = list(dict.fromkeys(placement))
         group = tf.gather(tf.constant([devices.index(device) for device in placement], tf.int32), cell)
         packed = tf.dynamic_partition(tf.stack([cell, local], axis=1), group, len(devices))
@@ -159,7 +159,7 @@ class Placement(NamedTuple):
     packed: list  # [device]: its (cell, row) pairs, [n, 2], as it receives them
     positions: list  # [device]: the positions of its pairs among the distinct pairs
     rows: list  # [device][family]: the rows gathered there
-    cells: list  # [device]: the cells whose pieces are there
+    cells: list  # [device]: the cells whose shards are there
 
 
 def rows_are_distinct(indices) -> bool:
@@ -171,9 +171,9 @@ def rows_are_distinct(indices) -> bool:
     return indices.name in distinct
 
 
-def _by_piece(cells, num_cells, packed):
+def _by_shard(cells, num_cells, packed):
     """On one device: which of `cells` each of the `packed` (cell, row) pairs falls in, and the rows
-    and positions among the pairs, piece by piece."""
+    and positions among the pairs, shard by shard."""
     rank = np.zeros([num_cells], np.int32)
     rank[cells] = np.arange(len(cells), dtype=np.int32)
     cell, row = tf.unstack(packed, axis=1)
@@ -182,21 +182,21 @@ def _by_piece(cells, num_cells, packed):
             tf.dynamic_partition(tf.range(tf.size(which)), which, len(cells)))
 
 
-def _gather_here(family_pieces, cells, num_cells, packed) -> list:
-    """On one device: for each family, the rows of its pieces there that `packed` (cell, row) pairs
+def _gather_here(family_shards, cells, num_cells, packed) -> list:
+    """On one device: for each family, the rows of its shards there that `packed` (cell, row) pairs
     name, in their order."""
-    _, rows, where = _by_piece(cells, num_cells, packed)
-    for piece_rows in rows:
-        v1.add_to_collection(DISTINCT_ROWS, piece_rows)
-    return [tf.dynamic_stitch(where, [tf.gather(piece, piece_rows) for piece, piece_rows in zip(pieces, rows)])
-            for pieces in family_pieces]
+    _, rows, where = _by_shard(cells, num_cells, packed)
+    for shard_rows in rows:
+        v1.add_to_collection(DISTINCT_ROWS, shard_rows)
+    return [tf.dynamic_stitch(where, [tf.gather(shard, shard_rows) for shard, shard_rows in zip(shards, rows)])
+            for shards in family_shards]
 
 
-def scatter_add_here(family_pieces, cells, num_cells, packed, values) -> tuple[list, list]:
+def scatter_add_here(family_shards, cells, num_cells, packed, values) -> tuple[list, list]:
     """On one device: adds values[f] (a row per pair of `packed`, in order) to the rows of family f's
-    pieces there that the pairs name. Returns (each piece's rows, [family][piece] its add)."""
-    which, rows, _ = _by_piece(cells, num_cells, packed)
-    return rows, [[tf.raw_ops.ResourceScatterAdd(resource=piece.handle, indices=piece_rows, updates=part)
-                   for piece, piece_rows, part in zip(pieces, rows, tf.dynamic_partition(family_values, which,
+    shards there that the pairs name. Returns (each shard's rows, [family][shard] its add)."""
+    which, rows, _ = _by_shard(cells, num_cells, packed)
+    return rows, [[tf.raw_ops.ResourceScatterAdd(resource=shard.handle, indices=shard_rows, updates=part)
+                   for shard, shard_rows, part in zip(shards, rows, tf.dynamic_partition(family_values, which,
                                                                                         len(cells)))]
-                  for pieces, family_values in zip(family_pieces, values)]
+                  for shards, family_values in zip(family_shards, values)]

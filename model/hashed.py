@@ -27,7 +27,7 @@ def restore_refusal(saved: dict, now) -> str | None:
     return None
 
 
-def resumed_pieces(saved: dict) -> None:
+def resumed_shards(saved: dict) -> None:
     """A resume cuts hashed tables as this run's flags say: none kept from the checkpoint."""
     del saved
 
@@ -35,7 +35,7 @@ def resumed_pieces(saved: dict) -> None:
 def columns(features, names, model_cfg, num_classes, training, initializer):
     """(embeddings, wide weights) of every categorical column, each [batch, columns, width]. On the ps
     tasks every column's tables are gathered from at once, one call per ps (model/grouped_lookup.py);
-    alone, each with embedding_lookup ("div": fixed_size_partitioner gives a piece a range of rows)."""
+    alone, each with embedding_lookup ("div": fixed_size_partitioner gives a shard a range of rows)."""
     tables = []
     for name in names:
         with v1.variable_scope(name):
@@ -58,10 +58,10 @@ def _tables(model_cfg, num_classes, training, initializer):
         with wide_part():
             weights = v1.get_variable("wide", [model_cfg.hash_buckets, num_classes], partitioner=partitioner,
                                       initializer=v1.zeros_initializer())
-    for piece in [*grouped_lookup.pieces(table), *grouped_lookup.pieces(weights)]:
-        # Each piece and its optimizer slots: a group of rows that incremental checkpoints save.
-        marker = touched_rows.group(piece.op.name, piece.device, lambda slots_of, p=piece: [
-            (p, None), *((slot, None) for slot, _ in slots_of(p))], piece.shape[0],
+    for shard in [*grouped_lookup.shards(table), *grouped_lookup.shards(weights)]:
+        # Each shard and its optimizer slots: a group of rows that incremental checkpoints save.
+        marker = touched_rows.group(shard.op.name, shard.device, lambda slots_of, p=shard: [
+            (p, None), *((slot, None) for slot, _ in slots_of(p))], shard.shape[0],
             mark=training and model_cfg.mark_touched_rows)
-        touched_rows.marks_rows_of(piece, marker)
+        touched_rows.marks_rows_of(shard, marker)
     return table, weights

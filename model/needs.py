@@ -27,16 +27,16 @@ class Needs:
     # --accumulate_batches refuses such a model, and --local_steps keeps worker-side copies of its dense
     # variables only (the model makes its tables in table_part()).
     partitioned_tables: bool = False
-    # pieces(model_cfg, data_spec, num_ps): how many pieces each of its tables is cut into when
+    # shards(model_cfg, data_spec, num_ps): how many shards each of its tables is cut into when
     # --embedding_partitions is not given (None: one per ps task).
-    table_pieces: object = None
+    table_shards: object = None
     # The --embedding kinds whose tables the model reads through one model/grouped_lookup.lookup per
     # forward pass: with those, --local_steps holds a round's rows on the worker (training/step/row_copies.py).
     grouped_lookup_embeddings: tuple[str, ...] = ()
 
 
 def _collecting(collection: str):
-    """A variable_creator_scope in which every variable created (each piece of a partitioned one too)
+    """A variable_creator_scope in which every variable created (each shard of a partitioned one too)
     joins the collection."""
     def record(next_creator, **kwargs):
         variable = next_creator(**kwargs)
@@ -57,7 +57,7 @@ def table_part():
 
 
 def is_table(variable, graph=None) -> bool:
-    """Whether a variable, or a partitioned variable's first piece, was made in table_part()."""
+    """Whether a variable, or a partitioned variable's first shard, was made in table_part()."""
     first = variable if isinstance(variable, tf.Variable) else next(iter(variable))
     graph = graph or v1.get_default_graph()
     return any(first is table for table in graph.get_collection(TABLE_VARIABLES))

@@ -25,8 +25,8 @@ class TableKind(Protocol):
         """Why a checkpoint of this kind (`saved`: its run's model settings, run.json's) cannot restore into
         tables of `now` (model.ModelConfig), or None."""
 
-    def resumed_pieces(self, saved: dict) -> int | None:
-        """The pieces a resume keeps from the checkpoint's run unless --embedding_partitions is given, or
+    def resumed_shards(self, saved: dict) -> int | None:
+        """The shards a resume keeps from the checkpoint's run unless --embedding_partitions is given, or
         None for this run's own cut."""
 
 

@@ -1,7 +1,7 @@
 """Which rows of the embedding tables changed since the last checkpoint: what an incremental (delta)
 checkpoint saves (training/incremental.py).
 
-A table's rows come in groups that share row numbers: a hashed table's piece with its optimizer
+A table's rows come in groups that share row numbers: a hashed table's shard with its optimizer
 slots; a dynamic table's shard (its trained variables, their slots, its last-read steps and its
 ID -> row map). The model registers each group (`group()`), in every graph it builds, so that a
 graph that only restores (the evaluator's, the export's) can apply a delta too. When the run saves

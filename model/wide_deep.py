@@ -7,7 +7,7 @@ model/hashed.py); with --embedding=dynamic, a row of its own, made the first tim
 of --embedding_dim columns from the row and feeds the embeddings and the numeric features through
 --hidden_units; the wide part adds a learned weight per row (and per numeric feature).
 The tables are the model's bulk, spread over the ps tasks: each cut into --embedding_partitions
-pieces (by default table_pieces() below: whole when they spread evenly, else one piece per ps),
+shards (by default table_shards() below: whole when they spread evenly, else one shard per ps),
 hashed tables into row ranges with fixed_size_partitioner,
 dynamic ones by a hash of the ID. Lookups gather only the rows a batch touches, on the ps that
 holds them, and their gradients are sparse: a step moves those rows, whatever the table's size. It
@@ -23,13 +23,13 @@ from model.needs import Needs, wide_part
 v1 = tf.compat.v1
 
 
-def table_pieces(model_cfg, data_spec, num_ps: int) -> int:
-    """How many pieces each table is cut into by default. Every gather and sparse update of a piece is an
-    op of its own on its ps, whatever the piece's size: two ps tasks that each hold a piece of every
+def table_shards(model_cfg, data_spec, num_ps: int) -> int:
+    """How many shards each table is cut into by default. Every gather and sparse update of a shard is an
+    op of its own on its ps, whatever the shard's size: two ps tasks that each hold a shard of every
     table each cost a step nearly as much as one ps holding them all (measured: docs/data.md). So tables
     stay whole and are spread over the ps tasks, hashed ones by size and dynamic ones a column each in
     turn (each can hold --embedding_capacity rows), unless whole tables would load one ps more than a
-    quarter above its share (fewer tables than ps tasks, or a few); then each is cut into one piece per
+    quarter above its share (fewer tables than ps tasks, or a few); then each is cut into one shard per
     ps (a dynamic table's shard chosen by a hash of the ID). A dynamic run resumed without
     --embedding_partitions keeps its checkpoint's shards (flags/config.py)."""
     del model_cfg
@@ -39,7 +39,7 @@ def table_pieces(model_cfg, data_spec, num_ps: int) -> int:
     return 1 if -(-num_tables // num_ps) <= 1.25 * num_tables / num_ps else num_ps
 
 
-NEEDS = Needs(default_optimizer="ftrl_adagrad", partitioned_tables=True, table_pieces=table_pieces,
+NEEDS = Needs(default_optimizer="ftrl_adagrad", partitioned_tables=True, table_shards=table_shards,
               grouped_lookup_embeddings=("hashed",))
 
 

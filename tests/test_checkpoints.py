@@ -133,9 +133,9 @@ def test_a_directory_of_only_unreadable_checkpoints_stops_rather_than_start_from
     assert "Traceback" not in again.stderr
 
 
-def model_variables(pieces: int, rows: int, width: int, grown: int):
-    """A table cut into `pieces` (saved whole, as slices) and a variable that grows (any length)."""
-    table = v1.get_variable("table", [rows, width], partitioner=v1.fixed_size_partitioner(pieces))
+def model_variables(shards: int, rows: int, width: int, grown: int):
+    """A table cut into `shards` (saved whole, as slices) and a variable that grows (any length)."""
+    table = v1.get_variable("table", [rows, width], partitioner=v1.fixed_size_partitioner(shards))
     growing = v1.Variable(tf.zeros([grown, width]), shape=tf.TensorShape([None, width]), name="growing")
     return list(table) + [growing]
 
@@ -143,18 +143,18 @@ def model_variables(pieces: int, rows: int, width: int, grown: int):
 @pytest.mark.inprocess
 def test_a_resume_is_refused_only_for_a_variable_saved_with_another_shape(tmp_path):
     with tf.Graph().as_default():
-        model_variables(pieces=2, rows=100, width=4, grown=30)
+        model_variables(shards=2, rows=100, width=4, grown=30)
         with v1.Session() as sess:
             sess.run(v1.global_variables_initializer())
             prefix = v1.train.Saver().save(sess, str(tmp_path / "model.ckpt"), global_step=7)
-    for pieces, rows, width, grown, refusal in (
+    for shards, rows, width, grown, refusal in (
             (3, 100, 4, 50, None),  # cut otherwise, grown since: both restore
             (2, 100, 8, 30, "table is [100, 8] in this run's model and [100, 4] in model.ckpt-7: resume with the "
                             "model flags it was trained with, or train this model in a new --model_dir"),
             (2, 120, 4, 30, "table is [120, 4] in this run's model and [100, 4] in model.ckpt-7"),
             (2, 100, 2, 30, "table is [100, 2]")):
         with tf.Graph().as_default():
-            found = checkpoints.shape_refusal(prefix, model_variables(pieces, rows, width, grown))
+            found = checkpoints.shape_refusal(prefix, model_variables(shards, rows, width, grown))
         assert found is None if refusal is None else found and found.startswith(refusal), (found, refusal)
     assert checkpoints.shape_refusal(None, []) is None  # nothing to resume
     assert checkpoints.shape_refusal(str(tmp_path / "model.ckpt-9"), []) is None  # unreadable: the restore names it

@@ -221,7 +221,7 @@ def test_with_hashed_tables_one_worker_trains_rounds_of_rows_as_plain_training(t
     # No copies or slots of theirs in the checkpoint; the dense variables' slots are the worker's own.
     assert set(local.get_variable_to_shape_map()) <= set(saved_names) and variables <= plain_variables
     tables = [name for name in saved_names if name.startswith("wide_deep/") and name.count("/") == 2
-              and name.endswith(("/embedding", "/wide"))]  # each saved whole, from its 2 pieces
+              and name.endswith(("/embedding", "/wide"))]  # each saved whole, from its 2 shards
     slots = [name for name in saved_names if name.startswith(tuple(table + "/" for table in tables))]
     assert set(slots) <= set(local.get_variable_to_shape_map())
     assert len(tables) >= 4 and len(slots) == {"sgd": 0, "adagrad": 1, "ftrl_adagrad": 1.5}[optimizer] * len(tables)
@@ -326,7 +326,7 @@ def test_a_round_of_rows_makes_one_exchange_each_way_per_ps_for_every_table():
         return measure.round_trips(cfg)
     plain, rounds = trips(1), trips(10)
     assert plain.run_graph == 2 and rounds.run_graph == 2  # one RunGraph per ps a session.run
-    # Per ps: the round's (piece, row) pairs, their rows with their slots' and the rows' change cross once
+    # Per ps: the round's (shard, row) pairs, their rows with their slots' and the rows' change cross once
     # each; the dense push and fetch; control edges and the global step. 18 today, against 27 a plain step.
     assert rounds.recv_tensor <= 9 * 2 and rounds.per_step <= plain.per_step / 10, (plain, rounds)
 
@@ -341,17 +341,17 @@ def test_a_round_marks_the_rows_it_changed_for_the_next_incremental_checkpoint()
                     inputs.DataConfig(name="clicks", synthetic_examples=1000))
     with tf.Graph().as_default():
         graph = train_graph.build_graph(cfg)
-        pieces = v1.get_collection(needs.TABLE_VARIABLES)  # each piece of each table
-        markers = [touched_rows.marker_of(piece) for piece in pieces]
-        assert len(pieces) >= 8 and all(marker is not None for marker in markers)
+        shards = v1.get_collection(needs.TABLE_VARIABLES)  # each shard of each table
+        markers = [touched_rows.marker_of(shard) for shard in shards]
+        assert len(shards) >= 8 and all(marker is not None for marker in markers)
         changed = [touched_rows.changed_rows(marker) for marker in markers]
         with v1.Session(servers[0].target) as sess:
             sess.run(v1.global_variables_initializer())
             sess.run(v1.local_variables_initializer())
-            before = sess.run(pieces)
+            before = sess.run(shards)
             assert sess.run(graph.step.steps_done) == 5
-            after, marked = sess.run([pieces, changed])
-    for piece, start, end, rows in zip(pieces, before, after, marked):
+            after, marked = sess.run([shards, changed])
+    for shard, start, end, rows in zip(shards, before, after, marked):
         moved = np.flatnonzero(np.any(start != end, axis=1))
-        assert set(moved) <= set(rows) and len(rows) <= 5 * 32, piece.op.name  # marked: at most the batches' rows
+        assert set(moved) <= set(rows) and len(rows) <= 5 * 32, shard.op.name  # marked: at most the batches' rows
     assert sum(len(rows) for rows in marked) > 0 and any(np.any(s != e) for s, e in zip(before, after))

@@ -65,7 +65,7 @@ def test_a_sparse_model_added_in_one_module_trains_its_declared_wide_part_with_f
         wide = v1.get_collection(needs.WIDE_VARIABLES)
         assert len(wide) == 2 * len([s for s in inputs.spec(cfg.data).features.values() if s.dtype == tf.string])
         slots = {v.op.name for v in v1.global_variables()}
-        # FTRL's slots on every piece of the wide tables, Adagrad's on the deep layer, nothing crossed.
+        # FTRL's slots on every shard of the wide tables, Adagrad's on the deep layer, nothing crossed.
         assert all(f"{v.op.name}/Ftrl" in slots and f"{v.op.name}/Adagrad" not in slots for v in wide)
         assert "tiny_sparse/deep/kernel/Adagrad" in slots and "tiny_sparse/deep/kernel/Ftrl" not in slots
         with v1.Session() as sess:
@@ -96,6 +96,6 @@ def test_local_steps_copy_a_table_models_dense_variables_and_leave_its_declared_
     # The deep layer's copies and the Adagrad slots of the copies, on the worker; nothing of the tables.
     assert copies == {f"{local_steps.SCOPE}/tiny_sparse/deep/{name}/{role}" for name in ("kernel", "bias")
                       for role in ("copy", "anchor", "copy/Adagrad")}
-    # Each piece of the tables is read where it is, and updated there by FTRL (its slots beside it, saved).
+    # Each shard of the tables is read where it is, and updated there by FTRL (its slots beside it, saved).
     assert tables and all(v.device.startswith("/job:ps/") and f"{v.op.name}/Ftrl" in slots for v in tables)
     assert graph.step.steps_done is None  # a run is one step

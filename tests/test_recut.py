@@ -1,4 +1,4 @@
-"""A run resumed with its tables cut into another number of pieces (the ps count changed, or
+"""A run resumed with its tables cut into another number of shards (the ps count changed, or
 --embedding_partitions): every variable, optimizer slots included, restores to the value saved
 (TensorFlow's Saver saves each partitioned variable whole, as slices), and the chief says so."""
 
@@ -26,11 +26,11 @@ def wide_deep(partitions):
 
 
 def restored(model_dir, partitions) -> dict[str, np.ndarray]:
-    """Every saved variable, whole (pieces put back together), as the chief's saver restores it from
-    the newest checkpoint into a graph cut into `partitions` pieces per table."""
+    """Every saved variable, whole (shards put back together), as the chief's saver restores it from
+    the newest checkpoint into a graph cut into `partitions` shards per table."""
     cfg = RunConfig(spec.ClusterConfig(), TrainConfig(model_dir=str(model_dir), optimizer="ftrl_adagrad"),
                     wide_deep(partitions), CLICKS)
-    pieces = {}
+    shards = {}
     with tf.Graph().as_default():
         graph = train_graph.build_graph(cfg)
         with v1.Session() as sess:
@@ -39,13 +39,13 @@ def restored(model_dir, partitions) -> dict[str, np.ndarray]:
             for variable, value in zip(variables, sess.run(variables)):  # one run: each costs a prune of the graph
                 info = variable._save_slice_info  # pylint: disable=protected-access
                 name = info.full_name if info else variable.op.name
-                pieces.setdefault(name, []).append((info.var_offset[0] if info else 0, value))
+                shards.setdefault(name, []).append((info.var_offset[0] if info else 0, value))
     return {name: parts[0][1] if len(parts) == 1 else np.concatenate(
-        [value for _, value in sorted(parts, key=lambda part: part[0])]) for name, parts in pieces.items()}
+        [value for _, value in sorted(parts, key=lambda part: part[0])]) for name, parts in shards.items()}
 
 
 @pytest.mark.inprocess
-def test_tables_and_their_slots_restore_whole_into_more_and_fewer_pieces(tmp_path):
+def test_tables_and_their_slots_restore_whole_into_more_and_fewer_shards(tmp_path):
     train_one_worker(tmp_path, CLICKS, wide_deep(2), steps_per_run=1, train_steps=30, optimizer="ftrl_adagrad")
     saved = restored(tmp_path, 2)
     slots = [name for name in saved if name.endswith(("embedding/Adagrad", "wide/Ftrl", "wide/Ftrl_1"))]
@@ -55,7 +55,7 @@ def test_tables_and_their_slots_restore_whole_into_more_and_fewer_pieces(tmp_pat
         again = restored(tmp_path, partitions)
         assert sorted(again) == sorted(saved)
         for name, value in saved.items():
-            np.testing.assert_array_equal(again[name], value, err_msg=f"{name} with {partitions} pieces")
+            np.testing.assert_array_equal(again[name], value, err_msg=f"{name} with {partitions} shards")
 
 
 @pytest.mark.e2e

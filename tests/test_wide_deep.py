@@ -190,7 +190,7 @@ def tags(directory) -> set:
                                                       (True, "adagrad", "alike"), (True, "adagrad", "apart")])
 def test_one_gather_per_ps_reads_and_updates_exactly_the_rows_embedding_lookup_does(grouped, optimizer, placed):
     # Two families of three tables (widths 4 and 2, as wide_deep's embeddings and wide weights) over
-    # 2 ps: cut in 2 pieces of 4 and 3 rows, whole, cut in 3 pieces; ids with repeats. Their pieces
+    # 2 ps: cut in 2 shards of 4 and 3 rows, whole, cut in 3 shards; ids with repeats. Their shards
     # sit on the same ps, or (a variable between them moves the round robin on) on the other one.
     workers, _, (hosts,) = in_process_cluster(num_workers=1, num_ps=2)
     rows_and_cuts, widths = ((7, 2), (5, 1), (9, 3)), (4, 2)
@@ -242,10 +242,10 @@ def test_one_gather_per_ps_reads_and_updates_exactly_the_rows_embedding_lookup_d
     np.testing.assert_allclose(got_norm, want_norm, rtol=1e-5)
     recvs = measure.cross_task_recvs(metadata)
     print(f"\n{'grouped' if grouped else 'embedding_lookup'}: {recvs} tensors cross per step")
-    # Per ps: its (piece, row) pairs in (once for both families placed alike), each family's rows back and
-    # gradients in, the finite-loss check's go-ahead in and the update's end back. Per piece, many more.
+    # Per ps: its (shard, row) pairs in (once for both families placed alike), each family's rows back and
+    # gradients in, the finite-loss check's go-ahead in and the update's end back. Per shard, many more.
     assert (recvs <= (7 if placed == "alike" else 8) * 2) == grouped
-    # Each row crosses once, so no ps runs a unique of its own (TensorFlow's Adagrad would, per piece).
+    # Each row crosses once, so no ps runs a unique of its own (TensorFlow's Adagrad would, per shard).
     uniques = [node.name for graph in metadata.partition_graphs for node in graph.node
                if node.op == "Unique" and "/job:ps" in node.device]
     assert not uniques

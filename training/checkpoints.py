@@ -120,8 +120,8 @@ def shape_refusal(prefix: str | None, variables) -> str | None:
     except (tf.errors.OpError, ValueError):
         return None
     for variable in variables:
-        piece = getattr(variable, "_save_slice_info", None)
-        name, shape = (piece.full_name, piece.full_shape) if piece else (variable.op.name, variable.shape)
+        shard = getattr(variable, "_save_slice_info", None)
+        name, shape = (shard.full_name, shard.full_shape) if shard else (variable.op.name, variable.shape)
         if name in saved and not tf.TensorShape(shape).is_compatible_with(saved[name]):
             return (f"{name} is {tf.TensorShape(shape).as_list()} in this run's model and {saved[name]} in "
                     f"{os.path.basename(prefix)}: resume with the model flags it was trained with, or train this "

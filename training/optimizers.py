@@ -8,7 +8,7 @@ import tensorflow as tf
 from model import needs, tables
 
 _v1 = tf.compat.v1.train
-PARTITION_SUFFIX = re.compile(r"/part_\d+$")  # TensorFlow's name for a piece of a partitioned variable
+PARTITION_SUFFIX = re.compile(r"/part_\d+$")  # TensorFlow's name for a shard of a partitioned variable
 
 
 class RowUpdates:

@@ -55,18 +55,18 @@ def read(model_dir: str) -> dict | None:
     return record
 
 
-def resumed_pieces(model_dir: str, embedding: str) -> int | None:
-    """The pieces of `embedding` tables that a resume of model_dir's checkpoints keeps unless
-    --embedding_partitions says otherwise (model/tables.py's TableKind.resumed_pieces), or None (no
+def resumed_shards(model_dir: str, embedding: str) -> int | None:
+    """The shards of `embedding` tables that a resume of model_dir's checkpoints keeps unless
+    --embedding_partitions says otherwise (model/tables.py's TableKind.resumed_shards), or None (no
     checkpoint, another kind of table, or a kind that takes this run's cut)."""
     record = read(model_dir) if tf.train.latest_checkpoint(model_dir) else None
     if record is None or record["model"].get("embedding", "hashed") != embedding:
         return None
-    return tables.KINDS[embedding].resumed_pieces(record["model"])
+    return tables.KINDS[embedding].resumed_shards(record["model"])
 
 
 def layout_change(record: dict | None, cfg) -> str | None:
-    """A line saying so when this run cuts the partitioned tables into another number of pieces than
+    """A line saying so when this run cuts the partitioned tables into another number of shards than
     the run that wrote `record` (the ps count changed, or --embedding_partitions), else None.
     TensorFlow's Saver restores a partitioned variable, and its optimizer slots, into any cut: each
     is saved whole, as slices."""

@@ -3,8 +3,8 @@ file of the run) and before its server, so that a refusal here is a usage error 
 
 - --model_dir can be reached, made and written (a ps given none keeps none);
 - --cache, when a directory, is not a file (a ps reads no data: not checked);
-- a run that resumes keeps the number of pieces its checkpoints' tables are cut into (run.json) where their
-  kind says so (dynamic tables: their IDs restore only into as many pieces), unless --embedding_partitions
+- a run that resumes keeps the number of shards its checkpoints' tables are cut into (run.json) where their
+  kind says so (dynamic tables: their IDs restore only into as many shards), unless --embedding_partitions
   says otherwise.
 """
 
@@ -31,10 +31,10 @@ def settle(cfg: RunConfig) -> RunConfig:
     _check_cache(cfg.data)
     if "embedding_partitions" in cfg.given or not model.needs_of(cfg.model.name).partitioned_tables:
         return cfg
-    pieces = run_record.resumed_pieces(cfg.train.model_dir, cfg.model.embedding)
-    if not pieces:
+    shards = run_record.resumed_shards(cfg.train.model_dir, cfg.model.embedding)
+    if not shards:
         return cfg
-    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, embedding_partitions=pieces))
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, embedding_partitions=shards))
 
 
 def _check_model_dir(cfg: RunConfig) -> None:

@@ -55,7 +55,7 @@ def restore_refusal(saved: dict, now) -> str | None:
     return None
 
 
-def resumed_pieces(saved: dict) -> int | None:
+def resumed_shards(saved: dict) -> int | None:
     """The shards a resume keeps unless --embedding_partitions says otherwise (`saved`: the checkpoint's run's
     model settings): its IDs restore only into as many (restore_refusal)."""
     return saved.get("embedding_partitions")

@@ -73,7 +73,7 @@ class DistinctIds:
         self.positions = tf.stack([bounds[c] + f.idx for c, f in enumerate(found)], axis=1)
         counts = tf.concat([f.count for f in found], 0)  # each distinct ID's occurrences in its column
         if parts == 1:  # the columns' IDs cross as they are, joined once
-            self.places, pieces, self._counts = None, [[f.y for f in found]], [counts]
+            self.places, outgoing, self._counts = None, [[f.y for f in found]], [counts]
             part_bounds = [bounds]
         else:
             every = tf.concat([f.y for f in found], 0)
@@ -81,15 +81,15 @@ class DistinctIds:
             part = tf.math.floormod(column + shard_of(every, options.shards), parts)  # TableOptions.part
             # Where each part's IDs sit among all the distinct IDs (dynamic_stitch puts its rows back there).
             self.places = tf.dynamic_partition(tf.range(tf.size(every)), part, parts)
-            pieces = [[ids_of_part] for ids_of_part in tf.dynamic_partition(every, part, parts)]
+            outgoing = [[ids_of_part] for ids_of_part in tf.dynamic_partition(every, part, parts)]
             self._counts = tf.dynamic_partition(counts, part, parts)
             held = tf.reshape(tf.math.bincount(part * self.columns + column, minlength=parts * self.columns,
                                                maxlength=parts * self.columns, dtype=tf.int64),
                               [parts, self.columns])  # each part's IDs of each column
             part_bounds = tf.unstack(tf.concat([tf.zeros([parts, 1], tf.int64), tf.cumsum(held, axis=1)], 1))
         self.part_bounds = part_bounds
-        self._crossing = [tf.concat(piece + [tf.strings.as_string(b) if ids.dtype == tf.string else b], 0)
-                          for piece, b in zip(pieces, part_bounds)]
+        self._crossing = [tf.concat(ids_out + [tf.strings.as_string(b) if ids.dtype == tf.string else b], 0)
+                          for ids_out, b in zip(outgoing, part_bounds)]
         self._received = {}
 
     def on(self, part: int, device) -> tuple[tf.Tensor, tf.Tensor]:

@@ -3,7 +3,7 @@ and regressor, with TF1's defaults. Each is an Estimator whose model_fn is built
 columns (tf.compat.v1.feature_column), a head (loss, predictions, metrics, export outputs) and TF1's
 optimizers; variables are named as TF1 named them (dnn/hiddenlayer_0/kernel, linear/linear_model/...),
 and the input layer's and the linear model's variables are partitioned over the ps tasks as TF1's were
-(min_max_variable_partitioner: at most one piece per ps, pieces of at least 64 MB; wide & deep's linear
+(min_max_variable_partitioner: at most one shard per ps, shards of at least 64 MB; wide & deep's linear
 part, of at least 256 KB)."""
 
 import math
@@ -218,7 +218,7 @@ def _model_fn(head, dnn=None, linear=None):
         if linear is not None:
             partitioner = linear["partitioner"] or (
                 v1.min_max_variable_partitioner(max_partitions=max(1, config.num_ps_replicas)) if dnn is not None
-                else _partitioner(config))  # wide & deep's linear part: TF1's default smallest piece (256 KB)
+                else _partitioner(config))  # wide & deep's linear part: TF1's default smallest shard (256 KB)
             with v1.variable_scope("linear", partitioner=partitioner):
                 logits += _linear_logits(features, linear["feature_columns"], head.logits_dimension,
                                          linear["sparse_combiner"])

@@ -76,8 +76,8 @@ class LocalCopies:
 
     @property
     def table_variables(self) -> list:
-        """The tables' trainable variables (each piece of a partitioned one)."""
-        return [piece for table in self.tables.values() for piece in grouped_lookup.pieces(table)]
+        """The tables' trainable variables (each shard of a partitioned one)."""
+        return [shard for table in self.tables.values() for shard in grouped_lookup.shards(table)]
 
     @property
     def local_variables(self) -> list:
@@ -180,7 +180,7 @@ def build_rounds(ctx: StepContext) -> Step:
         features, labels = ctx.next_batch()
         with grouped_lookup.rows_from(rows.naming()):
             ctx.forward((features, labels))  # builds the model on the round's batches: it names their rows
-        if rows.family_pieces is None:
+        if rows.family_shards is None:
             raise ValueError("--local_steps: the model declares grouped lookups of its tables (model/needs.py) "
                              "but made none")
 

@@ -3,7 +3,7 @@
 Without this, a step with tables on the ps reads its batch's rows there and sends their gradients
 back: a round trip to each ps every step, and the ps runs every sparse update (docs/speed.md). Here a
 session.run reads K batches at once (TrainConfig.batches_per_read) and:
-1. sends each ps the distinct (table piece, row) pairs that the K batches name, for all the tables
+1. sends each ps the distinct (table shard, row) pairs that the K batches name, for all the tables
    together, and gets back one tensor: those rows with their optimizer slots' rows (Adagrad's and
    FTRL's accumulators, FTRL's linear term), a row per pair;
 2. trains K steps on worker-side copies of them (a local variable per family of tables, with the
@@ -58,9 +58,9 @@ class RowCopies:
 
     def __init__(self, device):
         self.device = device  # this worker's device: where the copies (and their slots) live
-        self.family_pieces = self.num_cells = None  # the lookup's tables, as grouped_lookup.cut_alike gives
+        self.family_shards = self.num_cells = None  # the lookup's tables, as grouped_lookup.cut_alike gives
         self.copies = []  # [family]: its rows' copy, [None, width]
-        self.distinct = None  # the round's (piece, row) pairs, sorted, as grouped_lookup.pairs() gives
+        self.distinct = None  # the round's (shard, row) pairs, sorted, as grouped_lookup.pairs() gives
 
     def naming(self):
         """The source whose lookup records the distinct rows its batch names: the round's (its rows are
@@ -72,13 +72,13 @@ class RowCopies:
         return self._rows(families, ids, naming=False)
 
     def _rows(self, families, ids, naming: bool) -> list:
-        family_pieces, num_cells = grouped_lookup.cut_alike(families)
-        if self.family_pieces is None:
-            self._make_copies(family_pieces, num_cells)
-        elif _identities(family_pieces) != _identities(self.family_pieces):
+        family_shards, num_cells = grouped_lookup.cut_alike(families)
+        if self.family_shards is None:
+            self._make_copies(family_shards, num_cells)
+        elif _identities(family_shards) != _identities(self.family_shards):
             raise ValueError("--local_steps with tables: the model makes more than one grouped lookup")
-        pairs = grouped_lookup.pairs(family_pieces, ids)
-        columns = len(family_pieces[0])
+        pairs = grouped_lookup.pairs(family_shards, ids)
+        columns = len(family_shards[0])
         if naming:
             self.distinct = tf.sort(tf.unique(pairs).y)
             return [tf.zeros([tf.shape(ids)[0], columns, copy.shape[1]]) for copy in self.copies]
@@ -98,15 +98,15 @@ class RowCopies:
             kwargs["initial_value"] = lambda: tf.zeros([0, copy.shape[1]], copy.dtype)
         return next_creator(**kwargs)
 
-    def _make_copies(self, family_pieces, num_cells):
-        self.family_pieces, self.num_cells = family_pieces, num_cells
+    def _make_copies(self, family_shards, num_cells):
+        self.family_shards, self.num_cells = family_shards, num_cells
         wide = {id(variable) for variable in v1.get_collection(needs.WIDE_VARIABLES)}
-        for f in range(len(family_pieces)):
-            width = family_pieces[f][0][0].shape[1]
+        for f in range(len(family_shards)):
+            width = family_shards[f][0][0].shape[1]
             with v1.device(self.device), v1.name_scope(None):
                 copy = v1.Variable(tf.zeros([0, width]), trainable=False, shape=tf.TensorShape([None, width]),
                                    collections=[v1.GraphKeys.LOCAL_VARIABLES], name=f"{SCOPE}/family{f}")
-            if all(id(piece) in wide for column in family_pieces[f] for piece in column):
+            if all(id(shard) in wide for column in family_shards[f] for shard in column):
                 v1.add_to_collection(needs.WIDE_VARIABLES, copy)  # trained as its tables are (FTRL)
             self.copies.append(copy)
 
@@ -116,21 +116,21 @@ class RowCopies:
         # The extended families: each family of tables, then each of its optimizer slots (cut alike, on
         # the same ps), with what each is: (family, slot name, or None for the tables themselves).
         self._members, extended = [], []
-        for f, pieces in enumerate(self.family_pieces):
+        for f, shards in enumerate(self.family_shards):
             self._members.append((f, None))
-            extended.append(pieces)
+            extended.append(shards)
             for name in optimizer.get_slot_names():
-                if optimizer.get_slot(pieces[0][0], name) is not None:
+                if optimizer.get_slot(shards[0][0], name) is not None:
                     self._members.append((f, name))
-                    extended.append([[optimizer.get_slot(piece, name) for piece in column] for column in pieces])
+                    extended.append([[optimizer.get_slot(shard, name) for shard in column] for column in shards])
         self._locals = [self.copies[f] if name is None else optimizer.get_slot(self.copies[f], name)
                         for f, name in self._members]
         self._extended = extended
-        self._widths = [pieces[0][0].shape[1] for pieces in extended]
+        self._widths = [shards[0][0].shape[1] for shards in extended]
         # Rows whose values follow from their slots (FTRL's): set from the summed slots, never summed.
         weights_from_slots = getattr(optimizer, "weights_from_slots", None)
         self._derived = {e: derived for e, (f, name) in enumerate(self._members) if name is None and weights_from_slots
-                         and (derived := weights_from_slots(self.family_pieces[f][0][0])) is not None}
+                         and (derived := weights_from_slots(self.family_shards[f][0][0])) is not None}
         self._placements, self.fetched = [], [None] * len(extended)
         for placed in grouped_lookup.gather(extended, self.num_cells, self.distinct):
             joined = []
@@ -159,42 +159,42 @@ class RowCopies:
             for index, here in enumerate(placed.cells):
                 with v1.device(self.device):
                     part = tf.gather(change, placed.positions[index])
-                with v1.colocate_with(self._extended_pieces(placed.families[0], here)[0]):
+                with v1.colocate_with(self._extended_shards(placed.families[0], here)[0]):
                     rows, adds = grouped_lookup.scatter_add_here(
-                        [self._extended_pieces(e, here) for e in sent], here, self.num_cells, placed.packed[index],
+                        [self._extended_shards(e, here) for e in sent], here, self.num_cells, placed.packed[index],
                         tf.split(part, [self._widths[e] for e in sent], axis=1))
                     written = sum(adds, [])
                     for e in placed.families:
                         if e in self._derived:
                             written += self._set_derived(e, here, rows, {sent[i]: adds[i] for i in range(len(sent))})
                     with tf.control_dependencies(written):  # marked once written, slots included
-                        marks = [touched_rows.mark(marker, piece_rows)
+                        marks = [touched_rows.mark(marker, shard_rows)
                                  for e in placed.families if self._members[e][1] is None
-                                 for piece, piece_rows in zip(self._extended_pieces(e, here), rows)
-                                 if (marker := touched_rows.marker_of(piece)) is not None]
+                                 for shard, shard_rows in zip(self._extended_shards(e, here), rows)
+                                 if (marker := touched_rows.marker_of(shard)) is not None]
                     ops += written + marks
         return tf.group(*ops, name="push_round_rows")
 
     def _set_derived(self, e, cells, rows, adds) -> list:
-        """Sets the rows of extended family e's pieces of `cells` (grouped_lookup's (column, piece) indexes)
+        """Sets the rows of extended family e's shards of `cells` (grouped_lookup's (column, shard) indexes)
         from its optimizer slots' rows there, once the slots' changes are added (`adds`: by extended family,
-        each piece's add)."""
+        each shard's add)."""
         f, _ = self._members[e]
         slot_families = {self._members[s][1]: s for s in adds if self._members[s][0] == f}
         updates = []
-        for i, (piece, piece_rows) in enumerate(zip(self._extended_pieces(e, cells), rows)):
+        for i, (shard, shard_rows) in enumerate(zip(self._extended_shards(e, cells), rows)):
             with tf.control_dependencies([adds[s][i] for s in slot_families.values()]):
-                values = self._derived[e]({name: tf.gather(self._extended_pieces(s, cells)[i], piece_rows)
+                values = self._derived[e]({name: tf.gather(self._extended_shards(s, cells)[i], shard_rows)
                                            for name, s in slot_families.items()})
-                updates.append(tf.raw_ops.ResourceScatterUpdate(resource=piece.handle, indices=piece_rows,
+                updates.append(tf.raw_ops.ResourceScatterUpdate(resource=shard.handle, indices=shard_rows,
                                                                 updates=values))
         return updates
 
-    def _extended_pieces(self, e, cells) -> list:
-        """Extended family e's pieces of `cells`."""
-        pieces = [piece for column in self._extended[e] for piece in column]
-        return [pieces[cell] for cell in cells]
+    def _extended_shards(self, e, cells) -> list:
+        """Extended family e's shards of `cells`."""
+        shards = [shard for column in self._extended[e] for shard in column]
+        return [shards[cell] for cell in cells]
 
 
-def _identities(family_pieces) -> list:
-    return [[[id(piece) for piece in column] for column in family] for family in family_pieces]
+def _identities(family_shards) -> list:
+    return [[[id(shard) for shard in column] for column in family] for family in family_shards]

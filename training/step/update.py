@@ -27,7 +27,7 @@ def apply_update(loss, optimizer, global_step, clip_norm=None, summaries=True, v
 
 def global_norm(grads):
     """tf.linalg.global_norm, summed on each gradient's device first: one figure crosses from each ps,
-    not one per gradient made there (an embedding table's pieces, gathered together: model/grouped_lookup)."""
+    not one per gradient made there (an embedding table's shards, gathered together: model/grouped_lookup)."""
     by_device = {}
     for grad in grads:
         values = grad.values if isinstance(grad, tf.IndexedSlices) else grad
