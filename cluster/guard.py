@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from absl import logging
 
-from cluster import spec
+from ps_trainer.cluster import spec
 
 
 def resolve_host(host: str) -> list[str]:

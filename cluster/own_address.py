@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from absl import logging
 
-from cluster import guard, spec
+from ps_trainer.cluster import guard, spec
 
 
 def problem(cluster: spec.ClusterConfig, resolve: Callable[[str], list[str]] = guard.resolve_host) -> str | None:

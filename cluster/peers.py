@@ -11,7 +11,7 @@ import time
 
 from absl import logging
 
-from cluster import spec
+from ps_trainer.cluster import spec
 
 FIRST_BACKOFF_SECS = 0.2
 MAX_BACKOFF_SECS = 5.0

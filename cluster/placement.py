@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-from cluster import spec
+from ps_trainer.cluster import spec
 
 
 def variable_byte_size(op) -> int:

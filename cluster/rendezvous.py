@@ -12,7 +12,7 @@ import time
 
 from absl import logging
 
-from cluster.resolve import ClusterError
+from ps_trainer.cluster.resolve import ClusterError
 
 
 class DirectoryRendezvous:

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
-from cluster import spec
+from ps_trainer.cluster import spec
 
 
 class ClusterError(ValueError):

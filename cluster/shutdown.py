@@ -28,9 +28,9 @@ from collections.abc import Callable
 import tensorflow as tf
 from absl import logging
 
-from cluster import model_dir as layout
-from cluster import peers, spec
-from input import storage
+from ps_trainer.cluster import model_dir as layout
+from ps_trainer.cluster import peers, spec
+from ps_trainer.input import storage
 
 WAIT_SLICE_SECS = 0.2
 

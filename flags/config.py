@@ -13,14 +13,14 @@ import time
 import tensorflow as tf
 from absl import app, logging
 
-import input as inputs
-import model
-from model import tables
-from cluster import rendezvous, resolve, spec
-from input import storage
-from training import plan
-from training import momentum
-from training.config import NO_STEP_LIMIT, RunConfig, TrainConfig
+from ps_trainer import input as inputs
+from ps_trainer import model
+from ps_trainer.model import tables
+from ps_trainer.cluster import rendezvous, resolve, spec
+from ps_trainer.input import storage
+from ps_trainer.training import plan
+from ps_trainer.training import momentum
+from ps_trainer.training.config import NO_STEP_LIMIT, RunConfig, TrainConfig
 
 SAGEMAKER_CHECKPOINTS = "/opt/ml/checkpoints"
 

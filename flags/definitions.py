@@ -6,11 +6,11 @@ A flag that is a setting of the run takes its default from the config dataclass 
 
 from absl import flags
 
-import input as inputs
-import model
-from training import plan
-from training import optimizers, schedules
-from training.config import TrainConfig
+from ps_trainer import input as inputs
+from ps_trainer import model
+from ps_trainer.training import plan
+from ps_trainer.training import optimizers, schedules
+from ps_trainer.training.config import TrainConfig
 
 TRAIN, MODEL, DATA = TrainConfig(), model.ModelConfig(), inputs.DataConfig()
 

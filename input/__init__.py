@@ -14,9 +14,9 @@ from typing import Protocol
 
 import tensorflow as tf
 
-from input import clicks, criteo, csv_files, idx, packing, synthetic, tfrecord, tuning, zipf_clicks
-from input.records import bad_record_message  # noqa: F401  (the trainer reports input errors)
-from input.specs import DataConfig, DataSpec, Shard  # noqa: F401
+from ps_trainer.input import clicks, criteo, csv_files, idx, packing, synthetic, tfrecord, tuning, zipf_clicks
+from ps_trainer.input.records import bad_record_message  # noqa: F401  (the trainer reports input errors)
+from ps_trainer.input.specs import DataConfig, DataSpec, Shard  # noqa: F401
 
 
 

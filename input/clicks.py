@@ -9,8 +9,8 @@ sum, so the model has something to learn from the ids themselves. Example i is a
 
 import tensorflow as tf
 
-from input import packing, tuning
-from input.specs import DataSpec, generated_shard_description
+from ps_trainer.input import packing, tuning
+from ps_trainer.input.specs import DataSpec, generated_shard_description
 
 USERS, ITEMS, CATEGORIES = 5000, 2000, 50
 EVAL_EXAMPLES = 5000

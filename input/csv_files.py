@@ -18,9 +18,9 @@ import os
 
 import tensorflow as tf
 
-from input import records as record_files
-from input import packing, tuning
-from input.specs import tabular_spec
+from ps_trainer.input import records as record_files
+from ps_trainer.input import packing, tuning
+from ps_trainer.input.specs import tabular_spec
 
 KIND = "files"
 

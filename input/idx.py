@@ -13,8 +13,8 @@ import struct
 
 import tensorflow as tf
 
-from input import records as record_files
-from input import packing, synthetic, tuning
+from ps_trainer.input import records as record_files
+from ps_trainer.input import packing, synthetic, tuning
 
 IMAGE_MAGIC, LABEL_MAGIC = 0x00000803, 0x00000801
 IMAGE_HEADER_BYTES, LABEL_HEADER_BYTES = 16, 8

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from input import tuning
+from ps_trainer.input import tuning
 
 MARKER = "BadRecord: "
 BLOCK = 1024

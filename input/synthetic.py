@@ -10,8 +10,8 @@ constant in the graph.
 import numpy as np
 import tensorflow as tf
 
-from input import packing, tuning
-from input.specs import DataSpec
+from ps_trainer.input import packing, tuning
+from ps_trainer.input.specs import DataSpec
 
 KIND = "generated"
 

@@ -51,7 +51,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from input import storage
+from ps_trainer.input import storage
 
 v1 = tf.compat.v1
 

@@ -13,8 +13,8 @@ pure function of (seed, i): each worker makes exactly its own shard, with no fil
 import numpy as np
 import tensorflow as tf
 
-from input import criteo, packing, tuning
-from input.specs import generated_shard_description
+from ps_trainer.input import criteo, packing, tuning
+from ps_trainer.input.specs import generated_shard_description
 
 KIND = "generated"
 EVAL_EXAMPLES = 20000

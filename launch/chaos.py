@@ -13,9 +13,9 @@ import random
 import signal
 import time
 
-from launch import faults
-from launch.processes import call_with_tensorflow
-from training import log_lines
+from ps_trainer.launch import faults
+from ps_trainer.launch.processes import call_with_tensorflow
+from ps_trainer.training import log_lines
 
 POLL_SECS = 0.1
 PS_EXIT_SECS = 60  # after the workers: a ps that has not exited by then is left running (a violation)
@@ -191,7 +191,7 @@ def run(cluster, model_dir, train_steps: int, chaos_secs: float, interval_secs=(
 def count_audit(model_dir) -> dict:
     """launch/checkpoint_reads.py's count_audit: {epoch: [distinct examples, examples trained more than
     once, trained in all]}."""
-    return call_with_tensorflow("launch.checkpoint_reads", "count_audit", str(model_dir))
+    return call_with_tensorflow("ps_trainer.launch.checkpoint_reads", "count_audit", str(model_dir))
 
 
 def _killed(kills, key, proc) -> bool:

@@ -8,8 +8,8 @@ import glob
 import numpy as np
 import tensorflow as tf
 
-from cluster import model_dir as layout
-from training import checkpoints, queue_hook
+from ps_trainer.cluster import model_dir as layout
+from ps_trainer.training import checkpoints, queue_hook
 
 
 def registered_step(model_dir: str) -> int | None:

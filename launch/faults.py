@@ -15,8 +15,8 @@ import re
 import signal
 import time
 
-from launch.processes import call_with_tensorflow
-from training import log_lines
+from ps_trainer.launch.processes import call_with_tensorflow
+from ps_trainer.training import log_lines
 
 
 class FaultError(Exception):
@@ -32,12 +32,12 @@ def progress(cluster) -> list[log_lines.Step]:
 
 def registered_step(model_dir) -> int | None:
     """launch/checkpoint_reads.py's registered_step."""
-    return call_with_tensorflow("launch.checkpoint_reads", "registered_step", str(model_dir))
+    return call_with_tensorflow("ps_trainer.launch.checkpoint_reads", "registered_step", str(model_dir))
 
 
 def restorable_step(model_dir) -> int | None:
     """launch/checkpoint_reads.py's restorable_step."""
-    return call_with_tensorflow("launch.checkpoint_reads", "restorable_step", str(model_dir))
+    return call_with_tensorflow("ps_trainer.launch.checkpoint_reads", "restorable_step", str(model_dir))
 
 
 def chief_key(cluster) -> tuple[str, int]:
@@ -219,7 +219,7 @@ class SaveReport:
 
 def save_leftovers(model_dir) -> int:
     """launch/checkpoint_reads.py's save_leftovers."""
-    return call_with_tensorflow("launch.checkpoint_reads", "save_leftovers", str(model_dir))
+    return call_with_tensorflow("ps_trainer.launch.checkpoint_reads", "save_leftovers", str(model_dir))
 
 
 def kill_during_saves(cluster, model_dir, rounds: int, steps_after: int, keep_checkpoint_max: int,

@@ -18,8 +18,8 @@ final checkpoint after the chief ends) succeeds; the ps tasks exit 0 on their ow
 import dataclasses
 import json
 
-from cluster import resolve, spec
-from launch import kubeflow
+from ps_trainer.cluster import resolve, spec
+from ps_trainer.launch import kubeflow
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 PORT = 2222

@@ -15,7 +15,7 @@ workers, or are removed by cleanPodPolicy.
 
 import dataclasses
 
-from training import exit_codes
+from ps_trainer.training import exit_codes
 
 PORT = 2222
 PORT_NAME = "tfjob-port"  # the operator finds the port by this name

@@ -8,7 +8,7 @@ import pathlib
 import threading
 import time
 
-from training import log_lines
+from ps_trainer.training import log_lines
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -123,7 +123,7 @@ def round_trips(cfg) -> RoundTrips:
     _Recv whose tensor comes from another task is one call. Asynchronous layouts only (a sync step waits
     for its peers)."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from training import graph as train_graph  # pylint: disable=import-outside-toplevel
+    from ps_trainer.training import graph as train_graph  # pylint: disable=import-outside-toplevel
     v1 = tf.compat.v1
     workers, _ = tf.test.create_local_cluster(num_workers=1, num_ps=len(cfg.cluster.ps_hosts))
     hosts = {job.name: tuple(job.tasks[i] for i in sorted(job.tasks)) for job in workers[0].server_def.cluster.job}

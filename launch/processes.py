@@ -32,7 +32,7 @@ import portpicker
 TRAINER = pathlib.Path(__file__).resolve().parent.parent / "trainer.py"
 LOOPBACK = "127.0.0.1"
 # What a forked task's server imports before it forks: the trainer and TensorFlow.
-PRELOADED_MODULES = ["trainer"]
+PRELOADED_MODULES = ["ps_trainer.trainer"]
 # Every task's output: unbuffered, as it happens, and no INFO from TensorFlow's C++ side.
 TASK_OUTPUT = {"PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "1"}
 
@@ -217,7 +217,7 @@ def _run_trainer_here(argv, env, log_path, err_path, cwd) -> None:
     os.environ.update(env)
     os.chdir(cwd)
     sys.argv = list(argv)
-    import trainer  # pylint: disable=import-outside-toplevel  (preloaded: already imported)
+    from ps_trainer import trainer  # pylint: disable=import-outside-toplevel  (preloaded: already imported)
     trainer.app.run(trainer.main, argv=argv, flags_parser=trainer.parse_flags)
 
 

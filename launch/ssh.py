@@ -9,8 +9,8 @@ trainer too.
 import shlex
 import subprocess
 
-from cluster import spec
-from launch.processes import ProcessCluster
+from ps_trainer.cluster import spec
+from ps_trainer.launch.processes import ProcessCluster
 
 
 class SshCluster(ProcessCluster):

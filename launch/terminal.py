@@ -12,7 +12,7 @@ import time
 
 from absl import flags
 
-from training import exit_codes, log_lines
+from ps_trainer.training import exit_codes, log_lines
 
 
 class Interrupted(Exception):

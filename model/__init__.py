@@ -11,8 +11,8 @@ from typing import NamedTuple, Protocol
 
 import tensorflow as tf
 
-from model import cnn, mlp, wide_deep
-from model.needs import Needs
+from ps_trainer.model import cnn, mlp, wide_deep
+from ps_trainer.model.needs import Needs
 
 
 

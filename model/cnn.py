@@ -2,8 +2,8 @@
 
 import tensorflow as tf
 
-from model import layers
-from model.needs import Needs
+from ps_trainer.model import layers
+from ps_trainer.model.needs import Needs
 
 NEEDS = Needs()  # nothing particular of the trainer
 

@@ -25,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from model import registry
+from ps_trainer.model import registry
 
 v1 = tf.compat.v1
 

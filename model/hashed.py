@@ -4,8 +4,8 @@ start, the row of a value picked by a hash of it (distinct values can share one)
 
 import tensorflow as tf
 
-from model import grouped_lookup, touched_rows
-from model.needs import table_part, wide_part
+from ps_trainer.model import grouped_lookup, touched_rows
+from ps_trainer.model.needs import table_part, wide_part
 
 v1 = tf.compat.v1
 

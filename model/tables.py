@@ -6,8 +6,8 @@ from typing import NamedTuple, Protocol
 
 import tensorflow as tf
 
-from model import dynamic, grouped_lookup, hashed, touched_rows
-from model.dynamic import table as dynamic_table
+from ps_trainer.model import dynamic, grouped_lookup, hashed, touched_rows
+from ps_trainer.model.dynamic import table as dynamic_table
 
 
 class TableKind(Protocol):

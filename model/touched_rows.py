@@ -23,7 +23,7 @@ import dataclasses
 
 import tensorflow as tf
 
-from model import registry
+from ps_trainer.model import registry
 
 v1 = tf.compat.v1
 

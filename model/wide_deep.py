@@ -17,8 +17,8 @@ trains as the canonical wide-and-deep model does: FTRL for the wide part, Adagra
 
 import tensorflow as tf
 
-from model import layers, tables
-from model.needs import Needs, wide_part
+from ps_trainer.model import layers, tables
+from ps_trainer.model.needs import Needs, wide_part
 
 v1 = tf.compat.v1
 

@@ -32,13 +32,13 @@ import time
 import tensorflow as tf
 from absl import app, flags
 
-import input as inputs
-import model as mdl
-from cluster import spec
-from launch import measure, terminal
-from launch.processes import LocalCluster, SingleProcess
-from training import evaluator, exit_codes, log_lines, plan, preemption, run_record
-from training.config import RunConfig, TrainConfig
+from ps_trainer import input as inputs
+from ps_trainer import model as mdl
+from ps_trainer.cluster import spec
+from ps_trainer.launch import measure, terminal
+from ps_trainer.launch.processes import LocalCluster, SingleProcess
+from ps_trainer.training import evaluator, exit_codes, log_lines, plan, preemption, run_record
+from ps_trainer.training.config import RunConfig, TrainConfig
 
 flags.DEFINE_list("models", ["mlp", "mlp10m", "cnn"], "Models to run.")
 flags.DEFINE_list("layouts", [], "Layouts to run, by name as printed (default: all); the single process always "

@@ -24,8 +24,8 @@ from datetime import datetime
 from absl import app, flags
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from launch.processes import LocalCluster  # noqa: E402
-from training import log_lines  # noqa: E402
+from ps_trainer.launch.processes import LocalCluster  # noqa: E402
+from ps_trainer.training import log_lines  # noqa: E402
 
 flags.DEFINE_list("baselines", None, "Checkouts of the releases to compare with (e.g. git worktrees).",
                   required=True)

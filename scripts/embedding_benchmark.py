@@ -23,9 +23,9 @@ import time
 from absl import app, flags
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from input import zipf_clicks  # noqa: E402
-from launch.processes import LocalCluster, SingleProcess  # noqa: E402
-from training import log_lines  # noqa: E402
+from ps_trainer.input import zipf_clicks  # noqa: E402
+from ps_trainer.launch.processes import LocalCluster, SingleProcess  # noqa: E402
+from ps_trainer.training import log_lines  # noqa: E402
 
 flags.DEFINE_integer("examples", 200000, "Training examples generated (--synthetic_examples).", lower_bound=1000)
 flags.DEFINE_integer("steps", 4000, "Global steps of each run.", lower_bound=100)

@@ -30,7 +30,7 @@ from absl import app, flags
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from launch.processes import LOOPBACK, free_ports  # noqa: E402
+from ps_trainer.launch.processes import LOOPBACK, free_ports  # noqa: E402
 
 flags.DEFINE_string("reference_venv", "/tmp/tf215-venv", "The reference venv (made here if missing).")
 flags.DEFINE_list("programs", ["clicks", "census", "sync_cnn"], "Programs to run (PROGRAMS).")

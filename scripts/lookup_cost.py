@@ -47,8 +47,10 @@ def main(argv):
     sys.path.insert(0, FLAGS.tree)
     import numpy as np  # pylint: disable=import-outside-toplevel
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    grouped_lookup = importlib.import_module("model.grouped_lookup")
-    optimizers = importlib.import_module("training.optimizers")
+    # The tree's modules: in the ps_trainer namespace, or top-level in a tree from before it.
+    namespace = "ps_trainer." if (pathlib.Path(FLAGS.tree) / "ps_trainer" / "trainer.py").exists() else ""
+    grouped_lookup = importlib.import_module(f"{namespace}model.grouped_lookup")
+    optimizers = importlib.import_module(f"{namespace}training.optimizers")
     print(f"timing {pathlib.Path(inspect.getfile(grouped_lookup)).resolve()}")
     v1 = tf.compat.v1
     data = batches(np, 50)

@@ -15,7 +15,7 @@ import sys
 import yaml
 from absl import app, flags
 
-from launch import jobset
+from ps_trainer.launch import jobset
 
 flags.DEFINE_string("name", None, "JobSet name (a DNS label).", required=True)
 flags.DEFINE_string("image", "", "Container image with ps-trainer installed in its working dir (the Dockerfile's).")

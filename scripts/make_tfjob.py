@@ -13,7 +13,7 @@ import sys
 import yaml
 from absl import app, flags
 
-from launch import kubeflow
+from ps_trainer.launch import kubeflow
 
 flags.DEFINE_string("name", None, "TFJob name (a DNS label).", required=True)
 flags.DEFINE_string("image", None, "Container image with ps-trainer installed in its working dir.",

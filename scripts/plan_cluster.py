@@ -21,10 +21,10 @@ import time
 
 from absl import app, flags
 
-from launch import netns
-from launch.planner import DEFAULT_COSTS, Costs, calibrated, plan, ps_needed
-from launch.processes import TRAINER
-from training import log_lines
+from ps_trainer.launch import netns
+from ps_trainer.launch.planner import DEFAULT_COSTS, Costs, calibrated, plan, ps_needed
+from ps_trainer.launch.processes import TRAINER
+from ps_trainer.training import log_lines
 
 flags.DEFINE_enum("model", "mlp", ["mlp", "cnn"], "Model whose measured costs to use.")
 flags.DEFINE_list("workers", ["1", "2", "4", "8", "16", "32", "64", "128"], "Worker counts to plan.")

@@ -15,7 +15,7 @@ matplotlib.use("Agg")  # files only; no display needed
 import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=wrong-import-position
 import tensorflow as tf  # noqa: E402  pylint: disable=wrong-import-position
 
-from cluster import model_dir as layout  # noqa: E402  pylint: disable=wrong-import-position
+from ps_trainer.cluster import model_dir as layout  # noqa: E402  pylint: disable=wrong-import-position
 
 flags.DEFINE_string("model_dir", None, "The run's --model_dir.", required=True)
 flags.DEFINE_string("output", None, "PNG to write. Default: <model_dir>/run.png.")

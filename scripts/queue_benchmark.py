@@ -26,9 +26,9 @@ import time
 
 from absl import app, flags
 
-from launch import terminal
-from launch.processes import LocalCluster
-from training import log_lines
+from ps_trainer.launch import terminal
+from ps_trainer.launch.processes import LocalCluster
+from ps_trainer.training import log_lines
 
 flags.DEFINE_integer("files", 64, "Training files.", lower_bound=2)
 flags.DEFINE_integer("rows_per_file", 4000, "Rows per file.", lower_bound=1)
@@ -44,8 +44,8 @@ SLOW_SLICE_SECS = 0.05
 
 def write_data(data_dir: pathlib.Path) -> None:
     import numpy as np  # pylint: disable=import-outside-toplevel
-    from input import tfrecord  # pylint: disable=import-outside-toplevel
-    from input.specs import DataConfig, tabular_spec  # pylint: disable=import-outside-toplevel
+    from ps_trainer.input import tfrecord  # pylint: disable=import-outside-toplevel
+    from ps_trainer.input.specs import DataConfig, tabular_spec  # pylint: disable=import-outside-toplevel
     spec = tabular_spec(DataConfig(numeric_columns=("x1", "x2"), categorical_columns=("item",)))
     rng = np.random.RandomState(0)
     for split, files in (("train", FLAGS.files), ("eval", 1)):

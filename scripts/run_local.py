@@ -17,8 +17,8 @@ import pathlib
 
 from absl import app, flags
 
-from launch import terminal
-from launch.processes import LocalCluster
+from ps_trainer.launch import terminal
+from ps_trainer.launch.processes import LocalCluster
 
 flags.DEFINE_integer("num_ps", 1, "Number of ps tasks.", lower_bound=1)
 flags.DEFINE_integer("num_workers", 2, "Number of worker tasks.", lower_bound=1)

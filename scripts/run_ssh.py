@@ -21,9 +21,9 @@ import shlex
 
 from absl import app, flags
 
-from cluster import spec
-from launch import terminal
-from launch.ssh import SshCluster, read_hosts_file
+from ps_trainer.cluster import spec
+from ps_trainer.launch import terminal
+from ps_trainer.launch.ssh import SshCluster, read_hosts_file
 
 flags.DEFINE_string("hosts_file", None, "The cluster: lines of 'ps|worker host:port'.", required=True)
 flags.DEFINE_string("remote_dir", None, "Directory of ps-trainer on every host.", required=True)

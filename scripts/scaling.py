@@ -20,9 +20,9 @@ import time
 
 from absl import app, flags
 
-from launch import terminal
-from launch.processes import TRAINER, LocalCluster
-from training import log_lines
+from ps_trainer.launch import terminal
+from ps_trainer.launch.processes import TRAINER, LocalCluster
+from ps_trainer.training import log_lines
 
 flags.DEFINE_list("models", ["mlp", "cnn"], "Models to run.")
 flags.DEFINE_list("workers", ["1", "2", "4", "8"], "Worker counts.")

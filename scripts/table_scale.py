@@ -31,12 +31,12 @@ from absl import app, flags
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 import tensorflow as tf  # noqa: E402
 
-from cluster import spec  # noqa: E402
-from training import optimizers  # noqa: E402
-from launch import faults  # noqa: E402
-from launch.processes import LocalCluster  # noqa: E402
-from model.dynamic import ids as table_ids, storage as table_storage  # noqa: E402
-from model.dynamic import table as dynamic_table, upkeep as table_upkeep  # noqa: E402
+from ps_trainer.cluster import spec  # noqa: E402
+from ps_trainer.training import optimizers  # noqa: E402
+from ps_trainer.launch import faults  # noqa: E402
+from ps_trainer.launch.processes import LocalCluster  # noqa: E402
+from ps_trainer.model.dynamic import ids as table_ids, storage as table_storage  # noqa: E402
+from ps_trainer.model.dynamic import table as dynamic_table, upkeep as table_upkeep  # noqa: E402
 
 flags.DEFINE_integer("ids", 10_000_000, "Distinct IDs admitted (live rows at the end).", lower_bound=1000)
 flags.DEFINE_integer("num_ps", 2, "ps tasks the table is sharded over.", lower_bound=1)

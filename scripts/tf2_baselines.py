@@ -25,11 +25,11 @@ import time
 import tensorflow as tf
 from absl import app, flags
 
-import input as inputs
-from input import criteo
-from model import wide_deep
-from launch import terminal
-from launch.processes import LOOPBACK, free_ports
+from ps_trainer import input as inputs
+from ps_trainer.input import criteo
+from ps_trainer.model import wide_deep
+from ps_trainer.launch import terminal
+from ps_trainer.launch.processes import LOOPBACK, free_ports
 
 flags.DEFINE_enum("strategy", "ps", ["ps", "mwms"], "ParameterServerStrategy or MultiWorkerMirroredStrategy.")
 flags.DEFINE_enum("model", "mlp", ["mlp", "wide_deep"], "The trainer's model it stands for: mlp on synthetic "

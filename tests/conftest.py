@@ -76,7 +76,7 @@ def ports_of_this_test_process():
     worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if not worker or not count:
         return
-    from launch import processes  # pylint: disable=import-outside-toplevel
+    from ps_trainer.launch import processes  # pylint: disable=import-outside-toplevel
     whole, index = processes.PORT_RANGE, int(worker.removeprefix("gw"))
     size = len(whole) // int(count)
     processes.PORT_RANGE = range(whole.start + index * size, whole.start + (index + 1) * size)
@@ -86,7 +86,7 @@ def ports_of_this_test_process():
 def cluster_factory(directory):
     """Makes LocalClusters under `directory`; every one is stopped on leaving, whatever happened."""
     # Imported here: pytest-xdist's controller loads this file too, and needs no TensorFlow.
-    from launch.processes import LocalCluster  # pylint: disable=import-outside-toplevel
+    from ps_trainer.launch.processes import LocalCluster  # pylint: disable=import-outside-toplevel
     from tests.support import FAST_ARGS  # pylint: disable=import-outside-toplevel
     clusters = []
 

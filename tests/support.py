@@ -17,17 +17,17 @@ import numpy as np
 import tensorflow as tf
 from absl.flags import FLAGS
 
-import input as inputs
-from cluster import spec
-from flags import config as flag_config
-from flags import definitions  # noqa: F401  (defines the trainer's flags)
-from input import synthetic, tfrecord
-from launch import faults
-from launch.processes import ForkedTask, free_ports
-from training import graph as train_graph
-from training import hooks as training_hooks
-from training import evaluator, log_lines, start
-from training.config import RunConfig, TrainConfig
+from ps_trainer import input as inputs
+from ps_trainer.cluster import spec
+from ps_trainer.flags import config as flag_config
+from ps_trainer.flags import definitions  # noqa: F401  (defines the trainer's flags)
+from ps_trainer.input import synthetic, tfrecord
+from ps_trainer.launch import faults
+from ps_trainer.launch.processes import ForkedTask, free_ports
+from ps_trainer.training import graph as train_graph
+from ps_trainer.training import hooks as training_hooks
+from ps_trainer.training import evaluator, log_lines, start
+from ps_trainer.training.config import RunConfig, TrainConfig
 
 v1 = tf.compat.v1
 ROOT = pathlib.Path(__file__).resolve().parent.parent

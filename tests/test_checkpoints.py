@@ -9,13 +9,13 @@ import subprocess
 import pytest
 import tensorflow as tf
 
-import input as inputs
-import model
-from cluster import model_dir as layout
-from cluster import spec
+from ps_trainer import input as inputs
+from ps_trainer import model
+from ps_trainer.cluster import model_dir as layout
+from ps_trainer.cluster import spec
 from tests.support import run_trainer, train_one_worker
-from training import checkpoints, chief_claim, evaluator, exit_codes, log_lines
-from training.config import RunConfig, TrainConfig
+from ps_trainer.training import checkpoints, chief_claim, evaluator, exit_codes, log_lines
+from ps_trainer.training.config import RunConfig, TrainConfig
 
 v1 = tf.compat.v1
 ONE_PROCESS = ["--synthetic_examples=2000", "--export_saved_model=false", "--log_every_n_steps=100"]

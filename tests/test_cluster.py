@@ -2,7 +2,7 @@
 
 import pytest
 
-from cluster import shutdown, spec
+from ps_trainer.cluster import shutdown, spec
 
 pytestmark = pytest.mark.pure
 

@@ -7,8 +7,8 @@ import gzip
 import numpy as np
 import pytest
 
-from input import idx
-from training import exit_codes
+from ps_trainer.input import idx
+from ps_trainer.training import exit_codes
 from tests.support import describe, finished, run_script, run_trainer, write_click_csvs, write_criteo_files
 
 pytestmark = pytest.mark.e2e
@@ -64,7 +64,7 @@ def test_criteo_logs_as_they_come_train_wide_deep(tmp_path):
 
 def test_mnist_replicas_own_command_line_trains_on_idx_files(make_cluster, tmp_path):
     # Learnable IDX data: the embedded dataset written out as MNIST ships it (gzipped).
-    import input as inputs
+    from ps_trainer import input as inputs
     cfg = inputs.DataConfig(synthetic_examples=2000)
     for split in ("train", "eval"):
         pairs = [(f["image"].numpy()[..., 0], int(label))
@@ -80,7 +80,7 @@ def test_mnist_replicas_own_command_line_trains_on_idx_files(make_cluster, tmp_p
 
 
 def test_csv_converted_to_tfrecord_reads_back_the_same_rows(tmp_path):
-    import input as inputs
+    from ps_trainer import input as inputs
     write_click_csvs(tmp_path / "csv", rows=200)
     result = run_script("convert_to_tfrecord.py", "--dataset=csv", f"--data_dir={tmp_path / 'csv'}",
                         f"--output_dir={tmp_path / 'tfr'}", "--num_files=2", *COLUMNS, timeout=120)

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from input import download
+from ps_trainer.input import download
 
 pytestmark = pytest.mark.inprocess  # a real HTTP server on loopback, in this process
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 import tensorflow as tf
 
-from launch.processes import ForkedTask, free_ports
+from ps_trainer.launch.processes import ForkedTask, free_ports
 from tests.support import (
     SCRIPTS,
     describe,
@@ -26,8 +26,8 @@ from tests.support import (
     wait_recording_exits,
     write_embedded_as_tfrecord,
 )
-from cluster import shutdown
-from training import evaluator, exit_codes, log_lines
+from ps_trainer.cluster import shutdown
+from ps_trainer.training import evaluator, exit_codes, log_lines
 
 pytestmark = pytest.mark.e2e
 TIMEOUT = 240  # seconds for a whole small cluster run on 2 busy cores

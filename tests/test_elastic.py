@@ -6,11 +6,11 @@ import time
 
 import pytest
 
-from cluster import model_dir as layout
-from launch import chaos, processes
+from ps_trainer.cluster import model_dir as layout
+from ps_trainer.launch import chaos, processes
 from tests import support
 from tests.support import describe, finished, logged_step, wait_for
-from training import log_lines, queue_hook
+from ps_trainer.training import log_lines, queue_hook
 
 pytestmark = pytest.mark.e2e
 FILES, ROWS_PER_FILE, BATCH, STEPS = 16, 500, 32, 1200

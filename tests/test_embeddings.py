@@ -13,16 +13,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import input as inputs
-from cluster import spec
-from launch import measure
-from model.dynamic import ids as table_ids, storage as table_storage, table as dynamic_table, upkeep as table_upkeep
+from ps_trainer import input as inputs
+from ps_trainer.cluster import spec
+from ps_trainer.launch import measure
+from ps_trainer.model.dynamic import ids as table_ids, storage as table_storage, table as dynamic_table, upkeep as table_upkeep
 from tests.support import (ROOT, describe, finished, in_process_cluster, join_all, logged_step, read_flags,
                            run_trainer, serve_in_fresh_process, wait_for)
-from training import export, incremental, log_lines, run_record
-from training import graph as train_graph
-from training.config import TrainConfig
-from training import optimizers
+from ps_trainer.training import export, incremental, log_lines, run_record
+from ps_trainer.training import graph as train_graph
+from ps_trainer.training.config import TrainConfig
+from ps_trainer.training import optimizers
 
 v1 = tf.compat.v1
 WIDTH = 3
@@ -641,7 +641,7 @@ def adam_rows(value, grad, m, v, step, lr=0.1, beta1=0.9, beta2=0.999, epsilon=1
 
 @pytest.mark.inprocess
 def test_lazy_adam_updates_exactly_the_rows_a_batch_touched_and_adam_every_row():
-    from training import optimizers  # pylint: disable=import-outside-toplevel
+    from ps_trainer.training import optimizers  # pylint: disable=import-outside-toplevel
     start = np.arange(12, dtype=np.float32).reshape(6, 2) / 10
     weights = np.array([[1.0, -2.0], [0.5, 3.0], [2.0, 1.0]], np.float32)
     batches = ([1, 3, 1], [4, 3, 0])  # row 1 twice in the first batch: its gradients add up
@@ -679,7 +679,7 @@ def test_lazy_adam_updates_exactly_the_rows_a_batch_touched_and_adam_every_row()
 MALLOC_PROBE = """
 import os, pathlib, sys
 import numpy as np
-from cluster import allocator
+from ps_trainer.cluster import allocator
 environ = {"MALLOC_ARENA_MAX": "8"}  # the user's own setting: left alone
 if sys.argv[1] == "user-set-both":
     environ["MALLOC_MMAP_THRESHOLD_"] = "131072"

@@ -8,9 +8,9 @@ import sys
 import portpicker
 import pytest
 
-from launch import processes
-from launch.processes import free_ports
-from launch.ssh import read_hosts_file
+from ps_trainer.launch import processes
+from ps_trainer.launch.processes import free_ports
+from ps_trainer.launch.ssh import read_hosts_file
 from tests.support import ROOT, SCRIPTS, run_launcher
 
 

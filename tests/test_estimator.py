@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from launch.processes import LOOPBACK, free_ports
+from ps_trainer.launch.processes import LOOPBACK, free_ports
 from tests.support import ROOT, SCRIPTS, run_launcher, stop_process_group, wait_for
 
 PROGRAM = ROOT / "tests" / "programs" / "clicks_estimator.py"
@@ -35,8 +35,17 @@ def last_evaluation(log: str) -> dict[str, float]:
 
 @pytest.mark.e2e
 def test_a_tf1_program_with_one_line_added_trains_evaluates_and_predicts_in_one_process(tmp_path):
-    result = subprocess.run([sys.executable, str(PROGRAM), f"--model_dir={tmp_path / 'model'}", "--train_steps=300",
-                             "--predict"], capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT,
+    # The program in a folder of its own, beside modules of its own named as the trainer's parts were before
+    # they were ps_trainer's: each fails if anything imports it, so the run shows that nothing of the
+    # project's stands on the program's import path (the installed project is ps_trainer.* only).
+    program = tmp_path / "program" / PROGRAM.name
+    program.parent.mkdir()
+    program.write_text(PROGRAM.read_text())
+    for own in ("flags.py", "model.py", "input.py", "training.py", "cluster.py", "launch.py", "trainer/__init__.py"):
+        (program.parent / own).parent.mkdir(exist_ok=True)
+        (program.parent / own).write_text(f"raise ImportError('the program\\'s own {own} was imported')\n")
+    result = subprocess.run([sys.executable, str(program), f"--model_dir={tmp_path / 'model'}", "--train_steps=300",
+                             "--predict"], capture_output=True, text=True, timeout=TIMEOUT, cwd=program.parent,
                             stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = final_metrics(result.stdout)

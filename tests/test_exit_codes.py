@@ -14,13 +14,13 @@ import pytest
 import tensorflow as tf
 from absl import app
 
-import trainer
-from cluster import model_dir as layout
-from cluster import peers, spec
+from ps_trainer import trainer
+from ps_trainer.cluster import model_dir as layout
+from ps_trainer.cluster import peers, spec
 from tests.support import SCRIPTS
-from training import exit_codes, run_record, watchdog, worker
-from training.config import TrainConfig
-from training.step import update
+from ps_trainer.training import exit_codes, run_record, watchdog, worker
+from ps_trainer.training.config import TrainConfig
+from ps_trainer.training.step import update
 
 
 @pytest.mark.pure

@@ -15,10 +15,10 @@ import time
 import pytest
 import tensorflow as tf
 
-from cluster import peers, shutdown
-from launch import faults
+from ps_trainer.cluster import peers, shutdown
+from ps_trainer.launch import faults
 from tests.support import ROOT, SCRIPTS, describe, finished, logged_step, run_launcher, wait_for
-from training import checkpoints, exit_codes, log_lines, session_loop, watchdog
+from ps_trainer.training import checkpoints, exit_codes, log_lines, session_loop, watchdog
 
 TRAIN_STEPS = 300
 LN10 = 2.3026
@@ -162,15 +162,15 @@ def test_the_fault_script_imports_no_tensorflow_of_its_own():
     assert "--chaos_secs" in result.stdout, result.stderr[-2000:]  # its help (absl exits 1 after it)
     imported = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()
                 if line.startswith("import time:")]
-    assert "launch.faults" in imported and "launch.chaos" in imported, imported
+    assert "ps_trainer.launch.faults" in imported and "ps_trainer.launch.chaos" in imported, imported
     assert not [name for name in imported if name.split(".")[0] == "tensorflow"], imported
 
 
 HELPER_PROBE = """
 import multiprocessing, sys, time
-from launch import processes
+from ps_trainer.launch import processes
 processes.ForkedTask._start_server(multiprocessing.get_context("forkserver"))  # as the first forked task does
-print(processes.call_with_tensorflow("launch.checkpoint_reads", "registered_step", sys.argv[1]))
+print(processes.call_with_tensorflow("ps_trainer.launch.checkpoint_reads", "registered_step", sys.argv[1]))
 print("tensorflow here:", "tensorflow" in sys.modules)
 processes.HELPER_CALL_SECS = 2
 started = time.monotonic()
@@ -411,7 +411,7 @@ def test_the_chief_restores_only_lost_state_and_then_clears_what_a_restore_makes
 
 PREEMPTION_PROBE = """
 import os, signal, sys, time
-from training import preemption
+from ps_trainer.training import preemption
 stop = preemption.Preemption("worker:0", deadline_secs=1).install()
 signal.signal(signal.SIGUSR1, lambda *_: None)  # another handled signal writes to the wakeup fd too
 os.kill(os.getpid(), signal.SIGUSR1)
@@ -434,7 +434,7 @@ def test_only_a_stop_signal_requests_preemption_and_the_deadline_bounds_the_stop
 
 PS_GONE_PROBE = """
 import os, signal, socket, time
-from training import preemption
+from ps_trainer.training import preemption
 ps = socket.create_server(("127.0.0.1", 0))
 stop = preemption.Preemption("worker:1", deadline_secs=60, ps_hosts=[f"127.0.0.1:{ps.getsockname()[1]}"]).install()
 os.kill(os.getpid(), signal.SIGTERM)

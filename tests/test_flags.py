@@ -8,10 +8,10 @@ from absl import app
 from absl import flags as absl_flags
 from absl.flags import FLAGS
 
-from cluster import model_dir as layout
-from flags import config as flag_config
+from ps_trainer.cluster import model_dir as layout
+from ps_trainer.flags import config as flag_config
 from tests.support import read_flags, write_click_csvs
-from training import exit_codes, run_record, start
+from ps_trainer.training import exit_codes, run_record, start
 
 pytestmark = pytest.mark.pure
 
@@ -373,7 +373,7 @@ def test_sagemaker_hyperparameters_join_boolean_values():
 
 @pytest.mark.parametrize("hosts", ["--ps_hosts=8.8.8.8:2222", "--ps_hosts=[2001:4860::8888]:2222"])
 def test_a_public_address_is_refused_unless_the_user_says_there_is_a_firewall(hosts):
-    import trainer
+    from ps_trainer import trainer
     cluster = read_flags(hosts, "--worker_hosts=10.0.0.2:2222", "--job_name=ps", "--task_index=0").cluster
     with pytest.raises(app.UsageError) as refused:
         trainer.refuse_unsafe_serving(cluster, allow_public_addresses=False, skip_own_address_check=True)
@@ -384,7 +384,7 @@ def test_a_public_address_is_refused_unless_the_user_says_there_is_a_firewall(ho
 
 
 def test_private_loopback_and_cgnat_addresses_are_accepted():
-    import trainer
+    from ps_trainer import trainer
     cfg = read_flags("--ps_hosts=10.0.0.1:1,192.168.1.2:1,172.16.0.3:1", "--worker_hosts=127.0.0.1:1,100.64.0.9:1",
                      "--job_name=ps", "--task_index=0")
     trainer.refuse_unsafe_serving(cfg.cluster, allow_public_addresses=False, skip_own_address_check=True)
@@ -392,7 +392,7 @@ def test_private_loopback_and_cgnat_addresses_are_accepted():
 
 
 def test_names_are_checked_by_what_they_resolve_to():
-    from cluster import guard, spec
+    from ps_trainer.cluster import guard, spec
     cluster = spec.ClusterConfig(("ps-0.team.svc:2222",), ("gateway.example:2222", "later.team.svc:2222"), "ps", 0)
     table = {"ps-0.team.svc": ["10.1.2.3"], "gateway.example": ["203.0.113.7", "93.184.216.34"]}
 
@@ -407,7 +407,7 @@ def test_names_are_checked_by_what_they_resolve_to():
 def write_formats(directory, *formats):
     import numpy as np
 
-    from input import idx
+    from ps_trainer.input import idx
     directory.mkdir(parents=True, exist_ok=True)
     if "idx" in formats:
         idx.write(np.zeros((3, 28, 28), np.uint8), np.zeros(3, np.uint8), str(directory), "train")
@@ -455,7 +455,7 @@ def test_cache_takes_none_memory_or_a_directory(tmp_path):
 
 
 def test_the_evaluator_follows_the_runs_record_not_its_own_flags(tmp_path):
-    from training import run_record
+    from ps_trainer.training import run_record
     chief = read_flags("--ps_hosts=127.0.0.1:2222", "--worker_hosts=127.0.0.1:2223", "--job_name=worker",
                        "--task_index=0", f"--model_dir={tmp_path}", "--model=wide_deep", "--dataset=clicks",
                        "--train_steps=5000", "--hidden_units=64,32", "--embedding_dim=8", "--seed=7")
@@ -471,7 +471,7 @@ def test_the_evaluator_follows_the_runs_record_not_its_own_flags(tmp_path):
 
 
 def test_a_worker_whose_model_or_data_flags_are_not_the_chiefs_is_refused_naming_both(tmp_path):
-    from training import run_record
+    from ps_trainer.training import run_record
     common = ["--ps_hosts=127.0.0.1:2222", "--worker_hosts=127.0.0.1:2223,127.0.0.1:2224", "--job_name=worker",
               f"--model_dir={tmp_path}", "--model=wide_deep", "--dataset=clicks", "--hash_buckets=5000"]
     run_record.write(read_flags(*common, "--task_index=0", "--train_steps=5000"))
@@ -520,7 +520,7 @@ def test_nothread_spinning_reaches_the_cluster_config_and_a_local_cluster_sets_i
         tmp_path, monkeypatch):
     assert read_flags(*WORKER).cluster.thread_spinning
     assert not read_flags(*WORKER, "--nothread_spinning").cluster.thread_spinning
-    from launch import processes  # pylint: disable=import-outside-toplevel
+    from ps_trainer.launch import processes  # pylint: disable=import-outside-toplevel
     monkeypatch.setattr(processes, "free_ports", lambda count: list(range(20000, 20000 + count)))  # no socket
     for cores, expected in ((2, False), (8, True)):  # 1 ps + 2 workers: three tasks
         monkeypatch.setattr(processes.os, "sched_getaffinity", lambda pid, cores=cores: set(range(cores)))

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import input as inputs
-import model
+from ps_trainer import input as inputs
+from ps_trainer import model
 from tests.support import train_one_worker, write_click_csvs
-from training import evaluator, export, gauc
-from training.config import RunConfig, TrainConfig
-from cluster import spec
+from ps_trainer.training import evaluator, export, gauc
+from ps_trainer.training.config import RunConfig, TrainConfig
+from ps_trainer.cluster import spec
 
 
 def pairwise_gauc(groups, labels, scores):

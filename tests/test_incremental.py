@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import input as inputs
-import model
-from cluster import spec
-from model import registry
-from model.dynamic import storage as table_storage
-from training import checkpoints, evaluator, export, incremental
-from training import graph as train_graph
-from training.config import RunConfig, TrainConfig
+from ps_trainer import input as inputs
+from ps_trainer import model
+from ps_trainer.cluster import spec
+from ps_trainer.model import registry
+from ps_trainer.model.dynamic import storage as table_storage
+from ps_trainer.training import checkpoints, evaluator, export, incremental
+from ps_trainer.training import graph as train_graph
+from ps_trainer.training.config import RunConfig, TrainConfig
 
 v1 = tf.compat.v1
 DATA = inputs.DataConfig(name="clicks")

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import input as inputs
-from input import packing, synthetic, tfrecord, work_queue, zipf_clicks
+from ps_trainer import input as inputs
+from ps_trainer.input import packing, synthetic, tfrecord, work_queue, zipf_clicks
 from tests.support import write_records
 
 pytestmark = pytest.mark.pure
@@ -413,7 +413,7 @@ def test_criteo_days_gzipped_as_criteo_publishes_them_read_as_plain_ones(tmp_pat
 def test_every_source_reads_its_records_without_the_autotuner(tfrecord_dir, tmp_path):
     # tf.data's autotuner wakes on a timer that grows toward a minute, and deleting an iterator waits for
     # it: a script's or a test's read of a source's records stalled up to a minute at its end.
-    from input import idx
+    from ps_trainer.input import idx
     for name in ("csv", "criteo", "idx"):
         (tmp_path / name).mkdir()
     write_csv(tmp_path / "csv" / "train-0.csv", range(4))
@@ -462,7 +462,7 @@ def test_a_bad_criteo_row_is_named_by_file_and_line_or_skipped(tmp_path, capfd):
 
 @pytest.mark.parametrize("compress", [False, True], ids=["raw", "gz"])
 def test_idx_files_read_back_and_shard(tmp_path, compress):
-    from input import idx
+    from ps_trainer.input import idx
     rng = np.random.RandomState(0)
     images, labels = rng.randint(0, 256, (30, 28, 28)).astype(np.uint8), rng.randint(0, 10, 30)
     idx.write(images, labels, str(tmp_path), "train", compress)
@@ -477,7 +477,7 @@ def test_idx_files_read_back_and_shard(tmp_path, compress):
 
 
 def test_idx_header_problems_name_the_file(tmp_path):
-    from input import idx
+    from ps_trainer.input import idx
     images, labels = np.zeros((4, 28, 28), np.uint8), np.zeros(4, np.uint8)
     image_path, label_path = idx.write(images, labels, str(tmp_path), "train")
     cfg = inputs.DataConfig(name="idx", data_dir=str(tmp_path))
@@ -502,7 +502,7 @@ def test_clicks_are_learnable_from_the_ids():
 
 
 def test_idx_labels_out_of_range_are_named_or_skipped(tmp_path, capfd):
-    from input import idx
+    from ps_trainer.input import idx
     images, labels = np.zeros((6, 28, 28), np.uint8), np.array([1, 2, 11, 3, 255, 4], np.uint8)
     _, labels_path = idx.write(images, labels, str(tmp_path), "train")
     cfg = inputs.DataConfig(name="idx", data_dir=str(tmp_path))

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cluster import model_dir as layout
-from input import work_queue
-from launch import chaos
+from ps_trainer.cluster import model_dir as layout
+from ps_trainer.input import work_queue
+from ps_trainer.launch import chaos
 from tests import support
 from tests.support import describe, finished, wait_for
-from training import exit_codes, log_lines, queue_hook
+from ps_trainer.training import exit_codes, log_lines, queue_hook
 
 pytestmark = pytest.mark.e2e
 FILES, ROWS_PER_FILE, BATCH = 16, 500, 32

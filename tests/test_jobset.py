@@ -21,9 +21,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from cluster import resolve
-from launch import jobset
-from launch.netns import Hosts, start_in
+from ps_trainer.cluster import resolve
+from ps_trainer.launch import jobset
+from ps_trainer.launch.netns import Hosts, start_in
 from tests.support import DATA, ROOT, finished, run_script, wait_for
 
 SCHEMA = json.loads((DATA / "jobset-v1alpha2-v0.12.0.json").read_text())

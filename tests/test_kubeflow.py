@@ -14,8 +14,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from launch import kubeflow
-from training import exit_codes
+from ps_trainer.launch import kubeflow
+from ps_trainer.training import exit_codes
 from tests.support import DATA, ROOT, run_script
 
 CRD = DATA / "tfjob-crd-v1.9.0.yaml"

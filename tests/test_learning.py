@@ -6,8 +6,8 @@ import math
 import pytest
 
 from tests.support import read_flags
-from training import learning
-from training import momentum
+from ps_trainer.training import learning
+from ps_trainer.training import momentum
 
 pytestmark = pytest.mark.pure
 

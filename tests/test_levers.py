@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import input as inputs
-import model
-from model import needs, touched_rows
-from cluster import placement, spec
-from launch import measure
+from ps_trainer import input as inputs
+from ps_trainer import model
+from ps_trainer.model import needs, touched_rows
+from ps_trainer.cluster import placement, spec
+from ps_trainer.launch import measure
 from tests.support import held_out, in_process_cluster, join_all, train_one_worker, trained_runs, wait_for
-from training import graph as train_graph
-from training.config import RunConfig, TrainConfig
-from training.step import StepContext, accumulate, local_steps, single, sync
+from ps_trainer.training import graph as train_graph
+from ps_trainer.training.config import RunConfig, TrainConfig
+from ps_trainer.training.step import StepContext, accumulate, local_steps, single, sync
 
 
 v1 = tf.compat.v1

@@ -8,7 +8,7 @@ import logging as std_logging
 import pytest
 from absl import logging
 
-from training import log_lines
+from ps_trainer.training import log_lines
 
 pytestmark = pytest.mark.pure
 

@@ -8,9 +8,9 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from launch.processes import free_ports
+from ps_trainer.launch.processes import free_ports
 from tests.support import describe, metric_value as value, scrape, wait_for
-from training import metrics
+from ps_trainer.training import metrics
 
 
 @pytest.mark.pure

@@ -3,8 +3,8 @@
 import pytest
 import tensorflow as tf
 
-import input as inputs
-import model
+from ps_trainer import input as inputs
+from ps_trainer import model
 
 v1 = tf.compat.v1
 
@@ -78,7 +78,7 @@ def test_batch_auc_counts_correctly_ranked_pairs():
 
 @pytest.mark.pure
 def test_the_export_copy_for_sagemaker_is_whole_and_replaces_an_older_one(tmp_path):
-    from training import export
+    from ps_trainer.training import export
     source = tmp_path / "export" / "300"
     (source / "variables").mkdir(parents=True)
     (source / "saved_model.pb").write_bytes(b"graph")

@@ -7,11 +7,11 @@ import re
 import numpy as np
 import pytest
 
-from cluster import model_dir as layout
-from cluster import shutdown
-from input import work_queue
+from ps_trainer.cluster import model_dir as layout
+from ps_trainer.cluster import shutdown
+from ps_trainer.input import work_queue
 from tests.support import ROOT, read_flags
-from training import checkpoints, chief_claim, exit_codes, incremental, queue_hook, run_record
+from ps_trainer.training import checkpoints, chief_claim, exit_codes, incremental, queue_hook, run_record
 
 
 @pytest.mark.pure

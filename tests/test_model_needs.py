@@ -10,13 +10,13 @@ import tensorflow as tf
 from absl import app
 from absl.flags import FLAGS
 
-import input as inputs
-import model
-from model import layers, needs
+from ps_trainer import input as inputs
+from ps_trainer import model
+from ps_trainer.model import layers, needs
 from tests.support import read_flags
-from training import graph as train_graph
-from training.config import RunConfig
-from training.step import local_steps
+from ps_trainer.training import graph as train_graph
+from ps_trainer.training.config import RunConfig
+from ps_trainer.training.step import local_steps
 
 pytestmark = pytest.mark.inprocess
 

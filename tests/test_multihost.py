@@ -18,9 +18,9 @@ import time
 
 import pytest
 
-from launch.netns import ROUTER, SUBNET, Hosts, ip, start_in
+from ps_trainer.launch.netns import ROUTER, SUBNET, Hosts, ip, start_in
 from tests.support import ROOT, SCRIPTS, finished, run_launcher, wait_for
-from training import exit_codes, log_lines
+from ps_trainer.training import exit_codes, log_lines
 
 pytestmark = pytest.mark.e2e
 @pytest.fixture

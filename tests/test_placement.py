@@ -3,13 +3,13 @@
 import pytest
 import tensorflow as tf
 
-import input as inputs
-import model
-from cluster import placement, spec
-from model import needs
-from training import graph as train_graph
-from training.step import sync as sync_training
-from training.config import RunConfig, TrainConfig
+from ps_trainer import input as inputs
+from ps_trainer import model
+from ps_trainer.cluster import placement, spec
+from ps_trainer.model import needs
+from ps_trainer.training import graph as train_graph
+from ps_trainer.training.step import sync as sync_training
+from ps_trainer.training.config import RunConfig, TrainConfig
 
 pytestmark = pytest.mark.pure
 

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from training import plan
-from training.config import TrainConfig
+from ps_trainer.training import plan
+from ps_trainer.training.config import TrainConfig
 
 pytestmark = pytest.mark.pure
 

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from launch import measure
-from launch import planner
+from ps_trainer.launch import measure
+from ps_trainer.launch import planner
 
 pytestmark = pytest.mark.pure
 

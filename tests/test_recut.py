@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import input as inputs
-import model
-from cluster import spec
+from ps_trainer import input as inputs
+from ps_trainer import model
+from ps_trainer.cluster import spec
 from tests.support import finished, run_trainer, train_one_worker
-from training import graph as train_graph
-from training import log_lines
-from training import run_record
-from training.config import RunConfig, TrainConfig
+from ps_trainer.training import graph as train_graph
+from ps_trainer.training import log_lines
+from ps_trainer.training import run_record
+from ps_trainer.training.config import RunConfig, TrainConfig
 
 v1 = tf.compat.v1
 CLICKS = inputs.DataConfig(name="clicks")

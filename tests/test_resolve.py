@@ -5,8 +5,8 @@ import threading
 
 import pytest
 
-from cluster import rendezvous, spec
-from cluster.resolve import (
+from ps_trainer.cluster import rendezvous, spec
+from ps_trainer.cluster.resolve import (
     ClusterError,
     ResolveOptions,
     expand_nodelist,

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from tests.support import describe, finished, lines_with, run_trainer, wait_recording_exits
-from training.config import TrainConfig
+from ps_trainer.training.config import TrainConfig
 
 pytestmark = pytest.mark.e2e
 TIMEOUT = 300

@@ -7,9 +7,9 @@ import pytest
 import tensorflow as tf
 
 from tests.support import read_flags
-from training import schedules
-from training.step import update
-from training.config import TrainConfig
+from ps_trainer.training import schedules
+from ps_trainer.training.step import update
+from ps_trainer.training.config import TrainConfig
 
 v1 = tf.compat.v1
 
@@ -68,8 +68,8 @@ def test_gradients_are_clipped_by_their_global_norm():
 
 @pytest.mark.inprocess
 def test_wide_and_deep_optimizer_gives_the_wide_part_ftrl_and_the_deep_part_adagrad():
-    from model import needs
-    from training import optimizers
+    from ps_trainer.model import needs
+    from ps_trainer.training import optimizers
     with tf.Graph().as_default():
         step = v1.train.get_or_create_global_step()
         with v1.variable_scope("any_name"), needs.wide_part():  # the model's declaration, not the name, decides

@@ -20,9 +20,9 @@ import portpicker
 import pytest
 import tensorflow as tf
 
-from launch import processes
+from ps_trainer.launch import processes
 from tests.support import ROOT, SCRIPTS, stop_process_group, wait_for
-from training import log_lines
+from ps_trainer.training import log_lines
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("slurm")]  # one real Slurm at a time
 DAEMONS = ("munged", "slurmctld", "slurmd")

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import input as inputs
-import model
-from cluster import placement, spec
+from ps_trainer import input as inputs
+from ps_trainer import model
+from ps_trainer.cluster import placement, spec
 from tests.support import in_process_cluster, join_all, wait_for
-from training import graph as train_graph
-from training import checkpoints, learning, session_loop, worker
-from training.step import single, sync
-from training.config import RunConfig, TrainConfig
+from ps_trainer.training import graph as train_graph
+from ps_trainer.training import checkpoints, learning, session_loop, worker
+from ps_trainer.training.step import single, sync
+from ps_trainer.training.config import RunConfig, TrainConfig
 
 
 v1 = tf.compat.v1

@@ -10,18 +10,18 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import input as inputs
-import model
-from cluster import model_dir as layout
-from cluster import spec
-from launch import measure
-from model import grouped_lookup
+from ps_trainer import input as inputs
+from ps_trainer import model
+from ps_trainer.cluster import model_dir as layout
+from ps_trainer.cluster import spec
+from ps_trainer.launch import measure
+from ps_trainer.model import grouped_lookup
 from tests.support import SCRIPTS, describe, finished, in_process_cluster, read_flags, serve_in_fresh_process
-from training import export
-from training import graph as train_graph
-from training.config import RunConfig, TrainConfig
-from training import optimizers
-from training.step import update
+from ps_trainer.training import export
+from ps_trainer.training import graph as train_graph
+from ps_trainer.training.config import RunConfig, TrainConfig
+from ps_trainer.training import optimizers
+from ps_trainer.training.step import update
 
 v1 = tf.compat.v1
 

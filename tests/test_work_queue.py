@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import input as inputs
-from cluster import model_dir as layout
-from input import work_queue
-from input.work_queue import DONE, TODO
+from ps_trainer import input as inputs
+from ps_trainer.cluster import model_dir as layout
+from ps_trainer.input import work_queue
+from ps_trainer.input.work_queue import DONE, TODO
 from tests.support import read_flags, write_click_csvs, write_embedded_as_tfrecord
-from training import checkpoints, queue_hook, worker
+from ps_trainer.training import checkpoints, queue_hook, worker
 
 v1 = tf.compat.v1
 NUM_FILES = 5

@@ -27,9 +27,9 @@ import tensorflow as tf
 from absl import logging
 from tensorflow.python.checkpoint import checkpoint_management  # the Saver's own state-file writer
 
-from cluster import model_dir as layout
-from model import touched_rows
-from training import exit_codes, incremental, log_lines
+from ps_trainer.cluster import model_dir as layout
+from ps_trainer.model import touched_rows
+from ps_trainer.training import exit_codes, incremental, log_lines
 
 CHECKPOINT_FILE = re.compile(rf"^({re.escape(layout.CHECKPOINT_PREFIX)}-\d+)(?:_temp.*|\.index|\.data-.*|\.meta)$")
 STATE_TEMP_FILE = re.compile(rf"^{re.escape(layout.CHECKPOINT_STATE)}\.tmp[0-9a-f]*$")

@@ -27,10 +27,10 @@ import time
 import tensorflow as tf
 from absl import logging
 
-from cluster import model_dir as layout
-from cluster import peers, spec
-from input import storage
-from training import exit_codes
+from ps_trainer.cluster import model_dir as layout
+from ps_trainer.cluster import peers, spec
+from ps_trainer.input import storage
+from ps_trainer.training import exit_codes
 
 LOOPBACK_HOSTS = ("localhost", "127.", "[::1]", "::1")
 

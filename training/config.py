@@ -3,10 +3,10 @@ and everything in training/ takes. The defaults here are the flags' defaults (fl
 
 import dataclasses
 
-import input as inputs
-import model
-from cluster import spec
-from training import momentum as momentum_rule
+from ps_trainer import input as inputs
+from ps_trainer import model
+from ps_trainer.cluster import spec
+from ps_trainer.training import momentum as momentum_rule
 
 
 # --train_steps with --num_epochs and no --train_steps given: the epochs alone end the run.

@@ -10,10 +10,10 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-import input as inputs
-import model
-from cluster import model_dir as layout
-from training import checkpoints, gauc, log_lines, run_record
+from ps_trainer import input as inputs
+from ps_trainer import model
+from ps_trainer.cluster import model_dir as layout
+from ps_trainer.training import checkpoints, gauc, log_lines, run_record
 
 v1 = tf.compat.v1
 EVAL_BATCH = 500

@@ -12,10 +12,10 @@ import os
 import tensorflow as tf
 from absl import logging
 
-import input as inputs
-import model
-from cluster import model_dir as layout
-from training import checkpoints
+from ps_trainer import input as inputs
+from ps_trainer import model
+from ps_trainer.cluster import model_dir as layout
+from ps_trainer.training import checkpoints
 
 v1 = tf.compat.v1
 SIGNATURE = "serving_default"

@@ -10,15 +10,15 @@ from typing import NamedTuple
 import tensorflow as tf
 from absl import logging
 
-import input as inputs
-import model
-from model import touched_rows
-from model.dynamic import storage as table_storage, upkeep as table_upkeep
-from cluster import model_dir as layout
-from cluster import placement, spec
-from input import work_queue
-from training import checkpoints, queue_hook, step
-from training import optimizers, schedules
+from ps_trainer import input as inputs
+from ps_trainer import model
+from ps_trainer.model import touched_rows
+from ps_trainer.model.dynamic import storage as table_storage, upkeep as table_upkeep
+from ps_trainer.cluster import model_dir as layout
+from ps_trainer.cluster import placement, spec
+from ps_trainer.input import work_queue
+from ps_trainer.training import checkpoints, queue_hook, step
+from ps_trainer.training import optimizers, schedules
 
 v1 = tf.compat.v1
 

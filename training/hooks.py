@@ -5,9 +5,9 @@ import time
 import tensorflow as tf
 from absl import logging
 
-from cluster import spec
-from training import log_lines
-from training.config import NO_STEP_LIMIT
+from ps_trainer.cluster import spec
+from ps_trainer.training import log_lines
+from ps_trainer.training.config import NO_STEP_LIMIT
 
 v1 = tf.compat.v1
 

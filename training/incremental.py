@@ -25,8 +25,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.training.saving import saveable_object  # the Saver's interface for a table
 
-from cluster import model_dir as layout
-from model import layers, touched_rows
+from ps_trainer.cluster import model_dir as layout
+from ps_trainer.model import layers, touched_rows
 
 v1 = tf.compat.v1
 

@@ -11,7 +11,7 @@ on 127.0.0.1 for a run in one process. The tasks of a local cluster on one host 
 
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-from cluster import spec
+from ps_trainer.cluster import spec
 
 
 class TaskMetrics:

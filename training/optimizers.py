@@ -5,7 +5,7 @@ import re
 
 import tensorflow as tf
 
-from model import needs, tables
+from ps_trainer.model import needs, tables
 
 _v1 = tf.compat.v1.train
 PARTITION_SUFFIX = re.compile(r"/part_\d+$")  # TensorFlow's name for a shard of a partitioned variable

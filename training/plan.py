@@ -11,7 +11,7 @@ Nothing here reads FLAGS or the disk.
 import dataclasses
 from typing import Callable, NamedTuple
 
-from input import NO_CACHE
+from ps_trainer.input import NO_CACHE
 
 # Flags that only the input queue serves, and levers that train several batches a session.run (the
 # queue counts each step's examples by file).
@@ -159,7 +159,7 @@ def tables_take_rounds(needs, embedding: str, optimizer: str) -> bool:
     (training/step/row_copies.py): tables the model reads through grouped lookups (model/needs.py:
     wide_deep's hashed ones), with an optimizer whose slots only add; other tables stay on the ps, read
     and updated a step at a time. `needs`: the model's Needs."""
-    from training.step import row_copies  # pylint: disable=import-outside-toplevel  # it imports this module
+    from ps_trainer.training.step import row_copies  # pylint: disable=import-outside-toplevel  # it imports this module
     return (needs.partitioned_tables and optimizer in row_copies.ADDITIVE_SLOTS
             and embedding in needs.grouped_lookup_embeddings)
 

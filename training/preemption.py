@@ -19,8 +19,8 @@ import time
 import tensorflow as tf
 from absl import logging
 
-from cluster import peers
-from training import exit_codes
+from ps_trainer.cluster import peers
+from ps_trainer.training import exit_codes
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 DEADLINE_SECS = 60

@@ -6,8 +6,8 @@ import threading
 
 from absl import logging
 
-from cluster import shutdown
-from training import exit_codes
+from ps_trainer.cluster import shutdown
+from ps_trainer.training import exit_codes
 
 
 def run(cfg, server) -> int:

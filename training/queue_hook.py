@@ -9,8 +9,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from input import work_queue
-from training import log_lines
+from ps_trainer.input import work_queue
+from ps_trainer.training import log_lines
 
 v1 = tf.compat.v1
 

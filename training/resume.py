@@ -14,10 +14,10 @@ import os
 import tensorflow as tf
 from absl import logging
 
-import input as inputs
-from cluster import model_dir as layout
-from input import work_queue
-from training import checkpoints, exit_codes, run_record
+from ps_trainer import input as inputs
+from ps_trainer.cluster import model_dir as layout
+from ps_trainer.input import work_queue
+from ps_trainer.training import checkpoints, exit_codes, run_record
 
 v1 = tf.compat.v1
 

@@ -13,11 +13,11 @@ import json
 
 import tensorflow as tf
 
-import model
-from model import tables
-from cluster import model_dir as layout
-from input import storage
-from training import exit_codes
+from ps_trainer import model
+from ps_trainer.model import tables
+from ps_trainer.cluster import model_dir as layout
+from ps_trainer.input import storage
+from ps_trainer.training import exit_codes
 
 _DATA_OWN = ("data_dir", "eval_data_dir", "cache", "skip_bad_records")
 # What only the training graph of this run does (mark the rows it changes for its delta checkpoints):

@@ -10,10 +10,10 @@ from typing import NamedTuple
 import tensorflow as tf
 from absl import logging
 
-from cluster import shutdown, spec
-from input import work_queue
-from training import exit_codes, log_lines, run_record
-from training.step import sync
+from ps_trainer.cluster import shutdown, spec
+from ps_trainer.input import work_queue
+from ps_trainer.training import exit_codes, log_lines, run_record
+from ps_trainer.training.step import sync
 
 v1 = tf.compat.v1
 

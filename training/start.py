@@ -14,12 +14,12 @@ import os
 import tensorflow as tf
 from absl import app
 
-import input as inputs
-import model
-from cluster import spec
-from input import storage
-from training import run_record
-from training.config import RunConfig
+from ps_trainer import input as inputs
+from ps_trainer import model
+from ps_trainer.cluster import spec
+from ps_trainer.input import storage
+from ps_trainer.training import run_record
+from ps_trainer.training.config import RunConfig
 
 
 def settle(cfg: RunConfig) -> RunConfig:

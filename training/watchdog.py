@@ -16,7 +16,7 @@ import time
 import tensorflow as tf
 from absl import logging
 
-from training import exit_codes
+from ps_trainer.training import exit_codes
 
 
 class StallWatchdog(tf.compat.v1.train.SessionRunHook):

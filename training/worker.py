@@ -11,15 +11,15 @@ import time
 import tensorflow as tf
 from absl import logging
 
-import input as inputs
-from input import work_queue
-from model.dynamic import storage as table_storage
-from cluster import peers, placement, shutdown, spec
-from training import checkpoints, chief_claim, evaluator, exit_codes, export, log_lines, preemption
-from training import plan, resume, session_loop, worker_hooks
-from training import graph as train_graph
-from training import momentum
-from training.step import update
+from ps_trainer import input as inputs
+from ps_trainer.input import work_queue
+from ps_trainer.model.dynamic import storage as table_storage
+from ps_trainer.cluster import peers, placement, shutdown, spec
+from ps_trainer.training import checkpoints, chief_claim, evaluator, exit_codes, export, log_lines, preemption
+from ps_trainer.training import plan, resume, session_loop, worker_hooks
+from ps_trainer.training import graph as train_graph
+from ps_trainer.training import momentum
+from ps_trainer.training.step import update
 
 v1 = tf.compat.v1
 

@@ -5,11 +5,11 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-import input as inputs
-from cluster import model_dir as layout
-from model.dynamic import storage as table_storage, upkeep as table_upkeep
-from training import hooks as training_hooks
-from training import learning, preemption, watchdog
+from ps_trainer import input as inputs
+from ps_trainer.cluster import model_dir as layout
+from ps_trainer.model.dynamic import storage as table_storage, upkeep as table_upkeep
+from ps_trainer.training import hooks as training_hooks
+from ps_trainer.training import learning, preemption, watchdog
 
 v1 = tf.compat.v1
 

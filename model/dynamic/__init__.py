@@ -7,9 +7,9 @@ gradients)."""
 
 import tensorflow as tf
 
-from model.dynamic import table as dynamic_table
-from model.dynamic.ids import TableOptions
-from model.needs import table_part, wide_part
+from ps_trainer.model.dynamic import table as dynamic_table
+from ps_trainer.model.dynamic.ids import TableOptions
+from ps_trainer.model.needs import table_part, wide_part
 
 v1 = tf.compat.v1
 

@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-from model import registry
+from ps_trainer.model import registry
 
 v1 = tf.compat.v1
 

@@ -26,8 +26,8 @@ import re
 import tensorflow as tf
 from tensorflow.python.training.saving import saveable_object  # the Saver's interface for a table
 
-from model import layers, touched_rows
-from model.dynamic.ids import DELETED_KEY, EMPTY_KEY, NO_ID, TableOptions
+from ps_trainer.model import layers, touched_rows
+from ps_trainer.model.dynamic.ids import DELETED_KEY, EMPTY_KEY, NO_ID, TableOptions
 
 v1 = tf.compat.v1
 

@@ -9,9 +9,9 @@ lookup, its gradient and its update all run on that shard's ps, where the shard'
 
 import tensorflow as tf
 
-from model import registry, touched_rows
-from model.dynamic.ids import TableOptions, distinct_ids
-from model.dynamic.storage import DEFAULT_ROW, LIVE_ROWS, Shard, row_variable
+from ps_trainer.model import registry, touched_rows
+from ps_trainer.model.dynamic.ids import TableOptions, distinct_ids
+from ps_trainer.model.dynamic.storage import DEFAULT_ROW, LIVE_ROWS, Shard, row_variable
 
 v1 = tf.compat.v1
 

@@ -21,9 +21,9 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from model import layers, registry
-from model.dynamic import storage
-from model.dynamic.storage import Shard
+from ps_trainer.model import layers, registry
+from ps_trainer.model.dynamic import storage
+from ps_trainer.model.dynamic.storage import Shard
 
 v1 = tf.compat.v1
 

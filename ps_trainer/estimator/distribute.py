@@ -10,10 +10,10 @@ import time
 import tensorflow as tf
 from absl import logging
 
-from cluster import model_dir as layout
-from cluster import shutdown, spec
-from training import checkpoints, log_lines
-from training.config import NO_STEP_LIMIT  # max_steps=None: a ps waits for the replicas' own ends
+from ps_trainer.cluster import model_dir as layout
+from ps_trainer.cluster import shutdown, spec
+from ps_trainer.training import checkpoints, log_lines
+from ps_trainer.training.config import NO_STEP_LIMIT  # max_steps=None: a ps waits for the replicas' own ends
 CHECKPOINT_POLL_SECS = 1.0
 
 

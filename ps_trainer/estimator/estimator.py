@@ -13,14 +13,14 @@ import tensorflow as tf
 from absl import logging
 from tensorflow.python.training import sync_replicas_optimizer  # the type of its hook, which a model_fn returns
 
-from cluster import model_dir as layout
-from cluster import placement, spec as cluster_spec
+from ps_trainer.cluster import model_dir as layout
+from ps_trainer.cluster import placement, spec as cluster_spec
 from ps_trainer.estimator import export
 from ps_trainer.estimator.run_config import RunConfig
 from ps_trainer.estimator.spec import EstimatorSpec, ModeKeys
-from training import checkpoints
-from training import session_loop
-from training.step import sync
+from ps_trainer.training import checkpoints
+from ps_trainer.training import session_loop
+from ps_trainer.training.step import sync
 
 v1 = tf.compat.v1
 CHIEF_READY_TIMEOUT_SECS = 7200  # TF1's session_creation_timeout_secs

@@ -6,7 +6,7 @@ import os
 
 import tensorflow as tf
 
-from cluster import resolve, spec
+from ps_trainer.cluster import resolve, spec
 
 _USE_DEFAULT = object()
 DEFAULT_CHECKPOINT_SECS = 600  # TF1's, when neither save_checkpoints_steps nor _secs is given

@@ -7,10 +7,10 @@ training/step/update.py; their loops, training/step/loop.py. Adding a lever is o
 its path in training/plan.py, one line in LEVERS, and its flag in flags/.
 """
 
-from training import plan
-from training.step import accumulate, local_steps, single, steps_per_run, wire
-from training.step.base import Lever, Step, StepContext  # noqa: F401  (the shapes every lever shares)
-from training.step.loop import Metrics  # noqa: F401
+from ps_trainer.training import plan
+from ps_trainer.training.step import accumulate, local_steps, single, steps_per_run, wire
+from ps_trainer.training.step.base import Lever, Step, StepContext  # noqa: F401  (the shapes every lever shares)
+from ps_trainer.training.step.loop import Metrics  # noqa: F401
 
 # The module that builds each step path of training/plan.py (where the path is chosen). Rounds of rows
 # are local_steps with the tables' rows copied too (its reader sees TrainConfig.batches_per_read).

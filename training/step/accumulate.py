@@ -10,9 +10,9 @@ one round (one update); each round now covers batch_size x K x replicas_to_aggre
 
 import tensorflow as tf
 
-from training.step import single, update
-from training.step.base import Step, StepContext
-from training.step.loop import Iteration, LoopResult, Metrics, training_loop
+from ps_trainer.training.step import single, update
+from ps_trainer.training.step.base import Step, StepContext
+from ps_trainer.training.step.loop import Iteration, LoopResult, Metrics, training_loop
 
 v1 = tf.compat.v1
 

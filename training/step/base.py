@@ -4,7 +4,7 @@ from typing import Callable, NamedTuple, Protocol
 
 import tensorflow as tf
 
-from training.step.loop import Metrics
+from ps_trainer.training.step.loop import Metrics
 
 
 class StepContext(NamedTuple):

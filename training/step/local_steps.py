@@ -32,10 +32,10 @@ ends; on the chief that comes before the final checkpoint.
 import tensorflow as tf
 from absl import logging
 
-from model import grouped_lookup, needs
-from training.step import row_copies, update
-from training.step.base import Step, StepContext
-from training.step.loop import Iteration, Metrics, training_loop
+from ps_trainer.model import grouped_lookup, needs
+from ps_trainer.training.step import row_copies, update
+from ps_trainer.training.step.base import Step, StepContext
+from ps_trainer.training.step.loop import Iteration, Metrics, training_loop
 
 v1 = tf.compat.v1
 

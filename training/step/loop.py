@@ -9,7 +9,7 @@ from typing import Callable, NamedTuple
 
 import tensorflow as tf
 
-import model
+from ps_trainer import model
 
 
 class Metrics(NamedTuple):

@@ -42,7 +42,7 @@ import types
 
 import tensorflow as tf
 
-from model import grouped_lookup, needs, touched_rows
+from ps_trainer.model import grouped_lookup, needs, touched_rows
 
 v1 = tf.compat.v1
 

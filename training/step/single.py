@@ -4,9 +4,9 @@ from typing import Callable, NamedTuple
 
 import tensorflow as tf
 
-from training.step import sync, update
-from training.step.base import Step, StepContext
-from training.step.loop import Metrics
+from ps_trainer.training.step import sync, update
+from ps_trainer.training.step.base import Step, StepContext
+from ps_trainer.training.step.loop import Metrics
 
 v1 = tf.compat.v1
 reader = None  # the model reads the variables through the wire (training/step/wire.py)

@@ -7,9 +7,9 @@ session's and the hooks' cost per run is paid once per K steps. The loop also en
 
 import tensorflow as tf
 
-from training.step import single, update
-from training.step.base import Step, StepContext
-from training.step.loop import Iteration, Metrics, training_loop
+from ps_trainer.training.step import single, update
+from ps_trainer.training.step.base import Step, StepContext
+from ps_trainer.training.step.loop import Iteration, Metrics, training_loop
 
 reader = None  # the model reads the variables through the wire (training/step/wire.py)
 

@@ -18,7 +18,7 @@ import time
 import tensorflow as tf
 from absl import logging
 
-from training import checkpoints, log_lines
+from ps_trainer.training import checkpoints, log_lines
 
 v1 = tf.compat.v1
 # MonitoredSession waits this long for the chief's queue-runner thread before closing the session,

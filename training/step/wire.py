@@ -11,7 +11,7 @@ touches.
 
 import tensorflow as tf
 
-from model import needs
+from ps_trainer.model import needs
 
 v1 = tf.compat.v1
 WIRE_DTYPES = {"float32": tf.float32, "bfloat16": tf.bfloat16, "float16": tf.float16}

@@ -1,0 +1,186 @@
+"""The trainer's main, which trainer.py (in a checkout) and `python -m ps_trainer.trainer` (installed) run on
+every host of a TensorFlow parameter-server cluster: the flags or the environment say the cluster and
+this task's role (ps, worker, chief, evaluator), and the role runs to its exit code."""
+
+import contextlib
+import os
+import re
+import sys
+import tempfile
+
+# TensorFlow's C++ start-up notices (oneDNN, CPU features, absl's "before InitializeLog" warning),
+# printed by every process as TensorFlow loads, are INFO that TF_CPP_MIN_LOG_LEVEL cannot hold back.
+# The imports run with stderr in a file; every other line written meanwhile is passed on.
+STARTUP_NOTICES = re.compile(r"\] oneDNN custom operations are on|cpu_feature_guard\.cc|^To enable the following "
+                             r"instructions|^WARNING: All log messages before absl::InitializeLog")
+
+
+@contextlib.contextmanager
+def startup_notices_dropped(show_all: bool):
+    if show_all:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            for line in captured.read().decode(errors="replace").splitlines(keepends=True):
+                if not STARTUP_NOTICES.search(line):
+                    sys.stderr.write(line)
+
+
+# What TensorFlow loads at import for Keras (keras.src.optimizers, or tf_keras's with TF_USE_LEGACY_KERAS)
+# to register Keras optimizers with SavedModel. It loads all of Keras 3, and matplotlib.pyplot with it
+# where matplotlib is installed: about 1 s of CPU at every task's start (docs/speed.md), for objects no
+# task uses (the models are tf.compat.v1 variables and tf.nn ops, the export a v1 SavedModel).
+KERAS_LOADED_BY_TENSORFLOW = ("keras.src.optimizers", "tf_keras.src.optimizers")
+
+
+@contextlib.contextmanager
+def keras_hidden():
+    """While TensorFlow loads, importing the Keras it loads eagerly fails (TensorFlow takes the
+    ImportError as "Keras not installed"); after, `tf.keras` and `import keras` load it as usual."""
+    hidden = [name for name in KERAS_LOADED_BY_TENSORFLOW if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # the import system's mark for "raise ImportError"
+    try:
+        yield
+    finally:
+        for name in hidden:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
+
+
+with startup_notices_dropped(show_all=os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0"), keras_hidden():
+    import tensorflow as tf
+    from absl import app, logging
+    from absl.flags import FLAGS
+
+    from ps_trainer.cluster import allocator, guard, own_address, spec
+    from ps_trainer.flags import config as flag_config
+    from ps_trainer.flags import definitions  # noqa: F401  (defines every flag)
+    from ps_trainer import input as inputs
+    from ps_trainer.input import download
+    from ps_trainer.training import evaluator, exit_codes, log_lines, metrics, ps, start, worker
+
+
+def main(argv):
+    """Runs this task's role; returns its exit code (training/exit_codes.py: done, permanent or
+    transient), with the one-line reason logged."""
+    try:
+        return run_role(argv)
+    except exit_codes.Failure as err:
+        logging.error("%s", err)
+        return err.outcome.code
+    except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError) as err:
+        logging.error("%s: %s (exit %d: a restart may succeed)", exit_codes.CLUSTER_UNAVAILABLE.meaning,
+                      log_lines.error_cause(err.message), exit_codes.RETRY)
+        return exit_codes.RETRY
+
+
+def run_role(argv):
+    if FLAGS.download_only:
+        return download_only(FLAGS.data_dir)
+    cfg = start.settle(flag_config.read(FLAGS, argv, os.environ))
+    tf.compat.v1.disable_eager_execution()
+    # TensorFlow's logger has a handler of its own besides absl's: every line would print twice.
+    tf.get_logger().handlers.clear()
+    cluster = cfg.cluster
+    logging.info("cluster from %s: %s", cfg.cluster_source, describe(cluster))
+    if cluster.job_name == spec.EVALUATOR:
+        return run_evaluator(cfg)
+    if not cluster.is_distributed:
+        return worker.run(cfg, server=None, task_metrics=serve_metrics(cfg))
+    refuse_unsafe_serving(cluster, FLAGS.allow_public_addresses, FLAGS.skip_own_address_check)
+    if cluster.job_name == spec.PS:  # before its server's threads exist
+        settings = allocator.give_back_freed_memory()
+        if settings:
+            logging.info("ps %d: malloc gives freed memory back: %s", cluster.task_index, " ".join(settings))
+    server = spec.start_server(cluster)
+    task_metrics = serve_metrics(cfg)
+    if cluster.job_name == spec.PS:
+        return ps.run(cfg, server)
+    return worker.run(cfg, server, task_metrics)
+
+
+def run_evaluator(cfg) -> int:
+    """The evaluator task (--job_name=evaluator): follows the chief's checkpoints until the last."""
+    try:
+        evaluator.run(cfg)
+    except evaluator.EvaluationTimeout as err:
+        raise exit_codes.Failure(str(err), exit_codes.NO_CHECKPOINT_TO_EVALUATE) from None
+    except tf.errors.InvalidArgumentError as err:
+        bad_record = inputs.bad_record_message(err.message)
+        if bad_record is None:
+            raise
+        raise exit_codes.Failure(f"evaluator: {bad_record} (the held-out data; --skip_bad_records skips such "
+                                 "records)", exit_codes.BAD_DATA) from None
+    return exit_codes.OK
+
+
+def serve_metrics(cfg):
+    """This task's metrics (training/metrics.py), served if --metrics_port is set."""
+    try:
+        return metrics.serve(cfg.cluster, cfg.train.metrics_port)
+    except OSError as err:
+        raise exit_codes.Failure(f"--metrics_port={cfg.train.metrics_port}: cannot serve metrics on this task's "
+                                 f"host: {err.strerror}", exit_codes.OWN_ADDRESS) from None
+
+
+def refuse_unsafe_serving(cluster, allow_public_addresses: bool, skip_own_address_check: bool) -> None:
+    """Before this task's server listens on every interface: UsageError for a publicly routable
+    cluster address (names are looked up here); a transient Failure for an address of this task that
+    is not this host's or a port taken (on Kubernetes, a restarted pod's name can still resolve to its
+    old address for a while)."""
+    if not allow_public_addresses:
+        public = guard.public_addresses(cluster)
+        if public:
+            raise app.UsageError(guard.refusal(public))
+    if not skip_own_address_check:
+        problem = own_address.problem(cluster)
+        if problem:
+            raise exit_codes.Failure(problem, exit_codes.OWN_ADDRESS)
+
+
+def download_only(data_dir) -> int:
+    if not data_dir:
+        raise app.UsageError("--download_only needs --data_dir: the directory to put MNIST's files in")
+    try:
+        fetched = download.download(data_dir)
+    except download.DownloadError as err:
+        raise exit_codes.Failure(str(err), exit_codes.DOWNLOAD_FAILED) from None
+    logging.info("MNIST is in %s (%d file(s) downloaded); train with --data_dir=%s", data_dir, len(fetched), data_dir)
+    return exit_codes.OK
+
+
+def describe(cluster) -> str:
+    if cluster.job_name is None:
+        return "no cluster; training in this one process"
+    jobs = [f"{name}={','.join(hosts)}" for name, hosts in
+            (("ps", cluster.ps_hosts), (cluster.chief_job, cluster.chief_hosts), ("worker", cluster.worker_hosts))
+            if hosts]
+    role = "evaluator (outside the cluster)" if cluster.job_name == spec.EVALUATOR else cluster.task_name
+    joins = f" at {cluster.join_address}, joining the running job" if cluster.joins else ""
+    return f"{' '.join(jobs)}; this task: {role}{' (chief)' if cluster.is_chief else ''}{joins}"
+
+
+def parse_flags(argv):
+    if "SM_HOSTS" in os.environ:  # SageMaker passes hyperparameters as '--name value'
+        argv = flag_config.join_separate_bool_values(argv, FLAGS)
+    return app.parse_flags_with_usage(argv)
+
+
+def run() -> None:
+    """Runs main on the command line's flags and exits with its code."""
+    app.run(main, flags_parser=parse_flags)
+
+
+if __name__ == "__main__":
+    run()
