@@ -52,6 +52,10 @@ class JobSetSpec:
     max_restarts: int = 3  # restarts of the whole JobSet after a Job failed for another reason
     cpu: str = "2"
     memory: str = "4Gi"
+    # A user's TF1 Estimator program (a path in the image's working directory) that every pod runs in place
+    # of trainer.py, with trainer_args as its own flags: its RunConfig reads the pod's task from the same
+    # environment trainer.py does (ps_trainer/estimator/run_config.py). Its model_dir is its own flags'.
+    program: str | None = None
 
     def problem(self) -> str | None:
         """What makes this JobSet unusable, in one line, or None."""
@@ -60,6 +64,8 @@ class JobSetSpec:
         if self.num_ps < 1 or self.num_workers < 0:
             return (f"--num_ps={self.num_ps} --num_workers={self.num_workers}: a job needs at least one ps, "
                     "and no fewer than 0 workers besides the chief")
+        if self.program:
+            return None if self.program.endswith(".py") else f"--program={self.program}: give the program's .py file"
         if not self.model_dir:
             return "--model_dir is empty"
         if self.model_dir.startswith(REMOTE_PREFIXES):
@@ -114,8 +120,8 @@ def _replicated_job(job: JobSetSpec, name: str, count: int) -> dict:
     container = {
         "name": CONTAINER,
         "image": job.image,
-        "command": ["python", "trainer.py"],
-        "args": [f"--model_dir={job.model_dir}", *job.trainer_args],
+        "command": ["python", job.program or "trainer.py"],
+        "args": [*([] if job.program else [f"--model_dir={job.model_dir}"]), *job.trainer_args],
         "env": env,
         "ports": [{"name": "grpc", "containerPort": PORT, "protocol": "TCP"}],
         "resources": {"requests": {"cpu": job.cpu, "memory": job.memory}},

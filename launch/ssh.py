@@ -14,17 +14,22 @@ from ps_trainer.launch.processes import ProcessCluster
 
 
 class SshCluster(ProcessCluster):
-    """ssh: the command, e.g. ['ssh', '-o', 'BatchMode=yes']; each task runs in remote_dir there."""
+    """ssh: the command, e.g. ['ssh', '-o', 'BatchMode=yes']; each task runs in remote_dir there.
+    `program`: a user's TF1 Estimator program (its path in remote_dir) run in place of trainer.py, its task
+    given by a TF_CONFIG set in the remote command (worker 0 is the chief, as trainer.py's is)."""
 
     stdin = subprocess.PIPE
 
     def __init__(self, run_dir, ps_hosts, worker_hosts, trainer_args=(), ssh=("ssh",), remote_dir=".",
-                 python="python3", env=None):
-        super().__init__(run_dir, ps_hosts, worker_hosts, trainer_args, env=env, python=python)
+                 python="python3", env=None, program=None):
+        super().__init__(run_dir, ps_hosts, worker_hosts, trainer_args, env=env, python=python,
+                         tf_config=bool(program), program=program)
         self.ssh, self.remote_dir = list(ssh), remote_dir
 
     def command(self, job: str, index: int, extra_args=(), trainer: str = "trainer.py") -> list[str]:
-        argv = super().command(job, index, extra_args, trainer=trainer)
+        argv = super().command(job, index, extra_args, trainer=self.program or trainer)
+        if self.program:  # the local environment stays here: the remote task's TF_CONFIG goes in its command
+            argv = ["env", f"TF_CONFIG={self.task_env(job, index)['TF_CONFIG']}", *argv]
         # The trainer in the background, a watchdog that sends it SIGTERM when the session's stdin
         # closes (passed on fd 3: bash gives background jobs /dev/null), and the trainer's exit code
         # as the session's.

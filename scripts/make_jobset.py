@@ -6,7 +6,12 @@ gRPC port: ps, chief, worker and evaluator tasks, each kind an Indexed Job.
         --model_dir=/mnt/model/ctr --volume_claim=training-data -- --model=wide_deep --train_steps=20000 > job.yaml
     kubectl apply -f job.yaml
 
-Flags after '--' go to every trainer.py. A manifest it cannot write (no image, no ps, a local
+A TF1 Estimator program (ps_trainer.estimator) in the image runs in every pod in place of trainer.py:
+
+    python scripts/make_jobset.py --name=census --image=registry.example/my-program:1 \
+        --program=census_wide_deep.py --volume_claim=training-data -- --model_dir=/mnt/model/census
+
+Flags after '--' go to every trainer.py (or the program). A manifest it cannot write (no image, no ps, a local
 model_dir without a volume) is refused in one line, exit 1. Needs PyYAML (pip install -e '.[kubeflow]').
 """
 
@@ -27,6 +32,8 @@ flags.DEFINE_integer("num_workers", 2, "Worker tasks besides the chief.")
 flags.DEFINE_boolean("evaluator", True, "Add an evaluator task.")
 flags.DEFINE_string("volume_claim", None, f"PVC to mount at {jobset.MOUNT_PATH} in every pod.")
 flags.DEFINE_string("queue", None, "Kueue LocalQueue to admit the JobSet (the kueue.x-k8s.io/queue-name label).")
+flags.DEFINE_string("program", None, "A TF1 Estimator program (its path in the image's working dir) that every pod "
+                    "runs in place of trainer.py; the flags after '--' are its own, its model_dir among them.")
 flags.DEFINE_integer("backoff_limit", 10, "Restarts of one task kind's pods after transient exits.", lower_bound=0)
 FLAGS = flags.FLAGS
 
@@ -36,7 +43,7 @@ def main(argv):
         name=FLAGS.name, image=FLAGS.image, model_dir=FLAGS.model_dir, namespace=FLAGS.namespace,
         num_ps=FLAGS.num_ps, num_workers=FLAGS.num_workers, evaluator=FLAGS.evaluator,
         trainer_args=tuple(argv[1:]), volume_claim=FLAGS.volume_claim, queue=FLAGS.queue,
-        backoff_limit=FLAGS.backoff_limit)
+        backoff_limit=FLAGS.backoff_limit, program=FLAGS.program)
     problem = job.problem()
     if problem:
         sys.exit(f"make_jobset.py: {problem}")

@@ -60,8 +60,34 @@ def test_ssh_launcher_runs_the_cluster_and_collects_logs_here(tmp_path):
 
 
 @pytest.mark.e2e
+def test_ssh_launcher_runs_a_tf1_program_on_every_host_each_told_its_role_by_tf_config(tmp_path):
+    ps, w0, w1 = free_ports(3)
+    hosts = tmp_path / "cluster.txt"
+    hosts.write_text(f"ps 127.0.0.1:{ps}\nworker 127.0.0.1:{w0}\nworker 127.0.0.1:{w1}\n")
+    result = run_launcher(
+        [sys.executable, str(SCRIPTS / "run_ssh.py"), f"--hosts_file={hosts}", f"--remote_dir={ROOT}",
+         f"--python={sys.executable}", f"--ssh={ROOT / 'tests' / 'fake_ssh.sh'}", f"--run_dir={tmp_path / 'logs'}",
+         "--program=tests/programs/clicks_estimator.py", "--", f"--model_dir={tmp_path / 'model'}",
+         "--train_steps=200"], timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    for task in ("ps 0", "worker 0", "worker 1"):
+        assert f"{task}: exit 0" in result.stdout
+    chief, other = ((tmp_path / "logs" / f"worker-{index}.log").read_text() for index in (0, 1))
+    # Each ran the program (TF1's log lines) as its own task: worker 0 the chief, which saved the last step.
+    assert re.search(r"loss = [^,]+, step = \d+", chief) and re.search(r"loss = [^,]+, step = \d+", other)
+    assert tf_checkpoint_step(tmp_path / "model") >= 200
+
+
+def tf_checkpoint_step(model_dir) -> int:
+    """The global step in the name of model_dir's newest checkpoint."""
+    state = (model_dir / "checkpoint").read_text()
+    return int(re.search(r'model_checkpoint_path: ".*-(\d+)"', state).group(1))
+
+
+@pytest.mark.e2e
 def test_slurm_script_starts_every_task_in_one_block_distributed_step():
     script = (SCRIPTS / "slurm" / "train.sbatch").read_text()
-    srun = [line for line in script.splitlines() if line.startswith("srun")]
-    assert srun and "--distribution=block" in srun[0] and "--kill-on-bad-exit=1" in srun[0]
+    srun = [line.strip() for line in script.splitlines() if line.strip().startswith("srun")]
+    assert len(srun) == 2  # trainer.py's, and a PROGRAM's
+    assert all("--distribution=block" in line and "--kill-on-bad-exit=1" in line for line in srun)
     assert subprocess.run(["bash", "-n", str(SCRIPTS / "slurm" / "train.sbatch")]).returncode == 0

@@ -260,6 +260,39 @@ def test_run_config_reads_its_task_from_tf_config_as_tf1_did(monkeypatch, task, 
 
 
 @pytest.mark.pure
+@pytest.mark.parametrize("job,index,expected", [("chief", 0, ("chief", 0, True, "grpc://ctr-chief-0-0.ctr:2222")),
+                                                ("worker", 1, ("worker", 1, False, "grpc://ctr-worker-0-1.ctr:2222")),
+                                                ("ps", 0, ("ps", 0, False, "grpc://ctr-ps-0-0.ctr:2222"))])
+def test_run_config_in_a_jobset_pod_reads_its_task_as_trainer_py_does(monkeypatch, job, index, expected):
+    # The pod's environment as scripts/make_jobset.py --program gives it, with no TF_CONFIG.
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "0")
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    for name, value in {"PS_TRAINER_JOBSET": '{"ps":1,"chief":1,"worker":2,"port":2222}',
+                        "PS_TRAINER_JOBSET_NAME": "ctr", "PS_TRAINER_REPLICATED_JOB": job,
+                        "PS_TRAINER_JOB_INDEX": "0", "JOB_COMPLETION_INDEX": str(index)}.items():
+        monkeypatch.setenv(name, value)
+    from ps_trainer.estimator import RunConfig  # pylint: disable=import-outside-toplevel
+    config = RunConfig()
+    assert (config.task_type, config.task_id, config.is_chief, config.master) == expected
+    assert (config.num_ps_replicas, config.num_worker_replicas) == (1, 3)
+    assert config.cluster_spec.as_dict()["worker"] == ["ctr-worker-0-0.ctr:2222", "ctr-worker-0-1.ctr:2222"]
+
+
+@pytest.mark.pure
+def test_run_config_in_a_slurm_step_reads_its_rank_with_the_ps_count_train_sbatch_sets(monkeypatch):
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "0")
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    for name, value in {"SLURM_JOB_NODELIST": "n[1-2]", "SLURM_TASKS_PER_NODE": "2(x2)", "SLURM_NTASKS": "4",
+                        "SLURM_PROCID": "2", "SLURM_LOCALID": "0", "SLURMD_NODENAME": "n2",
+                        "PS_TRAINER_NUM_PS": "2", "PS_TRAINER_PORT": "7000"}.items():
+        monkeypatch.setenv(name, value)
+    from ps_trainer.estimator import RunConfig  # pylint: disable=import-outside-toplevel
+    config = RunConfig()
+    assert (config.task_type, config.task_id, config.is_chief, config.master) == ("worker", 0, True, "grpc://n2:7000")
+    assert config.cluster_spec.as_dict() == {"ps": ["n1:7000", "n1:7001"], "worker": ["n2:7000", "n2:7001"]}
+
+
+@pytest.mark.pure
 def test_run_config_without_tf_config_is_one_process_with_tf1s_defaults(monkeypatch):
     monkeypatch.setenv("TF_USE_LEGACY_KERAS", "0")
     monkeypatch.delenv("TF_CONFIG", raising=False)

@@ -127,6 +127,31 @@ def test_each_pod_resolves_the_cluster_from_the_environment_the_manifest_gives_i
     assert {cluster.ps_hosts for cluster in clusters.values()} == {clusters[("ps", 0)].ps_hosts}
 
 
+@pytest.mark.pure
+def test_a_program_jobset_runs_the_program_in_every_pod_whose_run_config_reads_that_pods_task(monkeypatch):
+    job = dataclasses.replace(JOB, program="census_wide_deep.py", model_dir="",
+                              trainer_args=("--model_dir=/mnt/model/census", "--train_steps=1000"))
+    assert job.problem() is None
+    assert dataclasses.replace(job, program="census").problem() == "--program=census: give the program's .py file"
+    manifest = jobset.jobset(job)
+    jsonschema.Draft7Validator(SCHEMA).validate(manifest)
+    for replicated in manifest["spec"]["replicatedJobs"]:
+        container = replicated["template"]["spec"]["template"]["spec"]["containers"][0]
+        assert container["command"] == ["python", "census_wide_deep.py"]
+        assert container["args"] == ["--model_dir=/mnt/model/census", "--train_steps=1000"]
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "0")  # the import's default, kept from this test process
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    from ps_trainer.estimator import RunConfig  # pylint: disable=import-outside-toplevel
+    for (job_name, index), env in jobset.pod_environments(manifest).items():
+        with monkeypatch.context() as pod:
+            for name, value in env.items():
+                pod.setenv(name, value)
+            config = RunConfig()
+        assert (config.task_type, config.task_id) == (job_name, index)
+        assert config.is_chief == (job_name == "chief")
+        assert (config.num_ps_replicas, config.num_worker_replicas) == (2, 3)
+
+
 @pytest.fixture
 def pod_hosts():
     """Network namespaces as pods, each with its own address and an /etc/hosts (ip netns exec mounts

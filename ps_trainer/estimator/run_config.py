@@ -9,13 +9,15 @@ import tensorflow as tf
 from ps_trainer.cluster import resolve, spec
 
 _USE_DEFAULT = object()
+NUM_PS_VARIABLE, PORT_VARIABLE = "PS_TRAINER_NUM_PS", "PS_TRAINER_PORT"
 DEFAULT_CHECKPOINT_SECS = 600  # TF1's, when neither save_checkpoints_steps nor _secs is given
 _NOT_COVERED = ("train_distribute", "eval_distribute", "experimental_distribute", "device_fn", "protocol")
 
 
 class RunConfig:
     """TF1's tf.estimator.RunConfig. The cluster fields (task_type, task_id, is_chief, num_ps_replicas,
-    num_worker_replicas, cluster_spec, master) come from TF_CONFIG; without it this is one process."""
+    num_worker_replicas, cluster_spec, master) come from TF_CONFIG, or without it from the environments
+    trainer.py reads (a JobSet's pods, SageMaker, Slurm); without any, this is one process."""
 
     _REPLACEABLE = ("model_dir", "tf_random_seed", "save_summary_steps", "save_checkpoints_steps",
                     "save_checkpoints_secs", "session_config", "keep_checkpoint_max", "keep_checkpoint_every_n_hours",
@@ -43,7 +45,7 @@ class RunConfig:
         self._keep_checkpoint_max = keep_checkpoint_max
         self._keep_checkpoint_every_n_hours = keep_checkpoint_every_n_hours
         self._log_step_count_steps = log_step_count_steps
-        self._cluster, self._task_type, self._task_id = _cluster_of(os.environ.get("TF_CONFIG"))
+        self._cluster, self._task_type, self._task_id = _cluster_of(os.environ)
 
     def replace(self, **kwargs) -> "RunConfig":
         """A copy with the named settings changed (TF1's replace)."""
@@ -105,13 +107,25 @@ class RunConfig:
         return ""
 
 
-def _cluster_of(tf_config: str | None) -> tuple[spec.ClusterConfig, str, int]:
-    """(the cluster, TF1's task_type, task_id): TF_CONFIG's task, or one local 'worker' 0."""
-    if not tf_config or not json.loads(tf_config).get("cluster"):
+def _cluster_of(env) -> tuple[spec.ClusterConfig, str, int]:
+    """(the cluster, TF1's task_type, task_id): TF_CONFIG's task; without a TF_CONFIG, the task that the
+    environments trainer.py reads name (cluster/resolve.py: JobSet's pods, SageMaker, Slurm, PS_HOSTS and
+    WORKER_HOSTS), so that the launchers and manifests start a program as they start trainer.py; else one
+    local 'worker' 0."""
+    tf_config = env.get("TF_CONFIG")
+    if tf_config and not json.loads(tf_config).get("cluster"):
         return spec.ClusterConfig(), spec.WORKER, 0
     try:
-        cluster = resolve.from_tf_config(tf_config)
-    except resolve.ClusterError as err:
+        # What trainer.py's --num_ps and --port say where only hosts are listed (Slurm): a program takes no
+        # such flags, so scripts/slurm/train.sbatch sets them in the environment.
+        options = resolve.ResolveOptions(num_ps=int(env.get(NUM_PS_VARIABLE, 1)),
+                                         port=int(env.get(PORT_VARIABLE, 2222)))
+        cluster = resolve.resolve(None, env, options).cluster
+    except (resolve.ClusterError, ValueError) as err:
         raise ValueError(str(err)) from None
-    task = json.loads(tf_config)["task"]
-    return cluster, task["type"], int(task.get("index", 0))
+    if cluster.job_name is None:
+        return spec.ClusterConfig(), spec.WORKER, 0
+    if tf_config:  # its own word for the task ("master" stays "master", as in TF1)
+        task = json.loads(tf_config)["task"]
+        return cluster, task["type"], int(task.get("index", 0))
+    return cluster, cluster.job_name, cluster.task_index
