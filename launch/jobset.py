@@ -13,6 +13,12 @@ JobSet's failurePolicy then fails the JobSet; a transient code (130, 137, 138, 1
 which resumes from the latest checkpoint, up to the Job's backoffLimit; a pod evicted or preempted
 does not count. The JobSet succeeds when the chief's Job (and the evaluator's, which evaluates the
 final checkpoint after the chief ends) succeeds; the ps tasks exit 0 on their own.
+
+Kubeflow Trainer v2 (API trainer.kubeflow.org/v1alpha1) runs the same JobSet: a namespaced TrainingRuntime
+whose template is this JobSet's spec, and a TrainJob of the same name that refers to it (trainer_v2()).
+The TrainJob sets no `trainer` (which would apply to a replicated job of Trainer v2's "node" kind,
+which this one has none of), so the controller makes the JobSet as the template says, named after the
+TrainJob: the pods read the same environment and the same host names.
 """
 
 import dataclasses
@@ -22,6 +28,8 @@ from ps_trainer.cluster import resolve, spec
 from ps_trainer.launch import kubeflow
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
+TRAINER_API_GROUP = "trainer.kubeflow.org"
+TRAINER_API_VERSION = f"{TRAINER_API_GROUP}/v1alpha1"
 PORT = 2222
 CONTAINER = "trainer"
 MOUNT_PATH = "/mnt/model"
@@ -134,6 +142,19 @@ def _replicated_job(job: JobSetSpec, name: str, count: int) -> dict:
         "completionMode": "Indexed", "completions": count, "parallelism": count,
         "backoffLimit": job.backoff_limit, "podFailurePolicy": kubeflow.pod_failure_policy(CONTAINER),
         "template": {"spec": pod}}}}
+
+
+def trainer_v2(job: JobSetSpec) -> list[dict]:
+    """The Kubeflow Trainer v2 pair for the job: a TrainingRuntime holding the JobSet as its template (in
+    the TrainJob's namespace: no cluster-wide runtime to install) and the TrainJob that runs it. The Kueue
+    label goes on the TrainJob, which Kueue admits."""
+    made = jobset(job)
+    runtime = {"apiVersion": TRAINER_API_VERSION, "kind": "TrainingRuntime",
+               "metadata": {"name": job.name, "namespace": job.namespace},
+               "spec": {"template": {"spec": made["spec"]}}}
+    train_job = {"apiVersion": TRAINER_API_VERSION, "kind": "TrainJob", "metadata": made["metadata"],
+                 "spec": {"runtimeRef": {"apiGroup": TRAINER_API_GROUP, "kind": "TrainingRuntime", "name": job.name}}}
+    return [runtime, train_job]
 
 
 def network_policy(job: JobSetSpec) -> dict:

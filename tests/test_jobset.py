@@ -4,7 +4,11 @@ the environment each of its pods would get trains to the end, a ps killed and re
 
 tests/data/jobset-v1alpha2-v0.12.0.json is the openAPIV3Schema of JobSet's CRD
 (kubernetes-sigs/jobset v0.12.0, commit f22e565, config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml,
-Apache-2.0), version v1alpha2, with its 'description' fields removed (80 KB instead of 820 KB)."""
+Apache-2.0), version v1alpha2, with its 'description' fields removed (80 KB instead of 820 KB).
+tests/data/trainer-trainingruntime-v1alpha1-8c0f505.json and trainer-trainjob-v1alpha1-8c0f505.json are
+those of Kubeflow Trainer v2's TrainingRuntime and TrainJob CRDs (kubeflow/trainer, commit 8c0f505,
+2026-08-21, v1.5.0-rc.0 and later, manifests/base/crds/, Apache-2.0), version v1alpha1, with their
+'description' fields removed."""
 
 import contextlib
 import dataclasses
@@ -27,6 +31,8 @@ from ps_trainer.launch.netns import Hosts, start_in
 from tests.support import DATA, ROOT, finished, run_script, wait_for
 
 SCHEMA = json.loads((DATA / "jobset-v1alpha2-v0.12.0.json").read_text())
+TRAINER_SCHEMAS = {kind: json.loads((DATA / f"trainer-{kind.lower()}-v1alpha1-8c0f505.json").read_text())
+                   for kind in ("TrainingRuntime", "TrainJob")}
 KUBERNETES = "1.30.0"
 JOB = jobset.JobSetSpec(name="ctr", image="registry.example/ps-trainer:1", model_dir="/mnt/model/ctr",
                         namespace="team", num_ps=2, num_workers=2, trainer_args=("--model=wide_deep",),
@@ -60,6 +66,27 @@ def test_the_jobset_passes_jobsets_crd_schema_and_names_no_field_it_does_not_kno
         jsonschema.Draft7Validator(SCHEMA).validate(broken)
     broken["spec"]["successPolicy"]["targetJobs"] = ["chief"]
     assert unknown_fields(broken, SCHEMA) == [".spec.successPolicy.targetJobs"]
+
+
+@pytest.mark.pure
+def test_the_trainer_v2_pair_passes_its_crd_schemas_and_runs_the_same_jobset():
+    runtime, train_job = jobset.trainer_v2(JOB)
+    for document in (runtime, train_job):
+        schema = TRAINER_SCHEMAS[document["kind"]]
+        jsonschema.Draft7Validator(schema).validate(document)
+        assert unknown_fields(document, schema) == [], document["kind"]
+    made = jobset.jobset(JOB)
+    assert runtime["spec"]["template"]["spec"] == made["spec"]
+    assert train_job["metadata"] == made["metadata"]  # the JobSet's name and namespace, and the Kueue label
+    assert train_job["spec"] == {"runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime",
+                                                "name": runtime["metadata"]["name"]}}
+    # The controller names the JobSet after the TrainJob: its pods read the cluster as the JobSet's do.
+    pods = jobset.pod_environments({"metadata": train_job["metadata"], "spec": runtime["spec"]["template"]["spec"]})
+    assert pods == jobset.pod_environments(made)
+    assert resolve.resolve(None, pods[("worker", 1)]).cluster.ps_hosts == ("ctr-ps-0-0.ctr:2222", "ctr-ps-0-1.ctr:2222")
+    del train_job["spec"]["runtimeRef"]["name"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft7Validator(TRAINER_SCHEMAS["TrainJob"]).validate(train_job)
 
 
 @pytest.mark.pure
@@ -111,6 +138,11 @@ def test_the_script_writes_both_documents_and_refuses_in_one_line():
     jsonschema.Draft7Validator(SCHEMA).validate(manifest)
     assert [job["name"] for job in manifest["spec"]["replicatedJobs"]] == ["ps", "chief", "worker"]
     assert policy["kind"] == "NetworkPolicy"
+    trainer_v2 = run_script("make_jobset.py", "--kind=trainjob", "--name=ctr", "--image=img:1",
+                            "--model_dir=gs://bucket/ctr", timeout=60)
+    assert trainer_v2.returncode == 0, trainer_v2.stderr
+    assert [document["kind"] for document in yaml.safe_load_all(trainer_v2.stdout)] == [
+        "TrainingRuntime", "TrainJob", "NetworkPolicy"]
     refused = run_script("make_jobset.py", "--name=ctr", "--image=img:1", "--model_dir=/data/ctr", timeout=60)
     assert refused.returncode == 1 and refused.stdout == ""
     assert refused.stderr.strip().splitlines()[-1].startswith("make_jobset.py: --model_dir=/data/ctr is a local path")
