@@ -144,16 +144,18 @@ def _replicated_job(job: JobSetSpec, name: str, count: int) -> dict:
         "template": {"spec": pod}}}}
 
 
-def trainer_v2(job: JobSetSpec) -> list[dict]:
-    """The Kubeflow Trainer v2 pair for the job: a TrainingRuntime holding the JobSet as its template (in
-    the TrainJob's namespace: no cluster-wide runtime to install) and the TrainJob that runs it. The Kueue
-    label goes on the TrainJob, which Kueue admits."""
+def trainer_v2(job: JobSetSpec, cluster_runtime: bool = False) -> list[dict]:
+    """The Kubeflow Trainer v2 pair for the job: a runtime holding the JobSet as its template and the
+    TrainJob that runs it. The runtime is a TrainingRuntime in the TrainJob's namespace (nothing
+    cluster-wide to install), or with `cluster_runtime` a ClusterTrainingRuntime (the same spec, for
+    every namespace). The Kueue label goes on the TrainJob, which Kueue admits."""
     made = jobset(job)
-    runtime = {"apiVersion": TRAINER_API_VERSION, "kind": "TrainingRuntime",
-               "metadata": {"name": job.name, "namespace": job.namespace},
+    kind = "ClusterTrainingRuntime" if cluster_runtime else "TrainingRuntime"
+    metadata = {"name": job.name} if cluster_runtime else {"name": job.name, "namespace": job.namespace}
+    runtime = {"apiVersion": TRAINER_API_VERSION, "kind": kind, "metadata": metadata,
                "spec": {"template": {"spec": made["spec"]}}}
     train_job = {"apiVersion": TRAINER_API_VERSION, "kind": "TrainJob", "metadata": made["metadata"],
-                 "spec": {"runtimeRef": {"apiGroup": TRAINER_API_GROUP, "kind": "TrainingRuntime", "name": job.name}}}
+                 "spec": {"runtimeRef": {"apiGroup": TRAINER_API_GROUP, "kind": kind, "name": job.name}}}
     return [runtime, train_job]
 
 

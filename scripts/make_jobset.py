@@ -35,6 +35,8 @@ flags.DEFINE_string("volume_claim", None, f"PVC to mount at {jobset.MOUNT_PATH} 
 flags.DEFINE_string("queue", None, "Kueue LocalQueue to admit the JobSet (the kueue.x-k8s.io/queue-name label).")
 flags.DEFINE_enum("kind", "jobset", ["jobset", "trainjob"], "jobset: a JobSet; trainjob: the same JobSet as a "
                   "Kubeflow Trainer v2 TrainingRuntime and the TrainJob that runs it.")
+flags.DEFINE_boolean("cluster_runtime", False, "--kind=trainjob: a ClusterTrainingRuntime (for every namespace) "
+                     "instead of a TrainingRuntime in --namespace.")
 flags.DEFINE_string("program", None, "A TF1 Estimator program (its path in the image's working dir) that every pod "
                     "runs in place of trainer.py; the flags after '--' are its own, its model_dir among them.")
 flags.DEFINE_integer("backoff_limit", 10, "Restarts of one task kind's pods after transient exits.", lower_bound=0)
@@ -50,7 +52,8 @@ def main(argv):
     problem = job.problem()
     if problem:
         sys.exit(f"make_jobset.py: {problem}")
-    documents = jobset.trainer_v2(job) if FLAGS.kind == "trainjob" else [jobset.jobset(job)]
+    documents = (jobset.trainer_v2(job, FLAGS.cluster_runtime) if FLAGS.kind == "trainjob" else
+                 [jobset.jobset(job)])
     yaml.safe_dump_all([*documents, jobset.network_policy(job)], sys.stdout, sort_keys=False)
 
 

@@ -8,7 +8,7 @@ Apache-2.0), version v1alpha2, with its 'description' fields removed (80 KB inst
 tests/data/trainer-trainingruntime-v1alpha1-8c0f505.json and trainer-trainjob-v1alpha1-8c0f505.json are
 those of Kubeflow Trainer v2's TrainingRuntime and TrainJob CRDs (kubeflow/trainer, commit 8c0f505,
 2026-08-21, v1.5.0-rc.0 and later, manifests/base/crds/, Apache-2.0), version v1alpha1, with their
-'description' fields removed."""
+'description' fields removed; its ClusterTrainingRuntime's schema there is the TrainingRuntime's."""
 
 import contextlib
 import dataclasses
@@ -33,6 +33,7 @@ from tests.support import DATA, ROOT, finished, run_script, wait_for
 SCHEMA = json.loads((DATA / "jobset-v1alpha2-v0.12.0.json").read_text())
 TRAINER_SCHEMAS = {kind: json.loads((DATA / f"trainer-{kind.lower()}-v1alpha1-8c0f505.json").read_text())
                    for kind in ("TrainingRuntime", "TrainJob")}
+TRAINER_SCHEMAS["ClusterTrainingRuntime"] = TRAINER_SCHEMAS["TrainingRuntime"]
 KUBERNETES = "1.30.0"
 JOB = jobset.JobSetSpec(name="ctr", image="registry.example/ps-trainer:1", model_dir="/mnt/model/ctr",
                         namespace="team", num_ps=2, num_workers=2, trainer_args=("--model=wide_deep",),
@@ -87,6 +88,10 @@ def test_the_trainer_v2_pair_passes_its_crd_schemas_and_runs_the_same_jobset():
     del train_job["spec"]["runtimeRef"]["name"]
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.Draft7Validator(TRAINER_SCHEMAS["TrainJob"]).validate(train_job)
+    runtime, train_job = jobset.trainer_v2(JOB, cluster_runtime=True)  # one runtime for every namespace
+    jsonschema.Draft7Validator(TRAINER_SCHEMAS[runtime["kind"]]).validate(runtime)
+    assert runtime["kind"] == train_job["spec"]["runtimeRef"]["kind"] == "ClusterTrainingRuntime"
+    assert "namespace" not in runtime["metadata"] and train_job["metadata"]["namespace"] == "team"
 
 
 @pytest.mark.pure
