@@ -54,6 +54,21 @@ def test_every_variable_is_on_a_ps_and_every_other_op_on_this_worker():
     assert iterator_ops and all(op.device == "/job:worker/task:1" for op in iterator_ops)
 
 
+@pytest.mark.parametrize("optimizer", ["adam", "lazy_adam", "momentum"])
+def test_with_local_steps_every_global_variable_is_on_a_ps_whichever_optimizer(optimizer):
+    # Adam keeps its beta powers beside the first variable it updates: with --local_steps, this worker's
+    # local copy. As global variables there, the chief could never initialize them, and worker 1 waited
+    # for it until the job ended without it.
+    cfg = RunConfig(cluster(1, task=1), TrainConfig(local_steps=10, optimizer=optimizer), model.ModelConfig(),
+                    inputs.DataConfig(synthetic_examples=100))
+    graph = tf.Graph()
+    with graph.as_default():
+        train_graph.build_graph(cfg)
+    assert {var.device for var in graph.get_collection(v1.GraphKeys.GLOBAL_VARIABLES)} == {"/job:ps/task:0"}
+    local = {var.op.name for var in graph.get_collection(v1.GraphKeys.LOCAL_VARIABLES)}
+    assert optimizer == "momentum" or {"beta1_power", "beta2_power"} <= local
+
+
 @pytest.mark.parametrize("num_gpus, task, device", [
     (2, 3, "/job:worker/task:3/device:GPU:1"), (4, 1, "/job:worker/task:1/device:GPU:1"),
     (0, 1, "/job:worker/task:1/device:CPU:0")])

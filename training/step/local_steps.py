@@ -29,6 +29,8 @@ rides on every Kth step's run (PushEveryK), and the last, partial round is pushe
 ends; on the chief that comes before the final checkpoint.
 """
 
+import re
+
 import tensorflow as tf
 from absl import logging
 
@@ -40,6 +42,8 @@ from ps_trainer.training.step.loop import Iteration, Metrics, training_loop
 v1 = tf.compat.v1
 
 SCOPE = "local_copy"
+# The variables an optimizer keeps beside its slots (tf.compat.v1.train.AdamOptimizer's, and LazyAdam's).
+OPTIMIZER_COUNTERS = re.compile(r"beta[12]_power(_\d+)?$")
 
 
 class LocalCopies:
@@ -113,8 +117,12 @@ class LocalCopies:
 
 def slots_stay_local(next_creator, **kwargs):
     """A variable creator: the optimizer's slots of a local copy are local variables too (each
-    worker's own, initialized by its own session, never saved)."""
-    if str(kwargs.get("name", "")).startswith(SCOPE + "/"):
+    worker's own, initialized by its own session, never saved), and so are the variables an optimizer keeps
+    beside its slots (Adam's beta powers), which it puts beside the first local copy: the worker's own
+    count of its local updates. A global variable on a worker would wait for the chief to initialize it,
+    and no chief reaches another worker's device."""
+    name = str(kwargs.get("name", ""))
+    if name.startswith(SCOPE + "/") or OPTIMIZER_COUNTERS.match(name):
         kwargs["collections"] = [v1.GraphKeys.LOCAL_VARIABLES]
     return next_creator(**kwargs)
 
