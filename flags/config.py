@@ -15,7 +15,7 @@ from absl import app, logging
 
 from ps_trainer import input as inputs
 from ps_trainer import model
-from ps_trainer.model import tables
+from ps_trainer.model import tables, user_fn
 from ps_trainer.cluster import rendezvous, resolve, spec
 from ps_trainer.input import storage
 from ps_trainer.training import plan
@@ -33,6 +33,7 @@ def read(flag_values, argv, env=None) -> RunConfig:
     the task starts to serve (trainer.py)."""
     env = env or {}
     reject_positional_args(argv)
+    take_model_fn(flag_values)
     check_flags_alone(flag_values)
     resolved = read_resolved_cluster(flag_values, env)
     cluster = resolved.cluster
@@ -57,6 +58,16 @@ def read(flag_values, argv, env=None) -> RunConfig:
 
 
 GIVEN = ("embedding_partitions",)  # RunConfig.given
+
+
+def take_model_fn(f) -> None:
+    """--model_fn names the model: --model is model_fn (said or not), and model_fn needs the function."""
+    if f.model_fn and f["model"].present and f.model != "model_fn":
+        raise app.UsageError(f"--model_fn={f.model_fn} is the model: drop --model={f.model}")
+    if f.model_fn:
+        f.model = "model_fn"
+    elif f.model == "model_fn":
+        raise app.UsageError("--model=model_fn needs --model_fn=FILE.py:FUNCTION, the TF1 model_fn to train")
 
 
 def check_flags_alone(f) -> None:
@@ -475,7 +486,12 @@ def read_model(f, cluster: spec.ClusterConfig) -> model.ModelConfig:
     if not units or min(units) < 1:
         raise app.UsageError(
             f"--hidden_units={','.join(f.hidden_units)} must be positive integers, e.g. 256 or 512,256.")
-    return model.ModelConfig(name=f.model, hidden_units=units, hash_buckets=f.hash_buckets,
+    try:
+        user_fn.params_of(f.model_fn_params)
+    except user_fn.ModelFnError as err:
+        raise app.UsageError(str(err)) from None
+    return model.ModelConfig(name=f.model, model_fn=f.model_fn, model_fn_params=tuple(f.model_fn_params),
+                             hidden_units=units, hash_buckets=f.hash_buckets,
                              embedding_dim=f.embedding_dim, embedding=f.embedding,
                              embedding_capacity=f.embedding_capacity, embedding_min_count=f.embedding_min_count,
                              embedding_steps_to_live=f.embedding_steps_to_live, embedding_growth=f.embedding_growth,

@@ -180,7 +180,12 @@ flags.DEFINE_integer("eval_timeout_secs", TRAIN.eval_timeout_secs,
                      "Evaluator: give up if no new checkpoint appears for this long.", lower_bound=1)
 
 # ---------------------------------------------------------------- model and data
-flags.DEFINE_enum("model", MODEL.name, sorted(model.MODELS), "Model by name.")
+flags.DEFINE_enum("model", MODEL.name, sorted(model.MODELS), "Model by name (model_fn: --model_fn's).")
+flags.DEFINE_string("model_fn", MODEL.model_fn, "A TF1 Estimator model_fn to train, FILE.py:FUNCTION: it returns "
+                    "an EstimatorSpec with its loss and its logits as predictions, and no train_op (the runtime "
+                    "makes the update, with the levers); features by name from --dataset (model/user_fn.py).")
+flags.DEFINE_list("model_fn_params", [], "--model_fn's params, key=value pairs (values read as Python literals "
+                  "where they are: numbers, lists, True).")
 flags.DEFINE_list("hidden_units", [str(units) for units in MODEL.hidden_units],
                   "Hidden layer sizes (mlp, wide_deep), comma-separated.")
 flags.DEFINE_integer("hash_buckets", MODEL.hash_buckets, "wide_deep: rows of each categorical feature's hashed "

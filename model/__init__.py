@@ -1,4 +1,5 @@
-"""Models by name: each turns a batch of raw features into logits; build() adds loss and metrics.
+"""Models by name: each turns a batch of raw features into logits; build() adds loss and metrics. A user's
+own TF1 model_fn is one too (`model_fn`, --model_fn=FILE:FUNCTION: model/user_fn.py), whose loss is its own.
 
 A model is a module that has what `Model` names. Adding one, dense or sparse, is one new file and one
 line in MODELS. Models take raw
@@ -11,9 +12,8 @@ from typing import NamedTuple, Protocol
 
 import tensorflow as tf
 
-from ps_trainer.model import cnn, mlp, wide_deep
+from ps_trainer.model import cnn, mlp, user_fn, wide_deep
 from ps_trainer.model.needs import Needs
-
 
 
 class Model(Protocol):
@@ -35,6 +35,7 @@ MODELS: dict[str, Model] = {
     "mlp": mlp,
     "cnn": cnn,
     "wide_deep": wide_deep,
+    "model_fn": user_fn,
 }
 
 
@@ -61,6 +62,9 @@ class ModelConfig:
     # Where each shard of a table lives, the ps tasks in order: set for the training graph of a
     # cluster only (the evaluator and the export build the model on no particular device).
     table_devices: tuple[str, ...] = ()
+    # model_fn: the user's function (FILE.py:FUNCTION) and its params, as --model_fn_params' key=value pairs.
+    model_fn: str = ""
+    model_fn_params: tuple = ()
 
 
 class ModelOutput(NamedTuple):
@@ -91,13 +95,20 @@ def build(features, labels, model_cfg: ModelConfig, data_spec, summaries: bool =
           training: bool = False) -> ModelOutput:
     """Logits, mean cross-entropy loss and batch metrics (0 for an empty batch), with their summaries
     unless told not to."""
-    logits = logits_of(features, model_cfg, data_spec, training)
-    probabilities = tf.nn.softmax(logits, name="probabilities")
     # Means that are 0 for an empty batch, with no gradient: a sync worker with nothing to read in a
     # round sends one (input/work_queue.py), a share that adds nothing to the round.
     count = tf.cast(tf.size(labels), tf.float32)
-    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-    loss = tf.math.divide_no_nan(tf.reduce_sum(losses), count, name="cross_entropy")
+    if model_cfg.name == "model_fn":  # the user's model_fn, with its own loss
+        with tf.compat.v1.variable_scope(model_cfg.name):
+            spec = user_fn.spec_of(model_cfg, features, labels, user_fn.TRAIN if training else user_fn.EVAL)
+        logits = user_fn.logits_of(model_cfg, spec)
+        loss = tf.cond(count > 0, lambda: tf.cast(spec.loss, tf.float32), lambda: tf.constant(0.0),
+                       name="cross_entropy")
+    else:
+        logits = logits_of(features, model_cfg, data_spec, training)
+        losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+        loss = tf.math.divide_no_nan(tf.reduce_sum(losses), count, name="cross_entropy")
+    probabilities = tf.nn.softmax(logits, name="probabilities")
     correct = tf.equal(tf.argmax(logits, axis=1, output_type=labels.dtype), labels)
     accuracy = tf.math.divide_no_nan(tf.reduce_sum(tf.cast(correct, tf.float32)), count, name="batch_accuracy")
     auc = batch_auc(labels, probabilities[:, 1]) if data_spec.num_classes == 2 else None

@@ -18,6 +18,7 @@ from ps_trainer import trainer
 from ps_trainer.cluster import model_dir as layout
 from ps_trainer.cluster import peers, spec
 from tests.support import SCRIPTS
+from ps_trainer.model import user_fn
 from ps_trainer.training import exit_codes, run_record, watchdog, worker
 from ps_trainer.training.config import TrainConfig
 from ps_trainer.training.step import update
@@ -66,6 +67,8 @@ PATHS = {
     "a deadline exceeded": (exit_codes.CLUSTER_UNAVAILABLE, _raises(
         tf.errors.DeadlineExceededError(None, None, "Deadline Exceeded"))),
     "a run.json that is no run record": (exit_codes.RUN_RECORD_UNREADABLE, lambda _: _read_record(b'{"model": {')),
+    "a model_fn with a train_op of its own": (exit_codes.MODEL_FN_BROKEN, _raises(user_fn.ModelFnError(
+        "--model_fn=f.py:model_fn: its EstimatorSpec has a train_op"))),
 }
 
 

@@ -39,6 +39,8 @@ TABLE_FULL = Outcome(FAILED, PERMANENT, "a dynamic embedding table holds --embed
 NOT_LEARNING = Outcome(FAILED, PERMANENT, "stopped as not learning (--not_learning=stop)")
 INPUT_ENDED = Outcome(FAILED, PERMANENT, "the input ended again and again short of --train_steps")
 ERROR = Outcome(FAILED, PERMANENT, "an error with no known cause (a traceback)")
+MODEL_FN_BROKEN = Outcome(FAILED, PERMANENT, "--model_fn's function breaks its contract (a train_op of its own, no "
+                          "loss, no logits)")
 STALLED = Outcome(RETRY, TRANSIENT, "no step for --stall_timeout_secs (a sync peer or a ps down)")
 PS_UNREACHABLE = Outcome(RETRY, TRANSIENT, "a ps task did not listen within --startup_timeout_secs")
 CHIEF_NOT_READY = Outcome(RETRY, TRANSIENT, "the chief did not initialize the variables within --startup_timeout_secs")
@@ -61,8 +63,8 @@ DOWNLOAD_FAILED = Outcome(FAILED, PERMANENT, "--download_only could not fetch th
 PREEMPTED_BY_SIGNAL = Outcome(PREEMPTED, TRANSIENT, "SIGTERM: the chief checkpointed its step; a restart resumes")
 LAUNCHER_INTERRUPTED = Outcome(INTERRUPTED, TRANSIENT, "a launcher stopped by Ctrl-C; it stopped every task it started")
 
-OUTCOMES = (TRAINED, BAD_FLAGS, BAD_DATA, NON_FINITE_LOSS, TABLE_FULL, NOT_LEARNING, INPUT_ENDED, ERROR, STALLED,
-            PS_UNREACHABLE, CHIEF_NOT_READY, CLUSTER_UNAVAILABLE, OWN_ADDRESS, CHECKPOINT_NOT_SAVED,
+OUTCOMES = (TRAINED, BAD_FLAGS, BAD_DATA, NON_FINITE_LOSS, TABLE_FULL, NOT_LEARNING, INPUT_ENDED, ERROR,
+            MODEL_FN_BROKEN, STALLED, PS_UNREACHABLE, CHIEF_NOT_READY, CLUSTER_UNAVAILABLE, OWN_ADDRESS, CHECKPOINT_NOT_SAVED,
             CHECKPOINT_UNREADABLE, RUN_RECORD_UNREADABLE, TRAINED_MODEL_GONE, MODEL_DIR_IN_USE,
             NO_CHECKPOINT_TO_EVALUATE, DOWNLOAD_FAILED, PREEMPTED_BY_SIGNAL, LAUNCHER_INTERRUPTED)
 

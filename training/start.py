@@ -3,6 +3,7 @@ file of the run) and before its server, so that a refusal here is a usage error 
 
 - --model_dir can be reached, made and written (a ps given none keeps none);
 - --cache, when a directory, is not a file (a ps reads no data: not checked);
+- --model_fn's file runs and holds the function (each task that builds the model loads it there);
 - a run that resumes keeps the number of shards its checkpoints' tables are cut into (run.json) where their
   kind says so (dynamic tables: their IDs restore only into as many shards), unless --embedding_partitions
   says otherwise.
@@ -17,6 +18,7 @@ from absl import app
 from ps_trainer import input as inputs
 from ps_trainer import model
 from ps_trainer.cluster import spec
+from ps_trainer.model import user_fn
 from ps_trainer.input import storage
 from ps_trainer.training import run_record
 from ps_trainer.training.config import RunConfig
@@ -29,6 +31,11 @@ def settle(cfg: RunConfig) -> RunConfig:
     if cfg.cluster.job_name == spec.PS:  # a ps reads no data, and its host may have none
         return cfg
     _check_cache(cfg.data)
+    if cfg.model.model_fn:
+        try:
+            user_fn.load(cfg.model.model_fn)
+        except user_fn.ModelFnError as err:
+            raise app.UsageError(str(err)) from None
     if "embedding_partitions" in cfg.given or not model.needs_of(cfg.model.name).partitioned_tables:
         return cfg
     shards = run_record.resumed_shards(cfg.train.model_dir, cfg.model.embedding)

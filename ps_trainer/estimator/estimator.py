@@ -17,6 +17,7 @@ from ps_trainer.cluster import model_dir as layout
 from ps_trainer.cluster import placement, spec as cluster_spec
 from ps_trainer.estimator import export
 from ps_trainer.estimator.run_config import RunConfig
+from ps_trainer.estimator import spec
 from ps_trainer.estimator.spec import EstimatorSpec, ModeKeys
 from ps_trainer.training import checkpoints
 from ps_trainer.training import session_loop
@@ -120,6 +121,8 @@ class Estimator:
                 global_step = v1.train.get_or_create_global_step()
                 features, labels, input_hooks = _features_and_labels(self._call_input_fn(input_fn, ModeKeys.TRAIN))
                 model = self._call_model_fn(features, labels, ModeKeys.TRAIN)
+                if model.train_op is None:
+                    raise ValueError(spec.TRAIN_NEEDS)
                 if self._warm_start:  # the initializers of the variables it names: a checkpoint in model_dir wins
                     logging.info("Warm-starting with WarmStartSettings: %s", self._warm_start)
                     v1.train.warm_start(*self._warm_start)

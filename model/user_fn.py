@@ -1,0 +1,104 @@
+"""A user's TF1 Estimator model_fn as a model of the trainer: `--model_fn=FILE.py:FUNCTION`.
+
+The function takes `features` and any of `labels`, `mode`, `params` (--model_fn_params) and `config`
+(None), as an Estimator's model_fn does, and returns an EstimatorSpec (ps_trainer.estimator's, or any
+object with its fields). It leaves the update to the runtime: in TRAIN mode its spec has a `loss` and no
+`train_op`, and its `predictions` are the logits, [batch, classes], or a dict holding them under "logits".
+The trainer then trains that loss as it trains its own models (--optimizer, --learning_rate and the
+levers: --local_steps, --accumulate_batches, --sync_replicas), on its own input sources (--dataset: the
+features a model_fn reads by name), and judges held-out data, exports and serves by the logits, as for its
+own models. A model_fn that builds its own train_op runs as an Estimator program (docs/estimator.md).
+"""
+
+import ast
+import functools
+import importlib.util
+import inspect
+import os
+
+import tensorflow as tf
+
+from ps_trainer.model.needs import Needs
+
+NEEDS = Needs()  # nothing particular of the trainer
+TRAIN, EVAL, PREDICT = "train", "eval", "infer"  # TF1's ModeKeys
+
+
+class ModelFnError(ValueError):
+    """A model_fn that cannot be loaded or that breaks the contract, in one line naming --model_fn."""
+
+
+def check(data_spec):
+    del data_spec  # what the model_fn reads of the features is its own
+    return None
+
+
+def params_of(pairs) -> dict:
+    """--model_fn_params' key=value pairs as the model_fn's params: each value a Python literal where it
+    reads as one (a number, a list, True), else the string."""
+    found = {}
+    for pair in pairs:
+        key, equals, text = pair.partition("=")
+        if not equals or not key:
+            raise ModelFnError(f"--model_fn_params={','.join(pairs)}: {pair!r} is not key=value")
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            value = text
+        found[key] = value
+    return found
+
+
+@functools.cache
+def load(location: str):
+    """The function `location` (FILE.py:FUNCTION) names, its file run once per process."""
+    path, _, name = location.rpartition(":")
+    if not path or not name:
+        raise ModelFnError(f"--model_fn={location}: give the file and the function, as path/to/file.py:model_fn")
+    if not os.path.isfile(path):
+        raise ModelFnError(f"--model_fn={location}: {path} is not a file")
+    # tf.compat.v1.layers in a model_fn needs Keras 2 (tf-keras), chosen before Keras first loads.
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    found = importlib.util.spec_from_file_location(f"ps_trainer_model_fn.{os.path.splitext(os.path.basename(path))[0]}",
+                                                   path)
+    module = importlib.util.module_from_spec(found)
+    found.loader.exec_module(module)
+    function = getattr(module, name, None)
+    if not callable(function):
+        raise ModelFnError(f"--model_fn={location}: {path} has no function {name}")
+    if "features" not in inspect.signature(function).parameters:
+        raise ModelFnError(f"--model_fn={location}: {name} takes no 'features' argument (a model_fn takes "
+                           "features and any of labels, mode, params, config)")
+    return function
+
+
+def spec_of(model_cfg, features, labels, mode: str):
+    """The model_fn's EstimatorSpec for the batch in `mode`."""
+    function = load(model_cfg.model_fn)
+    accepted = inspect.signature(function).parameters
+    offered = {"labels": labels, "mode": mode, "params": params_of(model_cfg.model_fn_params), "config": None}
+    spec = function(features=features, **{key: value for key, value in offered.items() if key in accepted})
+    if mode == TRAIN and getattr(spec, "train_op", None) is not None:
+        raise ModelFnError(f"--model_fn={model_cfg.model_fn}: its EstimatorSpec has a train_op; under trainer.py "
+                           "the runtime makes the update (return the loss alone), or run the program as an "
+                           "Estimator program (docs/estimator.md)")
+    if mode != PREDICT and getattr(spec, "loss", None) is None:
+        raise ModelFnError(f"--model_fn={model_cfg.model_fn}: its EstimatorSpec has no loss in {mode} mode")
+    return spec
+
+
+def logits_of(model_cfg, spec) -> tf.Tensor:
+    predictions = getattr(spec, "predictions", None)
+    if isinstance(predictions, dict):
+        predictions = predictions.get("logits")
+    if predictions is None or predictions.shape.rank != 2:
+        raise ModelFnError(f"--model_fn={model_cfg.model_fn}: its EstimatorSpec's predictions are not the logits "
+                           "(a tensor [batch, classes], or a dict holding it under 'logits')")
+    return predictions
+
+
+def logits(features, model_cfg, data_spec, training):
+    """The logits of the model_fn in PREDICT mode (what is evaluated and exported); training builds its
+    spec in TRAIN mode, with the labels (model.build)."""
+    del data_spec, training
+    return logits_of(model_cfg, spec_of(model_cfg, features, None, PREDICT))
