@@ -15,6 +15,7 @@ import functools
 import importlib.util
 import inspect
 import os
+import sys
 
 import tensorflow as tf
 
@@ -59,9 +60,10 @@ def load(location: str):
         raise ModelFnError(f"--model_fn={location}: {path} is not a file")
     # tf.compat.v1.layers in a model_fn needs Keras 2 (tf-keras), chosen before Keras first loads.
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-    found = importlib.util.spec_from_file_location(f"ps_trainer_model_fn.{os.path.splitext(os.path.basename(path))[0]}",
-                                                   path)
+    # A module name of its own (registered, as an import would: a dataclass in it looks its module up).
+    found = importlib.util.spec_from_file_location(f"model_fn_{os.path.splitext(os.path.basename(path))[0]}", path)
     module = importlib.util.module_from_spec(found)
+    sys.modules[found.name] = module
     found.loader.exec_module(module)
     function = getattr(module, name, None)
     if not callable(function):
