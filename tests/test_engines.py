@@ -40,18 +40,24 @@ def test_bad_hosts_file_names_the_line(text, message):
         read_hosts_file(text, "cluster.txt")
 
 
+def run_ssh_launcher(tmp_path, *args):
+    """scripts/run_ssh.py over 1 ps and 2 workers on 127.0.0.1, through a local stand-in for ssh that runs
+    each remote command here; its logs in tmp_path/logs."""
+    ps, w0, w1 = free_ports(3)
+    hosts = tmp_path / "cluster.txt"
+    hosts.write_text(f"ps 127.0.0.1:{ps}\nworker 127.0.0.1:{w0}\nworker 127.0.0.1:{w1}\n")
+    return run_launcher(
+        [sys.executable, str(SCRIPTS / "run_ssh.py"), f"--hosts_file={hosts}", f"--remote_dir={ROOT}",
+         f"--python={sys.executable}", f"--ssh={ROOT / 'tests' / 'fake_ssh.sh'}", f"--run_dir={tmp_path / 'logs'}",
+         *args], timeout=240)
+
+
 @pytest.mark.e2e
 def test_ssh_launcher_runs_the_cluster_and_collects_logs_here(tmp_path):
     # The real sshd test (tests/test_multihost.py) needs network namespaces; this one, with a local
     # stand-in for ssh, runs the launcher's remote command on any machine.
-    ps, w0, w1 = free_ports(3)
-    hosts = tmp_path / "cluster.txt"
-    hosts.write_text(f"ps 127.0.0.1:{ps}\nworker 127.0.0.1:{w0}\nworker 127.0.0.1:{w1}\n")
-    result = run_launcher(
-        [sys.executable, str(SCRIPTS / "run_ssh.py"), f"--hosts_file={hosts}",
-         f"--remote_dir={ROOT}", f"--python={sys.executable}", f"--ssh={ROOT / 'tests' / 'fake_ssh.sh'}",
-         f"--run_dir={tmp_path / 'logs'}", "--", f"--model_dir={tmp_path / 'model'}", "--train_steps=100",
-         "--synthetic_examples=2000"], timeout=240)
+    result = run_ssh_launcher(tmp_path, "--", f"--model_dir={tmp_path / 'model'}", "--train_steps=100",
+                              "--synthetic_examples=2000")
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert re.search(r"summary: final step 10\d", result.stdout)
     for task in ("ps 0", "worker 0", "worker 1"):
@@ -61,14 +67,8 @@ def test_ssh_launcher_runs_the_cluster_and_collects_logs_here(tmp_path):
 
 @pytest.mark.e2e
 def test_ssh_launcher_runs_a_tf1_program_on_every_host_each_told_its_role_by_tf_config(tmp_path):
-    ps, w0, w1 = free_ports(3)
-    hosts = tmp_path / "cluster.txt"
-    hosts.write_text(f"ps 127.0.0.1:{ps}\nworker 127.0.0.1:{w0}\nworker 127.0.0.1:{w1}\n")
-    result = run_launcher(
-        [sys.executable, str(SCRIPTS / "run_ssh.py"), f"--hosts_file={hosts}", f"--remote_dir={ROOT}",
-         f"--python={sys.executable}", f"--ssh={ROOT / 'tests' / 'fake_ssh.sh'}", f"--run_dir={tmp_path / 'logs'}",
-         "--program=tests/programs/clicks_estimator.py", "--", f"--model_dir={tmp_path / 'model'}",
-         "--train_steps=200"], timeout=240)
+    result = run_ssh_launcher(tmp_path, "--program=tests/programs/clicks_estimator.py", "--",
+                              f"--model_dir={tmp_path / 'model'}", "--train_steps=200")
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     for task in ("ps 0", "worker 0", "worker 1"):
         assert f"{task}: exit 0" in result.stdout
