@@ -290,6 +290,9 @@ def test_run_config_in_a_slurm_step_reads_its_rank_with_the_ps_count_train_sbatc
     config = RunConfig()
     assert (config.task_type, config.task_id, config.is_chief, config.master) == ("worker", 0, True, "grpc://n2:7000")
     assert config.cluster_spec.as_dict() == {"ps": ["n1:7000", "n1:7001"], "worker": ["n2:7000", "n2:7001"]}
+    monkeypatch.setenv("PS_TRAINER_NUM_PS", "two")
+    with pytest.raises(ValueError, match="^PS_TRAINER_NUM_PS='two' is not a number$"):
+        RunConfig()
 
 
 @pytest.mark.pure

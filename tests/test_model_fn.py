@@ -18,7 +18,9 @@ CLICKS = ["--dataset=clicks", "--model_dir=/tmp/unused"]
 
 
 @pytest.mark.pure
-def test_model_fn_flags_name_the_model_and_their_params_and_what_cannot_be_is_refused_in_one_line(tmp_path):
+def test_model_fn_flags_name_the_model_and_their_params_and_what_cannot_be_is_refused_in_one_line(tmp_path,
+                                                                                                  monkeypatch):
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "0")  # this process's own, which loading a model_fn would set
     cfg = read_flags(f"--model_fn={PROGRAM}:model_fn", "--model_fn_params=dimension=4,hidden_units=[8],name=x",
                      *CLICKS)
     assert (cfg.model.name, cfg.model.model_fn) == ("model_fn", f"{PROGRAM}:model_fn")

@@ -112,20 +112,25 @@ def _cluster_of(env) -> tuple[spec.ClusterConfig, str, int]:
     environments trainer.py reads name (cluster/resolve.py: JobSet's pods, SageMaker, Slurm, PS_HOSTS and
     WORKER_HOSTS), so that the launchers and manifests start a program as they start trainer.py; else one
     local 'worker' 0."""
-    tf_config = env.get("TF_CONFIG")
-    if tf_config and not json.loads(tf_config).get("cluster"):
+    tf_config = json.loads(env["TF_CONFIG"]) if env.get("TF_CONFIG") else None
+    if tf_config is not None and not tf_config.get("cluster"):
         return spec.ClusterConfig(), spec.WORKER, 0
+    # What trainer.py's --num_ps and --port say where only hosts are listed (Slurm): a program takes no such
+    # flags, so scripts/slurm/train.sbatch sets them in the environment.
+    options = resolve.ResolveOptions(num_ps=_number(env, NUM_PS_VARIABLE, 1), port=_number(env, PORT_VARIABLE, 2222))
     try:
-        # What trainer.py's --num_ps and --port say where only hosts are listed (Slurm): a program takes no
-        # such flags, so scripts/slurm/train.sbatch sets them in the environment.
-        options = resolve.ResolveOptions(num_ps=int(env.get(NUM_PS_VARIABLE, 1)),
-                                         port=int(env.get(PORT_VARIABLE, 2222)))
         cluster = resolve.resolve(None, env, options).cluster
-    except (resolve.ClusterError, ValueError) as err:
+    except resolve.ClusterError as err:
         raise ValueError(str(err)) from None
     if cluster.job_name is None:
         return spec.ClusterConfig(), spec.WORKER, 0
-    if tf_config:  # its own word for the task ("master" stays "master", as in TF1)
-        task = json.loads(tf_config)["task"]
-        return cluster, task["type"], int(task.get("index", 0))
+    if tf_config is not None:  # its own word for the task ("master" stays "master", as in TF1)
+        return cluster, tf_config["task"]["type"], int(tf_config["task"].get("index", 0))
     return cluster, cluster.job_name, cluster.task_index
+
+
+def _number(env, name: str, default: int) -> int:
+    try:
+        return int(env.get(name, default))
+    except ValueError:
+        raise ValueError(f"{name}={env[name]!r} is not a number") from None
