@@ -57,8 +57,8 @@ def test_every_variable_is_on_a_ps_and_every_other_op_on_this_worker():
 @pytest.mark.parametrize("optimizer", ["adam", "lazy_adam", "momentum"])
 def test_with_local_steps_every_global_variable_is_on_a_ps_whichever_optimizer(optimizer):
     # Adam keeps its beta powers beside the first variable it updates: with --local_steps, this worker's
-    # local copy. As global variables there, the chief could never initialize them, and worker 1 waited
-    # for it until the job ended without it.
+    # local copy. As global variables there, the chief cannot initialize them: every other worker would wait
+    # for it until the job ended without them.
     cfg = RunConfig(cluster(1, task=1), TrainConfig(local_steps=10, optimizer=optimizer), model.ModelConfig(),
                     inputs.DataConfig(synthetic_examples=100))
     graph = tf.Graph()
