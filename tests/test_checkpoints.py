@@ -167,7 +167,7 @@ def test_the_evaluator_names_a_checkpoint_it_cannot_read_and_waits_for_the_next(
     newest = tf.train.latest_checkpoint(str(tmp_path))
     data_file, = tf.io.gfile.glob(newest + ".data-*")
     os.truncate(data_file, 100)
-    cfg = RunConfig(spec.ClusterConfig(), TrainConfig(model_dir=str(tmp_path), train_steps=40, eval_timeout_secs=2),
+    cfg = RunConfig(spec.ClusterConfig(), TrainConfig(model_dir=str(tmp_path), train_steps=40, eval_timeout_secs=1),
                     model.ModelConfig(), data)
     with tf.Graph().as_default(), pytest.raises(evaluator.EvaluationTimeout, match="last evaluated step: None"):
         evaluator.run(cfg)  # the final step's checkpoint is the bad one: skipped, then no newer one comes

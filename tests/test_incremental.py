@@ -68,22 +68,25 @@ class Trainer:
             return self.train.saver.save_delta(self.sess, self.model_dir)
 
 
-def restored(trainer, prefix) -> dict[str, np.ndarray]:
-    """Every saved variable and each map's (ID, row) pairs, as the chief's saver restores `prefix` (and
+def restored(trainer, *prefixes) -> list[dict[str, np.ndarray]]:
+    """Every saved variable and each map's (ID, row) pairs, as the chief's saver restores each prefix (and
     its deltas) into the trainer's graph in a new session (where nothing is initialized yet)."""
     with trainer.graph.as_default():
         trained = registry.of(trainer.graph).trained_shards
         maps = {shard.map.full_name: shard.map.pairs() for _, shard in trained}
         variables = {variable.op.name: variable for variable in checkpoints.saved_variables()
                      if isinstance(variable, tf.Variable)}
-        with v1.Session(graph=trainer.graph) as sess:
-            trainer.train.saver.restore(sess, prefix)
-            values, pairs = sess.run((variables, maps))  # one run: each costs a prune of the graph
+        found = []
+        for prefix in prefixes:  # a session each, where the restore is the first thing run
+            with v1.Session(graph=trainer.graph) as sess:
+                trainer.train.saver.restore(sess, prefix)
+                values, pairs = sess.run((variables, maps))  # one run: each costs a prune of the graph
             for name, (keys, rows) in pairs.items():
                 order = np.argsort(keys)
                 values[name] = np.stack([keys[order].astype(np.int64), rows[order]]) if keys.dtype != object else (
                     [(key, row) for key, row in sorted(zip(keys.tolist(), rows.tolist()))])
-    return values
+            found.append(values)
+    return found
 
 
 @pytest.mark.inprocess
@@ -103,7 +106,7 @@ def test_a_full_checkpoint_and_its_deltas_restore_what_a_full_checkpoint_at_that
     assert trainer.delta() is None  # no step since the last save
     reference = trainer.full(str(tmp_path / "reference"))
 
-    from_deltas, whole = restored(trainer, base), restored(trainer, reference)
+    from_deltas, whole = restored(trainer, base, reference)
     assert sorted(from_deltas) == sorted(whole)
     for name, value in whole.items():
         np.testing.assert_array_equal(from_deltas[name], value, err_msg=name)
@@ -140,7 +143,7 @@ def test_an_unreadable_delta_ends_the_chain_and_deltas_go_with_their_full_checkp
     with open(data, "r+b") as cut:
         cut.truncate(100)
 
-    values = restored(trainer, base)
+    values, = restored(trainer, base)
     assert values["global_step"] == 4  # the first delta's step: the chain ends at the unreadable one
     assert "cannot be read" in caplog.text and os.path.basename(deltas[1]) in caplog.text
     assert incremental.deltas_of(base) == deltas[:1]  # it and the one built on it are gone

@@ -48,13 +48,13 @@ def test_synthetic_classes_are_separable_by_their_prototypes():
     assert hits / len(records) > 0.3
 
 
-@pytest.mark.parametrize("count", [2, 3])
-def test_synthetic_shards_are_disjoint_and_cover_the_epoch(count):
+def test_synthetic_shards_are_disjoint_and_cover_the_epoch():
     whole = epoch(CFG, inputs.Shard(0, 1))
-    shards = [epoch(CFG, inputs.Shard(i, count)) for i in range(count)]
-    seen = [image for shard in shards for image, _ in shard]
-    assert len(seen) == len(set(seen)) == len(whole)
-    assert sorted(seen) == sorted(image for image, _ in whole)
+    for count in (2, 3):
+        shards = [epoch(CFG, inputs.Shard(i, count)) for i in range(count)]
+        seen = [image for shard in shards for image, _ in shard]
+        assert len(seen) == len(set(seen)) == len(whole), count
+        assert sorted(seen) == sorted(image for image, _ in whole), count
 
 
 def test_eval_split_is_held_out():
@@ -71,20 +71,14 @@ def tfrecord_dir(tmp_path):
     return tmp_path
 
 
-@pytest.mark.parametrize("workers", [2, 3, 4])  # 3 files: 2-3 workers read by file, 4 by record
-def test_tfrecord_shards_are_disjoint_and_complete(tfrecord_dir, workers):
+def test_tfrecord_files_keep_images_and_labels_and_shards_are_disjoint_and_complete(tfrecord_dir):
     cfg = inputs.DataConfig(name="tfrecord", data_dir=str(tfrecord_dir))
-    assert tfrecord.check(cfg) is None
-    shards = [epoch(cfg, inputs.Shard(i, workers)) for i in range(workers)]
-    assert all(shards)
-    seen = [record for shard in shards for record in shard]
-    assert sorted(seen) == sorted(epoch(CFG, inputs.Shard(0, 1)))
-
-
-def test_tfrecord_roundtrip_keeps_images_and_labels(tfrecord_dir):
-    cfg = inputs.DataConfig(name="tfrecord", data_dir=str(tfrecord_dir))
-    assert sorted(epoch(cfg, inputs.Shard(0, 1))) == sorted(epoch(CFG, inputs.Shard(0, 1)))
-    assert not list(tfrecord_dir.glob("*.incomplete"))
+    assert tfrecord.check(cfg) is None and not list(tfrecord_dir.glob("*.incomplete"))
+    written = sorted(epoch(CFG, inputs.Shard(0, 1)))
+    for workers in (1, 2, 4):  # 3 files: 2 workers read by file, 4 by record
+        shards = [epoch(cfg, inputs.Shard(i, workers)) for i in range(workers)]
+        assert all(shards), workers
+        assert sorted(record for shard in shards for record in shard) == written, workers
 
 
 def test_batches_are_raw_features_and_full():
@@ -154,30 +148,27 @@ def bad_record_error(data_dir):
 
 
 BAD_RECORDS = {
-    "missing label": (example(label=None), "record 2: needs one int64 'label' feature, has 0"),
-    "missing image": (example(image=None), "record 2: needs one 'image' bytes feature, has 0"),
-    "label out of range": (example(label=12), "record 2: 'label' is 12, outside 0..9"),
-    "negative label": (example(label=-1), "record 2: 'label' is -1, outside 0..9"),
-    "wrong image size": (example(image=b"\x01" * 100), "record 2: 'image' has 100 bytes, expected 784 (28x28x1 uint8)"),
+    "missing label": (example(label=None), "needs one int64 'label' feature, has 0"),
+    "missing image": (example(image=None), "needs one 'image' bytes feature, has 0"),
+    "label out of range": (example(label=12), "'label' is 12, outside 0..9"),
+    "negative label": (example(label=-1), "'label' is -1, outside 0..9"),
+    "wrong image size": (example(image=b"\x01" * 100), "'image' has 100 bytes, expected 784 (28x28x1 uint8)"),
 }
 
 
-@pytest.mark.parametrize("case", sorted(BAD_RECORDS))
-def test_a_bad_record_is_named_by_file_and_index(tmp_path, case):
-    bad, expected = BAD_RECORDS[case]
+def test_a_bad_record_is_named_by_file_and_index_or_skipped_and_counted(tmp_path, capfd):
+    # Good records, then each kind of bad one between good ones: the first bad record stops the read,
+    # naming it; skipped, each is named with its own reason and counted, and every good record is read.
+    cases = sorted(BAD_RECORDS)
     path = tmp_path / "train-00000-of-00001.tfrecord"
-    write_records(path, [example(), example(), bad, example()])
-    assert bad_record_error(tmp_path) == f"bad input record: {path} {expected}"
-
-
-def test_skip_bad_records_drops_and_counts_each_one(tmp_path, capfd):
-    path = tmp_path / "train-00000-of-00001.tfrecord"
-    write_records(path, [example(label=1), example(label=12), example(label=2), example(image=None),
-                          example(label=4)])
-    assert read_all(tmp_path, skip=True) == [1, 2, 4]
+    write_records(path, [example(label=1), example(label=2),
+                         *(record for case in cases for record in (BAD_RECORDS[case][0], example(label=4)))])
+    assert bad_record_error(tmp_path) == f"bad input record: {path} record 2: {BAD_RECORDS[cases[0]][1]}"
+    assert read_all(tmp_path, skip=True) == [1, 2] + [4] * len(cases)
     logged = capfd.readouterr().err
-    assert f"skipped bad record 1 (so far, this worker): BadRecord: {path} record 1: 'label' is 12" in logged
-    assert f"skipped bad record 2 (so far, this worker): BadRecord: {path} record 3: needs one 'image'" in logged
+    for number, case in enumerate(cases, start=1):
+        assert (f"skipped bad record {number} (so far, this worker): BadRecord: {path} record {2 * number}: "
+                f"{BAD_RECORDS[case][1]}") in logged, case
 
 
 def truncated_and_corrupt(tmp_path):
@@ -245,16 +236,16 @@ def csv_epoch(cfg, shard, split="train"):
                   for f, label in inputs.DATASETS["csv"].records(cfg, split, shard))
 
 
-@pytest.mark.parametrize("workers", [2, 3])  # 2: by file, 3: by row
-def test_csv_reads_the_named_columns_and_shards_disjointly(tmp_path, workers):
+def test_csv_reads_the_named_columns_and_shards_disjointly(tmp_path):
     write_csv(tmp_path / "train-0.csv", range(0, 10))
     write_csv(tmp_path / "train-1.csv", range(10, 16))
     cfg = inputs.DataConfig(data_dir=str(tmp_path), **CSV)
     assert inputs.DATASETS["csv"].check(cfg) is None
     whole = csv_epoch(cfg, inputs.Shard(0, 1))
     assert whole == sorted((i * 1.5, f"c{i % 3}", i % 2) for i in range(16))
-    shards = [csv_epoch(cfg, inputs.Shard(i, workers)) for i in range(workers)]
-    assert all(shards) and sorted(r for s in shards for r in s) == whole
+    for workers in (2, 3):  # 2: by file, 3: by row
+        shards = [csv_epoch(cfg, inputs.Shard(i, workers)) for i in range(workers)]
+        assert all(shards) and sorted(r for s in shards for r in s) == whole, workers
 
 
 def test_csv_eval_data_dir_and_errors_name_the_file(tmp_path):
@@ -308,10 +299,13 @@ def test_a_file_whose_header_moved_a_read_column_is_named_and_one_that_only_adde
             "file one header, or convert the files")
 
 
-def test_a_csv_row_that_cannot_be_read_as_its_header_says_is_named_or_skipped_and_the_rest_is_read(tmp_path):
+def test_a_csv_row_that_cannot_be_read_as_its_header_says_is_named_or_skipped_and_the_rest_is_read(tmp_path,
+                                                                                                   capfd):
     # CsvDataset stopped on these naming neither file nor row ("Expect 3 fields but have 1 in record", with
     # a traceback), --skip_bad_records could not skip them, and a row missing a field before the read
-    # columns was read shifted without a word. A gzipped file's cut last row is one of them.
+    # columns was read shifted without a word. A gzipped file's cut last row is one of them. Good rows,
+    # then each kind of bad one between good ones: the first bad row stops the read, naming it; skipped,
+    # each is named with its own reason, and every good row is read.
     good = ['1,2.5,"Paris, FR",1,x', '2,-3e1,"say ""hi""",0,', '3, 4 ,c,1,x']
     bad = {'4,5.0,c,1': "has 4 comma-separated fields where its header has 5",
            '5,5.0,c,1,x,extra': "has 6 comma-separated fields where its header has 5",
@@ -320,26 +314,27 @@ def test_a_csv_row_that_cannot_be_read_as_its_header_says_is_named_or_skipped_an
            '8,cheap,c,1,x': "'price' is 'cheap', not a number",
            '9,5.0,c,yes,x': "'clicked' is 'yes', not an integer",
            '10,5.0,c,2,x': "'clicked' is 2, outside 0..1"}
-    text = "\ufeffid,price,city,clicked,ignored\r\n" + "".join(f"{row}\r\n" for row in [*good, *bad])
+    rows = [*good, *(line for row in bad for line in (row, good[0]))]
+    text = "\ufeffid,price,city,clicked,ignored\r\n" + "".join(f"{row}\r\n" for row in rows)
     with gzip.open(tmp_path / "train-0.csv.gz", "wt", encoding="utf-8", newline="") as f:
         f.write(text)
+    path = f"{tmp_path}/train-0.csv.gz"
     cfg = inputs.DataConfig(data_dir=str(tmp_path), **CSV)
     assert inputs.DATASETS["csv"].check(cfg) is None and inputs.formats_in(str(tmp_path)) == ["csv"]
-    for row, problem in bad.items():
-        (tmp_path / "train-0.csv.gz").write_bytes(gzip.compress(
-            "\ufeffid,price,city,clicked,ignored\r\n".encode() + "".join(
-                f"{r}\r\n" for r in [*good, row, *good]).encode()))
-        with pytest.raises(tf.errors.InvalidArgumentError) as error:
-            csv_epoch(cfg, inputs.Shard(0, 1))
-        assert inputs.bad_record_message(error.value.message) == (
-            f"bad input record: {tmp_path}/train-0.csv.gz record {len(good) + 1}: {problem}"), row
-    (tmp_path / "train-0.csv.gz").write_bytes(gzip.compress(text.encode()))
-    rows = [(2.5, "Paris, FR", 1), (-30.0, 'say "hi"', 0), (4.0, "c", 1)]
+    with pytest.raises(tf.errors.InvalidArgumentError) as error:
+        csv_epoch(cfg, inputs.Shard(0, 1))
+    first_bad = next(iter(bad))
+    assert inputs.bad_record_message(error.value.message) == (
+        f"bad input record: {path} record {rows.index(first_bad) + 1}: {bad[first_bad]}")
+    read = [(2.5, "Paris, FR", 1), (-30.0, 'say "hi"', 0), (4.0, "c", 1)] + [(2.5, "Paris, FR", 1)] * len(bad)
+    assert csv_epoch(dataclasses.replace(cfg, skip_bad_records=True), inputs.Shard(0, 1)) == sorted(read)
+    logged = capfd.readouterr().err
+    for number, (row, problem) in enumerate(bad.items(), start=1):
+        assert (f"skipped bad record {number} (so far, this worker): BadRecord: {path} "
+                f"record {rows.index(row) + 1}: {problem}") in logged, row
     (tmp_path / "train-1.csv.gz").write_text(text)  # not gzip: refused at startup, named
     assert inputs.DATASETS["csv"].check(cfg) == (f"{tmp_path}/train-1.csv.gz: its name ends in .gz, which is read "
                                                  "as gzip, but it is not gzip data: rename or compress it.")
-    (tmp_path / "train-1.csv.gz").unlink()
-    assert csv_epoch(dataclasses.replace(cfg, skip_bad_records=True), inputs.Shard(0, 1)) == sorted(rows)
 
 
 def test_tab_separated_files_with_a_header_are_read_by_their_names_and_one_kind_per_split(tmp_path):
