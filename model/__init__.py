@@ -1,10 +1,10 @@
-"""Models by name: each turns a batch of raw features into logits; build() adds loss and metrics. A user's
-own TF1 model_fn is one too (`model_fn`, --model_fn=FILE:FUNCTION: model/user_fn.py), whose loss is its own.
+"""Models by name, each a TF1 model_fn on one contract (model/spec.py): the trainer's own (mlp, cnn,
+wide_deep) and a user's (`model_fn`, --model_fn=FILE:FUNCTION: model/user_fn.py). build() calls it and adds
+the batch metrics.
 
 A model is a module that has what `Model` names. Adding one, dense or sparse, is one new file and one
-line in MODELS. Models take raw
-features (uint8 images, float numbers, strings) and do their own preprocessing in the graph, so an
-exported model serves raw features too.
+line in MODELS. Models take raw features (uint8 images, float numbers, strings) and do their own
+preprocessing in the graph, so an exported model serves raw features too.
 """
 
 import dataclasses
@@ -12,7 +12,7 @@ from typing import NamedTuple, Protocol
 
 import tensorflow as tf
 
-from ps_trainer.model import cnn, mlp, user_fn, wide_deep
+from ps_trainer.model import cnn, mlp, spec, user_fn, wide_deep
 from ps_trainer.model.needs import Needs
 
 
@@ -26,9 +26,10 @@ class Model(Protocol):
     def check(self, data_spec) -> str | None:
         """A problem with the data (a feature it needs and the data lacks), or None."""
 
-    def logits(self, features, model_cfg: "ModelConfig", data_spec, training: bool) -> tf.Tensor:
-        """The batch's raw features to logits, [batch, classes] (`training`: it may add rows to dynamic
-        tables)."""
+    def model_fn(self, features, labels, mode: str, params: spec.Params) -> spec.EstimatorSpec:
+        """The batch's raw features to a spec whose predictions are the logits, [batch, classes], and, given
+        labels (TRAIN and EVAL), whose loss is the one to train, 0 for an empty batch (TRAIN: it may add rows
+        to dynamic tables; spec.classifier makes one from a forward pass)."""
 
 
 MODELS: dict[str, Model] = {
@@ -84,35 +85,26 @@ def check(model_cfg: ModelConfig, data_spec) -> str | None:
     return MODELS[model_cfg.name].check(data_spec)
 
 
-def logits_of(features, model_cfg: ModelConfig, data_spec, training: bool = False) -> tf.Tensor:
-    """The model alone, features to logits: what training builds (`training`: it may add rows to
-    dynamic tables) and what is evaluated and exported (it only reads them)."""
-    with tf.compat.v1.variable_scope(model_cfg.name):
-        return MODELS[model_cfg.name].logits(features, model_cfg, data_spec, training)
+def logits_of(features, model_cfg: ModelConfig, data_spec) -> tf.Tensor:
+    """The model alone in PREDICT mode, features to logits: what is exported (it only reads dynamic
+    tables)."""
+    model_fn = MODELS[model_cfg.name].model_fn
+    return spec.logits_of(model_fn(features, None, spec.ModeKeys.PREDICT, spec.Params(model_cfg, data_spec)))
 
 
 def build(features, labels, model_cfg: ModelConfig, data_spec, summaries: bool = True,
           training: bool = False) -> ModelOutput:
-    """Logits, mean cross-entropy loss and batch metrics (0 for an empty batch), with their summaries
-    unless told not to."""
-    # Means that are 0 for an empty batch, with no gradient: a sync worker with nothing to read in a
-    # round sends one (input/work_queue.py), a share that adds nothing to the round.
+    """The model's spec in TRAIN mode (`training`: it may add rows to dynamic tables) or EVAL mode, its
+    loss, and batch metrics (0 for an empty batch), with their summaries unless told not to."""
     count = tf.cast(tf.size(labels), tf.float32)
-    if model_cfg.name == "model_fn":  # the user's model_fn, with its own loss
-        with tf.compat.v1.variable_scope(model_cfg.name):
-            spec = user_fn.spec_of(model_cfg, features, labels, user_fn.TRAIN if training else user_fn.EVAL)
-        logits = user_fn.logits_of(model_cfg, spec)
-        loss = tf.cond(count > 0, lambda: tf.cast(spec.loss, tf.float32), lambda: tf.constant(0.0),
-                       name="cross_entropy")
-    else:
-        logits = logits_of(features, model_cfg, data_spec, training)
-        losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-        loss = tf.math.divide_no_nan(tf.reduce_sum(losses), count, name="cross_entropy")
+    mode = spec.ModeKeys.TRAIN if training else spec.ModeKeys.EVAL
+    model_spec = MODELS[model_cfg.name].model_fn(features, labels, mode, spec.Params(model_cfg, data_spec))
+    logits = spec.logits_of(model_spec)
     probabilities = tf.nn.softmax(logits, name="probabilities")
     correct = tf.equal(tf.argmax(logits, axis=1, output_type=labels.dtype), labels)
     accuracy = tf.math.divide_no_nan(tf.reduce_sum(tf.cast(correct, tf.float32)), count, name="batch_accuracy")
     auc = batch_auc(labels, probabilities[:, 1]) if data_spec.num_classes == 2 else None
-    output = ModelOutput(logits, probabilities, loss, accuracy, auc)
+    output = ModelOutput(logits, probabilities, model_spec.loss, accuracy, auc)
     if summaries:
         summarize(output)
     return output

@@ -2,7 +2,7 @@
 
 import tensorflow as tf
 
-from ps_trainer.model import layers
+from ps_trainer.model import layers, spec
 from ps_trainer.model.needs import Needs
 
 NEEDS = Needs()  # nothing particular of the trainer
@@ -23,3 +23,7 @@ def logits(features, model_cfg, data_spec, training):
     net = layers.max_pool(layers.conv2d(net, 64, 5, "conv2"))
     net = layers.dense(layers.flatten(net), 256, "fc1", activation=tf.nn.relu)
     return layers.dense(net, num_classes, "logits")[:size]
+
+
+# The model on the contract (model/spec.py): its logits, and their cross-entropy given labels.
+model_fn = spec.classifier(logits)

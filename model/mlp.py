@@ -2,7 +2,7 @@
 
 import tensorflow as tf
 
-from ps_trainer.model import layers
+from ps_trainer.model import layers, spec
 from ps_trainer.model.needs import Needs
 
 NEEDS = Needs()  # nothing particular of the trainer
@@ -18,3 +18,7 @@ def logits(features, model_cfg, data_spec, training):
     for i, units in enumerate(model_cfg.hidden_units):
         net = layers.dense(net, units, f"hidden{i}", activation=tf.nn.relu)
     return layers.dense(net, num_classes, "logits")
+
+
+# The model on the contract (model/spec.py): its logits, and their cross-entropy given labels.
+model_fn = spec.classifier(logits)

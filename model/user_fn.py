@@ -2,12 +2,12 @@
 
 The function takes `features` and any of `labels`, `mode`, `params` (--model_fn_params) and `config`
 (None), as an Estimator's model_fn does, and returns an EstimatorSpec (ps_trainer.estimator's, or any
-object with its fields). It leaves the update to the runtime: in TRAIN mode its spec has a `loss` and no
-`train_op`, and its `predictions` are the logits, [batch, classes], or a dict holding them under "logits".
-The trainer then trains that loss as it trains its own models (--optimizer, --learning_rate and the
-levers: --local_steps, --accumulate_batches, --sync_replicas), on its own input sources (--dataset: the
-features a model_fn reads by name), and judges held-out data, exports and serves by the logits, as for its
-own models. A model_fn that builds its own train_op runs as an Estimator program (docs/estimator.md).
+object with its fields) on the contract the trainer's own models keep (model/spec.py): it leaves the
+update to the runtime, with a `loss` and no `train_op` in TRAIN mode, and its `predictions` are the
+logits. The trainer then trains that loss as it trains its own models (--optimizer, --learning_rate and
+the levers: --local_steps, --accumulate_batches, --sync_replicas), on its own input sources (--dataset:
+the features a model_fn reads by name), and judges held-out data, exports and serves by the logits, as for
+its own models. A model_fn that builds its own train_op runs as an Estimator program (docs/estimator.md).
 """
 
 import ast
@@ -19,10 +19,10 @@ import sys
 
 import tensorflow as tf
 
+from ps_trainer.model import spec
 from ps_trainer.model.needs import Needs
 
 NEEDS = Needs()  # nothing particular of the trainer
-TRAIN, EVAL, PREDICT = "train", "eval", "infer"  # TF1's ModeKeys
 
 
 class ModelFnError(ValueError):
@@ -74,33 +74,30 @@ def load(location: str):
     return function
 
 
-def spec_of(model_cfg, features, labels, mode: str):
-    """The model_fn's EstimatorSpec for the batch in `mode`."""
+def model_fn(features, labels, mode: str, params: spec.Params) -> spec.EstimatorSpec:
+    """The user's function on the contract: called in the variable scope "model_fn" with its own params, its
+    spec checked, its loss 0 for an empty batch (a sync worker with nothing to read in a round sends one,
+    input/work_queue.py, and a mean over no examples is NaN)."""
+    model_cfg = params.model_cfg
     function = load(model_cfg.model_fn)
     accepted = inspect.signature(function).parameters
     offered = {"labels": labels, "mode": mode, "params": params_of(model_cfg.model_fn_params), "config": None}
-    spec = function(features=features, **{key: value for key, value in offered.items() if key in accepted})
-    if mode == TRAIN and getattr(spec, "train_op", None) is not None:
+    with tf.compat.v1.variable_scope(model_cfg.name):
+        found = function(features=features, **{key: value for key, value in offered.items() if key in accepted})
+    if mode == spec.ModeKeys.TRAIN and getattr(found, "train_op", None) is not None:
         raise ModelFnError(f"--model_fn={model_cfg.model_fn}: its EstimatorSpec has a train_op; under trainer.py "
                            "the runtime makes the update (return the loss alone), or run the program as an "
                            "Estimator program (docs/estimator.md)")
-    if mode != PREDICT and getattr(spec, "loss", None) is None:
+    loss = getattr(found, "loss", None)
+    if mode != spec.ModeKeys.PREDICT and loss is None:
         raise ModelFnError(f"--model_fn={model_cfg.model_fn}: its EstimatorSpec has no loss in {mode} mode")
-    return spec
-
-
-def logits_of(model_cfg, spec) -> tf.Tensor:
-    predictions = getattr(spec, "predictions", None)
-    if isinstance(predictions, dict):
-        predictions = predictions.get("logits")
-    if predictions is None or predictions.shape.rank != 2:
+    predictions = getattr(found, "predictions", None)
+    logits = predictions.get("logits") if isinstance(predictions, dict) else predictions
+    if logits is None or logits.shape.rank != 2:
         raise ModelFnError(f"--model_fn={model_cfg.model_fn}: its EstimatorSpec's predictions are not the logits "
                            "(a tensor [batch, classes], or a dict holding it under 'logits')")
-    return predictions
-
-
-def logits(features, model_cfg, data_spec, training):
-    """The logits of the model_fn in PREDICT mode (what is evaluated and exported); training builds its
-    spec in TRAIN mode, with the labels (model.build)."""
-    del data_spec, training
-    return logits_of(model_cfg, spec_of(model_cfg, features, None, PREDICT))
+    if mode == spec.ModeKeys.PREDICT:
+        return spec.EstimatorSpec(mode, predictions={"logits": logits})
+    count = tf.cast(tf.size(labels), tf.float32)
+    loss = tf.cond(count > 0, lambda: tf.cast(loss, tf.float32), lambda: tf.constant(0.0), name="cross_entropy")
+    return spec.EstimatorSpec(mode, predictions={"logits": logits}, loss=loss)

@@ -17,7 +17,7 @@ trains as the canonical wide-and-deep model does: FTRL for the wide part, Adagra
 
 import tensorflow as tf
 
-from ps_trainer.model import layers, tables
+from ps_trainer.model import layers, spec, tables
 from ps_trainer.model.needs import Needs, wide_part
 
 v1 = tf.compat.v1
@@ -82,3 +82,7 @@ def logits(features, model_cfg, data_spec, training):
     for i, units in enumerate(model_cfg.hidden_units):
         net = layers.dense(net, units, f"hidden{i}", activation=tf.nn.relu)
     return layers.dense(net, num_classes, "deep_logits") + tf.add_n(wide_terms)
+
+
+# The model on the contract (model/spec.py): its logits, and their cross-entropy given labels.
+model_fn = spec.classifier(logits)

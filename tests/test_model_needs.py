@@ -12,7 +12,7 @@ from absl.flags import FLAGS
 
 from ps_trainer import input as inputs
 from ps_trainer import model
-from ps_trainer.model import layers, needs
+from ps_trainer.model import layers, needs, spec
 from tests.support import read_flags
 from ps_trainer.training import graph as train_graph
 from ps_trainer.training.config import RunConfig
@@ -41,7 +41,7 @@ def tiny_sparse_logits(features, cfg, data_spec, training):
 TINY_SPARSE = types.SimpleNamespace(
     NEEDS=needs.Needs(default_optimizer="ftrl_adagrad", partitioned_tables=True),
     check=lambda data_spec: None,
-    logits=tiny_sparse_logits,
+    model_fn=spec.classifier(tiny_sparse_logits),
 )
 
 

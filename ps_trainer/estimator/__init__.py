@@ -25,7 +25,7 @@ from ps_trainer.estimator.distribute import EvalSpec, TrainSpec, train_and_evalu
 from ps_trainer.estimator.estimator import Estimator, WarmStartSettings  # noqa: E402
 from ps_trainer.estimator.exporters import BestExporter, Exporter, FinalExporter, LatestExporter  # noqa: E402
 from ps_trainer.estimator.run_config import RunConfig  # noqa: E402
-from ps_trainer.estimator.spec import EstimatorSpec, ModeKeys  # noqa: E402
+from ps_trainer.model.spec import EstimatorSpec, ModeKeys  # noqa: E402
 
 __all__ = ["BestExporter", "DNNClassifier", "DNNLinearCombinedClassifier", "DNNLinearCombinedRegressor",
            "DNNRegressor", "Estimator", "EstimatorSpec", "EvalSpec", "Exporter", "FinalExporter", "LatestExporter",

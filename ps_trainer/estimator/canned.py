@@ -12,7 +12,7 @@ import tensorflow as tf
 from tensorflow.python.saved_model.model_utils import export_output  # TF's own ExportOutput classes
 
 from ps_trainer.estimator.estimator import Estimator
-from ps_trainer.estimator.spec import EstimatorSpec, ModeKeys
+from ps_trainer.model.spec import EstimatorSpec, ModeKeys
 
 v1 = tf.compat.v1
 fc = v1.feature_column

@@ -17,8 +17,8 @@ from ps_trainer.cluster import model_dir as layout
 from ps_trainer.cluster import placement, spec as cluster_spec
 from ps_trainer.estimator import export
 from ps_trainer.estimator.run_config import RunConfig
-from ps_trainer.estimator import spec
-from ps_trainer.estimator.spec import EstimatorSpec, ModeKeys
+from ps_trainer.model import spec
+from ps_trainer.model.spec import EstimatorSpec, ModeKeys
 from ps_trainer.training import checkpoints
 from ps_trainer.training import session_loop
 from ps_trainer.training.step import sync

@@ -1,8 +1,20 @@
-"""What a model_fn returns (EstimatorSpec) and the modes it is called in (ModeKeys), as TF1 defined them."""
+"""The one model contract: a model is a TF1 model_fn, `model_fn(features, labels, mode, params)`, that returns
+an EstimatorSpec. The trainer's own models (model/mlp.py, cnn.py, wide_deep.py) are model_fns on it, a
+user's `--model_fn` is one (model/user_fn.py), and `ps_trainer.estimator` runs Estimator programs' model_fns
+with the same EstimatorSpec and ModeKeys, TF1's, field for field.
+
+A model_fn that leaves the update to the runtime returns, in TRAIN mode, a loss and no train_op; its
+`predictions` are the logits, [batch, classes], or a dict holding them under "logits". The runtime then
+trains that loss with its own optimizer and levers (--local_steps, --accumulate_batches, --sync_replicas),
+and judges held-out data, exports and serves by the logits.
+"""
 
 import collections
+from typing import NamedTuple
 
 import tensorflow as tf
+
+v1 = tf.compat.v1
 
 
 class ModeKeys:
@@ -43,3 +55,35 @@ class EstimatorSpec(collections.namedtuple("EstimatorSpec", _FIELDS)):
                                dict(export_outputs or {}), tuple(training_chief_hooks or ()),
                                tuple(training_hooks or ()), scaffold, tuple(evaluation_hooks or ()),
                                tuple(prediction_hooks or ()))
+
+
+class Params(NamedTuple):
+    """What the trainer gives one of its own models' model_fns as `params`."""
+    model_cfg: object  # model.ModelConfig
+    data_spec: object  # input.DataSpec: the features' names, dtypes and shapes, and the classes
+
+
+def classifier(logits):
+    """The model_fn of one of the trainer's own classifiers, from its forward pass
+    `logits(features, model_cfg, data_spec, training)`, built inside the model's variable scope (its name,
+    which its checkpoints' variables carry). Its predictions are the logits and, given labels, its loss is
+    the mean cross-entropy: 0 for an empty batch, with no gradient (a sync worker with nothing to read in a
+    round sends one, input/work_queue.py: a share that adds nothing)."""
+
+    def model_fn(features, labels, mode: str, params: Params) -> EstimatorSpec:
+        with v1.variable_scope(params.model_cfg.name):
+            logits_ = logits(features, params.model_cfg, params.data_spec, mode == ModeKeys.TRAIN)
+        loss = None
+        if labels is not None:
+            count = tf.cast(tf.size(labels), tf.float32)
+            losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits_)
+            loss = tf.math.divide_no_nan(tf.reduce_sum(losses), count, name="cross_entropy")
+        return EstimatorSpec(mode, predictions={"logits": logits_}, loss=loss)
+
+    return model_fn
+
+
+def logits_of(spec: EstimatorSpec) -> tf.Tensor:
+    """The logits a spec on the contract predicts."""
+    predictions = spec.predictions
+    return predictions["logits"] if isinstance(predictions, dict) else predictions
