@@ -1,7 +1,8 @@
 """Kubernetes manifests for a Kubeflow TFJob of this trainer, and a NetworkPolicy for its port.
 
-The training operator starts one pod per replica and gives each a TF_CONFIG that trainer.py reads:
-PS, Chief, Worker and Evaluator replicas run the same command. cleanPodPolicy Running removes pods
+The training operator starts one pod per replica and gives each a TF_CONFIG that trainer.py reads (or a
+user's TF1 Estimator program, `program`, whose RunConfig reads it as TF1's did): PS, Chief, Worker and
+Evaluator replicas run the same command. cleanPodPolicy Running removes pods
 still running when the job ends, so no ps outlives it; the NetworkPolicy lets only the job's own
 pods reach the gRPC port, which has no authentication.
 
@@ -41,12 +42,29 @@ class TFJobSpec:
     volume_claim: str | None = None  # a PVC holding model_dir, mounted at MOUNT_PATH
     cpu: str = "2"
     memory: str = "4Gi"
+    # A user's TF1 Estimator program (a path in the image's working directory) that every replica runs in
+    # place of trainer.py, with trainer_args as its own flags (its model_dir among them).
+    program: str | None = None
+
+    def problem(self) -> str | None:
+        """What makes this TFJob unusable, in one line, or None."""
+        if self.program and not self.program.endswith(".py"):
+            return f"--program={self.program}: give the program's .py file"
+        if self.program and self.metrics_port:
+            return (f"--metrics_port={self.metrics_port} with --program: the metrics are trainer.py's "
+                    "(--metrics_port is its flag, not the program's)")
+        if not self.program and not self.model_dir:
+            return "--model_dir is empty: give the model_dir every replica can reach"
+        return None
 
 
 MOUNT_PATH = "/mnt/model"
 
 
 def tfjob(job: TFJobSpec) -> dict:
+    problem = job.problem()
+    if problem:
+        raise ValueError(problem)
     replicas = {"PS": job.num_ps, "Chief": 1, "Worker": job.num_workers}
     if job.evaluator:
         replicas["Evaluator"] = 1
@@ -66,8 +84,8 @@ def _replica(job: TFJobSpec, count: int) -> dict:
     container = {
         "name": CONTAINER,
         "image": job.image,
-        "command": ["python", "trainer.py"],
-        "args": [f"--model_dir={job.model_dir}", *job.trainer_args],
+        "command": ["python", job.program or "trainer.py"],
+        "args": [*([] if job.program else [f"--model_dir={job.model_dir}"]), *job.trainer_args],
         "ports": [{"name": PORT_NAME, "containerPort": PORT, "protocol": "TCP"}],
         "resources": {"requests": {"cpu": job.cpu, "memory": job.memory}},
     }

@@ -3,6 +3,7 @@ v1.9.0) and the operator's own rules; the NetworkPolicy and every pod template p
 schemas; the Dockerfile of the image they name lints clean."""
 
 import dataclasses
+import json
 import os
 import re
 import shutil
@@ -172,3 +173,44 @@ def test_the_image_the_manifests_name_has_a_dockerfile_that_lints_clean():
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert command == ["python", "trainer.py"] and "WORKDIR /opt/ps-trainer" in dockerfile
     assert "COPY pyproject.toml setup.cfg README.md trainer.py ./" in dockerfile
+
+
+def operator_tf_config(manifest: dict, replica_type: str, index: int) -> str:
+    """The TF_CONFIG the training operator (v1) gives a replica's pod: every replica type but the
+    evaluator in the cluster, lower-cased, each replica at <job>-<type>-<i>.<namespace>.svc:<port>; the
+    task its own type, lower-cased, and index (kubeflow/training-operator, tensorflow.go: genClusterSpec,
+    genTFConfigJSONStr)."""
+    name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
+    cluster = {kind.lower(): [f"{name}-{kind.lower()}-{i}.{namespace}.svc:{kubeflow.PORT}"
+                              for i in range(replica["replicas"])]
+               for kind, replica in manifest["spec"]["tfReplicaSpecs"].items() if kind != "Evaluator"}
+    return json.dumps({"cluster": cluster, "task": {"type": replica_type.lower(), "index": index},
+                       "environment": "cloud"})
+
+
+@pytest.mark.pure
+def test_a_program_tfjob_runs_the_program_in_every_replica_whose_run_config_reads_its_tf_config(tfjob_schema,
+                                                                                                monkeypatch):
+    job = dataclasses.replace(JOB, program="census_wide_deep.py", model_dir="",
+                              trainer_args=("--model_dir=/mnt/model/census", "--train_steps=1000"))
+    assert job.problem() is None
+    assert dataclasses.replace(job, program="census").problem() == "--program=census: give the program's .py file"
+    assert dataclasses.replace(job, metrics_port=9100).problem().startswith("--metrics_port=9100 with --program")
+    assert dataclasses.replace(JOB, model_dir="").problem().startswith("--model_dir is empty")
+    manifest = kubeflow.tfjob(job)
+    jsonschema.Draft7Validator(tfjob_schema).validate(manifest)
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "0")  # the import's default, kept from this test process
+    from ps_trainer.estimator import RunConfig  # pylint: disable=import-outside-toplevel
+    seen = []
+    for kind, replica in manifest["spec"]["tfReplicaSpecs"].items():
+        container = replica["template"]["spec"]["containers"][0]
+        assert container["command"] == ["python", "census_wide_deep.py"]
+        assert container["args"] == ["--model_dir=/mnt/model/census", "--train_steps=1000"]
+        for index in range(replica["replicas"]):
+            monkeypatch.setenv("TF_CONFIG", operator_tf_config(manifest, kind, index))
+            config = RunConfig()
+            seen.append((config.task_type, config.task_id))
+            assert config.is_chief == (kind == "Chief")
+            assert (config.num_ps_replicas, config.num_worker_replicas) == (2, 4), kind  # the chief and 3 workers
+    assert sorted(seen) == sorted([("ps", 0), ("ps", 1), ("chief", 0), ("worker", 0), ("worker", 1), ("worker", 2),
+                                   ("evaluator", 0)])
