@@ -101,9 +101,14 @@ def check_table_flags(f) -> None:
     """Table flags given for a model without tables; a kind's own flags given for another kind."""
     own = {name: kind for kind, module in tables.KINDS.items() for name in module.OWN_FLAGS}
     given = [name for name in (*TABLE_FLAGS, *own) if f[name].present]
+    columns = model.needs_of(f.model).dynamic_columns
     if given and not has_tables(f):
-        raise app.UsageError(f"--{given[0]} sets embedding tables: --model={f.model} has none (wide_deep has); "
-                             "drop the flag.")
+        raise app.UsageError(f"--{given[0]} sets embedding tables: " + (
+            "a model_fn has them with --embedding=dynamic (its dynamic_embedding_columns); add it or drop the flag."
+            if columns else f"--model={f.model} has none (wide_deep has); drop the flag."))
+    if columns and "embedding_dim" in given:
+        raise app.UsageError("--embedding_dim: a model_fn's dynamic_embedding_column says its own dimension; drop "
+                             "the flag.")
     misplaced = next((name for name in given if name in own and own[name] != f.embedding), None)
     if misplaced:
         raise app.UsageError(tables.KINDS[own[misplaced]].misplaced(misplaced, f.embedding))
@@ -113,7 +118,7 @@ def check_incremental(f) -> None:
     """--incremental_save_secs saves changed table rows between full checkpoints."""
     if not f.incremental_save_secs:
         return
-    if not model.needs_of(f.model).partitioned_tables:
+    if not has_tables(f):
         raise app.UsageError(f"--incremental_save_secs saves the embedding table rows that changed: --model={f.model} "
                              "has no tables; drop the flag (its checkpoints are full ones).")
     if not f.save_checkpoint_steps and f.incremental_save_secs >= f.save_checkpoint_secs:
@@ -421,8 +426,8 @@ def check_accumulation(f):
 
 
 def has_tables(f) -> bool:
-    """Whether --model declares embedding tables on the ps (model/needs.py)."""
-    return model.needs_of(f.model).partitioned_tables
+    """Whether --model keeps embedding tables on the ps (model/needs.py), with this --embedding."""
+    return model.has_tables(f.model, f.embedding)
 
 
 def chosen_optimizer(f) -> str:

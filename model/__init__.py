@@ -81,6 +81,13 @@ def needs_of(name: str) -> Needs:
     return MODELS[name].NEEDS
 
 
+def has_tables(name: str, embedding: str) -> bool:
+    """Whether the model named `name` keeps embedding tables on the ps with --embedding=`embedding`: tables
+    it declares (Needs.partitioned_tables), or its model_fn's dynamic columns with --embedding=dynamic."""
+    needs = needs_of(name)
+    return needs.partitioned_tables or (needs.dynamic_columns and embedding == "dynamic")
+
+
 def check(model_cfg: ModelConfig, data_spec) -> str | None:
     return MODELS[model_cfg.name].check(data_spec)
 

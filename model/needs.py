@@ -33,6 +33,9 @@ class Needs:
     # The --embedding kinds whose tables the model reads through one model/grouped_lookup.lookup per
     # forward pass: with those, --local_steps holds a round's rows on the worker (training/step/row_copies.py).
     grouped_lookup_embeddings: tuple[str, ...] = ()
+    # Its tables are the dynamic feature columns its model_fn builds (model/dynamic/column.py): it has
+    # tables on the ps when the run's --embedding is dynamic, none otherwise.
+    dynamic_columns: bool = False
 
 
 def _collecting(collection: str):

@@ -60,7 +60,10 @@ class RowUpdate(NamedTuple):
         def locked():
             with tf.control_dependencies([update()]):
                 return tf.constant(True)
-        return self.lock.execute(locked, exclusive_resource_access=self.marker is None).op
+        # Not exclusive: the update also reads what the optimizer shares between every table's rows (Adam's
+        # beta powers), each table's under its own lock. What this lock guards, the shard's rows and slots,
+        # only its own executions change (the update and the shard's growth, model/dynamic/storage.py).
+        return self.lock.execute(locked, exclusive_resource_access=False).op
 
     def of_all(self, apply) -> tf.Operation:
         """apply(), a dense update: every row changed."""

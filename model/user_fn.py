@@ -15,14 +15,18 @@ import functools
 import importlib.util
 import inspect
 import os
+import re
 import sys
 
 import tensorflow as tf
+from absl import flags
 
-from ps_trainer.model import spec
+from ps_trainer.model import dynamic, spec
+from ps_trainer.model.dynamic import column
 from ps_trainer.model.needs import Needs
 
-NEEDS = Needs()  # nothing particular of the trainer
+# Its tables, if any, are its dynamic_embedding_columns (model/dynamic/column.py), with --embedding=dynamic.
+NEEDS = Needs(dynamic_columns=True)
 
 
 class ModelFnError(ValueError):
@@ -64,7 +68,15 @@ def load(location: str):
     found = importlib.util.spec_from_file_location(f"model_fn_{os.path.splitext(os.path.basename(path))[0]}", path)
     module = importlib.util.module_from_spec(found)
     sys.modules[found.name] = module
-    found.loader.exec_module(module)
+    try:
+        found.loader.exec_module(module)
+    except flags.DuplicateFlagError as error:
+        named = re.search(r"flag '([^']+)'", str(error))
+        raise ModelFnError(
+            f"--model_fn={location}: {path} defines an absl flag trainer.py defines too "
+            f"(--{named.group(1) if named else '?'}): define "
+            "the program's flags where it runs as a program (under `if __name__ == \"__main__\":`), or put the "
+            "model_fn in a module of its own") from None
     function = getattr(module, name, None)
     if not callable(function):
         raise ModelFnError(f"--model_fn={location}: {path} has no function {name}")
@@ -82,7 +94,8 @@ def model_fn(features, labels, mode: str, params: spec.Params) -> spec.Estimator
     function = load(model_cfg.model_fn)
     accepted = inspect.signature(function).parameters
     offered = {"labels": labels, "mode": mode, "params": params_of(model_cfg.model_fn_params), "config": None}
-    with tf.compat.v1.variable_scope(model_cfg.name):
+    options = dynamic.options_of(model_cfg) if model_cfg.embedding == "dynamic" else None
+    with tf.compat.v1.variable_scope(model_cfg.name), column.building(options, mode == spec.ModeKeys.TRAIN):
         found = function(features=features, **{key: value for key, value in offered.items() if key in accepted})
     if mode == spec.ModeKeys.TRAIN and getattr(found, "train_op", None) is not None:
         raise ModelFnError(f"--model_fn={model_cfg.model_fn}: its EstimatorSpec has a train_op; under trainer.py "

@@ -8,7 +8,11 @@ For each program (tests/programs/) and each side: one process, then a TF_CONFIG 
 worker and evaluator processes on 127.0.0.1. It prints the held-out figure the program's evaluation
 logs last, the chief's training speed (the median of TensorFlow's `global_step/sec` lines, times the
 program's batch size: examples/s), the whole job's wall time (launch to the last task but the ps
-gone: the evaluator's final evaluation included) and how the ps ended (given 30 s more). In the
+gone: the evaluator's final evaluation included) and how the ps ended (given 30 s more). The
+clicks_csv program (click logs in CSV files this script writes from the trainer's clicks data) runs a third
+and fourth way: its model_fn under `trainer.py --model_fn` on the same files, with the trainer's update
+(Adagrad, as the program's) plain and with a lever (--local_steps); their held-out figure is the chief's
+final held-out AUC and their speed the global step's rate over the chief's progress lines. In the
 reference venv the one added line, `import ps_trainer.estimator`, imports a shim that sets
 `tf.estimator = tf.compat.v1.estimator`: the V1 classes TF1 programs were written for. The reference
 ps never exits by itself; it is stopped (by its process group) once the other tasks have ended, and
@@ -33,7 +37,8 @@ sys.path.insert(0, str(ROOT))
 from ps_trainer.launch.processes import LOOPBACK, free_ports  # noqa: E402
 
 flags.DEFINE_string("reference_venv", "/tmp/tf215-venv", "The reference venv (made here if missing).")
-flags.DEFINE_list("programs", ["clicks", "census", "sync_cnn"], "Programs to run (PROGRAMS).")
+flags.DEFINE_list("programs", ["clicks", "census", "sync_cnn", "clicks_csv"], "Programs to run (PROGRAMS).")
+flags.DEFINE_integer("lever_local_steps", 10, "clicks_csv's lever: trainer.py --model_fn's --local_steps.")
 flags.DEFINE_integer("timeout_secs", 600, "A job still going after this long is stopped and reported.")
 flags.DEFINE_boolean("evaluator", True, "Start the cluster's evaluator. Without it the training speed of the two "
                      "sides compares alike: TF1's evaluator sleeps start_delay_secs (120 s) while the chief trains, "
@@ -46,7 +51,9 @@ PROGRAMS = {
     "clicks": ("clicks_estimator.py", 64, "auc", ["--train_steps=600"]),
     "census": ("census_wide_deep.py", 64, "auc", ["--train_steps=600"]),
     "sync_cnn": ("sync_cnn_estimator.py", 32, "accuracy", ["--train_steps=200"]),
+    "clicks_csv": ("clicks_csv_estimator.py", 64, "auc", ["--train_steps=3000", "--batch_size=64"]),
 }
+CLICKS_CSV_EXAMPLES = 60000  # training examples of the trainer's clicks data, in 4 files
 SHIM = "import tensorflow as tf\ntf.estimator = tf.compat.v1.estimator  # TF1's V1 classes\n"
 JOBS = ("ps", "chief", "worker", "evaluator")
 
@@ -92,10 +99,42 @@ def stop_group(proc: subprocess.Popen) -> None:
             proc.wait(timeout=10)
 
 
-def run_job(python, env, program, args, work, cluster: bool) -> dict:
-    """One run: (figure, steps/s, wall, ps ending) from the logs of its processes."""
+def write_clicks_csv(directory: pathlib.Path) -> pathlib.Path:
+    """The trainer's clicks data as CSV files, train-0..3.csv and eval-0.csv, with a header each."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    from ps_trainer import input as inputs  # pylint: disable=import-outside-toplevel
+    directory.mkdir(parents=True, exist_ok=True)
+    cfg = inputs.DataConfig(name="clicks", synthetic_examples=CLICKS_CSV_EXAMPLES)
+    for split, files in (("train", 4), ("eval", 1)):
+        rows = []
+        for features, labels in inputs.DATASETS["clicks"].records(cfg, split, inputs.Shard(0, 1)).batch(10000):
+            columns = [np.char.decode(features[name].numpy().astype(bytes)) for name in ("user", "item", "category")]
+            columns += [features[name].numpy() for name in ("hour", "price")] + [labels.numpy()]
+            rows.extend(",".join(str(value) for value in row) for row in zip(*columns))
+        for index in range(files):
+            (directory / f"{split}-{index}.csv").write_text(
+                "user,item,category,hour,price,clicked\n" + "".join(f"{row}\n" for row in rows[index::files]))
+    return directory
+
+
+def trainer_command(data_dir: pathlib.Path, program_args, lever_args) -> list[str]:
+    """trainer.py training clicks_csv's model_fn on the same files, with the program's optimizer."""
+    steps = next(arg for arg in program_args if arg.startswith("--train_steps="))
+    batch = next(arg for arg in program_args if arg.startswith("--batch_size="))
+    return [str(ROOT / "trainer.py"),
+            f"--model_fn={ROOT / 'tests' / 'programs' / PROGRAMS['clicks_csv'][0]}:model_fn",
+            "--model_fn_params=update=runtime", "--dataset=csv", f"--data_dir={data_dir}", "--label_column=clicked",
+            "--categorical_columns=user,item,category", "--numeric_columns=hour,price", "--optimizer=adagrad",
+            "--learning_rate=0.1", steps, batch, "--log_every_n_steps=200", "--export_saved_model=false",
+            *lever_args]
+
+
+def run_job(python, env, command, args, work, cluster: bool, evaluator=None) -> dict:
+    """One run: (figure, steps/s, wall, ps ending) from the logs of its processes. `command`: the program
+    (its path and flags but --model_dir)."""
     model_dir = work / "model"
-    jobs = (JOBS if FLAGS.evaluator else JOBS[:-1]) if cluster else ("local",)
+    evaluator = FLAGS.evaluator if evaluator is None else evaluator
+    jobs = (JOBS if evaluator else JOBS[:-1]) if cluster else ("local",)
     hosts = dict(zip(("ps", "chief", "worker"), (f"{LOOPBACK}:{port}" for port in free_ports(3))))
     procs, logs = {}, {}
     start = time.monotonic()
@@ -105,8 +144,8 @@ def run_job(python, env, program, args, work, cluster: bool) -> dict:
             job_env["TF_CONFIG"] = json.dumps({"cluster": {name: [address] for name, address in hosts.items()},
                                                "task": {"type": job, "index": 0}})
         logs[job] = open(work / f"{job}.log", "w")  # pylint: disable=consider-using-with  # closed below
-        procs[job] = subprocess.Popen([python, str(ROOT / "tests" / "programs" / program),
-                                       f"--model_dir={model_dir}", *args], env=job_env, cwd=work, stdout=logs[job],
+        procs[job] = subprocess.Popen([python, *command, f"--model_dir={model_dir}", *args], env=job_env, cwd=work,
+                                      stdout=logs[job],
                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     ended, ps_ending, wall = {}, "-", float(FLAGS.timeout_secs)
     try:
@@ -138,9 +177,38 @@ def run_job(python, env, program, args, work, cluster: bool) -> dict:
             log.close()
     texts = {job: (work / f"{job}.log").read_text() for job in jobs}
     trainer = texts["chief" if cluster else "local"]
-    evaluated = texts["evaluator" if cluster and FLAGS.evaluator else "chief" if cluster else "local"]
+    evaluated = texts["evaluator" if cluster and evaluator else "chief" if cluster else "local"]
     return {"codes": {job: ended.get(job) for job in jobs if job != "ps"}, "steps_per_sec": steps_per_sec(trainer),
             "figure": evaluated, "wall": wall, "ps": ps_ending}
+
+
+def print_row(name, side, cluster, key, figure, rate, batch, result, work):
+    failed = {job: code for job, code in result["codes"].items() if code != 0}
+    print(f"{name:10} {side:30} {'cluster' if cluster else 'one':8} "
+          f"{key[:3]} {figure if figure is None else round(figure, 3)!s:>5} "
+          f"{'-' if rate is None else round(rate * batch):>11} {result['wall']:>11.1f}  {result['ps']}"
+          + (f"  FAILED {failed} (logs in {work})" if failed else ""), flush=True)
+
+
+def run_trainer_sides(work_root, data_dir, batch, key, args):
+    """clicks_csv's model_fn under trainer.py, plain and with the lever, on the same CSV files."""
+    from ps_trainer.training import log_lines  # pylint: disable=import-outside-toplevel
+    sides = {"trainer.py --model_fn": [],
+             f"trainer.py --model_fn --local_steps={FLAGS.lever_local_steps}": [
+                 f"--local_steps={FLAGS.lever_local_steps}"]}
+    for cluster in (False, True):
+        for side, lever in sides.items():
+            if lever and not cluster:
+                continue  # a lever of the cluster: one process has no ps to spare the trips to
+            work = work_root / "clicks_csv" / ("trainer-lever" if lever else "trainer") / (
+                "cluster" if cluster else "local")
+            work.mkdir(parents=True)
+            result = run_job(sys.executable, {**os.environ, "PYTHONPATH": str(ROOT)},
+                             trainer_command(data_dir, args, lever), [], work, cluster, evaluator=False)
+            figure = log_lines.finished_values(result["figure"]).get(f"heldout_{key}")
+            rate = log_lines.examples_per_sec(result["figure"], 1, 200)  # global steps/s: x batch below
+            print_row("clicks_csv", side, cluster, key, figure if figure is None else float(figure), rate, batch,
+                      result, work)
 
 
 def main(argv):
@@ -150,21 +218,21 @@ def main(argv):
     reference_env.pop("TF_USE_LEGACY_KERAS", None)  # TF 2.15's Keras is Keras 2 already
     sides = {"TF 2.15 Estimator": (reference_python(pathlib.Path(FLAGS.reference_venv)), reference_env),
              "ps_trainer.estimator": (sys.executable, {**os.environ, "PYTHONPATH": str(ROOT)})}
-    print(f"{'program':9} {'side':22} {'mode':8} {'held-out':>9} {'examples/s':>11} {'job wall s':>11}  ps")
+    print(f"{'program':10} {'side':30} {'mode':8} {'held-out':>9} {'examples/s':>11} {'job wall s':>11}  ps")
     for name in FLAGS.programs:
         program, batch, key, args = PROGRAMS[name]
+        if name == "clicks_csv":
+            data_dir = write_clicks_csv(work_root / "clicks_csv_data")
+            args = [*args, f"--data_dir={data_dir}"]
         for cluster in (False, True):
             for side, (python, env) in sides.items():
                 work = work_root / name / side.split()[0] / ("cluster" if cluster else "local")
                 work.mkdir(parents=True)
-                result = run_job(python, env, program, args, work, cluster)
-                figure = final_figure(result["figure"], key)
-                rate = result["steps_per_sec"]
-                failed = {job: code for job, code in result["codes"].items() if code != 0}
-                print(f"{name:9} {side:22} {'cluster' if cluster else 'one':8} "
-                      f"{key[:3]} {figure if figure is None else round(figure, 3)!s:>5} "
-                      f"{'-' if rate is None else round(rate * batch):>11} {result['wall']:>11.1f}  {result['ps']}"
-                      + (f"  FAILED {failed} (logs in {work})" if failed else ""), flush=True)
+                result = run_job(python, env, [str(ROOT / "tests" / "programs" / program)], args, work, cluster)
+                print_row(name, side, cluster, key, final_figure(result["figure"], key), result["steps_per_sec"],
+                          batch, result, work)
+        if name == "clicks_csv":
+            run_trainer_sides(work_root, data_dir, batch, key, PROGRAMS[name][3])
     print(f"logs: {work_root}")
 
 

@@ -10,10 +10,13 @@ from absl import app
 
 from ps_trainer import input as inputs
 from ps_trainer import model
-from ps_trainer.model import user_fn
+from ps_trainer.model import registry, user_fn
+from ps_trainer.model.dynamic import storage as table_storage
+from ps_trainer.training import graph as train_graph
 from tests.support import ROOT, describe, finished, read_flags
 
 PROGRAM = ROOT / "tests" / "programs" / "clicks_model_fn.py"
+DYNAMIC = ROOT / "tests" / "programs" / "clicks_dynamic_model_fn.py"  # user and item in dynamic tables
 CLICKS = ["--dataset=clicks", "--model_dir=/tmp/unused"]
 
 
@@ -26,13 +29,22 @@ def test_model_fn_flags_name_the_model_and_their_params_and_what_cannot_be_is_re
     assert (cfg.model.name, cfg.model.model_fn) == ("model_fn", f"{PROGRAM}:model_fn")
     assert user_fn.params_of(cfg.model.model_fn_params) == {"dimension": 4, "hidden_units": [8], "name": "x"}
     missing = tmp_path / "missing.py"
+    flagged = tmp_path / "flagged.py"  # a program whose flags are defined where it is imported
+    flagged.write_text("from absl import flags\n\nflags.DEFINE_string('model_dir', None, 'Where.')\n\n\n"
+                       "def model_fn(features, labels, mode):\n    pass\n")
     for args, message in (
+            ([f"--model_fn={flagged}:model_fn"], f"--model_fn={flagged}:model_fn: {flagged} defines an absl flag "
+             "trainer.py defines too (--model_dir): define the program's flags where it runs as a program"),
             ([f"--model_fn={missing}:model_fn"], f"--model_fn={missing}:model_fn: {missing} is not a file"),
             ([f"--model_fn={PROGRAM}"], f"--model_fn={PROGRAM}: give the file and the function"),
             ([f"--model_fn={PROGRAM}:other"], f"--model_fn={PROGRAM}:other: {PROGRAM} has no function other"),
             ([f"--model_fn={PROGRAM}:model_fn", "--model=wide_deep"], "is the model: drop --model=wide_deep"),
             (["--model=model_fn"], "--model=model_fn needs --model_fn=FILE.py:FUNCTION"),
-            ([f"--model_fn={PROGRAM}:model_fn", "--model_fn_params=dimension"], "'dimension' is not key=value")):
+            ([f"--model_fn={PROGRAM}:model_fn", "--model_fn_params=dimension"], "'dimension' is not key=value"),
+            ([f"--model_fn={PROGRAM}:model_fn", "--embedding_growth"], "--embedding_growth sets embedding tables: a "
+             "model_fn has them with --embedding=dynamic (its dynamic_embedding_columns)"),
+            ([f"--model_fn={DYNAMIC}:model_fn", "--embedding=dynamic", "--embedding_dim=4"],
+             "--embedding_dim: a model_fn's dynamic_embedding_column says its own dimension")):
         with pytest.raises(app.UsageError, match=re.escape(message)):
             read_flags(*args, *CLICKS)
 
@@ -64,10 +76,48 @@ def test_a_model_fn_that_breaks_the_contract_is_refused_naming_what(monkeypatch,
                     training=True)
 
 
+@pytest.mark.inprocess
+def test_dynamic_columns_of_a_model_fn_are_the_runs_dynamic_tables_and_refuse_to_build_elsewhere(tmp_path,
+                                                                                                 monkeypatch):
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "0")  # this process's own, which loading a model_fn would set
+    from ps_trainer.estimator.feature_column import dynamic_embedding_column  # pylint: disable=import-outside-toplevel
+    cfg = read_flags(f"--model_fn={DYNAMIC}:model_fn", "--dataset=clicks", f"--model_dir={tmp_path}",
+                     "--embedding=dynamic", "--embedding_growth", "--embedding_capacity=5000", "--batch_size=64",
+                     "--optimizer=adagrad")
+    def model_fn(features, labels, mode):  # the program's, with no Keras layer (this process runs Keras 3)
+        net = tf.compat.v1.feature_column.input_layer(features, [dynamic_embedding_column(name, 4)
+                                                                  for name in ("user", "item")])
+        logits = tf.matmul(net, tf.compat.v1.get_variable("weights", [8, 2]))
+        loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+        return tf.estimator.EstimatorSpec(mode, predictions={"logits": logits}, loss=loss)
+
+    monkeypatch.setattr(user_fn, "load", lambda location: model_fn)
+    with tf.Graph().as_default() as graph:
+        train = train_graph.build_graph(cfg)
+        trained = sorted({name for name, _ in registry.of(graph).trained_shards})
+        assert trained == ["model_fn/input_layer/item_dynamic_embedding", "model_fn/input_layer/user_dynamic_embedding"]
+        live = graph.get_collection(table_storage.LIVE_ROWS)
+        with tf.compat.v1.Session() as sess:
+            sess.run([tf.compat.v1.global_variables_initializer(), tf.compat.v1.local_variables_initializer()])
+            for _ in range(3):
+                sess.run(train.step.train_op)
+            rows = sess.run(live)
+    assert all(0 < count <= 3 * 64 for count in rows), rows  # the IDs the 3 batches met, a row each
+    # Outside trainer.py (ps_trainer.estimator's Estimator, a plain graph) the column names itself.
+    with tf.Graph().as_default(), pytest.raises(ValueError, match=re.escape(
+            "dynamic_embedding_column('user'): its table is the runtime's dynamic tables': train the model_fn "
+            "with trainer.py --model_fn=FILE.py:FUNCTION --embedding=dynamic")):
+        tf.compat.v1.feature_column.input_layer({"user": tf.constant(["u1", "u2"])},
+                                                [dynamic_embedding_column("user", 4)])
+
+
 @pytest.mark.e2e
 def test_a_model_fn_trains_on_a_cluster_with_local_steps_on_every_worker_and_learns(make_cluster):
-    cluster = make_cluster(num_ps=1, num_workers=2, trainer_args=[
-        f"--model_fn={PROGRAM}:model_fn", "--dataset=clicks", "--model_fn_params=dimension=8",
+    # Its user and item IDs in dynamic tables that grow, cut over the 2 ps, beside TF1's hashed embedding
+    # column; Adam's beta powers read by every table's update.
+    cluster = make_cluster(num_ps=2, num_workers=2, trainer_args=[
+        f"--model_fn={DYNAMIC}:model_fn", "--dataset=clicks", "--model_fn_params=dimension=8",
+        "--embedding=dynamic", "--embedding_growth", "--embedding_capacity=100000",
         "--optimizer=adam", "--learning_rate=0.01", "--local_steps=10", "--train_steps=3000",
         "--synthetic_examples=60000"])  # 30,000 a worker: 4,000 (the suite's default) it learns by heart
     cluster.start_all()
@@ -80,3 +130,10 @@ def test_a_model_fn_trains_on_a_cluster_with_local_steps_on_every_worker_and_lea
     assert float(chief["heldout_auc"]) > 0.65, chief
     step = int(chief["global_step"])
     assert (cluster.model_dir / "export" / str(step) / "saved_model.pb").is_file()
+    # The checkpoint holds a row per user and item met (clicks has 5,000 users and 2,000 items), each
+    # table cut into a shard per ps.
+    saved = dict(tf.train.list_variables(tf.train.latest_checkpoint(str(cluster.model_dir))))
+    for name, met in (("user", 4000), ("item", 1500)):
+        table = f"model_fn/input_layer/{name}_dynamic_embedding"
+        keys = [saved[f"{table}/shard{shard}/rows_of_ids-keys"][0] for shard in (0, 1)]
+        assert all(keys) and sum(keys) > met, (name, keys, sorted(saved))

@@ -36,7 +36,7 @@ def settle(cfg: RunConfig) -> RunConfig:
             user_fn.load(cfg.model.model_fn)
         except user_fn.ModelFnError as err:
             raise app.UsageError(str(err)) from None
-    if "embedding_partitions" in cfg.given or not model.needs_of(cfg.model.name).partitioned_tables:
+    if "embedding_partitions" in cfg.given or not model.has_tables(cfg.model.name, cfg.model.embedding):
         return cfg
     shards = run_record.resumed_shards(cfg.train.model_dir, cfg.model.embedding)
     if not shards:

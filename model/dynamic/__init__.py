@@ -61,14 +61,19 @@ def resumed_shards(saved: dict) -> int | None:
     return saved.get("embedding_partitions")
 
 
+def options_of(model_cfg) -> TableOptions:
+    """The options of every dynamic table of a run (model.ModelConfig: its flags)."""
+    return TableOptions(capacity=model_cfg.embedding_capacity, shards=model_cfg.embedding_partitions,
+                        devices=model_cfg.table_devices, min_count=model_cfg.embedding_min_count,
+                        steps_to_live=model_cfg.embedding_steps_to_live, grow=model_cfg.embedding_growth,
+                        mark_changes=model_cfg.mark_touched_rows)
+
+
 def columns(features, names, model_cfg, num_classes, training, initializer):
     """(embeddings, wide weights) of every categorical column, each [batch, columns, width], from rows
     of their own; each ps is sent the batch's distinct IDs of every column at once and sends one tensor
     of rows back per trained value, a row per distinct ID."""
-    options = TableOptions(capacity=model_cfg.embedding_capacity, shards=model_cfg.embedding_partitions,
-                                      devices=model_cfg.table_devices, min_count=model_cfg.embedding_min_count,
-                                      steps_to_live=model_cfg.embedding_steps_to_live, grow=model_cfg.embedding_growth,
-                                      mark_changes=model_cfg.mark_touched_rows)
+    options = options_of(model_cfg)
     ids = tf.stack([features[name] for name in names], axis=1)
     tables = []
     with table_part():

@@ -17,7 +17,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import tensorflow as tf  # noqa: E402  (after the Keras choice)
 
-from ps_trainer.estimator import export, inputs  # noqa: E402
+from ps_trainer.estimator import export, feature_column, inputs  # noqa: E402
 from ps_trainer.estimator.canned import (  # noqa: E402
     DNNClassifier, DNNLinearCombinedClassifier, DNNLinearCombinedRegressor, DNNRegressor, LinearClassifier,
     LinearRegressor)
@@ -30,7 +30,7 @@ from ps_trainer.model.spec import EstimatorSpec, ModeKeys  # noqa: E402
 __all__ = ["BestExporter", "DNNClassifier", "DNNLinearCombinedClassifier", "DNNLinearCombinedRegressor",
            "DNNRegressor", "Estimator", "EstimatorSpec", "EvalSpec", "Exporter", "FinalExporter", "LatestExporter",
            "LinearClassifier", "LinearRegressor", "ModeKeys", "RunConfig", "TrainSpec", "export", "inputs",
-           "VocabInfo", "WarmStartSettings", "train_and_evaluate"]
+           "VocabInfo", "WarmStartSettings", "feature_column", "train_and_evaluate"]
 
 VocabInfo = tf.compat.v1.train.VocabInfo  # WarmStartSettings.var_name_to_vocab_info's values, as TF1's
 

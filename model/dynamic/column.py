@@ -1,0 +1,99 @@
+"""A feature column of a dynamic table, for a user's model_fn: `dynamic_embedding_column(key, dimension)`
+reads the raw values of feature `key` (strings or integers, one per example) and gives each value an
+embedding row of its own, made when training first meets it, in the trainer's dynamic tables
+(--embedding=dynamic: their capacity, growth, admission, eviction and shards are the run's flags). It goes
+into `tf.compat.v1.feature_column.input_layer` with TF1's own columns.
+
+The tables are the runtime's: the model_fn is built by trainer.py (`--model_fn`, model/user_fn.py), which
+says, while it builds the model_fn's graph, the run's table options and whether the graph trains
+(`building`). Outside it the column refuses in one line, naming itself.
+"""
+
+import contextlib
+import contextvars
+import dataclasses
+
+import tensorflow as tf
+from tensorflow.python.feature_column import feature_column as fc_v1  # TF1's column interface (input_layer's)
+
+from ps_trainer.model.dynamic import table as dynamic_table
+from ps_trainer.model.dynamic.ids import TableOptions
+from ps_trainer.model.needs import table_part
+
+v1 = tf.compat.v1
+
+
+@dataclasses.dataclass
+class _Build:
+    options: TableOptions
+    training: bool
+    columns: int = 0  # the dynamic columns built so far in this forward pass
+
+
+_BUILD: contextvars.ContextVar = contextvars.ContextVar("dynamic_columns", default=None)
+
+
+@contextlib.contextmanager
+def building(options: TableOptions | None, training: bool):
+    """While a model_fn builds its graph: the run's table options (None: the run has no dynamic tables)
+    and whether the graph trains (admits IDs) or only reads."""
+    token = _BUILD.set(_Build(options, training) if options is not None else None)
+    try:
+        yield
+    finally:
+        _BUILD.reset(token)
+
+
+def dynamic_embedding_column(key: str, dimension: int, initializer=None):
+    """The column: [batch, dimension], each example's row of the table of feature `key`."""
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"dynamic_embedding_column: key must be a feature's name, not {key!r}")
+    if not isinstance(dimension, int) or dimension < 1:
+        raise ValueError(f"dynamic_embedding_column({key!r}): dimension must be a positive integer, not {dimension!r}")
+    return DynamicEmbeddingColumn(key, dimension, initializer)
+
+
+class DynamicEmbeddingColumn(fc_v1._DenseColumn):  # pylint: disable=protected-access
+    """TF1's _DenseColumn over a dynamic table (dynamic_embedding_column makes one)."""
+
+    def __init__(self, key, dimension, initializer):
+        self.key, self.dimension = key, dimension
+        self.initializer = initializer or v1.truncated_normal_initializer(stddev=dimension ** -0.5)
+
+    @property
+    def name(self):
+        return f"{self.key}_dynamic_embedding"
+
+    @property
+    def _parse_example_spec(self):
+        return {self.key: v1.FixedLenFeature([], tf.string)}
+
+    def _transform_feature(self, inputs):
+        return inputs.get(self.key)
+
+    @property
+    def _variable_shape(self):
+        return tf.TensorShape([self.dimension])
+
+    def _get_dense_tensor(self, inputs, weight_collections=None, trainable=None):
+        del weight_collections, trainable  # the runtime trains the table's rows (`building` says whether)
+        build = _BUILD.get()
+        if build is None:
+            raise ValueError(f"dynamic_embedding_column({self.key!r}): its table is the runtime's dynamic tables': "
+                             "train the model_fn with trainer.py --model_fn=FILE.py:FUNCTION --embedding=dynamic")
+        ids = inputs.get(self)  # TF1's input_layer gives a raw [batch] feature as [batch, 1]
+        if isinstance(ids, tf.SparseTensor) or ids.shape.rank not in (1, 2) or (
+                ids.shape.rank == 2 and ids.shape[1] != 1):
+            raise ValueError(f"dynamic_embedding_column({self.key!r}): feature {self.key!r} is "
+                             f"{'sparse' if isinstance(ids, tf.SparseTensor) else f'of shape {ids.shape}'}; "
+                             "the column reads one value per example ([batch] or [batch, 1])")
+        ids = tf.reshape(ids, [-1])
+        if ids.dtype not in (tf.string, tf.int64):
+            ids = tf.cast(ids, tf.int64)
+        # Whole tables spread over the ps tasks a column each in turn, as wide_deep's (TableOptions.part).
+        turn = build.columns % max(len(build.options.devices), 1)
+        build.columns += 1
+        options = dataclasses.replace(build.options, devices=build.options.devices[turn:] + build.options.devices[:turn])
+        with table_part():
+            table = dynamic_table.DynamicTable(v1.get_variable_scope().name, ids, options, build.training)
+            return table.rows("embedding", self.dimension, self.initializer)
