@@ -394,3 +394,52 @@ def test_after_a_restore_a_ps_that_kept_its_rounds_counts_the_first_push_of_the_
             sess.run(push_of_round_50)
             assert sess.run(accumulator.num_accumulated()) == 1
             assert sess.run(take).tolist() == [1.0, 1.0]
+
+
+@pytest.mark.inprocess
+def test_a_restore_empties_an_accumulator_behind_a_take_of_a_session_that_is_gone(tmp_path, monkeypatch):
+    # Seen once in the two-ps sync drill: ps 1 kept a take of the chief's aggregation from before ps 0
+    # restarted (its step's cancellation never reached ps 1). Takes complete in order, so the
+    # restore's take of the round's leftover gradient waited behind it for three minutes, and the
+    # other worker waited for the restore. Here that take is one left waiting in a thread.
+    monkeypatch.setattr(sync, "TAKE_WAIT_SECS", 0.2)
+    with tf.Graph().as_default():
+        step = v1.train.get_or_create_global_step()
+        weights = v1.get_variable("w", initializer=tf.constant(INITIAL))
+        optimizer = sync.wrap_optimizer(v1.train.GradientDescentOptimizer(LEARNING_RATE),
+                                        spec.ClusterConfig(ps_hosts=("ps:1",), worker_hosts=("w0:1", "w1:1"),
+                                                           job_name="worker", task_index=0),
+                                        TrainConfig(sync_replicas=True, replicas_to_aggregate=2))
+        train_op = optimizer.minimize(tf.reduce_sum(weights * tf.constant(GRADIENTS[0])), global_step=step)
+        sync.SyncReplicasHook(optimizer, True, 0, train_op, num_workers=2, replica_index=0).begin()
+        accumulator, _ = optimizer._accumulator_list[0]  # pylint: disable=protected-access
+        started = tf.queue.FIFOQueue(1, tf.int32)
+        with tf.control_dependencies([started.enqueue(1)]):
+            take_of_a_round = accumulator.take_grad(2)
+        leftover_push = accumulator.apply_grad(tf.constant([5.0, 5.0]), local_step=0)
+        push = accumulator.apply_grad(tf.constant([1.0, 3.0]), local_step=0)
+        lose_the_weights = tf.raw_ops.DestroyResourceOp(resource=weights.handle)  # as their ps restarted
+        saver = checkpoints.LiveStateSaver(checkpoints.report_uninitialized())
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            path = saver.save(sess, str(tmp_path / "model.ckpt"), global_step=step)
+            sess.run(lose_the_weights)
+            earlier, outcome = threading.Thread(target=lambda: outcome.update(taken=sess.run(take_of_a_round)),
+                                                daemon=True), {}
+            earlier.start()
+            sess.run(started.dequeue())
+            time.sleep(0.5)  # its take, right after the enqueue, waits in the accumulator first
+            sess.run(leftover_push)
+            def restore_in_graph():
+                with sess.graph.as_default():
+                    outcome["restored"] = saver.restore(sess, path)
+
+            restore = threading.Thread(target=restore_in_graph, daemon=True)
+            restore.start()
+            restore.join(timeout=20)
+            assert "restored" in outcome, "the restore waited behind the earlier take, or failed"
+            earlier.join(timeout=5)
+            assert "taken" in outcome and sess.run(accumulator.num_accumulated()) == 0
+            sess.run(push)  # the next round's first push counts alone
+            assert sess.run(accumulator.num_accumulated()) == 1
+            assert sess.run(accumulator.take_grad(1)).tolist() == [1.0, 3.0]

@@ -14,6 +14,7 @@ tasks fail and come back.
 
 import threading
 import time
+from typing import NamedTuple
 
 import tensorflow as tf
 from absl import logging
@@ -32,6 +33,13 @@ ROUND_POLL_SECS = 0.05
 # than the session that takes it (left by a worker that was down) is dropped, not obeyed: re-creating
 # a session again would leave its pushed gradient and its aggregation behind in the ps. "Older" is
 # read from that one counter on the ps, never from clocks: hosts whose clocks disagree agree on it.
+
+
+# How long the chief's take of an accumulator's leftover gradients may wait before a zero gradient goes
+# in to complete a take queued ahead of it (_Emptying).
+TAKE_WAIT_SECS = 2
+# Zero gradients per aggregated replica after which the chief gives up emptying an accumulator.
+MAX_ZERO_PUSHES_PER_REPLICA = 10
 
 
 def wrap_optimizer(optimizer, cluster, train):
@@ -170,11 +178,13 @@ class SyncReplicasHook(v1.train.SessionRunHook):
         # the re-pushed gradients as stale: each is set back to the global step's round before the
         # wake, one by one, so that an accumulator on a ps that is down holds up no other.
         self._back_to_round, self._reopen = [], []
+        variables = {var.name: var for var in v1.global_variables() + v1.trainable_variables()}
         for accumulator, device in opt._accumulator_list if self._is_chief else ():  # pylint: disable=protected-access
             with v1.device(device):
                 self._back_to_round.append(accumulator.set_global_step(self._global_step))
-                self._reopen.append((accumulator.num_accumulated(), accumulator.take_grad(1),
-                                     accumulator.set_global_step(0)))
+                self._reopen.append(_Emptying(accumulator.num_accumulated(), accumulator.take_grad(1),
+                                              _zero_push(accumulator, variables), accumulator.set_global_step(0),
+                                              MAX_ZERO_PUSHES_PER_REPLICA * opt._replicas_to_aggregate))  # pylint: disable=protected-access
         if self._is_chief:
             v1.add_to_collection(checkpoints.RESET_BEFORE_RESTORE, self._before_restore)
         self._take_token = v1.assign(local_step, token)  # on this worker, with its local step
@@ -229,10 +239,9 @@ class SyncReplicasHook(v1.train.SessionRunHook):
         another restarts (seen: a 2-minute stall in the sync chaos drill).
         """
         session.run(self._pushed.initializer)
-        for count, take, reopen in self._reopen:
-            if int(session.run(count)):
-                session.run(take)
-            session.run(reopen)
+        for emptying in self._reopen:
+            emptying.empty(session)
+            session.run(emptying.reopen)
 
     def _aggregate(self, session, coord):
         """The chief's aggregation loop: a round each time enough gradients have arrived."""
@@ -321,3 +330,65 @@ class SyncReplicasHook(v1.train.SessionRunHook):
             token = int(session.run(self._take_token))
         return token
 
+
+def _zero_push(accumulator, variables):
+    """A zero gradient that every round accepts (its local step is the largest), shaped from the accumulator
+    (dense, of a fully defined shape) or from its variable (SyncReplicasOptimizer names each accumulator
+    after its variable); None when neither says the shape."""
+    attr = accumulator.accumulator_ref.op.get_attr
+    var = variables.get(attr("shared_name").decode().removesuffix("/grad_accum"))
+    last = tf.constant(tf.int64.max, tf.int64)
+    if isinstance(accumulator, v1.SparseConditionalAccumulator):
+        if var is None:
+            return None
+        row = tf.zeros(tf.concat([[1], tf.shape(var, out_type=tf.int64)[1:]], 0), accumulator.dtype)
+        return accumulator.apply_grad(tf.constant([0], tf.int64), row, local_step=last)
+    shape = tf.TensorShape(attr("shape"))
+    if not shape.is_fully_defined():
+        if var is None:
+            return None
+        shape = tf.shape(var)
+    return accumulator.apply_grad(tf.zeros(shape, accumulator.dtype), local_step=last)
+
+
+class _Emptying(NamedTuple):
+    """The ops the chief's restore uses to empty one accumulator and open it to any round."""
+    count: tf.Tensor
+    take: tf.Tensor
+    zero_push: tf.Operation
+    reopen: tf.Operation
+    max_zero_pushes: int
+
+    def empty(self, session):
+        """Takes the gradients the accumulator holds.
+
+        A take can be queued behind another that waits for a whole round: an aggregation step of an
+        earlier session whose cancellation never reached this ps (seen once in the two-ps sync drill:
+        the chief's restore waited three minutes behind it, until gRPC closed the connection). Takes
+        complete in order, so while this one waits, a zero gradient goes in every TAKE_WAIT_SECS until
+        each take ahead has what it waits for; what they take goes to steps that are gone. Raises
+        AbortedError (the chief re-creates its session) once max_zero_pushes have not emptied it.
+        """
+        pushes = 0
+        while int(session.run(self.count)):
+            done, failed = threading.Event(), []
+            threading.Thread(target=_run_and_signal, args=(session, self.take, done, failed),
+                             name="sync_empty_accumulator", daemon=True).start()
+            while not done.wait(TAKE_WAIT_SECS):
+                if self.zero_push is None or pushes >= self.max_zero_pushes:
+                    raise tf.errors.AbortedError(None, None, f"the sync accumulator {self.take.op.inputs[0].op.name} "
+                                                 f"was not emptied ({pushes} zero gradients); re-creating the session")
+                logging.warning("emptying the sync accumulator %s before the restore: its take waits behind "
+                                "another; a zero gradient goes in", self.take.op.inputs[0].op.name)
+                session.run(self.zero_push)
+                pushes += 1
+            if failed:
+                raise failed[0]
+
+
+def _run_and_signal(session, fetch, done: threading.Event, failed: list):
+    try:
+        session.run(fetch)
+    except Exception as err:  # pylint: disable=broad-except  # raised again by the waiting thread
+        failed.append(err)
+    done.set()
