@@ -90,6 +90,7 @@ def check_flags_alone(f) -> None:
             "--save_checkpoint_steps and --save_checkpoint_secs are both set: choose one.")
     check_incremental(f)
     check_table_flags(f)
+    check_warm_start(f)
 
 
 # The settings of a model's embedding tables, besides those of one kind only (model/tables.py): each given
@@ -125,6 +126,26 @@ def check_incremental(f) -> None:
         raise app.UsageError(f"--incremental_save_secs={f.incremental_save_secs} saves deltas between full "
                              f"checkpoints, which come every --save_checkpoint_secs={f.save_checkpoint_secs}: "
                              "make it smaller.")
+
+
+def check_warm_start(f) -> None:
+    for name in ("warm_start_map", "warm_start_slots"):
+        if f[name].present and not f.warm_start_from:
+            raise app.UsageError(f"--{name} says what --warm_start_from loads: add it or drop the flag.")
+    read_warm_start_map(f)
+    if f.warm_start_from and has_tables(f) and f.embedding == "dynamic":
+        raise app.UsageError("--warm_start_from loads variables by name and shape, which a dynamic table's rows are "
+                             "not: with --embedding=dynamic it is not supported; drop the flag.")
+
+
+def read_warm_start_map(f) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for entry in f.warm_start_map:
+        old, sep, new = entry.partition("=")
+        if not sep or not old.strip("/") or not new.strip("/"):
+            raise app.UsageError(f"--warm_start_map: {entry!r} is not OLD=NEW (the checkpoint's name, this model's)")
+        pairs.append((old.strip("/"), new.strip("/")))
+    return tuple(pairs)
 
 
 def input_settings(f, name: str | None = None, cluster: spec.ClusterConfig | None = None) -> plan.InputSettings:
@@ -398,6 +419,9 @@ def read_outputs(f, cluster: spec.ClusterConfig, env) -> dict:
                 save_checkpoint_secs=None if steps else f.save_checkpoint_secs,
                 keep_checkpoint_max=f.keep_checkpoint_max,
                 incremental_save_secs=f.incremental_save_secs,
+                warm_start_from=f.warm_start_from,
+                warm_start_map=read_warm_start_map(f),
+                warm_start_slots=f.warm_start_slots,
                 save_summaries_steps=f.save_summaries_steps,
                 log_every_n_steps=f.log_every_n_steps,
                 export_saved_model=f.export_saved_model,

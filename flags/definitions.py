@@ -157,6 +157,16 @@ flags.DEFINE_integer("incremental_save_secs", TRAIN.incremental_save_secs,
                      "since the last save, and every other variable whole (model.ckpt-<full step>-delta-<step>). "
                      "A restore is the last full checkpoint plus its deltas. 0: full checkpoints only.",
                      lower_bound=0)
+flags.DEFINE_string("warm_start_from", None,
+                    "A model_dir or a checkpoint: a run that starts (model_dir holds no checkpoint) loads every model "
+                    "variable whose name and shape match from it; the global step, the optimizer's slots and the "
+                    "input start fresh. The ps tasks read it: give a path they can read. Not with dynamic tables.")
+flags.DEFINE_list("warm_start_map", [],
+                  "OLD=NEW,...: with --warm_start_from, this model's variables named NEW or under NEW/ load the "
+                  "checkpoint's OLD ones (a renamed column or scope).")
+flags.DEFINE_boolean("warm_start_slots", TRAIN.warm_start_slots,
+                     "With --warm_start_from, also load the optimizer's slots of the variables loaded (an optimizer "
+                     "of the same kind): the first steps then go on as the source run's would have.")
 flags.DEFINE_integer("keep_checkpoint_max", TRAIN.keep_checkpoint_max,
                      "Newest checkpoints to keep; older ones are deleted.",
                      lower_bound=1)

@@ -17,7 +17,7 @@ from ps_trainer.model.dynamic import storage as table_storage, upkeep as table_u
 from ps_trainer.cluster import model_dir as layout
 from ps_trainer.cluster import placement, spec
 from ps_trainer.input import work_queue
-from ps_trainer.training import checkpoints, queue_hook, step
+from ps_trainer.training import checkpoints, queue_hook, step, warm_start
 from ps_trainer.training import optimizers, schedules
 
 v1 = tf.compat.v1
@@ -101,6 +101,7 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
         built = lever.build(step.StepContext(forward, first, first_labels, optimizer, global_step, cluster, train,
                                              reader, stop_requested, next_batch))
         model.summarize(built.metrics)
+        warm_start.apply(train, cluster.task_name, cluster.is_chief)
         def slots_of(variable):
             return optimizers.slots_and_starts(optimizer, variable)
 
