@@ -358,6 +358,21 @@ def test_a_cancelled_step_starts_a_new_session_and_training_reaches_its_end(tmp_
     assert cancel.raised and trained.global_step >= 60
 
 
+def chiefs_sync_graph():
+    """In the default graph: the sync chief's train op of one weight vector, for 2 workers, its hooks' ops
+    built; (global step, the weights, their accumulator)."""
+    step = v1.train.get_or_create_global_step()
+    weights = v1.get_variable("w", initializer=tf.constant(INITIAL))
+    optimizer = sync.wrap_optimizer(v1.train.GradientDescentOptimizer(LEARNING_RATE),
+                                    spec.ClusterConfig(ps_hosts=("ps:1",), worker_hosts=("w0:1", "w1:1"),
+                                                       job_name="worker", task_index=0),
+                                    TrainConfig(sync_replicas=True, replicas_to_aggregate=2))
+    train_op = optimizer.minimize(tf.reduce_sum(weights * tf.constant(GRADIENTS[0])), global_step=step)
+    sync.SyncReplicasHook(optimizer, True, 0, train_op, num_workers=2, replica_index=0).begin()
+    accumulator, _ = optimizer._accumulator_list[0]  # pylint: disable=protected-access
+    return step, weights, accumulator
+
+
 @pytest.mark.inprocess
 def test_after_a_restore_a_ps_that_kept_its_rounds_counts_the_first_push_of_the_restored_round_alone(tmp_path):
     # Seen in the two-ps sync drill: ps 0 kept running at round 61 while ps 1 restarted; the chief
@@ -367,15 +382,7 @@ def test_after_a_restore_a_ps_that_kept_its_rounds_counts_the_first_push_of_the_
     # round 50 (the sync chaos drill: it completed a round on one ps alone). One session stands for
     # both ps tasks here.
     with tf.Graph().as_default():
-        step = v1.train.get_or_create_global_step()
-        weights = v1.get_variable("w", initializer=tf.constant(INITIAL))
-        optimizer = sync.wrap_optimizer(v1.train.GradientDescentOptimizer(LEARNING_RATE),
-                                        spec.ClusterConfig(ps_hosts=("ps:1",), worker_hosts=("w0:1", "w1:1"),
-                                                           job_name="worker", task_index=0),
-                                        TrainConfig(sync_replicas=True, replicas_to_aggregate=2))
-        train_op = optimizer.minimize(tf.reduce_sum(weights * tf.constant(GRADIENTS[0])), global_step=step)
-        sync.SyncReplicasHook(optimizer, True, 0, train_op, num_workers=2, replica_index=0).begin()
-        accumulator, _ = optimizer._accumulator_list[0]  # pylint: disable=protected-access
+        step, weights, accumulator = chiefs_sync_graph()
         rounds_ahead = accumulator.set_global_step(61)
         push_of_round_61 = accumulator.apply_grad(tf.constant([5.0, 5.0]), local_step=61)
         push_of_round_50 = accumulator.apply_grad(tf.constant([1.0, 1.0]), local_step=50)
@@ -404,15 +411,7 @@ def test_a_restore_empties_an_accumulator_behind_a_take_of_a_session_that_is_gon
     # other worker waited for the restore. Here that take is one left waiting in a thread.
     monkeypatch.setattr(sync, "TAKE_WAIT_SECS", 0.2)
     with tf.Graph().as_default():
-        step = v1.train.get_or_create_global_step()
-        weights = v1.get_variable("w", initializer=tf.constant(INITIAL))
-        optimizer = sync.wrap_optimizer(v1.train.GradientDescentOptimizer(LEARNING_RATE),
-                                        spec.ClusterConfig(ps_hosts=("ps:1",), worker_hosts=("w0:1", "w1:1"),
-                                                           job_name="worker", task_index=0),
-                                        TrainConfig(sync_replicas=True, replicas_to_aggregate=2))
-        train_op = optimizer.minimize(tf.reduce_sum(weights * tf.constant(GRADIENTS[0])), global_step=step)
-        sync.SyncReplicasHook(optimizer, True, 0, train_op, num_workers=2, replica_index=0).begin()
-        accumulator, _ = optimizer._accumulator_list[0]  # pylint: disable=protected-access
+        step, weights, accumulator = chiefs_sync_graph()
         started = tf.queue.FIFOQueue(1, tf.int32)
         with tf.control_dependencies([started.enqueue(1)]):
             take_of_a_round = accumulator.take_grad(2)
