@@ -7,7 +7,8 @@ fresh slots (Adagrad's, FTRL's accumulators at their start) the first steps move
 far as a new run's first steps do. Only a run that starts: once model_dir holds a
 checkpoint, that checkpoint is what the run resumes. The values are read by the ps tasks that hold the
 variables (TensorFlow's init_from_checkpoint puts each read beside its variable), so the checkpoint must be
-at a path they can read, as model_dir is.
+at a path they can read, as model_dir is. A model_dir's latest full checkpoint is read without the deltas
+after it (--incremental_save_secs; the chief says so): a finished run's last checkpoint is a full one.
 
 A variable whose shape differs is refused by name, with both shapes: a hashed table of another size cannot be
 remapped, since its rows are hash buckets, not IDs. So is a warm start that would load nothing, and a rename
@@ -19,7 +20,7 @@ from typing import NamedTuple
 import tensorflow as tf
 from absl import logging
 
-from ps_trainer.training import exit_codes
+from ps_trainer.training import exit_codes, incremental
 
 v1 = tf.compat.v1
 
@@ -122,6 +123,10 @@ def apply(train_cfg, task_name: str, is_chief: bool) -> None:
     for source, variable in loaded.assignment:
         v1.train.init_from_checkpoint(checkpoint, {source: variable})
     if is_chief:
+        deltas = incremental.deltas_of(checkpoint)
+        if deltas:
+            logging.warning("%s: --warm_start_from: %s has %d delta checkpoint(s) after it, which a warm start does "
+                            "not read: its tables load as of that full checkpoint", task_name, checkpoint, len(deltas))
         logging.info("%s: warm start from %s: %d variable(s) loaded%s; %d left fresh%s; the global step and the "
                      "input start fresh%s", task_name, checkpoint, len(loaded.assignment),
                      "".join(f", {name} from {source}" for name, source in loaded.renamed),
