@@ -133,9 +133,6 @@ def check_warm_start(f) -> None:
         if f[name].present and not f.warm_start_from:
             raise app.UsageError(f"--{name} says what --warm_start_from loads: add it or drop the flag.")
     read_warm_start_map(f)
-    if f.warm_start_from and has_tables(f) and f.embedding == "dynamic":
-        raise app.UsageError("--warm_start_from loads variables by name and shape, which a dynamic table's rows are "
-                             "not: with --embedding=dynamic it is not supported; drop the flag.")
 
 
 def read_warm_start_map(f) -> tuple[tuple[str, str], ...]:

@@ -1,5 +1,6 @@
 """--warm_start_from: a fresh run's variables from another run's checkpoint (training/warm_start.py)."""
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -10,7 +11,7 @@ from absl import app
 from ps_trainer import input as inputs
 from ps_trainer import model
 from ps_trainer.cluster import spec
-from ps_trainer.training import exit_codes, warm_start
+from ps_trainer.training import checkpoints, exit_codes, warm_start
 from ps_trainer.training import graph as train_graph
 from ps_trainer.training.config import RunConfig, TrainConfig
 from tests.support import finished, read_flags, run_trainer
@@ -27,8 +28,6 @@ CLICKS = inputs.DataConfig(name="clicks", synthetic_examples=500)
     (["--warm_start_slots"], "--warm_start_slots says what --warm_start_from loads: add it or drop the flag."),
     (["--warm_start_from=/tmp/run", "--warm_start_map=wide_deep/user"],
      "--warm_start_map: 'wide_deep/user' is not OLD=NEW (the checkpoint's name, this model's)"),
-    (["--warm_start_from=/tmp/run", "--model=wide_deep", "--embedding=dynamic"],
-     "--warm_start_from loads variables by name and shape, which a dynamic table's rows are not"),
 ])
 def test_warm_start_flags_that_cannot_work_are_refused_by_name(args, message):
     with pytest.raises(app.UsageError) as err:
@@ -115,22 +114,72 @@ def test_a_warm_start_that_cannot_load_what_it_names_is_refused_and_a_resumed_ru
     assert f"--warm_start_from={path} not read: this run resumes {path}" in caplog.text
 
 
+DYNAMIC = dataclasses.replace(WIDE_DEEP, embedding="dynamic", embedding_capacity=2000)
+
+
+def dynamic_state(path) -> dict:
+    """{table shard: ({ID: row}, the rows' values)} of a checkpoint of DYNAMIC."""
+    state = {}
+    for name, _ in tf.train.list_variables(path):
+        if name.endswith("/rows_of_ids-keys"):
+            shard = name[:-len("/rows_of_ids-keys")]
+            keys, rows = (tf.train.load_variable(path, f"{shard}/rows_of_ids-{part}") for part in ("keys", "values"))
+            state[shard] = (dict(zip(keys.tolist(), rows.tolist())), tf.train.load_variable(path, f"{shard}/embedding"))
+    return state
+
+
+@pytest.mark.inprocess
+def test_a_warm_start_gives_every_id_of_a_dynamic_table_its_row_and_refuses_another_cut(tmp_path):
+    source = RunConfig(spec.ClusterConfig(), TrainConfig(optimizer="adagrad"), DYNAMIC, CLICKS)
+    with tf.Graph().as_default():
+        built = train_graph.build_graph(source)
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            for _ in range(5):  # admits the IDs of 5 batches
+                sess.run(built.step.train_op)
+            path = v1.train.Saver(checkpoints.saved_variables()).save(sess, str(tmp_path / "source" / "model.ckpt"))
+    saved = dynamic_state(path)
+    assert saved and all(len(ids) > 20 for ids, _ in saved.values())
+
+    warm = RunConfig(spec.ClusterConfig(), TrainConfig(optimizer="adagrad", model_dir=str(tmp_path / "run"),
+                                                       warm_start_from=path), DYNAMIC, CLICKS)
+    with tf.Graph().as_default():
+        built = train_graph.build_graph(warm)
+        with v1.Session() as sess:
+            sess.run(v1.get_collection(v1.GraphKeys.INIT_OP))
+            assert "warm_start_done" in str(sess.run(built.uninitialized))  # a worker waits for the load
+            built.warm_load.init_fn(None, sess)
+            assert not len(sess.run(built.uninitialized))
+            loaded = dynamic_state(v1.train.Saver(checkpoints.saved_variables()).save(
+                sess, str(tmp_path / "warm" / "model.ckpt")))
+    for shard, (ids, values) in saved.items():
+        assert loaded[shard][0] == ids  # every ID at its row
+        rows = sorted(ids.values())
+        assert np.array_equal(loaded[shard][1][rows], values[rows])
+
+    recut = dataclasses.replace(warm, model=dataclasses.replace(DYNAMIC, embedding_partitions=1))
+    with tf.Graph().as_default(), pytest.raises(exit_codes.Failure, match=r"the dynamic table .* is cut into 1 "
+                                                                          r"shard\(s\) here and 2 there"):
+        train_graph.build_graph(recut)
+
+
 @pytest.mark.e2e
 def test_a_cluster_warm_started_from_a_finished_run_scores_as_it_did(tmp_path, make_cluster):
-    # The source trains in one process; the warm run is a cluster, whose ps reads the checkpoint. One step
-    # with the source's slots moves its held-out AUC by little (measured 0.7147 then 0.7153); a fresh run's
-    # one step scores 0.54.
+    # Dynamic tables, each cut into a shard per ps: the source trains in one process with 2 shards; the warm
+    # run is a 2 ps cluster, whose chief loads each shard's IDs and rows before the other worker may step.
+    # One step with the source's slots moves its held-out AUC by little (measured in one process: 0.7288
+    # then 0.7291); a fresh run's one step scores about 0.54.
     source = tmp_path / "source"
-    run = run_trainer("--model=wide_deep", "--dataset=clicks", "--train_steps=200", "--synthetic_examples=8000",
-                      f"--model_dir={source}", "--export_saved_model=false", timeout=180)
+    tables = ["--model=wide_deep", "--dataset=clicks", "--embedding=dynamic", "--embedding_partitions=2",
+              "--synthetic_examples=8000", "--export_saved_model=false"]
+    run = run_trainer(*tables, "--train_steps=300", f"--model_dir={source}", timeout=180)
     assert run.returncode == 0, run.stderr[-3000:]
     before = float(finished(run.stderr)["heldout_auc"])
     assert before > 0.65
-    cluster = make_cluster(num_ps=1, num_workers=1, trainer_args=[
-        "--model=wide_deep", "--dataset=clicks", "--train_steps=1", f"--warm_start_from={source}",
-        "--warm_start_slots", "--export_saved_model=false"])
+    cluster = make_cluster(num_ps=2, num_workers=2, trainer_args=[
+        *tables, "--train_steps=2", f"--warm_start_from={source}", "--warm_start_slots"])
     cluster.start_all()
     assert set(cluster.wait(timeout=180).values()) == {0}
     log = cluster.log("worker", 0)
-    assert "29 variable(s) loaded; 0 left fresh" in log, log[-3000:]
+    assert "3 dynamic table(s) by ID; 0 left fresh" in log, log[-3000:]
     assert abs(float(finished(log)["heldout_auc"]) - before) < 0.01, finished(log)

@@ -47,6 +47,8 @@ class TrainGraph(NamedTuple):
     input_queue: queue_hook.InputQueueHook | None = None
     # Dynamic tables: their upkeep (model/dynamic/upkeep.py), run every few training steps.
     tables: table_upkeep.Upkeep = table_upkeep.Upkeep()
+    # --warm_start_from with dynamic tables: their load, the chief's Scaffold's init_fn (training/warm_start.py).
+    warm_load: warm_start.DynamicLoad | None = None
 
 
 def _work_queue(cfg, global_step) -> work_queue.ItemFeed:
@@ -101,7 +103,6 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
         built = lever.build(step.StepContext(forward, first, first_labels, optimizer, global_step, cluster, train,
                                              reader, stop_requested, next_batch))
         model.summarize(built.metrics)
-        warm_start.apply(train, cluster.task_name, cluster.is_chief)
         def slots_of(variable):
             return optimizers.slots_and_starts(optimizer, variable)
 
@@ -110,6 +111,7 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
         tables = table_upkeep.upkeep(slots_of, restores=cluster.is_chief)
         for held in v1.get_collection(table_storage.ROWS_HELD) + v1.get_collection(touched_rows.MARKS):
             v1.add_to_collection(checkpoints.NOT_SAVED, held)
+        warm = warm_start.apply(train, cluster.task_name, cluster.is_chief, slots_of, tables.after_restore)
     # CriticalSection's record of its executions (the work queue's, dynamic tables'), for access checks
     # while the graph is built: a MetaGraphDef cannot hold it, and every checkpoint's save warns of it.
     v1.get_collection_ref("critical_section_executions").clear()
@@ -131,4 +133,4 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
         queue = queue_hook.InputQueueHook(feed, *tags, batches.initializer, cfg.data.input_queue_lease_secs,
                                           drops_first_step=built.drops_next_push,
                                           audit_path=audit)
-    return TrainGraph(saver, built, uninitialized, queue, tables)
+    return TrainGraph(saver, built, uninitialized, queue, tables, warm)

@@ -44,7 +44,8 @@ def train_to_the_end(cfg, target, graph, hooks, stop=None) -> Ended:
     `hooks`: training/worker_hooks.WorkerHooks (its progress hook reads the global step of each run)."""
     cluster, train_cfg, progress = cfg.cluster, cfg.train, hooks.progress
     config = spec.session_config(cluster)
-    scaffold = v1.train.Scaffold(saver=graph.saver)
+    warm = graph.warm_load if cluster.is_chief else None
+    scaffold = v1.train.Scaffold(saver=graph.saver, init_fn=warm.init_fn if warm else None)
     early_ends = 0
     reached = progress.global_step
     while True:
