@@ -1,4 +1,4 @@
-"""--warm_start_from: a fresh run's model variables start from another run's checkpoint.
+"""--warm_start_from: a fresh run's model starts from another run's checkpoint.
 
 Every trainable variable of the model whose name (after --warm_start_map's renames) and shape match a
 tensor of the checkpoint is initialized from it; the rest start as the model initializes them. The global
@@ -10,9 +10,13 @@ variables (TensorFlow's init_from_checkpoint puts each read beside its variable)
 at a path they can read, as model_dir is. A model_dir's latest full checkpoint is read without the deltas
 after it (--incremental_save_secs; the chief says so): a finished run's last checkpoint is a full one.
 
+A dynamic table loads by ID: each shard's ID -> row map, counters and rows (slots with --warm_start_slots),
+restored by the chief once the variables are initialized (DynamicLoad), then reconciled as after a restore;
+the other workers wait for it. Its IDs load only into as many shards as the source had.
+
 A variable whose shape differs is refused by name, with both shapes: a hashed table of another size cannot be
-remapped, since its rows are hash buckets, not IDs. So is a warm start that would load nothing, and a rename
-that names no variable of the model.
+remapped, since its rows are hash buckets, not IDs. So is a dynamic table cut otherwise, a warm start that would
+load nothing, and a rename that names nothing of the model.
 """
 
 from typing import Callable, NamedTuple
