@@ -23,6 +23,7 @@ from typing import Callable, NamedTuple
 
 import tensorflow as tf
 from absl import logging
+from tensorflow.python.ops import resources  # the shared resources Scaffold's default init_op initializes
 
 from ps_trainer.model import registry
 from ps_trainer.model.dynamic import storage
@@ -211,7 +212,8 @@ def apply(train_cfg, task_name: str, is_chief: bool, slots_of=None, after_restor
         # default init_op otherwise (the Scaffold takes the graph's INIT_OP).
         v1.add_to_collection(v1.GraphKeys.INIT_OP, tf.group(
             v1.variables_initializer([variable for variable in v1.global_variables() if variable is not done]),
-            v1.tables_initializer(), *v1.get_collection("saved_model_initializers")))
+            resources.initialize_resources(resources.shared_resources()),
+            *v1.get_collection("saved_model_initializers")))
         saver = v1.train.Saver(dict(entry for entry in tables if not isinstance(entry[1], storage.MapPairs))
                                | {source: pairs for source, pairs in tables if isinstance(pairs, storage.MapPairs)},
                                sharded=True)
