@@ -87,10 +87,10 @@ def source_name(name: str, renames) -> tuple[str, bool]:
     return name, False
 
 
-def plan(checkpoint: str, variables: dict, renames, tables: tuple = ()) -> Loaded:
+def plan(checkpoint: str, variables: dict, renames, tables: tuple = (), loads_tables: bool = False) -> Loaded:
     """What to load from `checkpoint` into `variables` (model_variables()), beside the dynamic `tables` (their
-    scopes) it loads; Failure (bad flags) naming the first variable whose shape differs, a rename that names
-    nothing, or a load of nothing."""
+    shards' scopes; `loads_tables`: some load); Failure (bad flags) naming the first variable whose shape
+    differs, a rename that names nothing, or a load of nothing."""
     saved = dict(tf.train.list_variables(checkpoint))
     for old, new in renames:
         if not any(source_name(name, [(old, new)])[1] for name in (*variables, *tables)):
@@ -111,7 +111,7 @@ def plan(checkpoint: str, variables: dict, renames, tables: tuple = ()) -> Loade
         assignment.append((source, variable))
         if was_renamed:
             renamed.append((name, source))
-    if not assignment and not tables:
+    if not assignment and not loads_tables:
         raise exit_codes.Failure(f"--warm_start_from={checkpoint}: none of this model's variables is in it (it holds "
                                  f"{', '.join(sorted(saved)[:5])}...); is it this model's? --warm_start_map renames",
                                  exit_codes.BAD_FLAGS)
@@ -136,9 +136,9 @@ class DynamicLoad(NamedTuple):
 
 
 def dynamic_entries(checkpoint: str, renames, with_slots: bool, slots_of) -> tuple[list, list, list]:
-    """(what the dynamic tables' shards load: variables by the checkpoint's name and their maps' saveables,
-    the tables loaded, the tables left fresh: not in the checkpoint). Failure (bad flags) naming a table the checkpoint cuts
-    into another number of shards, or a variable whose width differs."""
+    """(what the dynamic tables' shards load: (the checkpoint's name, a variable or a map's saveable) pairs,
+    the tables loaded, the tables left fresh: not in the checkpoint). Failure (bad flags) naming a table the
+    checkpoint cuts into another number of shards, or a variable whose width differs."""
     saved = dict(tf.train.list_variables(checkpoint))
     unsaved = {variable.op.name for variable in v1.get_collection(checkpoints.NOT_SAVED)}
     by_table = {}
@@ -200,8 +200,7 @@ def apply(train_cfg, task_name: str, is_chief: bool, slots_of=None, after_restor
     tables, loaded_tables, fresh_tables = (
         dynamic_entries(checkpoint, train_cfg.warm_start_map, train_cfg.warm_start_slots, slots_of)
         if shards else ([], [], []))
-    loaded = plan(checkpoint, variables, train_cfg.warm_start_map,
-                  tuple(scope for scope in shards if tables))
+    loaded = plan(checkpoint, variables, train_cfg.warm_start_map, tuple(shards), loads_tables=bool(tables))
     for source, variable in loaded.assignment:
         v1.train.init_from_checkpoint(checkpoint, {source: variable})
     load = None
@@ -214,9 +213,7 @@ def apply(train_cfg, task_name: str, is_chief: bool, slots_of=None, after_restor
             v1.variables_initializer([variable for variable in v1.global_variables() if variable is not done]),
             resources.initialize_resources(resources.shared_resources()),
             *v1.get_collection("saved_model_initializers")))
-        saver = v1.train.Saver(dict(entry for entry in tables if not isinstance(entry[1], storage.MapPairs))
-                               | {source: pairs for source, pairs in tables if isinstance(pairs, storage.MapPairs)},
-                               sharded=True)
+        saver = v1.train.Saver(dict(tables), sharded=True)
         load = DynamicLoad(checkpoint, saver, after_restore or (lambda session: None), done)
     if is_chief:
         deltas = incremental.deltas_of(checkpoint)
