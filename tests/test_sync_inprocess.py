@@ -441,4 +441,5 @@ def test_a_restore_empties_an_accumulator_behind_a_take_of_a_session_that_is_gon
             assert "taken" in outcome and sess.run(accumulator.num_accumulated()) == 0
             sess.run(push)  # the next round's first push counts alone
             assert sess.run(accumulator.num_accumulated()) == 1
-            assert sess.run(accumulator.take_grad(1)).tolist() == [1.0, 3.0]
+            within = v1.RunOptions(timeout_in_ms=PLAIN_RUN_TIMEOUT_MS)  # a take still queued would block it
+            assert sess.run(accumulator.take_grad(1), options=within).tolist() == [1.0, 3.0]

@@ -182,7 +182,8 @@ def dynamic_entries(checkpoint: str, renames, with_slots: bool, slots_of) -> tup
 def apply(train_cfg, task_name: str, is_chief: bool, slots_of=None, after_restore=None) -> DynamicLoad | None:
     """Before the saver is built, in the graph of the model and its optimizer: sets the initializers of the
     variables --warm_start_from loads (every worker checks; the chief's initialize them), unless model_dir
-    holds a checkpoint to resume. With dynamic tables, returns their load (the chief's Scaffold runs it)."""
+    holds a checkpoint to resume. With dynamic tables, the chief's graph gets their load, returned for its
+    Scaffold, and every worker's the `done` variable it waits for."""
     if not train_cfg.warm_start_from:
         return None
     resumed = train_cfg.model_dir and tf.train.latest_checkpoint(train_cfg.model_dir)
@@ -207,6 +208,7 @@ def apply(train_cfg, task_name: str, is_chief: bool, slots_of=None, after_restor
     if tables:
         done = v1.get_variable("warm_start_done", [], tf.bool, initializer=v1.zeros_initializer(), trainable=False)
         v1.add_to_collection(checkpoints.NOT_SAVED, done)
+    if tables and is_chief:  # another worker only waits for done
         # Every initializer but done's; the tables' state is loaded in init_fn. As MonitoredTrainingSession's
         # default init_op otherwise (the Scaffold takes the graph's INIT_OP).
         v1.add_to_collection(v1.GraphKeys.INIT_OP, tf.group(

@@ -363,8 +363,9 @@ class _Emptying(NamedTuple):
         """Takes the gradients the accumulator holds.
 
         A take can be queued behind another that waits for a whole round: an aggregation step of an
-        earlier session whose cancellation never reached this ps (seen once in the two-ps sync drill:
-        the chief's restore waited three minutes behind it, until gRPC closed the connection). Takes
+        earlier session whose cancellation never reached this ps (as the logs read the one time it was
+        seen, in the two-ps sync drill: the chief's restore waited three minutes, until gRPC closed the
+        connection). Takes
         complete in order, so while this one waits, a zero gradient goes in every TAKE_WAIT_SECS until
         each take ahead has what it waits for; what they take goes to steps that are gone. Raises
         AbortedError (the chief re-creates its session) once max_zero_pushes have not emptied it.
