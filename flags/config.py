@@ -15,7 +15,7 @@ from absl import app, logging
 
 from ps_trainer import input as inputs
 from ps_trainer import model
-from ps_trainer.model import tables, user_fn
+from ps_trainer.model import multi_valued, tables, user_fn
 from ps_trainer.cluster import rendezvous, resolve, spec
 from ps_trainer.input import storage
 from ps_trainer.training import plan
@@ -91,6 +91,10 @@ def check_flags_alone(f) -> None:
     check_incremental(f)
     check_table_flags(f)
     check_warm_start(f)
+    read_multi_valued(f)
+    if f["combiner"].present and not f.multi_valued_columns:
+        raise app.UsageError("--combiner combines the rows of a multi-valued column's values: there is none "
+                             "(--multi_valued_columns); drop the flag.")
 
 
 # The settings of a model's embedding tables, besides those of one kind only (model/tables.py): each given
@@ -126,6 +130,22 @@ def check_incremental(f) -> None:
         raise app.UsageError(f"--incremental_save_secs={f.incremental_save_secs} saves deltas between full "
                              f"checkpoints, which come every --save_checkpoint_secs={f.save_checkpoint_secs}: "
                              "make it smaller.")
+
+
+def read_multi_valued(f) -> tuple[str, ...]:
+    """--multi_valued_columns as DataConfig holds it: "NAME:SEPARATOR" each, the separator '|' unless given."""
+    entries, names = [], set()
+    for entry in f.multi_valued_columns:
+        name, _, separator = entry.partition(":")
+        separator = separator if ":" in entry else multi_valued.DEFAULT_SEPARATOR
+        if not name or not separator:
+            raise app.UsageError(f"--multi_valued_columns: '{entry}' is not NAME or NAME:SEPARATOR "
+                                 "(e.g. history or tags:;)")
+        if name in names:
+            raise app.UsageError(f"--multi_valued_columns names '{name}' twice: give each column once")
+        names.add(name)
+        entries.append(f"{name}:{separator}")
+    return tuple(entries)
 
 
 def check_warm_start(f) -> None:
@@ -521,6 +541,7 @@ def read_model(f, cluster: spec.ClusterConfig) -> model.ModelConfig:
                              embedding_dim=f.embedding_dim, embedding=f.embedding,
                              embedding_capacity=f.embedding_capacity, embedding_min_count=f.embedding_min_count,
                              embedding_steps_to_live=f.embedding_steps_to_live, embedding_growth=f.embedding_growth,
+                             combiner=f.combiner,
                              embedding_partitions=f.embedding_partitions or max(1, cluster.num_ps),
                              mark_touched_rows=f.incremental_save_secs > 0)
 
@@ -540,7 +561,8 @@ def read_data(f, cluster: spec.ClusterConfig, env) -> inputs.DataConfig:
                              shuffle_buffer=f.shuffle_buffer,
                              skip_bad_records=f.skip_bad_records, label_column=f.label_column,
                              numeric_columns=tuple(f.numeric_columns),
-                             categorical_columns=tuple(f.categorical_columns), num_classes=f.num_classes,
+                             categorical_columns=tuple(f.categorical_columns),
+                             multi_valued_columns=read_multi_valued(f), num_classes=f.num_classes,
                              numeric_default=f.numeric_default, input_queue=bool(f.input_queue),
                              input_queue_lease_secs=f.input_queue_lease_secs,
                              input_queue_audit=f.input_queue_audit, group_column=f.group_column)
@@ -550,6 +572,7 @@ def read_data(f, cluster: spec.ClusterConfig, env) -> inputs.DataConfig:
     if problem:
         raise app.UsageError(problem)
     check_group_column(data)
+    check_multi_valued(data)
     path = decided(plan.input_path, input_settings(f, name, cluster))
     return dataclasses.replace(data, input_queue=path.queue, input_queue_by_default=path.by_default)
 
@@ -565,6 +588,22 @@ def check_group_column(data: inputs.DataConfig) -> None:
     if data_spec.num_classes != 2:
         raise app.UsageError(f"--group_column: the group AUC is of two classes; --dataset={data.name} has "
                              f"{data_spec.num_classes}")
+
+
+def check_multi_valued(data: inputs.DataConfig) -> None:
+    """--multi_valued_columns names columns the dataset can read so (its MULTI_VALUED), none the group AUC
+    groups by."""
+    separators = data.separators()
+    if not separators:
+        return
+    readable = inputs.DATASETS[data.name].MULTI_VALUED
+    unknown = [name for name in separators if readable is not None and name not in readable]
+    if unknown:
+        can = f"only {', '.join(readable)}" if readable else "none"
+        raise app.UsageError(f"--multi_valued_columns={unknown[0]}: --dataset={data.name} has {can} of them")
+    if data.group_column in separators:
+        raise app.UsageError(f"--group_column={data.group_column} is multi-valued (--multi_valued_columns): a group "
+                             "is one value; name a single-valued column")
 
 
 def read_dataset_name(f, data_dir: str | None, source: str) -> str:

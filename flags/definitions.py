@@ -240,6 +240,13 @@ flags.DEFINE_string("group_column", None, "The held-out evaluations also report 
 flags.DEFINE_string("label_column", DATA.label_column, "csv and tabular tfrecord: the int64 class column.")
 flags.DEFINE_list("numeric_columns", [], "csv and tabular tfrecord: float feature columns.")
 flags.DEFINE_list("categorical_columns", [], "csv and tabular tfrecord: string feature columns.")
+flags.DEFINE_list("multi_valued_columns", [], "NAME[:SEPARATOR],...: categorical columns of any number of values "
+                  "per example (a user's last items: a|b|c; SEPARATOR default '|'), on csv files, on tfrecord "
+                  "(a bytes or int64 list, any length), and 'history' on zipf_clicks (generated). wide_deep "
+                  "looks each value up and combines an example's rows by --combiner; an empty field is no value.")
+flags.DEFINE_enum("combiner", MODEL.combiner, ["sum", "mean", "sqrtn"],
+                  "wide_deep: how a multi-valued column's embeddings of one example combine (sqrtn: the sum over "
+                  "the square root of their count); the wide part's weights add up.")
 flags.DEFINE_float("numeric_default", DATA.numeric_default,
                    "csv and criteo: the value an empty numeric field reads as (an empty categorical field "
                    "reads as the empty string, an id of its own).")

@@ -24,6 +24,8 @@ class Source(Protocol):
     """What a data source module has (DATASETS' values)."""
 
     KIND: str  # "generated" (made from the seed: cached in memory by default) or "files" (streamed)
+    # The columns it can read as multi-valued (--multi_valued_columns), or None: any column of its files.
+    MULTI_VALUED: tuple[str, ...] | None
 
     def check(self, data_cfg: DataConfig) -> str | None:
         """A problem to report, or None."""

@@ -20,6 +20,7 @@ CATEGORICAL = ("user", "item", "category")
 
 
 KIND = "generated"
+MULTI_VALUED = ()  # no multi-valued columns
 
 
 def check(data_cfg):

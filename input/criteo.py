@@ -21,6 +21,7 @@ from ps_trainer.input import packing, tuning
 from ps_trainer.input.specs import DataSpec
 
 KIND = "files"
+MULTI_VALUED = ()  # no multi-valued columns
 
 LABEL = "label"
 INTEGER = tuple(f"I{i}" for i in range(1, 14))

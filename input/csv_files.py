@@ -2,7 +2,9 @@
 each plain or gzipped (train-*.csv.gz); or tab-separated ones, train-*.tsv[.gz] (one kind per split).
 
 --label_column names the int64 class column; --numeric_columns (read as float) and
---categorical_columns (read as strings) name the features. Other columns are ignored. An empty
+--categorical_columns (read as strings) name the features, and --multi_valued_columns those whose field
+holds any number of values between separators (read whole, as a string: the model splits it,
+model/multi_valued.py). Other columns are ignored. An empty
 numeric field reads as --numeric_default (0 unless set), an empty categorical one as "", and an
 empty label is a bad record named by its file and row. Workers split
 the files between them when there are at least as many files as workers, and the rows otherwise.
@@ -23,6 +25,7 @@ from ps_trainer.input import packing, tuning
 from ps_trainer.input.specs import tabular_spec
 
 KIND = "files"
+MULTI_VALUED = None  # any of its columns can be multi-valued (--multi_valued_columns)
 
 PARALLEL_FILES = 4
 
@@ -68,8 +71,9 @@ def found_in(data_dir: str) -> bool:
 def check(data_cfg):
     if not data_cfg.data_dir:
         return "--dataset=csv needs --data_dir: a directory of train-*.csv files with a header row."
-    if not data_cfg.numeric_columns and not data_cfg.categorical_columns:
-        return "--dataset=csv needs --numeric_columns and/or --categorical_columns: the feature columns."
+    if not data_cfg.numeric_columns and not data_cfg.categorical_columns and not data_cfg.multi_valued_columns:
+        return ("--dataset=csv needs --numeric_columns, --categorical_columns and/or --multi_valued_columns: the "
+                "feature columns.")
     for split in ("train", "eval") if data_cfg.eval_data_dir else ("train",):
         files = _glob(data_cfg.split_dir(split), split)
         if not files:
@@ -87,7 +91,7 @@ def check(data_cfg):
             columns = header(files[0])
         except (OSError, EOFError, UnicodeDecodeError) as err:  # gzip.BadGzipFile is an OSError
             return f"{files[0]}: cannot read its header row: {err}."
-        for name in (data_cfg.label_column, *data_cfg.numeric_columns, *data_cfg.categorical_columns):
+        for name in _wanted(data_cfg):
             if name not in columns:
                 return f"{files[0]}: no column '{name}' in its header ({', '.join(columns)})."
             if columns.count(name) > 1:
@@ -97,6 +101,12 @@ def check(data_cfg):
 
 def spec(data_cfg):
     return tabular_spec(data_cfg)
+
+
+def _wanted(data_cfg) -> tuple[str, ...]:
+    """The columns a run reads: the label, then the features (a multi-valued column's whole field, as a string)."""
+    strings = dict.fromkeys([*data_cfg.categorical_columns, *data_cfg.separators()])
+    return (data_cfg.label_column, *data_cfg.numeric_columns, *strings)
 
 
 # A field is quoted whole ("a ""b"", c": quotes inside doubled) or holds no quote; rows are one line each.
@@ -124,7 +134,7 @@ def blocks(data_cfg, split: str, shard) -> tf.data.Dataset:
     if not files:
         raise FileNotFoundError(f"no {split} files match {pattern(data_dir, split)}")
     columns, separator = header(files[0]), delimiter(files[0])  # one kind per split: check()
-    wanted = (data_cfg.label_column, *data_cfg.numeric_columns, *data_cfg.categorical_columns)
+    wanted = _wanted(data_cfg)
     # Read in file order, by the places of the first file's header; every file's header is checked.
     selected = sorted(columns.index(name) for name in wanted)
     names = [columns[i] for i in selected]
@@ -204,7 +214,7 @@ def _parse_block(path, indices, rows, width, separator, names, selected, data_cf
     values = tf.strings.to_number(tf.where(tf.logical_or(empty, not_number), "0", numeric), tf.float32)
     values = tf.where(empty, tf.constant(data_cfg.numeric_default, tf.float32), values)
     features = {name: values[:, i] for i, name in enumerate(data_cfg.numeric_columns)}
-    features.update({name: text[name] for name in data_cfg.categorical_columns})
+    features.update({name: text[name] for name in _wanted(data_cfg)[1 + len(data_cfg.numeric_columns):]})
     return bad, problems, (features, labels)
 
 

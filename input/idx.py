@@ -27,6 +27,7 @@ class IdxError(ValueError):
 
 
 KIND = "files"
+MULTI_VALUED = ()  # no multi-valued columns
 files = None  # one file of images, one of labels: nothing the input queue could hand out by file
 
 

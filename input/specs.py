@@ -22,6 +22,8 @@ class DataConfig:
     label_column: str = "label"
     numeric_columns: tuple[str, ...] = ()
     categorical_columns: tuple[str, ...] = ()
+    # Categorical columns of any number of values per field, each "NAME:SEPARATOR" (--multi_valued_columns).
+    multi_valued_columns: tuple[str, ...] = ()
     num_classes: int = 2
     # csv and criteo: what an empty numeric field reads as.
     numeric_default: float = 0.0
@@ -36,10 +38,16 @@ class DataConfig:
     def split_dir(self, split: str) -> str | None:
         return self.eval_data_dir if split == "eval" and self.eval_data_dir else self.data_dir
 
+    def separators(self) -> dict[str, str]:
+        """{each multi-valued column: the separator between its values}."""
+        return dict(entry.split(":", 1) for entry in self.multi_valued_columns)
+
 
 class DataSpec(NamedTuple):
     features: dict[str, tf.TensorSpec]  # one example's raw features, by name
     num_classes: int
+    # {a string feature that holds any number of values, its field split at the separator: the separator}
+    separators: dict[str, str] = {}
 
 
 class Shard(NamedTuple):
@@ -52,8 +60,9 @@ class Shard(NamedTuple):
 
 def tabular_spec(data_cfg: DataConfig) -> DataSpec:
     features = {name: tf.TensorSpec([], tf.float32, name) for name in data_cfg.numeric_columns}
-    features.update({name: tf.TensorSpec([], tf.string, name) for name in data_cfg.categorical_columns})
-    return DataSpec(features, data_cfg.num_classes)
+    separators = data_cfg.separators()
+    features.update({name: tf.TensorSpec([], tf.string, name) for name in (*data_cfg.categorical_columns, *separators)})
+    return DataSpec(features, data_cfg.num_classes, separators)
 
 
 def generated_shard_description(data_cfg: DataConfig, split: str, shard: Shard, eval_examples: int) -> str:

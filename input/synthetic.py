@@ -14,6 +14,7 @@ from ps_trainer.input import packing, tuning
 from ps_trainer.input.specs import DataSpec
 
 KIND = "generated"
+MULTI_VALUED = ()  # no multi-valued columns
 
 IMAGE_SHAPE = (28, 28, 1)
 NUM_CLASSES = 10

@@ -3,7 +3,8 @@
 --data_dir holds train-*.tfrecord and eval-*.tfrecord (scripts/convert_to_tfrecord.py writes them from
 any dataset the trainer reads). An example holds either an 'image' (raw uint8 bytes,
 28x28x1) and a 'label' (int64), or, with --numeric_columns/--categorical_columns, those columns
-(float and bytes) and the --label_column.
+(float and bytes) and the --label_column; a --multi_valued_columns column is a list of any length, bytes
+or int64 (as the first record holds it), read as one field of its values between the separator.
 
 Workers split the files between them when there are at least as many files as workers, and split
 the records otherwise; files are read in parallel. A record that is unreadable, lacks a feature,
@@ -21,6 +22,7 @@ from ps_trainer.input import packing, synthetic, tuning
 from ps_trainer.input.specs import tabular_spec
 
 KIND = "files"
+MULTI_VALUED = None  # any of its columns can be multi-valued (--multi_valued_columns)
 
 PARALLEL_FILES = 4
 
@@ -49,7 +51,7 @@ def check(data_cfg):
 
 
 def spec(data_cfg):
-    tabular = data_cfg.numeric_columns or data_cfg.categorical_columns
+    tabular = data_cfg.numeric_columns or data_cfg.categorical_columns or data_cfg.multi_valued_columns
     return tabular_spec(data_cfg) if tabular else synthetic.spec(data_cfg)
 
 
@@ -58,11 +60,16 @@ def _kind(dtype) -> str:
 
 
 def example_proto(features: dict, label: int, data_spec, label_name: str = "label") -> bytes:
-    """One serialized tf.train.Example of this format, from numpy/python values."""
+    """One serialized tf.train.Example of this format, from numpy/python values (a multi-valued column's
+    field, values between separators, as a bytes list of its values)."""
     feature = {label_name: tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)]))}
     for name, value_spec in data_spec.features.items():
         value = features[name]
-        if value_spec.dtype == tf.uint8:
+        if name in data_spec.separators:
+            raw = value if isinstance(value, bytes) else str(value).encode()
+            values = [v for v in raw.split(data_spec.separators[name].encode()) if v]
+            feature[name] = tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
+        elif value_spec.dtype == tf.uint8:
             feature[name] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[np.asarray(value).tobytes()]))
         elif value_spec.dtype == tf.string:
             raw = value if isinstance(value, bytes) else str(value).encode()
@@ -105,10 +112,38 @@ def _image(name: str, value_spec, first):
     return tf.reshape(tf.io.decode_raw(raw, tf.uint8), [-1, *value_spec.shape]), failure
 
 
-def decoder(data_spec, label_name: str):
+def list_kinds(path: str, names) -> dict:
+    """{each of `names`: tf.int64 if the file's first record holds it as an int64 list, else tf.string}."""
+    kinds = dict.fromkeys(names, tf.string)
+    for serialized in tf.data.TFRecordDataset(path).take(1):
+        example = tf.train.Example.FromString(serialized.numpy())
+        for name in names:
+            if name in example.features.feature and example.features.feature[name].WhichOneof("kind") == "int64_list":
+                kinds[name] = tf.int64
+    return kinds
+
+
+def _joined(name: str, sparse: tf.SparseTensor, n, separator: str):
+    """(a multi-valued feature's values as one field per record, joined by the separator; (failed [n],
+    message) for a record with a value that holds the separator, which the model would split)."""
+    values = sparse.values if sparse.dtype == tf.string else tf.strings.as_string(sparse.values)
+    ragged = tf.RaggedTensor.from_value_rowids(values, sparse.indices[:, 0], nrows=tf.cast(n, tf.int64))
+    holds = tf.strings.split(values, sep=separator).row_lengths() > 1
+    held = tf.reduce_any(tf.RaggedTensor.from_value_rowids(holds, sparse.indices[:, 0], nrows=tf.cast(n, tf.int64)),
+                         axis=1)
+    failure = (held, lambda: tf.strings.join([f"'{name}' holds a value with its separator '{separator}' "
+                                              "(--multi_valued_columns), which would split it: give another"]))
+    return tf.strings.reduce_join(ragged, axis=1, separator=separator), failure
+
+
+def decoder(data_spec, label_name: str, kinds: dict | None = None):
     """decode(path, indices [n], serialized [n]) -> (bad [n], problems [k], (features, labels)), for
-    records.tfrecord_blocks. A problem names the first thing wrong with a record."""
-    parse_spec = {name: tf.io.VarLenFeature(tf.string if s.dtype == tf.uint8 else s.dtype)
+    records.tfrecord_blocks. A problem names the first thing wrong with a record. A multi-valued column
+    (data_spec.separators; its list's kind in `kinds`, bytes unless said) holds any number of values, read as
+    one field of values between separators, as the model takes it."""
+    kinds = kinds or {}
+    parse_spec = {name: tf.io.VarLenFeature(kinds.get(name, tf.string) if name in data_spec.separators else
+                                            tf.string if s.dtype == tf.uint8 else s.dtype)
                   for name, s in data_spec.features.items()}
     parse_spec[label_name] = tf.io.VarLenFeature(tf.int64)
     defaults = {tf.uint8: b"", tf.string: b"", tf.float32: 0.0}
@@ -122,6 +157,10 @@ def decoder(data_spec, label_name: str):
         n = tf.size(serialized)
         failures, features = [], {}
         for name, value_spec in data_spec.features.items():
+            if name in data_spec.separators:
+                features[name], failure = _joined(name, parsed[name], n, data_spec.separators[name])
+                failures.append(failure)
+                continue
             counts, first = _first_values(parsed[name], n, defaults[value_spec.dtype])
             failures.append(_count_failure(f"'{name}' {_kind(value_spec.dtype)}", counts))
             if value_spec.dtype == tf.uint8:
@@ -143,7 +182,9 @@ def blocks(data_cfg, split: str, shard) -> tf.data.Dataset:
     files = sorted(tf.io.gfile.glob(pattern(data_dir, split)))
     if not files:
         raise FileNotFoundError(f"no {split} files match {pattern(data_dir, split)}")
-    decode, skip = decoder(spec(data_cfg), data_cfg.label_column), data_cfg.skip_bad_records
+    data_spec = spec(data_cfg)
+    decode = decoder(data_spec, data_cfg.label_column, list_kinds(files[0], data_spec.separators))
+    skip = data_cfg.skip_bad_records
     if len(files) >= shard.count:  # whole files per worker
         blocks = record_files.tfrecord_blocks(files[shard.index::shard.count], PARALLEL_FILES, decode, skip,
                                               feed=shard.feed)

@@ -8,6 +8,11 @@ Every ID has a hidden affinity, and the click probability rises with the sum of 
 affinities, so a model that tells IDs apart (a row per ID) beats one whose IDs share rows (a small
 hashed table). IDs are digit strings, a different set per column. Example i is a
 pure function of (seed, i): each worker makes exactly its own shard, with no file.
+
+With --multi_valued_columns=history (its separator as given, '|' by default), each example also has a
+user's history: 0 to MAX_HISTORY items (their count log-uniform: a sixth of users have none, a few have
+dozens), drawn by Zipf's law from HISTORY_ITEMS, each with an affinity of its own; the mean of their
+affinities adds to the click score.
 """
 
 import numpy as np
@@ -17,12 +22,20 @@ from ps_trainer.input import criteo, packing, tuning
 from ps_trainer.input.specs import generated_shard_description
 
 KIND = "generated"
+MULTI_VALUED = ("history",)  # --multi_valued_columns=history adds the one it makes
 EVAL_EXAMPLES = 20000
 # Values per categorical column: 3 up to 1,000,000, evenly on a log scale.
 CARDINALITIES = tuple(int(round(3 * (1e6 / 3) ** (i / 25))) for i in range(26))
 ZIPF_EXPONENT = 1.1
 AFFINITY_SCALE = 0.5  # of each column's affinity: 26 of them, so the score's spread is about 2.5
 BLOCK = 1024  # examples made by one call
+HISTORY = "history"
+MAX_HISTORY = 50
+HISTORY_ITEMS = 100000
+HISTORY_SCALE = 1.5  # of the mean affinity of an example's history items
+# The history's draws come from a stream of their own, [seed, index + HISTORY_STREAM], which leaves the
+# other columns' draws as they are without it.
+HISTORY_STREAM = 1 << 40
 
 
 def check(data_cfg):
@@ -30,7 +43,12 @@ def check(data_cfg):
 
 
 def spec(data_cfg):
-    return criteo.spec(data_cfg)
+    data_spec = criteo.spec(data_cfg)
+    separators = data_cfg.separators()
+    if HISTORY not in separators:
+        return data_spec
+    features = {**data_spec.features, HISTORY: tf.TensorSpec([], tf.string, HISTORY)}
+    return data_spec._replace(features=features, separators={HISTORY: separators[HISTORY]})
 
 
 def _zipf_ranks(uniform, cardinality):
@@ -41,12 +59,13 @@ def _zipf_ranks(uniform, cardinality):
     return tf.minimum(tf.cast(ranks, tf.int64), tf.cast(cardinality, tf.int64) - 1)
 
 
-def _ids_and_affinities(uniform):
-    """[n, 26] ID strings and their N(0, 1) affinities, from [n, 26] uniforms."""
-    cardinality = tf.constant(CARDINALITIES, tf.float64)
+def _ids_and_affinities(uniform, cardinalities=CARDINALITIES, column=None):
+    """[n, k] ID strings and their N(0, 1) affinities, from [n, k] uniforms: column j's from cardinalities[j]
+    values (`column`: the columns' numbers, 0..k-1 unless given)."""
+    cardinality = tf.constant(cardinalities, tf.float64)
     ranks = _zipf_ranks(tf.cast(uniform, tf.float64), cardinality)
     # Scrambled so that a column's IDs look like hashes: an odd multiplier is a bijection mod 2^32.
-    column = tf.range(26, dtype=tf.int64)
+    column = tf.range(len(cardinalities), dtype=tf.int64) if column is None else tf.constant(column, tf.int64)
     hashed = (ranks * 2654435761 + column * 40503 + 12345) % (1 << 32)
     ids = tf.strings.as_string(hashed, width=10, fill="0")
     columns = tf.broadcast_to(tf.strings.as_string(column), tf.shape(ids))
@@ -55,11 +74,27 @@ def _ids_and_affinities(uniform):
     return ids, affinities
 
 
+def _history(seed, indices, separator: str):
+    """([n] history fields, [n] the mean affinity of each one's items, 0 for none)."""
+    draws = tf.map_fn(lambda index: tf.random.stateless_uniform([1 + MAX_HISTORY], [seed, index + HISTORY_STREAM]),
+                      indices, fn_output_signature=tf.float32)
+    lengths = tf.cast(tf.floor(tf.exp(draws[:, 0] * float(np.log(MAX_HISTORY + 1)))) - 1.0, tf.int64)
+    lengths = tf.clip_by_value(lengths, 0, MAX_HISTORY)
+    # One column of its own (number 26) for the items: an item's ID and affinity are the same in every slot.
+    items, affinities = _ids_and_affinities(draws[:, 1:], (HISTORY_ITEMS,) * MAX_HISTORY, [26] * MAX_HISTORY)
+    held = tf.sequence_mask(lengths, MAX_HISTORY)
+    fields = tf.strings.reduce_join(tf.RaggedTensor.from_tensor(items, lengths=lengths), axis=1, separator=separator)
+    mean = tf.math.divide_no_nan(tf.reduce_sum(tf.where(held, affinities, 0.0), axis=1),
+                                 tf.cast(tf.maximum(lengths, 1), tf.float32))
+    return fields, mean
+
+
 @tuning.pipeline
 def blocks(data_cfg, split: str, shard) -> tf.data.Dataset:
     first = 0 if split == "train" else data_cfg.synthetic_examples
     count = data_cfg.synthetic_examples if split == "train" else EVAL_EXAMPLES
     seed = data_cfg.seed
+    history_separator = data_cfg.separators().get(HISTORY)
 
     def make(indices):
         draws = tf.map_fn(lambda index: tf.random.stateless_uniform([26 + 13 + 1], [seed, index]), indices,
@@ -67,9 +102,12 @@ def blocks(data_cfg, split: str, shard) -> tf.data.Dataset:
         ids, affinities = _ids_and_affinities(draws[:, :26])
         counts = tf.floor(tf.exp(draws[:, 26:39] * 6.0) - 1.0)  # integer features, heavy tailed
         score = AFFINITY_SCALE * tf.reduce_sum(affinities, axis=1) - 1.2
-        labels = tf.cast(draws[:, 39] < tf.sigmoid(score), tf.int64)
         features = {name: counts[:, i] for i, name in enumerate(criteo.INTEGER)}
         features.update({name: ids[:, i] for i, name in enumerate(criteo.CATEGORICAL)})
+        if history_separator is not None:
+            features[HISTORY], history_affinity = _history(seed, indices, history_separator)
+            score += HISTORY_SCALE * history_affinity
+        labels = tf.cast(draws[:, 39] < tf.sigmoid(score), tf.int64)
         return features, labels
 
     indices = tf.data.Dataset.range(first, first + count).shard(shard.count, shard.index)

@@ -58,6 +58,8 @@ class ModelConfig:
     embedding_growth: bool = False
     embedding_min_count: int = 1
     embedding_steps_to_live: int = 0
+    # How a multi-valued column's embeddings of an example combine: "sum", "mean" or "sqrtn" (model/multi_valued.py).
+    combiner: str = "mean"
     # Training marks the table rows it changes, for incremental checkpoints (model/touched_rows.py).
     mark_touched_rows: bool = False
     # Where each shard of a table lives, the ps tasks in order: set for the training graph of a

@@ -25,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from ps_trainer.model import registry
+from ps_trainer.model import multi_valued, registry
 
 v1 = tf.compat.v1
 
@@ -45,7 +45,8 @@ def lookup(families, ids) -> list:
     PartitionedVariables (cut into row ranges), every family cut into the same row ranges (wide_deep's
     embedding and wide weight tables), so that one unique finds the distinct rows of all of them;
     families whose shards also sit on the same ps tasks send each of them one tensor of pairs. ids:
-    int64 [batch, columns], each a row of its column's tables.
+    int64 [batch, columns], each a row of its column's tables; or model/multi_valued.ColumnIds of such rows,
+    whose rows come back [ids, width], in its flat() order.
 
     Inside rows_from(source), the source answers instead (training/step/row_copies.py: a round's rows
     held on the worker).
@@ -55,14 +56,20 @@ def lookup(families, ids) -> list:
         return source.lookup(families, ids)
     family_shards, num_cells = cut_alike(families)
     distinct, repeat = tf.unique(pairs(family_shards, ids))
-    columns = len(family_shards[0])
     found = [None] * len(families)
     for placed in gather(family_shards, num_cells, distinct):
         for i, f in enumerate(placed.families):
             # The gradient of this gather sums each distinct row's share on the worker (an unsorted segment sum).
-            found[f] = tf.reshape(tf.gather(tf.dynamic_stitch(placed.positions, [rows[i] for rows in placed.rows]),
-                                            repeat), [-1, columns, family_shards[f][0][0].shape[1]])
+            found[f] = shaped(tf.gather(tf.dynamic_stitch(placed.positions, [rows[i] for rows in placed.rows]),
+                                        repeat), ids, len(family_shards[0]))
     return found
+
+
+def shaped(rows, ids, columns: int) -> tf.Tensor:
+    """rows [ids, width], a row per ID of `ids` in pairs()' order -> lookup()'s shape of them."""
+    if isinstance(ids, multi_valued.ColumnIds):
+        return rows
+    return tf.reshape(rows, [-1, columns, rows.shape[-1]])
 
 
 @contextlib.contextmanager
@@ -97,7 +104,7 @@ def cut_alike(families) -> tuple[list, int]:
 
 def pairs(family_shards, ids) -> tf.Tensor:
     """Each of ids[:, c] as the (cell, row) pair of the shard of column c's tables that holds it, one
-    int64 (cell << ROW_BITS | row), row by row of ids."""
+    int64 (cell << ROW_BITS | row), row by row of ids (ColumnIds: in its flat() order)."""
     table_shards = family_shards[0]
     columns, most = len(table_shards), max(len(column) for column in table_shards)
     # starts[c, p]: the first row of column c's shard p (past the last shard: never reached).
@@ -108,8 +115,12 @@ def pairs(family_shards, ids) -> tf.Tensor:
         starts[column, :len(column_shards)] = np.cumsum([0] + [p.shape[0] for p in column_shards[:-1]])
         num_cells += len(column_shards)
 
-    flat = tf.reshape(tf.cast(ids, tf.int64), [-1])
-    column = tf.tile(tf.range(columns, dtype=tf.int64), tf.shape(ids, out_type=tf.int64)[:1])
+    if isinstance(ids, multi_valued.ColumnIds):
+        flat, column = ids.flat()
+        flat = tf.cast(flat, tf.int64)
+    else:
+        flat = tf.reshape(tf.cast(ids, tf.int64), [-1])
+        column = tf.tile(tf.range(columns, dtype=tf.int64), tf.shape(ids, out_type=tf.int64)[:1])
     column_starts = tf.gather(tf.constant(starts), column)
     shard = tf.reduce_sum(tf.cast(flat[:, None] >= column_starts, tf.int64), axis=1) - 1
     local = flat - tf.gather(tf.reshape(column_starts, [-1]), tf.range(tf.size(flat, tf.int64)) * most + shard)

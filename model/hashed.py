@@ -4,7 +4,7 @@ start, the row of a value picked by a hash of it (distinct values can share one)
 
 import tensorflow as tf
 
-from ps_trainer.model import grouped_lookup, touched_rows
+from ps_trainer.model import grouped_lookup, multi_valued, touched_rows
 from ps_trainer.model.needs import table_part, wide_part
 
 v1 = tf.compat.v1
@@ -33,19 +33,33 @@ def resumed_shards(saved: dict) -> None:
 
 
 def columns(features, names, model_cfg, num_classes, training, initializer):
-    """(embeddings, wide weights) of every categorical column, each [batch, columns, width]. On the ps
-    tasks every column's tables are gathered from at once, one call per ps (model/grouped_lookup.py);
-    alone, each with embedding_lookup ("div": fixed_size_partitioner gives a shard a range of rows)."""
+    """(embeddings, wide weights) of every categorical column, each [batch, columns, width] (a multi-valued
+    column's rows combined: model/multi_valued.py). On the ps tasks every column's tables are gathered from
+    at once, one call per ps (model/grouped_lookup.py); alone, each with embedding_lookup ("div":
+    fixed_size_partitioner gives a shard a range of rows)."""
     tables = []
     for name in names:
         with v1.variable_scope(name):
             tables.append(_tables(model_cfg, num_classes, training, initializer))
-    ids = tf.stack([tf.strings.to_hash_bucket_fast(features[name], model_cfg.hash_buckets) for name in names], axis=1)
+    ids = multi_valued.ids_of([_bucket(features[name], model_cfg.hash_buckets) for name in names])
     deep, wide = zip(*tables)
     if model_cfg.table_devices:
-        return tuple(grouped_lookup.lookup([deep, wide], ids))
-    return tuple(tf.stack([v1.nn.embedding_lookup(table, ids[:, c], partition_strategy="div")
-                           for c, table in enumerate(column_tables)], axis=1) for column_tables in (deep, wide))
+        rows = grouped_lookup.lookup([deep, wide], ids)
+    elif isinstance(ids, multi_valued.ColumnIds):
+        rows = [tf.concat([v1.nn.embedding_lookup(table, values, partition_strategy="div")
+                           for table, values in zip(column_tables, ids.values)], 0) for column_tables in (deep, wide)]
+    else:
+        rows = [tf.stack([v1.nn.embedding_lookup(table, ids[:, c], partition_strategy="div")
+                          for c, table in enumerate(column_tables)], axis=1) for column_tables in (deep, wide)]
+    return (multi_valued.combined(rows[0], ids, model_cfg.combiner),
+            multi_valued.combined(rows[1], ids, multi_valued.WIDE_COMBINER))
+
+
+def _bucket(values, buckets: int):
+    """Each value's row: a hash of it (of each of a multi-valued column's values)."""
+    if isinstance(values, tf.RaggedTensor):
+        return values.with_flat_values(tf.strings.to_hash_bucket_fast(values.flat_values, buckets))
+    return tf.strings.to_hash_bucket_fast(values, buckets)
 
 
 def _tables(model_cfg, num_classes, training, initializer):

@@ -6,7 +6,8 @@ object with its fields) on the contract the trainer's own models keep (model/spe
 update to the runtime, with a `loss` and no `train_op` in TRAIN mode, and its `predictions` are the
 logits. The trainer then trains that loss as it trains its own models (--optimizer, --learning_rate and
 the levers: --local_steps, --accumulate_batches, --sync_replicas), on its own input sources (--dataset:
-the features a model_fn reads by name), and judges held-out data, exports and serves by the logits, as for
+the features a model_fn reads by name; a --multi_valued_columns column as a SparseTensor of its values,
+as TF1's parse_example gave a variable-length feature), and judges held-out data, exports and serves by the logits, as for
 its own models. A model_fn that builds its own train_op runs as an Estimator program (docs/estimator.md).
 """
 
@@ -21,7 +22,7 @@ import sys
 import tensorflow as tf
 from absl import flags
 
-from ps_trainer.model import dynamic, spec
+from ps_trainer.model import dynamic, multi_valued, spec
 from ps_trainer.model.dynamic import column
 from ps_trainer.model.needs import Needs
 
@@ -95,6 +96,11 @@ def model_fn(features, labels, mode: str, params: spec.Params) -> spec.Estimator
     accepted = inspect.signature(function).parameters
     offered = {"labels": labels, "mode": mode, "params": params_of(model_cfg.model_fn_params), "config": None}
     options = dynamic.options_of(model_cfg) if model_cfg.embedding == "dynamic" else None
+    # A multi-valued column's values as TF1's input_fns gave a variable-length feature: a SparseTensor
+    # [batch, most values], which TF1's categorical columns read (and embedding_column combines).
+    separators = params.data_spec.separators
+    features = {name: multi_valued.split(value, separators[name]).to_sparse() if name in separators else value
+                for name, value in features.items()}
     with tf.compat.v1.variable_scope(model_cfg.name), column.building(options, mode == spec.ModeKeys.TRAIN):
         found = function(features=features, **{key: value for key, value in offered.items() if key in accepted})
     if mode == spec.ModeKeys.TRAIN and getattr(found, "train_op", None) is not None:

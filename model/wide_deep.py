@@ -1,6 +1,7 @@
 """Wide and deep: a ranking model over categorical and numeric features.
 
-Each categorical value gets a row of a table per column, of the kind --embedding names (model/tables.py):
+Each categorical value gets a row of a table per column, of the kind --embedding names (model/tables.py)
+(a multi-valued column's values a row each, combined per example: model/multi_valued.py):
 with --embedding=hashed, the row its hash picks among --hash_buckets (distinct values can share one,
 model/hashed.py); with --embedding=dynamic, a row of its own, made the first time training meets it
 (model/dynamic.py). The deep part reads an embedding
@@ -17,7 +18,7 @@ trains as the canonical wide-and-deep model does: FTRL for the wide part, Adagra
 
 import tensorflow as tf
 
-from ps_trainer.model import layers, spec, tables
+from ps_trainer.model import layers, multi_valued, spec, tables
 from ps_trainer.model.needs import Needs, wide_part
 
 v1 = tf.compat.v1
@@ -64,6 +65,7 @@ def categorical_columns(data_spec) -> list[str]:
 
 
 def logits(features, model_cfg, data_spec, training):
+    features = multi_valued.split_columns(features, data_spec.separators)
     categorical = categorical_columns(data_spec)
     numeric = sorted(n for n, s in data_spec.features.items() if s.dtype == tf.float32)
     num_classes = data_spec.num_classes

@@ -69,13 +69,17 @@ MODELS = {
     "wide_deep_dynamic": ["--model=wide_deep", "--dataset=zipf_clicks", "--synthetic_examples=200000",
                           "--batch_size=256", "--embedding=dynamic", "--embedding_growth",
                           "--embedding_capacity=4000000"],
+    # and with a user's history besides: a multi-valued column of 0 to 50 items, about 12 an example.
+    "wide_deep_history": ["--model=wide_deep", "--dataset=zipf_clicks", "--synthetic_examples=200000",
+                          "--batch_size=256", "--multi_valued_columns=history"],
 }
 # Fewer measured steps for the slow models, so that a run takes tens of seconds, not minutes.
-STEP_SCALE = {"mlp": 1.0, "mlp10m": 0.25, "cnn": 0.25, "wide_deep": 0.5, "wide_deep_dynamic": 0.5}
+STEP_SCALE = {"mlp": 1.0, "mlp10m": 0.25, "cnn": 0.25, "wide_deep": 0.5, "wide_deep_dynamic": 0.5,
+              "wide_deep_history": 0.5}
 # Models with tables on the ps: --accumulate_batches refuses them (flags/config.check_dense_lever), so
 # its layouts are not run for them; --local_steps copies the rows of a round (hashed tables) or keeps
 # the tables on the ps a step at a time (dynamic ones) and copies the rest.
-TABLE_MODELS = {"wide_deep", "wide_deep_dynamic"}
+TABLE_MODELS = {"wide_deep", "wide_deep_dynamic", "wide_deep_history"}
 DENSE_LEVERS = ("--accumulate_batches=",)
 # Time-to-accuracy mode: how long a reference layout trains (a target it misses in this time is too high).
 REFERENCE_BUDGET_SECS = 40

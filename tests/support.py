@@ -286,18 +286,21 @@ def write_embedded_as_tfrecord(data_dir, examples: int = 400, bad_label_at: int 
 
 
 def write_click_csvs(data_dir, rows: int = 3000, files: int = 2) -> None:
-    """Click logs whose label is learnable from the city, with a column that is read by no one:
-    train-*.csv and eval-*.csv."""
-    rng = np.random.RandomState(0)
+    """Click logs whose label is learnable from the city, with a column that is read by no one and a user's
+    recent items (0 to 12 of 50, '|' between them; items 0-29 come more often before a click, 20-49 before
+    none): train-*.csv and eval-*.csv."""
+    rng, recent_rng = np.random.RandomState(0), np.random.RandomState(1)
     data_dir.mkdir(parents=True)
     for split, count in (("train", rows), ("eval", rows // 5)):
         for f in range(files):
-            lines = ["user,city,price,hour,clicked,comment"]
+            lines = ["user,city,price,hour,clicked,comment,recent"]
             for _ in range(count // files):
                 user, city = rng.randint(300), rng.randint(20)
                 price, hour = rng.uniform(1, 100), rng.randint(24)
                 clicked = int(rng.rand() < (0.9 if city < 10 else 0.1))
-                lines.append(f"u{user},c{city},{price:.2f},{hour},{clicked},free text")
+                items = recent_rng.randint(30, size=recent_rng.randint(13)) + (0 if clicked else 20)
+                recent = "|".join(f"i{item}" for item in items)
+                lines.append(f"u{user},c{city},{price:.2f},{hour},{clicked},free text,{recent}")
             (data_dir / f"{split}-{f}.csv").write_text("\n".join(lines) + "\n")
 
 

@@ -1,4 +1,4 @@
-"""Each input format trains end to end: CSV (wide_deep) and MNIST IDX (mlp) in a real cluster and
+"""Each input format trains end to end: CSV (wide_deep, a multi-valued column) and MNIST IDX (mlp) in a real cluster and
 Criteo's click logs in one process here, TFRecord in test_e2e.py; CSV converted to TFRecord reads
 back the same rows. Shards are checked disjoint in test_input.py."""
 
@@ -6,10 +6,12 @@ import gzip
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from ps_trainer.input import idx
-from ps_trainer.training import exit_codes
-from tests.support import describe, finished, run_script, run_trainer, write_click_csvs, write_criteo_files
+from ps_trainer.training import exit_codes, export
+from tests.support import (describe, finished, read_flags, run_script, run_trainer, serve_in_fresh_process,
+                           write_click_csvs, write_criteo_files)
 
 pytestmark = pytest.mark.e2e
 COLUMNS = ["--label_column=clicked", "--numeric_columns=price,hour", "--categorical_columns=user,city"]
@@ -25,14 +27,28 @@ def run_cluster(make_cluster, *args):
     return cluster
 
 
-def test_csv_trains_wide_deep(make_cluster, tmp_path):
+def test_csv_with_a_multi_valued_column_trains_wide_deep_and_the_export_serves_its_raw_field(make_cluster, tmp_path):
     write_click_csvs(tmp_path / "csv")
     cluster = run_cluster(make_cluster, "--dataset=csv", f"--data_dir={tmp_path / 'csv'}", "--model=wide_deep",
-                          *COLUMNS)
+                          *COLUMNS, "--multi_valued_columns=recent", "--embedding=dynamic")
     # Judged on the held-out rows (the chief's evaluation of the final checkpoint), never one batch:
     # a coin flip's loss is log 2 = 0.69; the city alone gives 0.9 accuracy.
     result = finished(cluster.log("worker", 0))
     assert float(result["heldout_loss"]) < 0.6 and float(result["heldout_accuracy"]) > 0.75, result
+    # The export, in a fresh process, scores raw rows as the final checkpoint does, whatever their history:
+    # empty, of separators only, short, long, of items training never met.
+    cfg = read_flags(*cluster.trainer_args)
+    final = tf.train.latest_checkpoint(str(cluster.model_dir))
+    rows = [b"", b"|", b"i3", b"i25|i40", b"|".join(b"i%d" % i for i in range(50)), b"never|met|i7"]
+    features = {"user": np.array([b"u1"] * len(rows), object), "city": np.array([b"c3"] * len(rows), object),
+                "price": np.full(len(rows), 20.0, np.float32), "hour": np.full(len(rows), 8.0, np.float32),
+                "recent": np.array(rows, object)}
+    expected = export.predict(cfg, final, features)
+    step = int(tf.train.load_checkpoint(final).get_tensor("global_step"))
+    served = serve_in_fresh_process(cluster.model_dir / "export" / str(step), features)
+    np.testing.assert_allclose(served["probabilities"], expected["probabilities"], rtol=1e-5, atol=1e-6)
+    scores = np.array(expected["probabilities"])[:, 1]
+    assert scores[0] == scores[1] and len(set(scores[1:].round(6))) == len(rows) - 1, scores  # the history counts
     # Read through the input queue (the default for files in a cluster); a worker that ends at
     # --train_steps gives its files back, so that no peer waits out a lease for its last steps.
     for worker in (0, 1):
@@ -83,14 +99,17 @@ def test_csv_converted_to_tfrecord_reads_back_the_same_rows(tmp_path):
     from ps_trainer import input as inputs
     write_click_csvs(tmp_path / "csv", rows=200)
     result = run_script("convert_to_tfrecord.py", "--dataset=csv", f"--data_dir={tmp_path / 'csv'}",
-                        f"--output_dir={tmp_path / 'tfr'}", "--num_files=2", *COLUMNS, timeout=120)
+                        f"--output_dir={tmp_path / 'tfr'}", "--num_files=2", *COLUMNS, "--multi_valued_columns=recent",
+                        timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "train: wrote 2 files" in result.stdout and "eval: wrote 2 files" in result.stdout
-    columns = dict(label_column="clicked", numeric_columns=("price", "hour"), categorical_columns=("user", "city"))
+    columns = dict(label_column="clicked", numeric_columns=("price", "hour"), categorical_columns=("user", "city"),
+                   multi_valued_columns=("recent:|",))
 
     def rows(name, data_dir, split):
         cfg = inputs.DataConfig(name=name, data_dir=str(data_dir), **columns)
-        return sorted((round(float(f["price"]), 3), float(f["hour"]), f["user"].numpy(), f["city"].numpy(), int(y))
+        return sorted((round(float(f["price"]), 3), float(f["hour"]), f["user"].numpy(), f["city"].numpy(),
+                       f["recent"].numpy(), int(y))
                       for f, y in inputs.DATASETS[name].records(cfg, split, inputs.Shard(0, 1)))
 
     for split in ("train", "eval"):

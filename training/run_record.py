@@ -114,8 +114,8 @@ def layout_refusal(record: dict | None, cfg) -> str | None:
 
 # The data settings a worker must share with the chief, besides the model's: what it reads and how it
 # parses it. Paths, caching, shuffling and the queue's own knobs are each task's.
-SHARED_DATA = ("name", "label_column", "numeric_columns", "categorical_columns", "num_classes", "numeric_default",
-               "input_queue")
+SHARED_DATA = ("name", "label_column", "numeric_columns", "categorical_columns", "multi_valued_columns", "num_classes",
+               "numeric_default", "input_queue")
 _NOT_SHARED_MODEL = ("table_devices",)  # set for each graph as it is built
 
 

@@ -7,6 +7,7 @@ gradients)."""
 
 import tensorflow as tf
 
+from ps_trainer.model import multi_valued
 from ps_trainer.model.dynamic import table as dynamic_table
 from ps_trainer.model.dynamic.ids import TableOptions
 from ps_trainer.model.needs import table_part, wide_part
@@ -70,11 +71,12 @@ def options_of(model_cfg) -> TableOptions:
 
 
 def columns(features, names, model_cfg, num_classes, training, initializer):
-    """(embeddings, wide weights) of every categorical column, each [batch, columns, width], from rows
-    of their own; each ps is sent the batch's distinct IDs of every column at once and sends one tensor
-    of rows back per trained value, a row per distinct ID."""
+    """(embeddings, wide weights) of every categorical column, each [batch, columns, width] (a multi-valued
+    column's rows combined: model/multi_valued.py), from rows of their own; each ps is sent the batch's
+    distinct IDs of every column at once and sends one tensor of rows back per trained value, a row per
+    distinct ID."""
     options = options_of(model_cfg)
-    ids = tf.stack([features[name] for name in names], axis=1)
+    ids = multi_valued.ids_of([features[name] for name in names])
     tables = []
     with table_part():
         for column, name in enumerate(names):
@@ -83,4 +85,5 @@ def columns(features, names, model_cfg, num_classes, training, initializer):
         deep = dynamic_table.rows_of_columns(tables, "embedding", model_cfg.embedding_dim, initializer)
         with wide_part():
             wide = dynamic_table.rows_of_columns(tables, "wide", num_classes, v1.zeros_initializer())
-    return deep, wide
+    return (multi_valued.combined(deep, ids, model_cfg.combiner),
+            multi_valued.combined(wide, ids, multi_valued.WIDE_COMBINER))

@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-from ps_trainer.model import registry
+from ps_trainer.model import multi_valued, registry
 
 v1 = tf.compat.v1
 
@@ -63,14 +63,18 @@ class DistinctIds:
     column starts (written as IDs: a string's digits, or the int64 itself). With admission
     (--embedding_min_count) each ID's count in the batch crosses too."""
 
-    def __init__(self, ids: tf.Tensor, options: TableOptions):
-        found = [tf.unique_with_counts(unreserved(ids[:, c]), out_idx=tf.int64) for c in range(ids.shape[1])]
+    def __init__(self, ids, options: TableOptions):
+        multi = isinstance(ids, multi_valued.ColumnIds)
+        columns = list(ids.values) if multi else [ids[:, c] for c in range(ids.shape[1])]
+        found = [tf.unique_with_counts(unreserved(column), out_idx=tf.int64) for column in columns]
         self.columns = len(found)
         parts = options.parts
         sizes = tf.stack([tf.size(f.y, out_type=tf.int64) for f in found])
         self.bounds = bounds = tf.concat([[0], tf.cumsum(sizes)], 0)  # where each column starts, and the end
-        # [batch, columns]: each ID's place among the distinct IDs of every column, column after column.
-        self.positions = tf.stack([bounds[c] + f.idx for c, f in enumerate(found)], axis=1)
+        # Each ID's place among the distinct IDs of every column, column after column: by column, and as
+        # the IDs came ([batch, columns], or ColumnIds' flat() order).
+        self.column_positions = [bounds[c] + f.idx for c, f in enumerate(found)]
+        self.positions = tf.concat(self.column_positions, 0) if multi else tf.stack(self.column_positions, axis=1)
         counts = tf.concat([f.count for f in found], 0)  # each distinct ID's occurrences in its column
         if parts == 1:  # the columns' IDs cross as they are, joined once
             self.places, outgoing, self._counts = None, [[f.y for f in found]], [counts]
@@ -123,11 +127,13 @@ class DistinctIds:
         return tf.dynamic_stitch(places, list(rows.values()))
 
 
-def distinct_ids(ids: tf.Tensor, options: TableOptions) -> DistinctIds:
-    """The DistinctIds of ids [batch, columns] for tables of `options`, on the caller's device; each
-    built once per tensor of IDs and cut into parts, which every table of its columns shares."""
+def distinct_ids(ids, options: TableOptions) -> DistinctIds:
+    """The DistinctIds of ids [batch, columns] (or model/multi_valued.ColumnIds) for tables of `options`, on
+    the caller's device; each built once per tensor of IDs and cut into parts, which every table of its
+    columns shares."""
     built = registry.of(ids.graph).distinct_ids
-    key = (ids.name, options.shards, options.devices)
+    names = tuple(values.name for values in ids.values) if isinstance(ids, multi_valued.ColumnIds) else ids.name
+    key = (names, options.shards, options.devices)
     if key not in built:
         built[key] = DistinctIds(ids, options)
     return built[key]

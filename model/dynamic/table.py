@@ -70,7 +70,7 @@ class DynamicTable:
         """[batch, width]: each ID's row of the trained variable `storage` (one per shard)."""
         found = _crossed(self.distinct.joined(dict(zip(self.parts, self.shard_parts(storage, width, initializer))),
                                               self.column))
-        return tf.gather(found, self.distinct.positions[:, self.column] - self.distinct.bounds[self.column])
+        return tf.gather(found, self.distinct.column_positions[self.column] - self.distinct.bounds[self.column])
 
     def shard_parts(self, storage: str, width: int, initializer) -> list[tf.Tensor]:
         """Each shard's part, made on its device: [the column's distinct IDs it holds, width], their rows."""
@@ -126,7 +126,8 @@ def _crossed(rows) -> tf.Tensor:
 def rows_of_columns(tables: list[DynamicTable], storage: str, width: int, initializer) -> tf.Tensor:
     """[batch, len(tables), width]: each table's rows() of `storage`, from one tensor per ps for all the
     tables: the parts of the shards on a ps joined there before they cross (each table built with
-    `column` of one tensor of IDs), and put together on the worker."""
+    `column` of one tensor of IDs), and put together on the worker. Built with model/multi_valued.ColumnIds:
+    [ids, width], a row per ID in its flat() order."""
     if any(table.column != column or table.distinct is not tables[0].distinct for column, table in enumerate(tables)):
         raise ValueError("rows_of_columns: the tables are not the columns of one tensor of IDs, in order")
     by_part = {}  # part: the rows of each table's shard there, column after column (as its IDs crossed)

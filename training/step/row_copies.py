@@ -81,12 +81,13 @@ class RowCopies:
         columns = len(family_shards[0])
         if naming:
             self.distinct = tf.sort(tf.unique(pairs).y)
-            return [tf.zeros([tf.shape(ids)[0], columns, copy.shape[1]]) for copy in self.copies]
+            return [grouped_lookup.shaped(tf.zeros([tf.size(pairs), copy.shape[1]]), ids, columns)
+                    for copy in self.copies]
         positions = tf.searchsorted(self.distinct, pairs, out_type=tf.int32)
         found = tf.gather(self.distinct, tf.minimum(positions, tf.size(self.distinct) - 1))
         checked = tf.debugging.assert_equal(found, pairs, message="a batch names a row its round did not read")
         with tf.control_dependencies([checked]):
-            return [tf.reshape(tf.gather(copy, positions), [-1, columns, copy.shape[1]]) for copy in self.copies]
+            return [grouped_lookup.shaped(tf.gather(copy, positions), ids, columns) for copy in self.copies]
 
     def slots_start_empty(self, next_creator, **kwargs):
         """A variable creator: the optimizer's slots of the copies start empty, [0, width], as the
