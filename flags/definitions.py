@@ -139,11 +139,12 @@ flags.DEFINE_integer("local_steps", TRAIN.local_steps,
                      "Asynchronous training: each worker takes this many steps on its own copy of the dense "
                      "variables, in one session.run, then adds its change, divided by the number of workers, "
                      "to the ps and fetches fresh values (Downpour SGD, averaged): one round trip per N batches. "
-                     "A global step still counts one batch. With hashed embedding tables (and sgd, adagrad or "
-                     "ftrl_adagrad), a round reads N batches at once and copies their rows too: one fetch and one "
-                     "push of rows per ps per round, each row's change added to the ps's. Dynamic tables, and "
-                     "optimizers whose slots decay, keep the tables on the ps, read and updated every step; only "
-                     "the dense variables are then copied. 1: a round trip every step.", lower_bound=1)
+                     "A global step still counts one batch. With wide_deep's embedding tables, hashed or dynamic "
+                     "(and sgd, adagrad or ftrl_adagrad), a round reads N batches at once and copies their rows "
+                     "too: one fetch and one push of rows per ps per round, each row's change added to the ps's "
+                     "(dynamic tables admit the round's IDs at its start). Optimizers whose slots decay, and a "
+                     "model_fn's tables, keep the tables on the ps, read and updated every step; only the dense "
+                     "variables are then copied. 1: a round trip every step.", lower_bound=1)
 
 # ---------------------------------------------------------------- checkpoints and logs
 flags.DEFINE_string("model_dir", None, "Directory for checkpoints and summaries; workers resume from it.")

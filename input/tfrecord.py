@@ -115,11 +115,15 @@ def _image(name: str, value_spec, first):
 def list_kinds(path: str, names) -> dict:
     """{each of `names`: tf.int64 if the file's first record holds it as an int64 list, else tf.string}."""
     kinds = dict.fromkeys(names, tf.string)
-    for serialized in tf.data.TFRecordDataset(path).take(1):
-        example = tf.train.Example.FromString(serialized.numpy())
+    if not names:
+        return kinds
+    # Read in Python: blocks() may be built inside a dataset's function (the input queue's passes).
+    for serialized in tf.compat.v1.io.tf_record_iterator(path):
+        example = tf.train.Example.FromString(serialized)
         for name in names:
             if name in example.features.feature and example.features.feature[name].WhichOneof("kind") == "int64_list":
                 kinds[name] = tf.int64
+        break
     return kinds
 
 

@@ -38,6 +38,14 @@ def shards(table) -> list:
     return [table] if isinstance(table, tf.Variable) else list(table)
 
 
+class Resolved(NamedTuple):
+    """IDs whose (cell, row) pairs (pairs()' form) the ps tasks found: a dynamic table's, admitted
+    (model/dynamic/table.pairs_of_columns). `pairs`: one per ID, in the order of `ids`, the IDs
+    ([batch, columns] or ColumnIds). Looked up only inside rows_from()."""
+    pairs: tf.Tensor
+    ids: object
+
+
 def lookup(families, ids) -> list:
     """For each family of tables, the rows of ids[:, c] in its table of column c: [batch, columns, width].
 
@@ -49,9 +57,9 @@ def lookup(families, ids) -> list:
     whose rows come back [ids, width], in its flat() order.
 
     Inside rows_from(source), the source answers instead (training/step/row_copies.py: a round's rows
-    held on the worker).
+    held on the worker), for Resolved IDs too.
     """
-    source = _source()
+    source = current_source()
     if source is not None:
         return source.lookup(families, ids)
     family_shards, num_cells = cut_alike(families)
@@ -83,7 +91,7 @@ def rows_from(source):
         registered.rows_source = None
 
 
-def _source():
+def current_source():
     """The source of the rows_from() the default graph is in, or in a loop body's graph, the graph it is
     built in; None outside any."""
     graph = v1.get_default_graph()
@@ -182,7 +190,7 @@ def rows_are_distinct(indices) -> bool:
     return indices.name in distinct
 
 
-def _by_shard(cells, num_cells, packed):
+def by_shard(cells, num_cells, packed):
     """On one device: which of `cells` each of the `packed` (cell, row) pairs falls in, and the rows
     and positions among the pairs, shard by shard."""
     rank = np.zeros([num_cells], np.int32)
@@ -196,7 +204,7 @@ def _by_shard(cells, num_cells, packed):
 def _gather_here(family_shards, cells, num_cells, packed) -> list:
     """On one device: for each family, the rows of its shards there that `packed` (cell, row) pairs
     name, in their order."""
-    _, rows, where = _by_shard(cells, num_cells, packed)
+    _, rows, where = by_shard(cells, num_cells, packed)
     for shard_rows in rows:
         v1.add_to_collection(DISTINCT_ROWS, shard_rows)
     return [tf.dynamic_stitch(where, [tf.gather(shard, shard_rows) for shard, shard_rows in zip(shards, rows)])
@@ -206,7 +214,7 @@ def _gather_here(family_shards, cells, num_cells, packed) -> list:
 def scatter_add_here(family_shards, cells, num_cells, packed, values) -> tuple[list, list]:
     """On one device: adds values[f] (a row per pair of `packed`, in order) to the rows of family f's
     shards there that the pairs name. Returns (each shard's rows, [family][shard] its add)."""
-    which, rows, _ = _by_shard(cells, num_cells, packed)
+    which, rows, _ = by_shard(cells, num_cells, packed)
     return rows, [[tf.raw_ops.ResourceScatterAdd(resource=shard.handle, indices=shard_rows, updates=part)
                    for shard, shard_rows, part in zip(shards, rows, tf.dynamic_partition(family_values, which,
                                                                                         len(cells)))]

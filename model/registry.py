@@ -10,10 +10,12 @@ import tensorflow as tf
 
 @dataclasses.dataclass
 class Registry:
-    # model/dynamic/: (table name, shard) of each dynamic table built for training; the lock of the
+    # model/dynamic/: (table name, shard) of each dynamic table built for training; each shard, by its variable
+    # scope (a table built again, for a round's batches, uses the same: its map is one resource); the lock of the
     # shard whose rows a growing row variable holds, by the variable's op name; the DistinctIds built, by
     # (name of the tensor of IDs, shards, devices).
     trained_shards: list = dataclasses.field(default_factory=list)
+    shards: dict = dataclasses.field(default_factory=dict)  # each shard, by its variable scope: one per graph
     row_locks: dict = dataclasses.field(default_factory=dict)
     distinct_ids: dict = dataclasses.field(default_factory=dict)
     # model/touched_rows.py: the groups of rows by name; the marker of a row variable's rows, by its op

@@ -41,7 +41,7 @@ def table_shards(model_cfg, data_spec, num_ps: int) -> int:
 
 
 NEEDS = Needs(default_optimizer="ftrl_adagrad", partitioned_tables=True, table_shards=table_shards,
-              grouped_lookup_embeddings=("hashed",))
+              grouped_lookup_embeddings=("hashed", "dynamic"))
 
 
 def check(data_spec):

@@ -184,10 +184,12 @@ def in_process_cluster(num_workers: int = 1, num_ps: int = 1):
 
 
 def train_one_worker(tmp_path, data_cfg, model_cfg, steps_per_run, train_steps, wire_dtype="float32", cluster=None,
-          local_steps=1, optimizer="momentum", batches_per_read=1):
+          local_steps=1, optimizer="momentum", batches_per_read=1, save_steps=20, graph_saver=False):
     """Trains to train_steps in a MonitoredTrainingSession, in this process or as the one worker of
-    `cluster` (a ClusterConfig, server target); returns the steps each run took, the global step
-    after each, the progress hook, the checkpoint steps kept and the number of variables."""
+    `cluster` (a ClusterConfig, server target), saving every save_steps (with graph_saver, through the
+    training graph's own saver, as the chief does: it evicts before each save); returns the steps each run
+    took, the global step after each, the progress hook, the checkpoint steps kept and the number of
+    variables."""
     cluster_cfg, target = cluster or (spec.ClusterConfig(), "")
     cfg = RunConfig(cluster_cfg, TrainConfig(train_steps=train_steps, steps_per_run=steps_per_run, batch_size=32,
                                              learning_rate=0.1, wire_dtype=wire_dtype,
@@ -201,10 +203,11 @@ def train_one_worker(tmp_path, data_cfg, model_cfg, steps_per_run, train_steps, 
         progress = training_hooks.ProgressHook("local:0", step.metrics.loss, step.metrics.accuracy, train_steps, 32,
                                                every_n=20, steps_done=step.steps_done, steps_per_run=steps_per_run)
         global_step = v1.train.get_global_step()
-        with v1.train.MonitoredTrainingSession(master=target, checkpoint_dir=str(tmp_path),
+        scaffold = v1.train.Scaffold(saver=graph.saver) if graph_saver else None
+        with v1.train.MonitoredTrainingSession(master=target, checkpoint_dir=str(tmp_path), scaffold=scaffold,
                                                hooks=[*step.hooks, progress],
                                                chief_only_hooks=list(step.chief_only_hooks),
-                                               save_checkpoint_steps=20, save_summaries_steps=None,
+                                               save_checkpoint_steps=save_steps, save_summaries_steps=None,
                                                save_summaries_secs=None, log_step_count_steps=0) as sess:
             while not sess.should_stop():
                 if step.steps_done is None:

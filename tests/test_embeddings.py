@@ -83,6 +83,29 @@ def test_each_id_gets_a_row_of_its_own_that_stays_across_steps_and_a_checkpoint(
 
 
 @pytest.mark.inprocess
+def test_a_rounds_push_skips_the_rows_an_eviction_took_from_the_ids_it_read_them_for():
+    """A round (training/step/row_copies.py) reads rows at its start and adds its changes at its end; an
+    eviction in between may reset a row, or hand it to another ID: the push leaves those rows alone."""
+    from ps_trainer.training.step import row_copies  # pylint: disable=import-outside-toplevel
+    with tf.Graph().as_default():
+        ids, rows, table = table_graph(capacity=20, shards=1)
+        keys, found, pushed = (v1.placeholder(dtype, [None]) for dtype in (tf.string, tf.int64, tf.int64))
+        shard = table.shards[0]
+        kept = row_copies.Guard(shard, keys, found).kept(pushed)
+        evict_b_and_c = shard.map.remove(tf.constant(["b", "c"]))
+        give_b_row_to_d = shard.map.insert(tf.constant(["d"]), tf.constant([2], tf.int64))
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            sess.run(rows, {ids: ["a", "b", "c"]})  # rows 1, 2 and 3
+            read = {keys: ["a", "b", "c", "never admitted"], found: [1, 2, 3, 0], pushed: [0, 1, 2, 3]}
+            assert sess.run(kept, read).tolist() == [True, True, True, True]
+            sess.run(evict_b_and_c)
+            sess.run(give_b_row_to_d)
+            # b's row is d's now, c's is free: only a's and the default row take the round's changes.
+            assert sess.run(kept, read).tolist() == [True, True, False, False]
+
+
+@pytest.mark.inprocess
 def test_a_step_updates_the_rows_of_the_batch_and_no_other():
     with tf.Graph().as_default():
         ids, rows, _ = table_graph(capacity=20, shards=1)
@@ -570,7 +593,7 @@ def test_dynamic_tables_on_two_ps_keep_their_rows_through_a_ps_restart_and_learn
     reconciliation after the chief restores the restarted ps, from a full checkpoint and its deltas."""
     cluster = make_cluster(num_ps=2, num_workers=2, trainer_args=[
         "--model=wide_deep", "--dataset=clicks", "--embedding=dynamic", "--embedding_growth",
-        "--embedding_capacity=20000", "--incremental_save_secs=1",
+        "--embedding_capacity=20000", "--incremental_save_secs=1", "--local_steps=10",
         "--hidden_units=32", "--train_steps=600", "--save_checkpoint_steps=200", "--keep_checkpoint_max=20",
         "--log_every_n_steps=100"])
     cluster.start_all()

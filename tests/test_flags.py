@@ -496,7 +496,7 @@ def test_a_worker_whose_model_or_data_flags_are_not_the_chiefs_is_refused_naming
     (["--local_steps=10", "--wire_dtype=bfloat16"], "--wire_dtype=bfloat16 with --local_steps"),
     (["--local_steps=10", "--steps_per_run=5", "--model=wide_deep", "--dataset=clicks"],
      "--steps_per_run=5 with --local_steps=10: a session.run is one round of --local_steps steps"),
-    (["--local_steps=10", "--steps_per_run=5", "--model=wide_deep", "--dataset=clicks", "--embedding=dynamic"],
+    (["--local_steps=10", "--steps_per_run=5", "--model=wide_deep", "--dataset=clicks", "--optimizer=adam"],
      "--steps_per_run=5 with --local_steps=10 and --model=wide_deep: its tables' rows are read a step at a time"),
     (["--sync_replicas", "--accumulate_batches=4", "--model=wide_deep", "--dataset=clicks"],
      "--accumulate_batches with --model=wide_deep"),
@@ -535,13 +535,14 @@ def test_local_steps_run_a_round_per_session_run_with_one_workers_momentum():
     # Two async workers get momentum 0.8; a round of local steps reads no stale values.
     assert cfg.train.local_steps == cfg.train.steps_per_run == 10 and cfg.train.momentum == 0.9
     assert read_flags(*WORKER).train.momentum == 0.8
-    # Hashed tables, trained by an optimizer whose slots add: a run is a round, of 10 batches read at once.
+    # Hashed or dynamic tables, trained by an optimizer whose slots add: a run is a round, of 10 batches read
+    # at once.
     hashed = ("--local_steps=10", "--model=wide_deep", "--dataset=clicks")
-    for optimizer in ([], ["--optimizer=adagrad"], ["--optimizer=sgd"]):
+    for optimizer in ([], ["--optimizer=adagrad"], ["--optimizer=sgd"], ["--embedding=dynamic"]):
         tables = read_flags(*WORKER, *hashed, *optimizer).train
         assert tables.local_steps == tables.steps_per_run == tables.batches_per_read == 10, optimizer
-    # Dynamic tables, or slots that decay: a run is one step, the rows read on the ps as each batch names them.
-    for other in (["--embedding=dynamic"], ["--optimizer=adam"], ["--optimizer=momentum"]):
+    # Slots that decay: a run is one step, the rows read on the ps as each batch names them.
+    for other in (["--optimizer=adam"], ["--optimizer=momentum"], ["--embedding=dynamic", "--optimizer=adam"]):
         tables = read_flags(*WORKER, *hashed, *other).train
         assert tables.local_steps == 10 and tables.steps_per_run == tables.batches_per_read == 1, other
 

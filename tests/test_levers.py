@@ -13,10 +13,11 @@ import tensorflow as tf
 
 from ps_trainer import input as inputs
 from ps_trainer import model
-from ps_trainer.model import needs, touched_rows
+from ps_trainer.model import needs, touched_rows, wide_deep
 from ps_trainer.cluster import placement, spec
 from ps_trainer.launch import measure
-from tests.support import held_out, in_process_cluster, join_all, train_one_worker, trained_runs, wait_for
+from tests.support import (held_out, in_process_cluster, join_all, train_one_worker, trained_runs, wait_for,
+                           write_click_csvs)
 from ps_trainer.training import graph as train_graph
 from ps_trainer.training.config import RunConfig, TrainConfig
 from ps_trainer.training.step import StepContext, accumulate, local_steps, single, sync
@@ -232,6 +233,59 @@ def test_with_hashed_tables_one_worker_trains_rounds_of_rows_as_plain_training(t
     trained = plain.get_tensor("wide_deep/user/embedding") != tf.train.load_checkpoint(
         str(tmp_path / "plain" / "model.ckpt-20")).get_tensor("wide_deep/user/embedding")
     assert trained.any()  # the last 3 steps changed rows: the comparison above sees them
+
+
+def rows_by_id(reader, table: str, storage: str) -> dict:
+    """{ID: its row of `storage` (a row variable or one of its slots)} of a dynamic table, from a checkpoint."""
+    found, shard = {}, 0
+    while f"wide_deep/{table}/shard{shard}/rows_of_ids-keys" in reader.get_variable_to_shape_map():
+        prefix = f"wide_deep/{table}/shard{shard}/"
+        keys, rows = reader.get_tensor(prefix + "rows_of_ids-keys"), reader.get_tensor(prefix + "rows_of_ids-values")
+        values = reader.get_tensor(prefix + storage)
+        found.update((key, values[row]) for key, row in zip(keys, rows))
+        shard += 1
+    return found
+
+
+@pytest.mark.servers
+@pytest.mark.parametrize("source", ["clicks", "csv with a multi-valued column"])
+def test_with_dynamic_tables_one_worker_trains_rounds_of_rows_as_plain_training_evictions_included(
+        tmp_path, monkeypatch, source):
+    # Rounds of dynamic tables: the ps admits the round's IDs at its start, and each row's last-read step
+    # is set as a step at a time sets it, so that evictions (--embedding_steps_to_live=4 before each
+    # checkpoint, every 5 steps) take the same IDs, and a readmitted ID starts afresh in both. Rows start
+    # at zeros: an ID's row then does not depend on which row admission hands it (the order differs).
+    monkeypatch.setattr(wide_deep, "_embedding_initializer", lambda model_cfg: v1.zeros_initializer())
+    data = inputs.DataConfig(name="clicks", synthetic_examples=1000)
+    if source != "clicks":  # the user's recent items: 0 to 12 of 50, split per batch from the round's
+        write_click_csvs(tmp_path / "csv", rows=1000)
+        data = inputs.DataConfig(name="csv", data_dir=str(tmp_path / "csv"), label_column="clicked",
+                                 numeric_columns=("price", "hour"), categorical_columns=("user", "city"),
+                                 multi_valued_columns=("recent:|",))
+    dynamic = model.ModelConfig(name="wide_deep", hidden_units=(8,), embedding_dim=4, embedding="dynamic",
+                                embedding_capacity=20000, embedding_partitions=2, embedding_steps_to_live=4)
+    servers, _, (cluster,) = in_process_cluster(num_workers=1, num_ps=2)
+    runs, _, _, _ = train_one_worker(tmp_path / "local", data, dynamic, 5, 25, cluster=(cluster, servers[0].target),
+                                     local_steps=5, optimizer="adagrad", batches_per_read=5, save_steps=5,
+                                     graph_saver=True)
+    train_one_worker(tmp_path / "plain", data, dynamic, 1, 25, optimizer="adagrad", save_steps=5, graph_saver=True)
+    assert trained_runs(runs) == [(5, 5), (5, 10), (5, 15), (5, 20), (5, 25)]
+    local, plain = ({step: tf.train.load_checkpoint(str(tmp_path / run / f"model.ckpt-{step}")) for step in (10, 15, 25)}
+                    for run in ("local", "plain"))
+    tables = ["user", "item"] if data.name == "clicks" else ["user", "recent"]
+    readmitted = 0
+    for table in tables:
+        for step in (10, 15, 25):
+            for storage in ("embedding", "embedding/Adagrad", "wide", "wide/Adagrad"):
+                rounds, steps = rows_by_id(local[step], table, storage), rows_by_id(plain[step], table, storage)
+                assert sorted(rounds) == sorted(steps), (table, step, storage)  # the same IDs admitted and evicted
+                for key, row in steps.items():
+                    np.testing.assert_allclose(rounds[key], row, rtol=1e-4, atol=1e-6, err_msg=f"{table} {key} {step}")
+        before, evicted, after = (set(rows_by_id(plain[step], table, "embedding")) for step in (10, 15, 25))
+        readmitted += len((before - evicted) & after)
+    assert readmitted > 0  # IDs evicted at step 15 and admitted again by step 25
+    for name in ("wide_deep/hidden0/kernel", "wide_deep/wide_numeric/kernel"):
+        np.testing.assert_allclose(local[25].get_tensor(name), plain[25].get_tensor(name), rtol=1e-4, atol=1e-6)
 
 
 # ---------------------------------------------------------------- --accumulate_batches

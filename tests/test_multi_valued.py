@@ -139,7 +139,7 @@ def test_each_example_reads_a_row_per_value_combined_and_an_empty_field_reads_ze
 @pytest.mark.servers
 def test_rounds_of_rows_train_a_multi_valued_column_as_plain_steps(tmp_path):
     # zipf_clicks' history: up to 50 values an example, many shared within a round's batches.
-    data = inputs.DataConfig(name="zipf_clicks", synthetic_examples=2000, multi_valued_columns=("history:|",))
+    data = inputs.DataConfig(name="zipf_clicks", synthetic_examples=500, multi_valued_columns=("history:|",))
     wide_deep = model.ModelConfig(name="wide_deep", hidden_units=(8,), hash_buckets=1000, embedding_dim=4,
                                   embedding_partitions=2, combiner="sqrtn")
     servers, _, (cluster,) = in_process_cluster(num_workers=1, num_ps=2)

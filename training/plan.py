@@ -157,8 +157,8 @@ class StepSettings:
 def tables_take_rounds(needs, embedding: str, optimizer: str) -> bool:
     """Whether --local_steps trains a model's tables by rounds of rows on the worker
     (training/step/row_copies.py): tables the model reads through grouped lookups (model/needs.py:
-    wide_deep's hashed ones), with an optimizer whose slots only add; other tables stay on the ps, read
-    and updated a step at a time. `needs`: the model's Needs."""
+    wide_deep's hashed and dynamic ones), with an optimizer whose slots only add; other tables stay on the
+    ps, read and updated a step at a time. `needs`: the model's Needs."""
     from ps_trainer.training.step import row_copies  # pylint: disable=import-outside-toplevel  # it imports this module
     return (needs.partitioned_tables and optimizer in row_copies.ADDITIVE_SLOTS
             and embedding in needs.grouped_lookup_embeddings)

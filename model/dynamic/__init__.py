@@ -7,7 +7,7 @@ gradients)."""
 
 import tensorflow as tf
 
-from ps_trainer.model import multi_valued
+from ps_trainer.model import grouped_lookup, multi_valued
 from ps_trainer.model.dynamic import table as dynamic_table
 from ps_trainer.model.dynamic.ids import TableOptions
 from ps_trainer.model.needs import table_part, wide_part
@@ -77,13 +77,26 @@ def columns(features, names, model_cfg, num_classes, training, initializer):
     distinct ID."""
     options = options_of(model_cfg)
     ids = multi_valued.ids_of([features[name] for name in names])
-    tables = []
-    with table_part():
-        for column, name in enumerate(names):
-            with v1.variable_scope(name):
-                tables.append(dynamic_table.DynamicTable(v1.get_variable_scope().name, ids, options, training, column))
-        deep = dynamic_table.rows_of_columns(tables, "embedding", model_cfg.embedding_dim, initializer)
-        with wide_part():
-            wide = dynamic_table.rows_of_columns(tables, "wide", num_classes, v1.zeros_initializer())
+    rounds = grouped_lookup.current_source()  # training/step/row_copies.py: rounds of rows on the worker
+    if rounds is not None and not rounds.names_round:  # a step of a round: its rows are the round's copies
+        deep, wide = grouped_lookup.lookup(None, ids)
+    else:
+        tables = []
+        with table_part():
+            for column, name in enumerate(names):
+                with v1.variable_scope(name):
+                    tables.append(dynamic_table.DynamicTable(v1.get_variable_scope().name, ids, options, training,
+                                                             column))
+            if rounds is None:
+                deep = dynamic_table.rows_of_columns(tables, "embedding", model_cfg.embedding_dim, initializer)
+                with wide_part():
+                    wide = dynamic_table.rows_of_columns(tables, "wide", num_classes, v1.zeros_initializer())
+            else:  # a round's batches: their IDs admitted, and where their rows lie, for the round's copies
+                embeddings = [table.storage("embedding", model_cfg.embedding_dim, initializer) for table in tables]
+                with wide_part():
+                    weights = [table.storage("wide", num_classes, v1.zeros_initializer()) for table in tables]
+                rounds.guard(tables)
+                deep, wide = grouped_lookup.lookup(
+                    [embeddings, weights], grouped_lookup.Resolved(dynamic_table.pairs_of_columns(tables), ids))
     return (multi_valued.combined(deep, ids, model_cfg.combiner),
             multi_valued.combined(wide, ids, multi_valued.WIDE_COMBINER))

@@ -26,10 +26,8 @@ import re
 import tensorflow as tf
 from tensorflow.python.training.saving import saveable_object  # the Saver's interface for a table
 
-from ps_trainer.model import layers, touched_rows
+from ps_trainer.model import layers, registry, touched_rows
 from ps_trainer.model.dynamic.ids import DELETED_KEY, EMPTY_KEY, NO_ID, TableOptions
-
-v1 = tf.compat.v1
 
 v1 = tf.compat.v1
 
@@ -177,6 +175,17 @@ class Shard:
         found = self.map.lookup(keys)
         return tf.where(found < 0, tf.constant(DEFAULT_ROW, tf.int64), found)
 
+
+
+def shard_here(key_dtype, options: TableOptions, shard: int, training: bool, device: str | None) -> Shard:
+    """The Shard of the current variable scope, made the first time a table is built in the graph: a table
+    built again (training/step/row_copies.py builds it for a round's batches) reads and admits into the same
+    map (a map built twice would be two resources, its node name made unique)."""
+    shards = registry.of().shards
+    scope = v1.get_variable_scope().name
+    if scope not in shards:
+        shards[scope] = Shard(key_dtype, options, shard, training, device)
+    return shards[scope]
 
 
 def counter(name: str, start: int):

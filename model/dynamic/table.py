@@ -9,9 +9,9 @@ lookup, its gradient and its update all run on that shard's ps, where the shard'
 
 import tensorflow as tf
 
-from ps_trainer.model import registry, touched_rows
+from ps_trainer.model import grouped_lookup, registry, touched_rows
 from ps_trainer.model.dynamic.ids import TableOptions, distinct_ids
-from ps_trainer.model.dynamic.storage import DEFAULT_ROW, LIVE_ROWS, Shard, row_variable
+from ps_trainer.model.dynamic.storage import DEFAULT_ROW, LIVE_ROWS, Shard, row_variable, shard_here
 
 v1 = tf.compat.v1
 
@@ -38,6 +38,9 @@ class DynamicTable:
         self.distinct = distinct_ids(ids if column is not None else tf.reshape(ids, [-1, 1]), options)
         self.column = column or 0
         self._shards, self._found_rows, self._devices, live_rows = [], [], [], []
+        self.keys = []  # each shard's part of the column's distinct IDs, on its device
+        # A table built again (a round's batches, training/step/row_copies.py) counts its live rows once.
+        built = {shard.scope for _, shard in registry.of().trained_shards}
         # The part of the distinct IDs that each shard reads (and the ps it lives on).
         self.parts = [options.part(self.column, shard) for shard in range(options.shards)]
         for shard, part in enumerate(self.parts):
@@ -49,13 +52,16 @@ class DynamicTable:
                 keys = distinct[start:end]  # the column's IDs that this shard holds
                 # Each ID's occurrences in the batch, for admission (only counted with min_count > 1).
                 counts = self.distinct.counts_of(part)[start:end] if options.min_count > 1 else None
-                rows = Shard(ids.dtype, options, shard, training, device)
+                rows = shard_here(ids.dtype, options, shard, training, device)
                 self._shards.append(rows)
+                self.keys.append(keys)
                 self._found_rows.append(rows.rows_of(keys, counts, training, name))
-                live_rows.append(tf.identity(rows.map.size(), name="live_rows"))
-                v1.add_to_collection(LIVE_ROWS, live_rows[-1])
-        if training:
+                if rows.scope not in built:
+                    live_rows.append(tf.identity(rows.map.size(), name="live_rows"))
+                    v1.add_to_collection(LIVE_ROWS, live_rows[-1])
+        if training and live_rows:
             v1.summary.scalar("live_rows", tf.add_n(live_rows))
+        if training:
             registry.of().trained_shards.extend((name, s) for s in self._shards)
 
     def contents(self) -> list[tuple[tf.Tensor, tf.Tensor]]:
@@ -72,9 +78,9 @@ class DynamicTable:
                                               self.column))
         return tf.gather(found, self.distinct.column_positions[self.column] - self.distinct.bounds[self.column])
 
-    def shard_parts(self, storage: str, width: int, initializer) -> list[tf.Tensor]:
-        """Each shard's part, made on its device: [the column's distinct IDs it holds, width], their rows."""
-        parts = []
+    def storage(self, storage: str, width: int, initializer) -> list[tf.Variable]:
+        """Each shard's variable of the trained value `storage` (its rows), made on its device."""
+        variables = []
         with v1.variable_scope(self._scope, auxiliary_name_scope=False):
             for shard, device in enumerate(self._devices):
                 with v1.device(device), v1.variable_scope(f"shard{shard}"):
@@ -84,6 +90,23 @@ class DynamicTable:
                     if self.options.grow:
                         registry.of().row_locks[values.op.name] = rows.lock
                     touched_rows.marks_rows_of(values, rows.marker)
+                    variables.append(values)
+        return variables
+
+    @property
+    def shards(self) -> list[Shard]:
+        return self._shards
+
+    def found_rows(self, shard: int) -> tf.Tensor:
+        """The rows of the shard's keys (self.keys[shard]), on its device, once admitted."""
+        return self._found_rows[shard]
+
+    def shard_parts(self, storage: str, width: int, initializer) -> list[tf.Tensor]:
+        """Each shard's part, made on its device: [the column's distinct IDs it holds, width], their rows."""
+        parts = []
+        with v1.variable_scope(self._scope, auxiliary_name_scope=False):
+            for shard, (device, values) in enumerate(zip(self._devices, self.storage(storage, width, initializer))):
+                with v1.device(device), v1.variable_scope(f"shard{shard}"):
                     found = self._found_rows[shard]
                     if self.options.grow and not self._training:  # a save may catch a map naming rows not held
                         found = tf.where(found < tf.shape(values, out_type=tf.int64)[0], found, DEFAULT_ROW)
@@ -128,8 +151,7 @@ def rows_of_columns(tables: list[DynamicTable], storage: str, width: int, initia
     tables: the parts of the shards on a ps joined there before they cross (each table built with
     `column` of one tensor of IDs), and put together on the worker. Built with model/multi_valued.ColumnIds:
     [ids, width], a row per ID in its flat() order."""
-    if any(table.column != column or table.distinct is not tables[0].distinct for column, table in enumerate(tables)):
-        raise ValueError("rows_of_columns: the tables are not the columns of one tensor of IDs, in order")
+    _check_columns(tables)
     by_part = {}  # part: the rows of each table's shard there, column after column (as its IDs crossed)
     for table in tables:
         for part, rows in zip(table.parts, table.shard_parts(storage, width, initializer)):
@@ -139,6 +161,31 @@ def rows_of_columns(tables: list[DynamicTable], storage: str, width: int, initia
         with v1.device(tables[0].options.device(part)):
             joined[part] = tf.concat(rows, axis=0) if len(rows) > 1 else rows[0]
     return tf.gather(_crossed(tables[0].distinct.joined(joined)), tables[0].distinct.positions)
+
+
+def pairs_of_columns(tables: list[DynamicTable]) -> tf.Tensor:
+    """Where the rows of each ID of the tables' one tensor of IDs lie, once admitted: model/grouped_lookup's
+    (cell, row) pair, cell << ROW_BITS | row, a cell being one shard of one column's table (column * shards +
+    shard: the cells of grouped_lookup.lookup([each column's row variables, ...])). One int64 per ID in the
+    IDs' order ([batch, columns] row by row, or ColumnIds' flat() order), from one tensor per ps."""
+    _check_columns(tables)
+    by_part = {}
+    for column, table in enumerate(tables):
+        for shard, part in enumerate(table.parts):
+            with v1.device(table.options.device(part)):
+                cell = column * table.options.shards + shard
+                by_part.setdefault(part, []).append(
+                    tf.bitwise.bitwise_or(tf.constant(cell << grouped_lookup.ROW_BITS, tf.int64), table.found_rows(shard)))
+    joined = {}
+    for part, pairs in sorted(by_part.items()):
+        with v1.device(tables[0].options.device(part)):
+            joined[part] = tf.concat(pairs, axis=0) if len(pairs) > 1 else pairs[0]
+    return tf.reshape(tf.gather(tables[0].distinct.joined(joined), tables[0].distinct.positions), [-1])
+
+
+def _check_columns(tables: list[DynamicTable]) -> None:
+    if any(table.column != column or table.distinct is not tables[0].distinct for column, table in enumerate(tables)):
+        raise ValueError("the tables are not the columns of one tensor of IDs, in order")
 
 
 def rows_lock(variable) -> tf.CriticalSection | None:

@@ -16,13 +16,14 @@ A global step counts one worker's batch, as in plain asynchronous training: a ro
 it took, and --train_steps cuts the round that reaches it (read at the round's start). The learning
 rate schedule is read once per round; the optimizer's slots (momentum) are the worker's own.
 
-A model whose tables take rounds (hashed ones, read through grouped lookups, with an optimizer whose
-slots add: TrainConfig.batches_per_read > 1) gets copies of their rows too: a session.run reads the
-round's K batches at once and trains them on copies of the rows they name, fetched and pushed once
-(build_rounds; training/step/row_copies.py).
+A model whose tables take rounds (hashed or dynamic ones, read through grouped lookups, with an
+optimizer whose slots add: TrainConfig.batches_per_read > 1) gets copies of their rows too: a
+session.run reads the round's K batches at once and trains them on copies of the rows they name,
+fetched and pushed once (build_rounds; training/step/row_copies.py).
 
-Other tables (model/needs.table_part: dynamic ones) stay on the ps: a step reads and updates only the
-rows its batch names, there, every step, as without the lever. The model's dense variables (the deep
+Other tables (model/needs.table_part: trained by an optimizer whose slots decay, or a model_fn's
+dynamic columns) stay on the ps: a step reads and updates only the rows its batch names, there, every
+step, as without the lever. The model's dense variables (the deep
 part's layers, the wide part's numeric weights: most of the bytes a step moves) get worker-side copies
 as above, pushed and fetched every K steps. A session.run is then one step, not a round. The push
 rides on every Kth step's run (PushEveryK), and the last, partial round is pushed when the session
@@ -175,7 +176,7 @@ def build_with_tables(ctx: StepContext) -> Step:
 
 
 def build_rounds(ctx: StepContext) -> Step:
-    """A model with hashed tables, trained by rounds (training/step/row_copies.py): a session.run reads
+    """A model with tables read through grouped lookups, trained by rounds (training/step/row_copies.py): a session.run reads
     --local_steps batches at once, fetches their rows, trains up to that many steps on copies of the
     rows and of the dense variables (cut at --train_steps as read at the round's start, and at the
     batches read: the input's last read can be short), pushes both, and counts the steps taken."""
@@ -193,6 +194,8 @@ def build_rounds(ctx: StepContext) -> Step:
                              "but made none")
 
         def batch(i):
+            # The step's examples among the round's: where a step finds its part of IDs the ps resolved.
+            rows.step_examples = (i * size, (i + 1) * size)
             return tf.nest.map_structure(lambda column: column[i * size:(i + 1) * size], (features, labels))
 
         variables = copies.local_variables + rows.copies
@@ -203,6 +206,7 @@ def build_rounds(ctx: StepContext) -> Step:
                                 var_list=variables)
             loaded = rows.fetch_and_load(ctx.optimizer)
             budget = tf.minimum(_budget(ctx), (tf.size(labels) + size - 1) // size)  # and the batches read
+            rows.steps_read(ctx.global_step.read_value(), size, budget)
 
             def local_step(carried):
                 i, = carried
@@ -248,7 +252,7 @@ def build(ctx: StepContext) -> Step:
                          "once (training/step/row_copies.py)", train.local_steps, train.local_steps)
             return build_rounds(ctx)
         logging.info("--local_steps=%d: the tables stay on the ps, read and updated every step (rounds of rows "
-                     "take hashed tables and an optimizer of %s); the dense variables are pushed every %d steps",
+                     "take wide_deep's tables and an optimizer of %s); the dense variables are pushed every %d steps",
                      train.local_steps, ", ".join(row_copies.ADDITIVE_SLOTS), train.local_steps)
         return build_with_tables(ctx)
     with v1.variable_creator_scope(slots_stay_local):
