@@ -91,7 +91,6 @@ def check_flags_alone(f) -> None:
     check_incremental(f)
     check_table_flags(f)
     check_warm_start(f)
-    read_multi_valued(f)
     if f["combiner"].present and not f.multi_valued_columns:
         raise app.UsageError("--combiner combines the rows of a multi-valued column's values: there is none "
                              "(--multi_valued_columns); drop the flag.")

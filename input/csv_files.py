@@ -103,10 +103,14 @@ def spec(data_cfg):
     return tabular_spec(data_cfg)
 
 
+def _strings(data_cfg) -> tuple[str, ...]:
+    """The string features: the categorical columns, and each multi-valued one's whole field."""
+    return tuple(dict.fromkeys([*data_cfg.categorical_columns, *data_cfg.separators()]))
+
+
 def _wanted(data_cfg) -> tuple[str, ...]:
-    """The columns a run reads: the label, then the features (a multi-valued column's whole field, as a string)."""
-    strings = dict.fromkeys([*data_cfg.categorical_columns, *data_cfg.separators()])
-    return (data_cfg.label_column, *data_cfg.numeric_columns, *strings)
+    """The columns a run reads: the label, then the features."""
+    return (data_cfg.label_column, *data_cfg.numeric_columns, *_strings(data_cfg))
 
 
 # A field is quoted whole ("a ""b"", c": quotes inside doubled) or holds no quote; rows are one line each.
@@ -214,7 +218,7 @@ def _parse_block(path, indices, rows, width, separator, names, selected, data_cf
     values = tf.strings.to_number(tf.where(tf.logical_or(empty, not_number), "0", numeric), tf.float32)
     values = tf.where(empty, tf.constant(data_cfg.numeric_default, tf.float32), values)
     features = {name: values[:, i] for i, name in enumerate(data_cfg.numeric_columns)}
-    features.update({name: text[name] for name in _wanted(data_cfg)[1 + len(data_cfg.numeric_columns):]})
+    features.update({name: text[name] for name in _strings(data_cfg)})
     return bad, problems, (features, labels)
 
 
