@@ -324,6 +324,28 @@ def write_criteo_files(data_dir, rows: int = 4000) -> None:
         (data_dir / f"{split}.txt").write_text("\n".join(lines) + "\n")
 
 
+def write_criteo_shaped_tsvs(data_dir, rows: int = 8000, files: int = 4) -> None:
+    """Criteo's columns (label, I1..I13, C1..C26, many fields empty) with a header and a user's history
+    (0 to 12 of 50 items, '|' between them; items 0-29 come more often before a click, 20-49 before none),
+    tab-separated: train-*.tsv and eval-0.tsv. The label is learnable from C1 (the ad) and the history."""
+    rng, history_rng = np.random.RandomState(0), np.random.RandomState(1)
+    data_dir.mkdir(parents=True)
+    ads = [f"{rng.randint(2**32):08x}" for _ in range(40)]
+    header = "\t".join(["label", *(f"I{i}" for i in range(1, 14)), *(f"C{i}" for i in range(1, 27)), "history"])
+    for split, count, split_files in (("train", rows, files), ("eval", rows // 4, 1)):
+        for f in range(split_files):
+            lines = [header]
+            for _ in range(count // split_files):
+                ad = rng.randint(len(ads))
+                clicked = int(rng.rand() < (0.85 if ad % 2 else 0.15))
+                integers = ["" if rng.rand() < 0.3 else str(rng.randint(1000)) for _ in range(13)]
+                ids = [ads[ad]] + ["" if rng.rand() < 0.3 else f"{rng.randint(50):08x}" for _ in range(25)]
+                items = history_rng.randint(30, size=history_rng.randint(13)) + (0 if clicked else 20)
+                history = "|".join(f"i{item}" for item in items)
+                lines.append("\t".join([str(clicked), *integers, *ids, history]))
+            (data_dir / f"{split}-{f}.tsv").write_text("\n".join(lines) + "\n")
+
+
 # ---------------------------------------------------------------- TensorBoard
 @contextlib.contextmanager
 def tensorboard(logdir, timeout: float = 120):

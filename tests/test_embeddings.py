@@ -15,10 +15,10 @@ import tensorflow as tf
 
 from ps_trainer import input as inputs
 from ps_trainer.cluster import spec
-from ps_trainer.launch import measure
+from ps_trainer.launch import chaos, measure
 from ps_trainer.model.dynamic import ids as table_ids, storage as table_storage, table as dynamic_table, upkeep as table_upkeep
 from tests.support import (ROOT, describe, finished, in_process_cluster, join_all, logged_step, read_flags,
-                           run_trainer, serve_in_fresh_process, wait_for, write_click_csvs)
+                           run_trainer, serve_in_fresh_process, wait_for, write_criteo_shaped_tsvs)
 from ps_trainer.training import export, incremental, log_lines, run_record
 from ps_trainer.training import graph as train_graph
 from ps_trainer.training.config import TrainConfig
@@ -40,12 +40,12 @@ def table_graph(ids_dtype=tf.string, capacity=40, shards=2, min_count=1, trainin
     return ids, rows, table
 
 
-def saved_maps(checkpoint) -> dict[int, dict]:
-    """{shard: {ID: row}} of the table 'user', read from a checkpoint."""
+def saved_maps(checkpoint, column: str = "user") -> dict[int, dict]:
+    """{shard: {ID: row}} of the table of `column`, read from a checkpoint."""
     reader = tf.train.load_checkpoint(checkpoint)
     maps = {}
     for name in reader.get_variable_to_shape_map():
-        found = re.fullmatch(r"(?:.*/)?user/shard(\d+)/rows_of_ids-keys", name)
+        found = re.fullmatch(rf"(?:.*/)?{column}/shard(\d+)/rows_of_ids-keys", name)
         if found:
             keys, values = reader.get_tensor(name), reader.get_tensor(name[:-len("keys")] + "values")
             maps[int(found.group(1))] = {(k.decode() if isinstance(k, bytes) else int(k)): int(v)
@@ -588,73 +588,91 @@ def test_only_the_chief_builds_the_reconciliation_and_the_eviction_of_its_tables
 
 
 @pytest.mark.e2e
-def test_dynamic_tables_in_rounds_on_two_ps_keep_their_rows_through_a_ps_restart_and_learn(make_cluster, tmp_path):
-    """Click logs with a multi-valued column (a user's recent items), dynamic tables trained in rounds
-    (--local_steps=10) with --embedding_growth: the upkeep and the pushes' locks in a real cluster, and the
-    reconciliation after the chief restores the restarted ps, from a full checkpoint and its deltas."""
-    write_click_csvs(tmp_path / "csv", rows=4000)
+@pytest.mark.drill
+def test_criteo_shaped_logs_train_each_epoch_once_in_dynamic_rounds_through_a_ps_restart(make_cluster, tmp_path):
+    """Criteo's columns and a user's history (a multi-valued column) in TSV files handed out by the input
+    queue, 27 dynamic tables trained in rounds (--local_steps=10) with --embedding_growth on 2 ps, deltas on.
+    ps 0 (which holds the queue and the global step) is killed and restarted mid-run: the chief restores it
+    from a full checkpoint and its deltas, the model and the queue together, the tables reconcile, and
+    every epoch ends with each of its examples trained; every task exits 0."""
+    rows, epochs, batch = 8000, 4, 64
+    write_criteo_shaped_tsvs(tmp_path / "tsv", rows=rows)
     cluster = make_cluster(num_ps=2, num_workers=2, trainer_args=[
-        "--model=wide_deep", "--dataset=csv", f"--data_dir={tmp_path / 'csv'}", "--label_column=clicked",
-        "--numeric_columns=price,hour", "--categorical_columns=user,city", "--multi_valued_columns=recent",
-        "--embedding=dynamic", "--embedding_growth", "--embedding_capacity=20000", "--incremental_save_secs=1",
-        "--local_steps=10", "--hidden_units=32", "--train_steps=600", "--save_checkpoint_steps=200",
-        "--keep_checkpoint_max=20", "--log_every_n_steps=100"])
+        "--model=wide_deep", "--dataset=csv", f"--data_dir={tmp_path / 'tsv'}", "--label_column=label",
+        "--numeric_columns=" + ",".join(f"I{i}" for i in range(1, 14)),
+        "--categorical_columns=" + ",".join(f"C{i}" for i in range(1, 27)), "--multi_valued_columns=history",
+        "--embedding=dynamic", "--embedding_growth", "--embedding_capacity=2000", "--incremental_save_secs=1",
+        "--local_steps=10", "--hidden_units=32", f"--batch_size={batch}", f"--num_epochs={epochs}",
+        "--input_queue_audit", "--train_steps=100000", "--save_checkpoint_steps=200", "--keep_checkpoint_max=20",
+        "--log_every_n_steps=100"])
     cluster.start_all()
     # The chief writes the checkpoints and their deltas at its own steps, which its saves slow down: on
     # a loaded machine worker 1 once ran the job to its end while the chief made 3 steps. Worker 1 holds
-    # still from global step 250 until the chief has saved a checkpoint past step 0 and a delta of it.
+    # still from global step 150 until the chief has saved a checkpoint past step 0 and a delta of it.
     paused = []
 
     def saved_a_delta_past_step_0() -> bool:
-        if not paused and max(logged_step(cluster.log("worker", index)) for index in (0, 1)) >= 250:
+        if not paused and max(logged_step(cluster.log("worker", index)) for index in (0, 1)) >= 150:
             cluster.kill("worker", 1, signal.SIGSTOP)
             paused.append(True)
         checkpoint = tf.train.latest_checkpoint(str(cluster.model_dir))
         return bool(checkpoint and not checkpoint.endswith("-0") and incremental.deltas_of(checkpoint))
 
     try:
-        wait_for(saved_a_delta_past_step_0, 180, "a delta of a checkpoint past step 0", cluster)
+        wait_for(saved_a_delta_past_step_0, 240, "a delta of a checkpoint past step 0", cluster)
         at_kill = tf.train.latest_checkpoint(str(cluster.model_dir))
-        cluster.kill("ps", 1)
-        cluster.start("ps", 1)
+        cluster.kill("ps", 0)
+        cluster.start("ps", 0)
     finally:
         if paused:
             cluster.kill("worker", 1, signal.SIGCONT)
     codes = cluster.wait(timeout=300)
     assert set(codes.values()) == {0}, describe(cluster)
 
-    chief = cluster.log("worker", 0)
-    assert log_lines.sessions_again(chief), chief[-3000:]  # the kill broke its steps, and the chief restored ps 1:
+    chief, other = cluster.log("worker", 0), cluster.log("worker", 1)
+    assert log_lines.sessions_again(chief), chief[-3000:]  # the kill broke its steps, and the chief restored ps 0:
     again = chief.split("training session made again")[0]  # the restore is logged as the session is made
-    assert re.search(r"Restoring parameters from .*model\.ckpt-\d+", again.split("An error was raised")[-1])
+    assert re.search(r"Restoring parameters from .*model\.ckpt-\d+", again.split("An error was raised", 1)[-1])
     assert re.search(rf"restored {os.path.basename(at_kill)} and its [1-9]\d* delta checkpoint", chief), chief[-3000:]
-    assert re.search(r"live rows: .*wide_deep/user \d+ \(\d+ \+ \d+\)", chief), chief[-3000:]
-    line = re.findall(r"live rows: .*", chief)[-1]  # and what each ps holds: the sum of its shards
-    shards = [int(count) for pair in re.findall(r"/\w+ \d+ \((\d+) \+ (\d+)\)", line) for count in pair]
+    # Each table whole on one ps (27 tables spread over 2): what each ps holds is the sum of its tables.
+    line = re.findall(r"live rows: .*", chief)[-1]
+    tables = [int(count) for count in re.findall(r"wide_deep/\w+ (\d+)", line)]
     per_ps = [int(n) for n in re.search(r"; per ps: ps 0 (\d+), ps 1 (\d+)$", line).groups()]
-    assert sum(per_ps) == sum(shards) and min(per_ps) > 0, line
-    # Every ID with a row at the kill still has that row at the end (both shards: ps 1's was restored).
-    before, after = saved_maps(at_kill), saved_maps(tf.train.latest_checkpoint(str(cluster.model_dir)))
-    for shard in (0, 1):
-        assert before[shard], shard
-        changed = {key: (row, after[shard].get(key)) for key, row in before[shard].items()
-                   if after[shard].get(key) != row}
-        assert not changed, (shard, len(changed), list(changed.items())[:5])
-    # It learned: held-out, not one batch (chance is 0.5; the city alone gives about 0.9).
-    assert float(finished(chief)["heldout_auc"]) > 0.9, finished(chief)
+    assert len(tables) == 27 and sum(per_ps) == sum(tables) and min(per_ps) > 0, line
+    # Every ID with a row at the kill still has that row at the end (the tables on ps 0 were restored).
+    final = tf.train.latest_checkpoint(str(cluster.model_dir))
+    for column in [f"C{i}" for i in range(1, 27)] + ["history"]:
+        before, after = saved_maps(at_kill, column), saved_maps(final, column)
+        assert before and any(before.values()), column
+        for shard, rows_of_ids in before.items():
+            changed = {key: (row, after[shard].get(key)) for key, row in rows_of_ids.items()
+                       if after[shard].get(key) != row}
+            assert not changed, (column, shard, len(changed), list(changed.items())[:5])
 
-    # The export, loaded in a fresh process, serves raw IDs as the final checkpoint does: known ones their
+    # Each epoch: every file finished once, every example of it trained; an example trained twice only
+    # where the restore rolled its training back (never three times: one restore).
+    done = sorted({(epoch, examples) for log in (chief, other) for epoch, _, examples in log_lines.epochs_done(log)})
+    assert done == [(epoch, rows) for epoch in range(epochs)], describe(cluster)
+    audit = chaos.count_audit(cluster.model_dir)
+    assert sorted(audit) == list(range(epochs)), audit
+    for epoch, (distinct, twice, trained) in audit.items():
+        assert distinct == rows and trained - distinct == twice, (epoch, audit)
+    final_step = int(finished(chief)["global_step"])
+    assert int(tf.train.load_checkpoint(final).get_tensor("global_step")) == final_step
+    assert epochs * rows / batch <= final_step <= epochs * rows / batch * 1.5, final_step
+    # It learned: held-out, not one batch (chance is 0.5; the ad alone gives about 0.85).
+    assert float(finished(chief)["heldout_auc"]) > 0.8, finished(chief)
+
+    # The export, loaded in a fresh process, serves raw rows as the final checkpoint does: known IDs their
     # rows, unknown ones the default row; a history empty, short or long.
-    cfg, _ = run_record.follow(read_flags(*cluster.trainer_args), run_record.read(str(cluster.model_dir)))
-    assert cfg.model.embedding_partitions == 2  # one shard per ps, as run.json says (these flags alone: 1)
+    one_process = [arg for arg in cluster.trainer_args if not arg.startswith(("--num_epochs", "--input_queue_audit"))]
+    cfg, _ = run_record.follow(read_flags(*one_process), run_record.read(str(cluster.model_dir)))
     features, _ = next(iter(inputs.batches(cfg.data, inputs.Shard(0, 1), 8, split="eval", repeat=False)))
     features = {name: value.numpy() for name, value in features.items()}
-    features["user"][:2] = [b"a user training never met", b""]
-    features["recent"][2:5] = [b"", b"i4", b"|".join(b"i%d" % item for item in range(50))]
-    final = tf.train.latest_checkpoint(str(cluster.model_dir))
+    features["C1"][:2] = [b"an ad training never met", b""]
+    features["history"][2:5] = [b"", b"i4", b"|".join(b"i%d" % item for item in range(50))]
     expected = export.predict(cfg, final, features)
-    step = int(tf.train.load_checkpoint(final).get_tensor("global_step"))
-    served = serve_in_fresh_process(cluster.model_dir / "export" / str(step), features)
+    served = serve_in_fresh_process(cluster.model_dir / "export" / str(final_step), features)
     np.testing.assert_allclose(served["probabilities"], expected["probabilities"], rtol=1e-5, atol=1e-6)
 
 

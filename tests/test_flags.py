@@ -118,8 +118,16 @@ def test_the_input_queue_is_on_by_default_for_files_in_a_cluster_where_it_works(
     assert not read_flags(*WORKER, *files, "--noinput_queue").data.input_queue
     explicit = read_flags(*WORKER, *files, "--input_queue").data
     assert explicit.input_queue and not explicit.input_queue_by_default
-    for args in (["--steps_per_run=4"], ["--cache=memory"], ["--sync_replicas", "--replicas_to_aggregate=1"]):
+    for args in (["--steps_per_run=4"], ["--cache=memory"], ["--sync_replicas", "--replicas_to_aggregate=1"],
+                 # --local_steps outside rounds of rows: the tables' rows stay on the ps (Adam's slots decay)
+                 ["--local_steps=10", "--optimizer=adam"]):
         assert not read_flags(*WORKER, *files, *args).data.input_queue, args
+    # A round of rows reads its batches at once, as a step reads its batch: the queue counts them.
+    for embedding in ("hashed", "dynamic"):
+        rounds = read_flags(*WORKER, *files, "--local_steps=10", f"--embedding={embedding}", "--num_epochs=2")
+        assert rounds.data.input_queue and rounds.train.batches_per_read == 10, embedding
+    assert "drop --local_steps=10" in usage_error(*WORKER, *files, "--local_steps=10", "--optimizer=adam",
+                                                  "--input_queue")
     assert not read_flags("--model_dir=/tmp/unused", *files).data.input_queue  # one process
     assert not read_flags(*WORKER).data.input_queue  # generated data
     assert "this run cannot use it: --cache=memory keeps a fixed shard" in usage_error(

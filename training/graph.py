@@ -72,23 +72,25 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
     device = placement.device_setter(cluster) if cluster.is_distributed else None
     with v1.device(device):
         global_step = v1.train.get_or_create_global_step()
+        read_size = train.batch_size * train.batches_per_read  # a round of rows reads its batches at once
         if cfg.data.input_queue:
             feed = _work_queue(cfg, global_step)
             batches = v1.data.make_initializable_iterator(inputs.batches(cfg.data, inputs.Shard(0, 1, feed),
-                                                                         train.batch_size))
+                                                                         read_size))
         else:
             feed = None
             shard = inputs.Shard(cluster.replica_index, cluster.num_replicas)
-            batches = v1.data.make_one_shot_iterator(inputs.batches(cfg.data, shard,
-                                                                     train.batch_size * train.batches_per_read))
-        tags = []  # --input_queue: each example's file key and ordinal in it; the one forward pass of a single step
+            batches = v1.data.make_one_shot_iterator(inputs.batches(cfg.data, shard, read_size))
+        # --input_queue: each read's (file keys, ordinals in the files) of its examples; the step trains
+        # the last read built (a round's is built after the first forward pass, which makes the variables).
+        tags = []
         reader, getter = step.reader_and_getter(lever, cluster, train)
         data_spec = inputs.spec(cfg.data)
         model_cfg = dataclasses.replace(cfg.model, table_devices=cluster.ps_devices())
 
         def next_batch():
             features, labels, *example_tags = batches.get_next()
-            tags.extend(example_tags)
+            tags.append(example_tags)
             return features, labels
 
         def forward(batch=None):
@@ -130,7 +132,17 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
         if built.end_op is not None:
             feed.end_op = built.end_op
         audit = layout.audit_file(cfg.train.model_dir, cluster.task_dir) if cfg.data.input_queue_audit else None
-        queue = queue_hook.InputQueueHook(feed, *tags, batches.initializer, cfg.data.input_queue_lease_secs,
+        queue = queue_hook.InputQueueHook(feed, *_trained_tags(tags[-1], built, train), batches.initializer,
+                                          cfg.data.input_queue_lease_secs,
                                           drops_first_step=built.drops_next_push,
                                           audit_path=audit)
     return TrainGraph(saver, built, uninitialized, queue, tables, warm)
+
+
+def _trained_tags(read_tags, built, train):
+    """The (file keys, ordinals) of the examples a run trains of its read: all of a step's batch; of a
+    round's batches, those of the steps it took (--train_steps can cut a round short)."""
+    if train.batches_per_read == 1:
+        return read_tags
+    trained = tf.cast(built.steps_done, tf.int64) * train.batch_size
+    return [tags[:trained] for tags in read_tags]

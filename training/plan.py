@@ -14,9 +14,11 @@ from typing import Callable, NamedTuple
 from ps_trainer.input import NO_CACHE
 
 # Flags that only the input queue serves, and levers that train several batches a session.run (the
-# queue counts each step's examples by file).
+# queue counts each step's examples by file). A round of rows (ROUNDS below) reads its batches at once,
+# as one step reads its batch: the queue counts it, so its flags are no such lever there.
 QUEUE_FLAGS = ("num_epochs", "input_queue_audit")
 SEVERAL_BATCHES = ("steps_per_run", "local_steps", "accumulate_batches")
+READ_AT_ONCE_IN_ROUNDS = ("steps_per_run", "local_steps")
 
 
 class Conflict(ValueError):
@@ -29,7 +31,8 @@ class InputSettings:
     (the flags alone are checked before the cluster is resolved); a rule that reads one is skipped then."""
     input_queue: bool | None = None  # --input_queue as given; None: not given
     needs_queue: str | None = None  # the first of QUEUE_FLAGS given
-    several_batches: tuple[str, int] | None = None  # the first of SEVERAL_BATCHES above 1: (flag, value)
+    # the first of SEVERAL_BATCHES above 1, (flag, value); a round of rows reads its batches at once
+    several_batches: tuple[str, int] | None = None
     cache: str | None = None
     # --sync_replicas with fewer replicas aggregated than the cluster has: (aggregated, replicas)
     backup_workers: tuple[int, int] | None = None
@@ -56,7 +59,7 @@ QUEUE_RULES = (
               lambda s: "--input_queue counts each step's examples by file: drop --{}={}.".format(*s.several_batches),
               lambda s: "--{}={} trains several batches a step, and the queue counts each step's examples".format(
                   *s.several_batches),
-              "a lever (" + ", ".join(f"--{flag}" for flag in SEVERAL_BATCHES) + ")"),
+              "a lever (--steps_per_run, --local_steps outside rounds of rows, --accumulate_batches)"),
     QueueRule(lambda s: s.cache not in (None, NO_CACHE),
               lambda s: f"--input_queue reads every epoch from the files: drop --cache={s.cache}.",
               lambda s: f"--cache={s.cache} keeps a fixed shard", "--cache"),
