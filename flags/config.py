@@ -171,16 +171,17 @@ def tables_take_rounds(f) -> bool:
 
 def input_settings(f, name: str | None = None, cluster: spec.ClusterConfig | None = None) -> plan.InputSettings:
     """What training/plan.py decides the input path by: the flags, and the dataset and cluster once known."""
-    rounds = f.local_steps > 1 and tables_take_rounds(f)
-    several = next((flag for flag in plan.SEVERAL_BATCHES
-                    if f[flag].value > 1 and not (rounds and flag in plan.READ_AT_ONCE_IN_ROUNDS)), None)
+    several = next((flag for flag in plan.SEVERAL_BATCHES if f[flag].value > 1), None)
     backup = None
     if cluster is not None and f.sync_replicas:
         aggregated = f.replicas_to_aggregate or cluster.num_replicas
         backup = (aggregated, cluster.num_replicas) if aggregated < cluster.num_replicas else None
     return plan.InputSettings(
         input_queue=f.input_queue, needs_queue=next((flag for flag in plan.QUEUE_FLAGS if f[flag].value), None),
-        several_batches=(several, f[several].value) if several else None, cache=f.cache, backup_workers=backup,
+        several_batches=(several, f[several].value) if several else None,
+        # --steps_per_run beside --local_steps is refused unless it is a round's (step_path)
+        rounds=several in ("local_steps", "steps_per_run") and f.local_steps > 1 and tables_take_rounds(f),
+        cache=f.cache, backup_workers=backup,
         dataset=name, has_files=None if name is None else inputs.lists_files(name),
         distributed=None if cluster is None else cluster.is_distributed,
         joins=bool(cluster and cluster.joins))

@@ -122,10 +122,12 @@ def test_the_input_queue_is_on_by_default_for_files_in_a_cluster_where_it_works(
                  # --local_steps outside rounds of rows: the tables' rows stay on the ps (Adam's slots decay)
                  ["--local_steps=10", "--optimizer=adam"]):
         assert not read_flags(*WORKER, *files, *args).data.input_queue, args
-    # A round of rows reads its batches at once, as a step reads its batch: the queue counts them.
+    # A round of rows reads its batches at once, as a step reads its batch: the queue counts them, when asked.
     for embedding in ("hashed", "dynamic"):
-        rounds = read_flags(*WORKER, *files, "--local_steps=10", f"--embedding={embedding}", "--num_epochs=2")
-        assert rounds.data.input_queue and rounds.train.batches_per_read == 10, embedding
+        for asked in ("--num_epochs=2", "--input_queue"):
+            rounds = read_flags(*WORKER, *files, "--local_steps=10", f"--embedding={embedding}", asked)
+            assert rounds.data.input_queue and rounds.train.batches_per_read == 10, (embedding, asked)
+        assert not read_flags(*WORKER, *files, "--local_steps=10", f"--embedding={embedding}").data.input_queue
     assert "drop --local_steps=10" in usage_error(*WORKER, *files, "--local_steps=10", "--optimizer=adam",
                                                   "--input_queue")
     assert not read_flags("--model_dir=/tmp/unused", *files).data.input_queue  # one process

@@ -71,7 +71,7 @@ def test_a_default_queue_gives_way_on_resume_to_a_checkpoint_of_fixed_shards_and
 
 def test_the_help_names_every_rule_a_flag_can_turn_on():
     assert plan.QUEUE_HELP.startswith("Default: on for files in a cluster, unless a lever (--steps_per_run, "
-                                      "--local_steps outside rounds of rows, --accumulate_batches), --cache or backup workers "
+                                      "--local_steps, --accumulate_batches), --cache or backup workers "
                                       "(--replicas_to_aggregate) need the fixed shards")
 
 

@@ -14,11 +14,9 @@ from typing import Callable, NamedTuple
 from ps_trainer.input import NO_CACHE
 
 # Flags that only the input queue serves, and levers that train several batches a session.run (the
-# queue counts each step's examples by file). A round of rows (ROUNDS below) reads its batches at once,
-# as one step reads its batch: the queue counts it, so its flags are no such lever there.
+# queue counts each step's examples by file; a round of rows, InputSettings.rounds, reads its batches at once).
 QUEUE_FLAGS = ("num_epochs", "input_queue_audit")
 SEVERAL_BATCHES = ("steps_per_run", "local_steps", "accumulate_batches")
-READ_AT_ONCE_IN_ROUNDS = ("steps_per_run", "local_steps")
 
 
 class Conflict(ValueError):
@@ -31,8 +29,11 @@ class InputSettings:
     (the flags alone are checked before the cluster is resolved); a rule that reads one is skipped then."""
     input_queue: bool | None = None  # --input_queue as given; None: not given
     needs_queue: str | None = None  # the first of QUEUE_FLAGS given
-    # the first of SEVERAL_BATCHES above 1, (flag, value); a round of rows reads its batches at once
-    several_batches: tuple[str, int] | None = None
+    several_batches: tuple[str, int] | None = None  # the first of SEVERAL_BATCHES above 1: (flag, value)
+    # --local_steps trains rounds of rows: a round reads its batches at once and the queue counts them,
+    # taken when asked (--input_queue, or a flag of QUEUE_FLAGS): a ps 0 restart can stop the chief then
+    # (docs/faults.md), so the default reads fixed shards.
+    rounds: bool = False
     cache: str | None = None
     # --sync_replicas with fewer replicas aggregated than the cluster has: (aggregated, replicas)
     backup_workers: tuple[int, int] | None = None
@@ -55,11 +56,13 @@ def _unknown_or(value, test):
 
 # In the order they are checked: the first that holds refuses or explains.
 QUEUE_RULES = (
-    QueueRule(lambda s: s.several_batches is not None,
+    QueueRule(lambda s: s.several_batches is not None and not (s.rounds and (s.input_queue or s.needs_queue)),
               lambda s: "--input_queue counts each step's examples by file: drop --{}={}.".format(*s.several_batches),
-              lambda s: "--{}={} trains several batches a step, and the queue counts each step's examples".format(
+              lambda s: ("--{}={} trains rounds of rows, which take the queue when asked (--input_queue, --num_epochs): "
+                         "a ps 0 restart can stop the chief then (docs/faults.md)" if s.rounds else
+                         "--{}={} trains several batches a step, and the queue counts each step's examples").format(
                   *s.several_batches),
-              "a lever (--steps_per_run, --local_steps outside rounds of rows, --accumulate_batches)"),
+              "a lever (" + ", ".join(f"--{flag}" for flag in SEVERAL_BATCHES) + ")"),
     QueueRule(lambda s: s.cache not in (None, NO_CACHE),
               lambda s: f"--input_queue reads every epoch from the files: drop --cache={s.cache}.",
               lambda s: f"--cache={s.cache} keeps a fixed shard", "--cache"),
