@@ -30,11 +30,22 @@ terminal.define_flags("runs/<timestamp> (model_dir goes there too)", timeout_sec
 FLAGS = flags.FLAGS
 
 
+def _given_model_dir(trainer_args):
+    """The trainer's --model_dir as given (--model_dir=DIR or --model_dir DIR, the last one), else None."""
+    for i in reversed(range(len(trainer_args))):
+        flag, equals, value = trainer_args[i].partition("=")
+        if flag == "--model_dir":
+            return value if equals else (trainer_args[i + 1] if i + 1 < len(trainer_args) else None)
+    return None
+
+
 def main(argv):
     trainer_args = argv[1:]
     run_dir = terminal.run_dir()
-    if not any(a.startswith("--model_dir") for a in trainer_args):
-        trainer_args.append(f"--model_dir={run_dir / 'model'}")
+    model_dir = _given_model_dir(trainer_args)
+    if model_dir is None:
+        model_dir = run_dir / "model"
+        trainer_args.append(f"--model_dir={model_dir}")
     if FLAGS.program and not pathlib.Path(FLAGS.program).is_file():
         raise app.UsageError(f"--program={FLAGS.program}: no such file")
     if FLAGS.program:  # the chief is one of the workers, as trainer.py's worker 0 is
@@ -44,7 +55,7 @@ def main(argv):
         cluster = LocalCluster(run_dir, FLAGS.num_ps, FLAGS.num_workers, trainer_args, preload=FLAGS.preload)
     code = terminal.launch(cluster, FLAGS.timeout_secs, FLAGS.ps_exit_secs)
     if code == 0:
-        print(f"checkpoints and summaries in {run_dir / 'model'}")
+        print(f"checkpoints and summaries in {model_dir}")
     return code
 
 

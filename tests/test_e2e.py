@@ -306,8 +306,12 @@ def test_per_host_scripts_run_a_cluster(tmp_path):
 def test_the_local_launcher_runs_and_summarizes(tmp_path):
     result = run_launcher(
         [sys.executable, str(SCRIPTS / "run_local.py"), f"--run_dir={tmp_path}", "--",
-         "--train_steps=150", "--log_every_n_steps=50", "--synthetic_examples=2000"], timeout=TIMEOUT)
+         "--train_steps=150", "--log_every_n_steps=50", "--synthetic_examples=2000",
+         f"--model_dir={tmp_path / 'mine'}"], timeout=TIMEOUT)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    # The model_dir it names is the one the trainer was given, and holds the final checkpoint.
+    assert f"checkpoints and summaries in {tmp_path / 'mine'}\n" in result.stdout, result.stdout
+    assert re.search(r"model\.ckpt-15\d$", tf.train.latest_checkpoint(str(tmp_path / "mine")))
     # The figure a newcomer reads first is the held-out one, labelled as such.
     assert re.search(r"summary: final step 15\d, held-out loss [\d.]+, held-out accuracy [\d.]+ \(final "
                      r"checkpoint\); last batch loss [\d.]+, accuracy [\d.]+; wall time", result.stdout)
