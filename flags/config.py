@@ -164,11 +164,6 @@ def read_warm_start_map(f) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def tables_take_rounds(f) -> bool:
-    """Whether --local_steps would train the model's tables in rounds of rows (training/plan.py)."""
-    return plan.tables_take_rounds(model.needs_of(f.model), f.embedding, chosen_optimizer(f))
-
-
 def input_settings(f, name: str | None = None, cluster: spec.ClusterConfig | None = None) -> plan.InputSettings:
     """What training/plan.py decides the input path by: the flags, and the dataset and cluster once known."""
     several = next((flag for flag in plan.SEVERAL_BATCHES if f[flag].value > 1), None)
@@ -179,8 +174,7 @@ def input_settings(f, name: str | None = None, cluster: spec.ClusterConfig | Non
     return plan.InputSettings(
         input_queue=f.input_queue, needs_queue=next((flag for flag in plan.QUEUE_FLAGS if f[flag].value), None),
         several_batches=(several, f[several].value) if several else None,
-        # --steps_per_run beside --local_steps is refused unless it is a round's (step_path)
-        rounds=several in ("local_steps", "steps_per_run") and f.local_steps > 1 and tables_take_rounds(f),
+        rounds=plan.reads_rounds(step_settings(f, cluster)),
         cache=f.cache, backup_workers=backup,
         dataset=name, has_files=None if name is None else inputs.lists_files(name),
         distributed=None if cluster is None else cluster.is_distributed,
@@ -189,9 +183,10 @@ def input_settings(f, name: str | None = None, cluster: spec.ClusterConfig | Non
 
 def step_settings(f, cluster: spec.ClusterConfig | None = None) -> plan.StepSettings:
     """What training/plan.py decides the step path by: the flags, the model's tables, the cluster once known."""
+    takes_rounds = plan.tables_take_rounds(model.needs_of(f.model), f.embedding, chosen_optimizer(f))
     return plan.StepSettings(local_steps=f.local_steps, steps_per_run=f.steps_per_run,
                              steps_per_run_given=f["steps_per_run"].present, accumulate_batches=f.accumulate_batches,
-                             sync=f.sync_replicas, has_tables=has_tables(f), tables_take_rounds=tables_take_rounds(f),
+                             sync=f.sync_replicas, has_tables=has_tables(f), tables_take_rounds=takes_rounds,
                              model=f.model, distributed=None if cluster is None else cluster.is_distributed)
 
 

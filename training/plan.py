@@ -177,11 +177,16 @@ class StepPath:
     batches_per_read: int = 1  # batches one session.run reads at once (rounds of rows)
 
 
+def reads_rounds(settings: StepSettings) -> bool:
+    """Whether a session.run trains a round of rows (ROUNDS), as far as the settings know: one process
+    reads its tables as they are, so rounds are for a cluster (assumed while it is not known yet)."""
+    return settings.distributed is not False and settings.local_steps > 1 and settings.tables_take_rounds
+
+
 def step_path(settings: StepSettings) -> StepPath:
     """The step path of these settings (the cluster known), or Conflict."""
     s = settings
-    # One process reads its tables as they are: rounds of rows are for a cluster.
-    rounds = bool(s.distributed) and s.local_steps > 1 and s.tables_take_rounds
+    rounds = bool(s.distributed) and reads_rounds(s)
     if s.local_steps > 1:
         if s.has_tables and not s.tables_take_rounds:
             if s.steps_per_run > 1:
