@@ -65,7 +65,6 @@ POLL_SECS = 0.2
 FILES_PER_PASS = 4
 # How long one call to the queue may take before it is retried (a ps restarting, a network fault).
 CALL_TIMEOUT_MS = 10000
-RETRY_SECS = 0.5
 # FailedPrecondition and NotFound: the queue's variables are not on ps 0 (restarted, not restored yet).
 RETRYABLE = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError,
              tf.errors.DeadlineExceededError, tf.errors.FailedPreconditionError, tf.errors.NotFoundError)
@@ -316,6 +315,13 @@ class ItemFeed:
     to their end, and restart()s the feed when its session is (re)created. A generation number
     tells the pipeline of an earlier session, whose files were given back, to stop taking any.
 
+    The pipeline never makes the feed's session, and never waits for a queue it cannot reach: a step
+    may be waiting on its read, and a session being closed waits for that step. A call of the
+    pipeline's that fails hands its error to the training session's Coordinator (MonitoredSession
+    then makes the session again, and restart() makes the feed's) and ends the pipeline. Waiting
+    instead would stop the chief for good when ps 0 restarted: its queue comes back only with the
+    restore that the chief's next session makes.
+
     In sync training (empty_batches) a round needs every worker's gradient, so a worker must step
     while a peer trains the last files of the run: a pass that takes no file ends with an empty
     batch (input.queued_batches), whose gradient is zero, and passes follow one another with no
@@ -337,6 +343,7 @@ class ItemFeed:
         self._lock = threading.Lock()
         self._session_factory = None
         self._session = None
+        self._coord = None  # the training session's Coordinator, while that session lasts
         self._read, self._trained = collections.Counter(), collections.Counter()
         self._ended = set()
         # Each file's trained prefix (how many of its first examples are trained, those its take
@@ -350,14 +357,18 @@ class ItemFeed:
         """make_session() -> a session on the cluster, for the feed's own calls to the queue."""
         self._session_factory = make_session
 
-    def _call(self, fetches, feed_dict=None):
-        """Runs fetches on the queue, once; after a failure the next call opens a new session.
+    def _call(self, fetches, feed_dict=None, pipeline: bool = False):
+        """Runs fetches on the queue, once; after a failure the hook's thread opens a new session at its
+        next call (pipeline: the caller is the input pipeline, which never opens one).
 
         A call that fails for a reason a new session can mend (RETRYABLE) raises AbortedError, which
         MonitoredSession takes for a preemption: it makes its session again, and this worker gives back
         the files it held (restart). A call timed out after CALL_TIMEOUT_MS is one of those: ps 0, or
         this process itself, paused or overloaded (a process stopped by SIGSTOP mid-call finds its
         deadline passed as it resumes)."""
+        if self._session is None and (pipeline or self._stopping()):
+            raise tf.errors.AbortedError(None, None, f"{self.task_name}: the input queue's session was lost with "
+                                         "an earlier call; the next training session makes it again")
         start = time.monotonic()
         try:
             if self._session is None:
@@ -369,13 +380,26 @@ class ItemFeed:
                 None, None, f"{self.task_name}: the input queue on ps 0 did not answer ({type(err).__name__} after "
                 f"{time.monotonic() - start:.1f} s: {_first_line(err.message)})") from err
 
-    def _over(self) -> None:
+    def _stopping(self) -> bool:
+        """The training session is being closed, or a call of the pipeline's failed."""
+        return self._coord is not None and self._coord.should_stop()
+
+    def _lost(self, err: tf.errors.OpError) -> None:
+        """A call of the pipeline's failed: the training session is made again (its Coordinator takes
+        the AbortedError), and the pipeline ends (passes() and items() see the Coordinator stopping)."""
+        if self._coord is None:  # no training session to hand it to (a test driving the feed by hand)
+            raise err
+        if not self._coord.should_stop():  # once it is stopping (closed, or an earlier error), it has one
+            logging.info("%s; the training session is made again", err.message)
+            self._coord.request_stop((type(err), err, err.__traceback__))
+
+    def _over(self, pipeline: bool = False) -> None:
         """Every epoch is done: the pipeline ends, and the workers waiting for a sync round are woken."""
         self.finished = True
         if self.end_op is None:
             return
         try:
-            self._call(self.end_op)
+            self._call(self.end_op, pipeline=pipeline)
         except (*RETRYABLE, tf.errors.OutOfRangeError) as err:  # closed already, or its ps is down
             logging.info("%s: input queue: every epoch is done; closing the sync token queue failed (%s)",
                          self.task_name, _first_line(err.message))
@@ -399,7 +423,7 @@ class ItemFeed:
         """Pass numbers for the pipeline: a pass reads the files it can take, then its shuffle buffer
         drains (so the files it read get finished) before the next pass asks for more."""
         generation, number = self.generation, 0
-        while generation == self.generation and not self.finished:
+        while generation == self.generation and not self.finished and not self._stopping():
             yield number
             number += 1
 
@@ -415,22 +439,19 @@ class ItemFeed:
             # Under the lock: a restart() (which gives back this worker's files) comes before this
             # take or after it, never between its check and its take.
             with self._lock:
-                if generation != self.generation:
+                if generation != self.generation or self._stopping():
                     return
                 try:
-                    result, failure = self._call(self.queue.take), None
+                    result = self._call(self.queue.take, pipeline=True)
                 except RETRYABLE as err:
-                    result, failure = None, err
-            if failure is not None:  # ps 0 restarting: ask again, outside the lock
-                logging.info("%s; asking again", failure.message)
-                time.sleep(RETRY_SECS)
-                continue
+                    self._lost(err)
+                    return
             key, over, reclaimed, start = (int(value) for value in result)
             if reclaimed:
                 logging.warning("%s: input queue: took back %d file(s) from workers silent for more than %.0f s",
                                 self.task_name, reclaimed, self.queue.lease_secs)
             if over:
-                self._over()
+                self._over(pipeline=True)
                 self._took_nothing = False
                 return
             if key < 0:
@@ -468,7 +489,10 @@ class ItemFeed:
                 self._ended.add(int(key))
         # A file empty, or trained to its end before it was taken (its prefix skipped all of it): no
         # step will count it.
-        self.trained(np.array([], np.int64), generation=int(generation))
+        try:
+            self.trained(np.array([], np.int64), generation=int(generation))
+        except RETRYABLE as err:
+            self._lost(err)
         return key
 
     def counted(self, blocks: tf.data.Dataset, key, generation, skip: bool, start=0) -> tf.data.Dataset:
@@ -496,12 +520,14 @@ class ItemFeed:
         return tagged.concatenate(end.flat_map(lambda _: tagged.take(0)))
 
     # The session hook's side.
-    def restart(self, skip_first_pass: bool = False) -> int:
+    def restart(self, skip_first_pass: bool = False, coord=None) -> int:
         """A new session: the pipeline of the last one stops taking files, the files this worker held
         are TODO again; returns how many. skip_first_pass: the first pass takes no file (its one
-        batch is empty), for a first step whose gradient is dropped."""
+        batch is empty), for a first step whose gradient is dropped. coord: the session's Coordinator,
+        which takes the errors of the pipeline's calls."""
         with self._lock:
             self.generation += 1
+            self._coord = coord
             self._skip_pass = skip_first_pass
             self._read.clear()
             self._trained.clear()
@@ -532,6 +558,7 @@ class ItemFeed:
             except RETRYABLE:  # ps 0 is down: the lease lapses, or the restore brings the files back
                 pass
             self._forget_prefixes()
+            self._coord = None
         self._close_session()
 
     def heartbeat(self) -> None:
@@ -544,6 +571,7 @@ class ItemFeed:
         finished_files as (key, examples, still ours, epochs completed, their examples, global step).
         generation: the pipeline's, when the pipeline calls; nothing is done once the session it
         belongs to has ended (its files went back to the queue)."""
+        pipeline = generation is not None
         done = []
         with self._lock:
             if generation is not None and generation != self.generation:
@@ -562,7 +590,8 @@ class ItemFeed:
                 self._moved.discard(key)
                 done.append((key, examples, self._skipped.pop(key, 0)))
         for key, examples, skipped in done:
-            result = self._call(self.queue.finish, {self.queue.key: key, self.queue.examples: examples})
+            result = self._call(self.queue.finish, {self.queue.key: key, self.queue.examples: examples},
+                                pipeline=pipeline)
             mine, completed, completed_examples, step = result
             epoch = key // self.queue.num_files
             if mine:
@@ -575,7 +604,7 @@ class ItemFeed:
                                         [int(n) for e, n in zip(completed, completed_examples) if e >= 0],
                                         int(step)))
             if self.queue.num_epochs and self.queue.num_epochs - 1 in completed:
-                self._over()
+                self._over(pipeline)
 
     def _advance(self, key: int, ordinals: np.ndarray, step: int) -> None:
         """Moves file `key`'s trained prefix over the ordinals just trained by global step `step` (under

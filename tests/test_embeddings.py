@@ -592,9 +592,9 @@ def test_only_the_chief_builds_the_reconciliation_and_the_eviction_of_its_tables
 def test_criteo_shaped_logs_train_each_epoch_once_in_dynamic_rounds_through_a_ps_restart(make_cluster, tmp_path):
     """Criteo's columns and a user's history (a multi-valued column) in TSV files handed out by the input
     queue, 27 dynamic tables trained in rounds (--local_steps=10) with --embedding_growth on 2 ps, deltas on.
-    ps 1 is killed and restarted mid-run: the chief restores its tables from a full checkpoint and its
-    deltas, they reconcile, and every epoch ends with each of its examples trained; every task exits 0.
-    (ps 0, which holds the queue, is not the one killed: a chief can deadlock then, docs/faults.md.)"""
+    ps 0, which holds the queue and the global step, is killed and restarted mid-run: the chief restores
+    its tables and the queue from a full checkpoint and its deltas, they reconcile, and every epoch ends
+    with each of its examples trained; every task exits 0."""
     rows, epochs, batch = 8000, 4, 64
     write_criteo_shaped_tsvs(tmp_path / "tsv", rows=rows)
     cluster = make_cluster(num_ps=2, num_workers=2, trainer_args=[
@@ -621,8 +621,8 @@ def test_criteo_shaped_logs_train_each_epoch_once_in_dynamic_rounds_through_a_ps
     try:
         wait_for(saved_a_delta_past_step_0, 240, "a delta of a checkpoint past step 0", cluster)
         at_kill = tf.train.latest_checkpoint(str(cluster.model_dir))
-        cluster.kill("ps", 1)
-        cluster.start("ps", 1)
+        cluster.kill("ps", 0)
+        cluster.start("ps", 0)
     finally:
         if paused:
             cluster.kill("worker", 1, signal.SIGCONT)
@@ -630,7 +630,7 @@ def test_criteo_shaped_logs_train_each_epoch_once_in_dynamic_rounds_through_a_ps
     assert set(codes.values()) == {0}, describe(cluster)
 
     chief, other = cluster.log("worker", 0), cluster.log("worker", 1)
-    assert log_lines.sessions_again(chief), chief[-3000:]  # the kill broke its steps, and the chief restored ps 1:
+    assert log_lines.sessions_again(chief), chief[-3000:]  # the kill broke its steps, and the chief restored ps 0:
     again = chief.split("training session made again")[0]  # the restore is logged as the session is made
     assert re.search(r"Restoring parameters from .*model\.ckpt-\d+", again.split("An error was raised", 1)[-1])
     assert re.search(rf"restored {os.path.basename(at_kill)} and its [1-9]\d* delta checkpoint", chief), chief[-3000:]
@@ -639,7 +639,7 @@ def test_criteo_shaped_logs_train_each_epoch_once_in_dynamic_rounds_through_a_ps
     tables = [int(count) for count in re.findall(r"wide_deep/\w+ (\d+)", line)]
     per_ps = [int(n) for n in re.search(r"; per ps: ps 0 (\d+), ps 1 (\d+)$", line).groups()]
     assert len(tables) == 27 and sum(per_ps) == sum(tables) and min(per_ps) > 0, line
-    # Every ID with a row at the kill still has that row at the end (the tables on ps 1 were restored).
+    # Every ID with a row at the kill still has that row at the end (the tables on ps 0 were restored).
     final = tf.train.latest_checkpoint(str(cluster.model_dir))
     for column in [f"C{i}" for i in range(1, 27)] + ["history"]:
         before, after = saved_maps(at_kill, column), saved_maps(final, column)

@@ -4,6 +4,7 @@ epoch ended exactly by its last file; an empty file and a file cut short through
 
 import dataclasses
 import pathlib
+import threading
 import time
 
 import numpy as np
@@ -382,6 +383,8 @@ def test_a_pass_takes_no_more_than_its_share_of_few_files_so_a_peer_that_starts_
         feed.connect(lambda graph=worker_of.graph, index=index: v1.Session(cluster[index].target, graph=graph))
         feeds.append(feed)
     try:
+        for feed in feeds:
+            feed.restart()  # as the hook does once the session is made: it opens the feed's session
         passes = [[key for key, *_ in feeds[0].items()], [key for key, *_ in feeds[1].items()]]
         assert [len(keys) for keys in passes] == [3, 2] and sorted(passes[0] + passes[1]) == list(range(NUM_FILES))
         assert list(feeds[0].items()) == []  # the next pass: nothing left to take now
@@ -532,6 +535,88 @@ def test_a_queue_call_that_times_out_mid_training_makes_the_session_again_and_lo
     assert feed.finished  # the epoch ended: every file finished, the one whose answer came late included
     assert set(trained) == {(key, ordinal) for key in range(files) for ordinal in range(per_file)}
     # Read twice: at most the batches of the file whose finish was lost, trained before the new session.
+    assert len(trained) - files * per_file <= per_file
+
+
+class _TakeLostUntilMadeAgain:
+    """The feed's sessions, whose `take` fails as a restarted ps 0 answers it (its queue not restored yet)
+    from the second take on, until the training session is made again: a queue that only the next
+    session brings back, as the chief's restore does."""
+
+    def __init__(self, target, graph, take, sessions_made):
+        self.target, self.graph, self.take, self.sessions_made = target, graph, take, sessions_made
+        self.takes, self.failed = 0, 0
+
+    def __call__(self):
+        session = v1.Session(self.target, graph=self.graph)
+        real_run = session.run
+
+        def run(fetches, **kwargs):
+            if fetches is self.take:
+                self.takes += 1
+                if self.takes > 1 and len(self.sessions_made) < 2:
+                    self.failed += 1
+                    raise tf.errors.FailedPreconditionError(None, None, "input_queue/state is not initialized")
+            return real_run(fetches, **kwargs)
+
+        session.run = run
+        return session
+
+
+@pytest.mark.servers
+def test_a_take_that_fails_until_the_session_is_made_again_ends_the_pipeline_and_loses_no_example(cluster, tmp_path):
+    # A chief whose ps 0 restarted stopped for good (the Criteo drill, with ps 0 killed): its pipeline asked
+    # the queue again and again while the step waited on the read, the session's close waited on the step,
+    # and only the chief's next session would have restored the queue. The pipeline now hands the error to
+    # the session's Coordinator and ends, and MonitoredSession makes the session again.
+    files, per_file = 3, 40
+    write_embedded_as_tfrecord(tmp_path, examples=files * per_file, num_files=files)
+    graph = tf.Graph()
+    with graph.as_default():
+        with v1.device("/job:ps/task:0"):
+            global_step = v1.train.get_or_create_global_step()
+        queue = work_queue.WorkQueue(files, 0, 1, 1, 60.0, "/job:ps/task:0", global_step)
+        feed = work_queue.ItemFeed(queue, "worker:0", files_per_pass=1)
+        cfg = inputs.DataConfig(name="tfrecord", data_dir=str(tmp_path), input_queue=True, shuffle_buffer=1)
+        batches = v1.data.make_initializable_iterator(inputs.queued_batches(cfg, inputs.Shard(0, 1, feed), 16))
+        _, _, keys, ordinals = batches.get_next()
+        with tf.control_dependencies([keys, ordinals]):
+            step = v1.assign_add(global_step, 1)
+        made, trained = [], []
+        lost = _TakeLostUntilMadeAgain(cluster[0].target, graph, queue.take, made)
+        feed.connect(lost)
+        init = v1.global_variables_initializer()
+
+        class Recorder(v1.train.SessionRunHook):
+            def after_create_session(self, session, coord):
+                made.append(session)
+
+            def before_run(self, run_context):
+                return v1.train.SessionRunArgs([keys, ordinals])
+
+            def after_run(self, run_context, run_values):
+                trained.extend(zip(*(values.tolist() for values in run_values.results)))
+
+        hook = queue_hook.InputQueueHook(feed, keys, ordinals, batches.initializer, 60.0)
+        with v1.Session(cluster[0].target) as session:
+            session.run(init)
+
+        def train():
+            with graph.as_default(), v1.train.MonitoredSession(
+                    v1.train.WorkerSessionCreator(master=cluster[0].target), hooks=[Recorder(), hook]) as session:
+                while not session.should_stop():
+                    session.run(step)
+
+        # A daemon thread, so that a pipeline waiting for good fails this test instead of hanging it.
+        training = threading.Thread(target=train, daemon=True)
+        training.start()
+        training.join(timeout=60)
+    assert not training.is_alive(), (f"the training session waited on its input for 60 s: {lost.failed} failed "
+                                     f"take(s), sessions made {len(made)}")
+    assert lost.failed >= 1 and len(made) == 2  # the take failed, and the session was made again
+    assert feed.finished  # the epoch ended: every file finished
+    assert set(trained) == {(key, ordinal) for key in range(files) for ordinal in range(per_file)}
+    # Read twice: at most the first file's batches trained before the new session gave it back.
     assert len(trained) - files * per_file <= per_file
 
 

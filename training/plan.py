@@ -31,8 +31,8 @@ class InputSettings:
     needs_queue: str | None = None  # the first of QUEUE_FLAGS given
     several_batches: tuple[str, int] | None = None  # the first of SEVERAL_BATCHES above 1: (flag, value)
     # --local_steps trains rounds of rows: a round reads its batches at once and the queue counts them,
-    # taken when asked (--input_queue, or a flag of QUEUE_FLAGS): a ps 0 restart can stop the chief then
-    # (docs/faults.md), so the default reads fixed shards.
+    # taken when asked (--input_queue, or a flag of QUEUE_FLAGS); by default fixed shards, through which
+    # rounds train faster (docs/speed.md).
     rounds: bool = False
     cache: str | None = None
     # --sync_replicas with fewer replicas aggregated than the cluster has: (aggregated, replicas)
@@ -59,7 +59,7 @@ QUEUE_RULES = (
     QueueRule(lambda s: s.several_batches is not None and not (s.rounds and (s.input_queue or s.needs_queue)),
               lambda s: "--input_queue counts each step's examples by file: drop --{}={}.".format(*s.several_batches),
               lambda s: ("--{}={} trains rounds of rows, which take the queue when asked (--input_queue, --num_epochs): "
-                         "a ps 0 restart can stop the chief then (docs/faults.md)" if s.rounds else
+                         "fixed shards train them faster (docs/speed.md)" if s.rounds else
                          "--{}={} trains several batches a step, and the queue counts each step's examples").format(
                   *s.several_batches),
               "a lever (" + ", ".join(f"--{flag}" for flag in SEVERAL_BATCHES) + ")"),

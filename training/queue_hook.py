@@ -47,7 +47,7 @@ class InputQueueHook(v1.train.SessionRunHook):
 
     def after_create_session(self, session, coord):
         try:
-            released = self.feed.restart(skip_first_pass=self._drops_first_step())
+            released = self.feed.restart(skip_first_pass=self._drops_first_step(), coord=coord)
         except work_queue.RETRYABLE as err:
             # ps 0 restarted since the session was made (its queue is not restored yet): an error that
             # MonitoredSession takes for a preemption, so that it makes the session again.
