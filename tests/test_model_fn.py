@@ -4,6 +4,7 @@ flag that cannot be, refused in one line."""
 
 import re
 
+import numpy as np
 import pytest
 import tensorflow as tf
 from absl import app
@@ -13,7 +14,7 @@ from ps_trainer import model
 from ps_trainer.model import registry, user_fn
 from ps_trainer.model.dynamic import storage as table_storage
 from ps_trainer.training import graph as train_graph
-from tests.support import ROOT, describe, finished, read_flags
+from tests.support import ROOT, describe, finished, read_flags, write_click_csvs
 
 PROGRAM = ROOT / "tests" / "programs" / "clicks_model_fn.py"
 DYNAMIC = ROOT / "tests" / "programs" / "clicks_dynamic_model_fn.py"  # user and item in dynamic tables
@@ -109,6 +110,72 @@ def test_dynamic_columns_of_a_model_fn_are_the_runs_dynamic_tables_and_refuse_to
             "with trainer.py --model_fn=FILE.py:FUNCTION --embedding=dynamic")):
         tf.compat.v1.feature_column.input_layer({"user": tf.constant(["u1", "u2"])},
                                                 [dynamic_embedding_column("user", 4)])
+
+
+@pytest.mark.inprocess
+def test_a_dynamic_column_of_several_values_per_example_combines_each_examples_rows_by_its_combiner():
+    # A user's history, as TF1 programs hand it over: a VarLenFeature's SparseTensor, or a dense [batch, n]
+    # padded with '' (strings) or -1 (integers). Each example reads the rows of its own values, combined.
+    from ps_trainer.model.dynamic import column as dynamic_column  # pylint: disable=import-outside-toplevel
+    from ps_trainer.model.dynamic.ids import TableOptions  # pylint: disable=import-outside-toplevel
+    histories = [["a", "b"], ["a"], ["b"], [], ["a", "a", "b"]]  # per example; the last names "a" twice
+    outputs = {}
+    with tf.Graph().as_default(), dynamic_column.building(TableOptions(capacity=100), training=True):
+        dense = tf.constant([row + [""] * (3 - len(row)) for row in histories])
+        integers = tf.constant([[{"a": 7, "b": 9}[v] for v in row] + [-1] * (3 - len(row)) for row in histories])
+        features = {"sparse": tf.sparse.from_dense(dense), "dense": dense, "integers": integers}
+        for combiner in ("sum", "mean", "sqrtn"):
+            with tf.compat.v1.variable_scope(combiner):
+                for name in features:
+                    outputs[combiner, name] = tf.compat.v1.feature_column.input_layer(
+                        features, [dynamic_column.dynamic_embedding_column(name, 3, combiner=combiner)])
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            values = sess.run(outputs)
+    for (combiner, name), got in values.items():
+        a, b = got[1], got[2]  # the rows of "a" and "b" (examples 1 and 2 hold one value each)
+        assert np.abs(a - b).max() > 0.01, (combiner, name)  # two rows, not one default row
+        scale = {"sum": [1, 1], "mean": [2, 3], "sqrtn": [np.sqrt(2), np.sqrt(3)]}[combiner]
+        np.testing.assert_allclose(got[0], (a + b) / scale[0], rtol=1e-6, err_msg=f"{combiner} {name}")
+        np.testing.assert_allclose(got[3], np.zeros(3), err_msg=f"{combiner} {name}")  # no value: zeros
+        np.testing.assert_allclose(got[4], (2 * a + b) / scale[1], rtol=1e-6, err_msg=f"{combiner} {name}")
+    with pytest.raises(ValueError, match=re.escape("dynamic_embedding_column('h'): combiner must be one of sum, mean, "
+                                                   "sqrtn, not 'max'")):
+        dynamic_column.dynamic_embedding_column("h", 3, combiner="max")
+
+
+@pytest.mark.inprocess
+def test_a_model_fns_dynamic_column_trains_a_multi_valued_csv_column_a_row_per_item(tmp_path, monkeypatch):
+    # --multi_valued_columns hands a model_fn the column as a SparseTensor of its values (TF1's parse_example's
+    # variable-length feature); the user's recent items each get a row of their own.
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "0")  # this process's own, which loading a model_fn would set
+    from ps_trainer.estimator.feature_column import dynamic_embedding_column  # pylint: disable=import-outside-toplevel
+    write_click_csvs(tmp_path / "csv", rows=400)
+    cfg = read_flags(f"--model_fn={DYNAMIC}:model_fn", "--dataset=csv", f"--data_dir={tmp_path / 'csv'}",
+                     "--label_column=clicked", "--categorical_columns=city", "--multi_valued_columns=recent",
+                     f"--model_dir={tmp_path / 'model'}", "--embedding=dynamic", "--embedding_capacity=500",
+                     "--batch_size=32", "--optimizer=adagrad")
+    seen = {}
+
+    def model_fn(features, labels, mode):
+        seen["recent"] = features["recent"]
+        net = tf.compat.v1.feature_column.input_layer(features, [dynamic_embedding_column("recent", 4, combiner="sqrtn")])
+        logits = tf.matmul(net, tf.compat.v1.get_variable("weights", [4, 2]))
+        loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+        return tf.estimator.EstimatorSpec(mode, predictions={"logits": logits}, loss=loss)
+
+    monkeypatch.setattr(user_fn, "load", lambda location: model_fn)
+    with tf.Graph().as_default() as graph:
+        train = train_graph.build_graph(cfg)
+        assert isinstance(seen["recent"], tf.SparseTensor)
+        live = graph.get_collection(table_storage.LIVE_ROWS)
+        with tf.compat.v1.Session() as sess:
+            sess.run([tf.compat.v1.global_variables_initializer(), tf.compat.v1.local_variables_initializer()])
+            for _ in range(5):
+                sess.run(train.step.train_op)
+            rows = sum(sess.run(live))
+    # The items the 5 batches named, a row each: far more than one per example's field, at most the 50 items.
+    assert 30 <= rows <= 50, rows
 
 
 @pytest.mark.e2e

@@ -1,8 +1,13 @@
 """A feature column of a dynamic table, for a user's model_fn: `dynamic_embedding_column(key, dimension)`
-reads the raw values of feature `key` (strings or integers, one per example) and gives each value an
-embedding row of its own, made when training first meets it, in the trainer's dynamic tables
-(--embedding=dynamic: their capacity, growth, admission, eviction and shards are the run's flags). It goes
-into `tf.compat.v1.feature_column.input_layer` with TF1's own columns.
+reads the raw values of feature `key` (strings or integers) and gives each value an embedding row of its
+own, made when training first meets it, in the trainer's dynamic tables (--embedding=dynamic: their
+capacity, growth, admission, eviction and shards are the run's flags). It goes into
+`tf.compat.v1.feature_column.input_layer` with TF1's own columns.
+
+A feature may hold any number of values per example, as TF1's categorical columns take them: a
+SparseTensor (tf.io.VarLenFeature, which the column's parse spec is) or a dense [batch, n] tensor whose
+'' (strings) or -1 (integers) pad it. Each example's rows are combined by `combiner` (sum, mean or sqrtn,
+model/multi_valued.py); an example with no value gets zeros.
 
 The tables are the runtime's: the model_fn is built by trainer.py (`--model_fn`, model/user_fn.py), which
 says, while it builds the model_fn's graph, the run's table options and whether the graph trains
@@ -16,6 +21,7 @@ import dataclasses
 import tensorflow as tf
 from tensorflow.python.feature_column import feature_column as fc_v1  # TF1's column interface (input_layer's)
 
+from ps_trainer.model import multi_valued
 from ps_trainer.model.dynamic import table as dynamic_table
 from ps_trainer.model.dynamic.ids import TableOptions
 from ps_trainer.model.needs import table_part
@@ -44,20 +50,24 @@ def building(options: TableOptions | None, training: bool):
         _BUILD.reset(token)
 
 
-def dynamic_embedding_column(key: str, dimension: int, initializer=None):
-    """The column: [batch, dimension], each example's row of the table of feature `key`."""
+def dynamic_embedding_column(key: str, dimension: int, initializer=None, combiner: str = "mean"):
+    """The column: [batch, dimension], each example's row of the table of feature `key` (its rows combined
+    by `combiner` where it holds several values)."""
     if not isinstance(key, str) or not key:
         raise ValueError(f"dynamic_embedding_column: key must be a feature's name, not {key!r}")
     if not isinstance(dimension, int) or dimension < 1:
         raise ValueError(f"dynamic_embedding_column({key!r}): dimension must be a positive integer, not {dimension!r}")
-    return DynamicEmbeddingColumn(key, dimension, initializer)
+    if combiner not in multi_valued.COMBINERS:
+        raise ValueError(f"dynamic_embedding_column({key!r}): combiner must be one of "
+                         f"{', '.join(multi_valued.COMBINERS)}, not {combiner!r}")
+    return DynamicEmbeddingColumn(key, dimension, initializer, combiner)
 
 
 class DynamicEmbeddingColumn(fc_v1._DenseColumn):  # pylint: disable=protected-access
     """TF1's _DenseColumn over a dynamic table (dynamic_embedding_column makes one)."""
 
-    def __init__(self, key, dimension, initializer):
-        self.key, self.dimension = key, dimension
+    def __init__(self, key, dimension, initializer, combiner="mean"):
+        self.key, self.dimension, self.combiner = key, dimension, combiner
         self.initializer = initializer or v1.truncated_normal_initializer(stddev=dimension ** -0.5)
 
     @property
@@ -66,7 +76,7 @@ class DynamicEmbeddingColumn(fc_v1._DenseColumn):  # pylint: disable=protected-a
 
     @property
     def _parse_example_spec(self):
-        return {self.key: v1.FixedLenFeature([], tf.string)}
+        return {self.key: v1.VarLenFeature(tf.string)}
 
     def _transform_feature(self, inputs):
         return inputs.get(self.key)
@@ -81,19 +91,37 @@ class DynamicEmbeddingColumn(fc_v1._DenseColumn):  # pylint: disable=protected-a
         if build is None:
             raise ValueError(f"dynamic_embedding_column({self.key!r}): its table is the runtime's dynamic tables': "
                              "train the model_fn with trainer.py --model_fn=FILE.py:FUNCTION --embedding=dynamic")
-        ids = inputs.get(self)  # TF1's input_layer gives a raw [batch] feature as [batch, 1]
-        if isinstance(ids, tf.SparseTensor) or ids.shape.rank not in (1, 2) or (
-                ids.shape.rank == 2 and ids.shape[1] != 1):
-            raise ValueError(f"dynamic_embedding_column({self.key!r}): feature {self.key!r} is "
-                             f"{'sparse' if isinstance(ids, tf.SparseTensor) else f'of shape {ids.shape}'}; "
-                             "the column reads one value per example ([batch] or [batch, 1])")
-        ids = tf.reshape(ids, [-1])
-        if ids.dtype not in (tf.string, tf.int64):
-            ids = tf.cast(ids, tf.int64)
+        values = self._values(inputs.get(self))  # TF1's input_layer gives a raw [batch] feature as [batch, 1]
         # Whole tables spread over the ps tasks a column each in turn, as wide_deep's (TableOptions.part).
         turn = build.columns % max(len(build.options.devices), 1)
         build.columns += 1
         options = dataclasses.replace(build.options, devices=build.options.devices[turn:] + build.options.devices[:turn])
+        scope = v1.get_variable_scope().name
         with table_part():
-            table = dynamic_table.DynamicTable(v1.get_variable_scope().name, ids, options, build.training)
-            return table.rows("embedding", self.dimension, self.initializer)
+            if not isinstance(values, tf.RaggedTensor):
+                table = dynamic_table.DynamicTable(scope, values, options, build.training)
+                return table.rows("embedding", self.dimension, self.initializer)
+            ids = multi_valued.ColumnIds.of([values])
+            table = dynamic_table.DynamicTable(scope, ids, options, build.training, column=0)
+            rows = dynamic_table.rows_of_columns([table], "embedding", self.dimension, self.initializer)
+            return tf.reshape(ids.combined(rows, self.combiner), [-1, self.dimension])
+
+    def _values(self, feature):
+        """The feature's IDs: [batch] (one value per example), or [batch, (values)] (a SparseTensor's, or a
+        dense [batch, n]'s without its padding)."""
+        if isinstance(feature, tf.SparseTensor):
+            if feature.shape.rank not in (None, 2):
+                raise ValueError(f"dynamic_embedding_column({self.key!r}): feature {self.key!r} is sparse of rank "
+                                 f"{feature.shape.rank}; the column reads [batch, values]")
+            return self._ids(tf.RaggedTensor.from_sparse(feature))
+        if feature.shape.rank not in (1, 2):
+            raise ValueError(f"dynamic_embedding_column({self.key!r}): feature {self.key!r} is of shape "
+                             f"{feature.shape}; the column reads [batch] or [batch, values]")
+        if feature.shape.rank == 1 or feature.shape[1] == 1:
+            return self._ids(tf.reshape(feature, [-1]))
+        padding = "" if feature.dtype == tf.string else -1
+        return self._ids(tf.ragged.boolean_mask(feature, tf.not_equal(feature, padding)))
+
+    @staticmethod
+    def _ids(values):
+        return values if values.dtype in (tf.string, tf.int64) else tf.cast(values, tf.int64)
