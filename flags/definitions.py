@@ -161,8 +161,8 @@ flags.DEFINE_integer("incremental_save_secs", TRAIN.incremental_save_secs,
 flags.DEFINE_string("warm_start_from", None,
                     "A model_dir or a checkpoint: a run that starts (model_dir holds no checkpoint) loads every model "
                     "variable whose name and shape match from it; the global step, the optimizer's slots and the "
-                    "input start fresh; dynamic tables load by ID (cut into as many shards). The ps tasks read it: give a "
-                    "path they can read.")
+                    "input start fresh; dynamic tables load by ID (re-cut into this run's shards and capacity). The ps "
+                    "tasks read it: give a path they can read.")
 flags.DEFINE_list("warm_start_map", [],
                   "OLD=NEW,...: with --warm_start_from, this model's variables named NEW or under NEW/ load the "
                   "checkpoint's OLD ones (a renamed column or scope).")

@@ -159,7 +159,8 @@ def test_a_model_fns_dynamic_column_trains_a_multi_valued_csv_column_a_row_per_i
 
     def model_fn(features, labels, mode):
         seen["recent"] = features["recent"]
-        net = tf.compat.v1.feature_column.input_layer(features, [dynamic_embedding_column("recent", 4, combiner="sqrtn")])
+        net = tf.compat.v1.feature_column.input_layer(features,
+                                                      [dynamic_embedding_column("recent", 4, combiner="sqrtn")])
         logits = tf.matmul(net, tf.compat.v1.get_variable("weights", [4, 2]))
         loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
         return tf.estimator.EstimatorSpec(mode, predictions={"logits": logits}, loss=loss)

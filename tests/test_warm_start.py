@@ -11,6 +11,7 @@ from absl import app
 from ps_trainer import input as inputs
 from ps_trainer import model
 from ps_trainer.cluster import spec
+from ps_trainer.model.dynamic import storage as storage_module
 from ps_trainer.training import checkpoints, exit_codes, warm_start
 from ps_trainer.training import graph as train_graph
 from ps_trainer.training.config import RunConfig, TrainConfig
@@ -128,8 +129,35 @@ def dynamic_state(path) -> dict:
     return state
 
 
+def rows_by_id(path, storage="embedding") -> dict:
+    """{table: {ID: its row of `storage`}} of a checkpoint of DYNAMIC, whatever its shards."""
+    found = {}
+    for name, _ in tf.train.list_variables(path):
+        if name.endswith("/rows_of_ids-keys"):
+            shard = name[:-len("/rows_of_ids-keys")]
+            keys, rows = (tf.train.load_variable(path, f"{shard}/rows_of_ids-{part}") for part in ("keys", "values"))
+            values = tf.train.load_variable(path, f"{shard}/{storage}")
+            found.setdefault(shard.rpartition("/shard")[0], {}).update(zip(keys.tolist(), values[rows].tolist()))
+    return found
+
+
+def warm_started(tmp_path, source_path, model_cfg, name):
+    """The checkpoint a fresh run of model_cfg saves once warm-started from source_path (the chief's load run)."""
+    warm = RunConfig(spec.ClusterConfig(), TrainConfig(optimizer="adagrad", model_dir=str(tmp_path / name),
+                                                       warm_start_from=source_path), model_cfg, CLICKS)
+    with tf.Graph().as_default():
+        built = train_graph.build_graph(warm)
+        with v1.Session() as sess:
+            sess.run(v1.get_collection(v1.GraphKeys.INIT_OP))
+            assert "warm_start_done" in str(sess.run(built.uninitialized))  # a worker waits for the load
+            built.warm_load.init_fn(None, sess)
+            assert not len(sess.run(built.uninitialized))
+            return v1.train.Saver(checkpoints.saved_variables()).save(sess, str(tmp_path / name / "model.ckpt"))
+
+
 @pytest.mark.inprocess
-def test_a_warm_start_gives_every_id_of_a_dynamic_table_its_row_and_refuses_another_cut(tmp_path):
+def test_a_warm_start_gives_every_id_of_a_dynamic_table_its_row_cut_as_saved_or_otherwise(tmp_path, monkeypatch,
+                                                                                         caplog):
     source = RunConfig(spec.ClusterConfig(), TrainConfig(optimizer="adagrad"), DYNAMIC, CLICKS)
     with tf.Graph().as_default():
         built = train_graph.build_graph(source)
@@ -141,26 +169,39 @@ def test_a_warm_start_gives_every_id_of_a_dynamic_table_its_row_and_refuses_anot
     saved = dynamic_state(path)
     assert saved and all(len(ids) > 20 for ids, _ in saved.values())
 
-    warm = RunConfig(spec.ClusterConfig(), TrainConfig(optimizer="adagrad", model_dir=str(tmp_path / "run"),
-                                                       warm_start_from=path), DYNAMIC, CLICKS)
-    with tf.Graph().as_default():
-        built = train_graph.build_graph(warm)
-        with v1.Session() as sess:
-            sess.run(v1.get_collection(v1.GraphKeys.INIT_OP))
-            assert "warm_start_done" in str(sess.run(built.uninitialized))  # a worker waits for the load
-            built.warm_load.init_fn(None, sess)
-            assert not len(sess.run(built.uninitialized))
-            loaded = dynamic_state(v1.train.Saver(checkpoints.saved_variables()).save(
-                sess, str(tmp_path / "warm" / "model.ckpt")))
+    # Cut as saved: every ID at its row.
+    loaded = dynamic_state(warm_started(tmp_path, path, DYNAMIC, "as_saved"))
     for shard, (ids, values) in saved.items():
-        assert loaded[shard][0] == ids  # every ID at its row
+        assert loaded[shard][0] == ids
         rows = sorted(ids.values())
         assert np.array_equal(loaded[shard][1][rows], values[rows])
 
-    recut = dataclasses.replace(warm, model=dataclasses.replace(DYNAMIC, embedding_partitions=1))
-    with tf.Graph().as_default(), pytest.raises(exit_codes.Failure, match=r"the dynamic table .* is cut into 1 "
-                                                                          r"shard\(s\) here and 2 there"):
-        train_graph.build_graph(recut)
+    # Cut otherwise (1 shard, 3 shards), of another capacity, or growing from fewer rows than its IDs need:
+    # every ID with its rows, of the embedding and of the wide part, re-cut by ID.
+    caplog.set_level(logging.INFO, logger="absl")
+    by_id = {storage: rows_by_id(path, storage) for storage in ("embedding", "wide")}
+    monkeypatch.setattr(storage_module, "GROWTH_ROWS", 16)  # a growing shard starts at 16 rows
+    for name, model_cfg in (("one_shard", dataclasses.replace(DYNAMIC, embedding_partitions=1)),
+                            ("three_shards", dataclasses.replace(DYNAMIC, embedding_partitions=3)),
+                            ("larger", dataclasses.replace(DYNAMIC, embedding_capacity=3000)),
+                            ("growing", dataclasses.replace(DYNAMIC, embedding_growth=True, embedding_partitions=1))):
+        checkpoint = warm_started(tmp_path, path, model_cfg, name)
+        assert "re-cut into this run's shards and capacity" in caplog.text, name
+        for storage, tables in by_id.items():
+            recut = rows_by_id(checkpoint, storage)
+            assert recut.keys() == tables.keys(), name
+            for table, rows in tables.items():
+                assert recut[table].keys() == rows.keys(), (name, table)
+                np.testing.assert_array_equal([recut[table][key] for key in rows], list(rows.values()),
+                                              err_msg=f"{name} {table} {storage}")
+        caplog.clear()
+
+    # A table too small for the IDs: refused in one line, naming it and the flag.
+    small = dataclasses.replace(DYNAMIC, embedding_capacity=40, embedding_partitions=1)
+    with pytest.raises(exit_codes.Failure, match=r"embedding table wide_deep/\w+ is full: shard 0 holds 40 rows "
+                                                 r"\(--embedding_capacity=40 over 1 shards\), fewer than "
+                                                 r"--warm_start_from=.* gives it; raise --embedding_capacity"):
+        warm_started(tmp_path, path, small, "small")
 
 
 @pytest.mark.e2e

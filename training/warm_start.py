@@ -10,13 +10,16 @@ variables (TensorFlow's init_from_checkpoint puts each read beside its variable)
 at a path they can read, as model_dir is. A model_dir's latest full checkpoint is read without the deltas
 after it (--incremental_save_secs; the chief says so): a finished run's last checkpoint is a full one.
 
-A dynamic table loads by ID: each shard's ID -> row map, counters and rows (slots with --warm_start_slots),
-restored by the chief once the variables are initialized (DynamicLoad), then reconciled as after a restore;
-the other workers wait for it. Its IDs load only into as many shards as the source had.
+A dynamic table loads by ID, by the chief once the variables are initialized (DynamicLoad), then reconciled
+as after a restore; the other workers wait for it. Cut into as many shards as the source's, with row variables
+of the same length, each shard's ID -> row map, counters and rows (slots with --warm_start_slots) are restored
+as they were saved. Cut otherwise (another --embedding_partitions, or another count of ps tasks), or of another
+--embedding_capacity, it is re-cut (recut()): each shard's ps reads every ID of the source's shards and keeps
+its own, at new rows, with their rows' values, slots and admission counts.
 
 A variable whose shape differs is refused by name, with both shapes: a hashed table of another size cannot be
-remapped, since its rows are hash buckets, not IDs. So is a dynamic table cut otherwise, a warm start that would
-load nothing, and a rename that names nothing of the model.
+remapped, since its rows are hash buckets, not IDs. So is a dynamic table whose rows are of another width, a
+warm start that would load nothing, and a rename that names nothing of the model.
 """
 
 from typing import Callable, NamedTuple
@@ -26,7 +29,8 @@ from absl import logging
 from tensorflow.python.ops import resources  # the shared resources Scaffold's default init_op initializes
 
 from ps_trainer.model import registry
-from ps_trainer.model.dynamic import storage
+from ps_trainer.model.dynamic import ids as dynamic_ids
+from ps_trainer.model.dynamic import storage, upkeep
 from ps_trainer.training import checkpoints, exit_codes, incremental
 
 v1 = tf.compat.v1
@@ -124,59 +128,145 @@ class DynamicLoad(NamedTuple):
     The workers wait for `done` with the other variables; the run's init_op (the graph's INIT_OP) leaves it to
     init_fn, which sets it last."""
     checkpoint: str
-    saver: object  # tf.compat.v1.train.Saver of the shards' state under the checkpoint's names
+    saver: object  # tf.compat.v1.train.Saver of the shards' state under the checkpoint's names (None: none)
+    recut: tuple  # the re-cut tables' loads by ID (recut())
     after_restore: Callable  # (session): the tables' reconciliation after a restore (model/dynamic/upkeep.py)
     done: tf.Variable
 
     def init_fn(self, scaffold, session):
         del scaffold
-        self.saver.restore(session, self.checkpoint)
+        if self.saver is not None:
+            self.saver.restore(session, self.checkpoint)
+        try:
+            session.run(self.recut)
+        except tf.errors.InvalidArgumentError as err:  # a shard given more IDs than it can hold
+            raise exit_codes.Failure(storage.full_table_message(err.message) or err.message.splitlines()[0],
+                                     exit_codes.BAD_FLAGS) from err
         self.after_restore(session)
         session.run(self.done.initializer)
 
 
-def dynamic_entries(checkpoint: str, renames, with_slots: bool, slots_of) -> tuple[list, list, list]:
-    """(what the dynamic tables' shards load: (the checkpoint's name, a variable or a map's saveable) pairs,
-    the tables loaded, the tables left fresh: not in the checkpoint). Failure (bad flags) naming a table the
-    checkpoint cuts into another number of shards, or a variable whose width differs."""
-    saved = dict(tf.train.list_variables(checkpoint))
+class TableLoad(NamedTuple):
+    """What the dynamic tables load: (the checkpoint's name, a variable or a map's saveable) pairs restored as
+    saved, the re-cut tables' loads by ID, the tables loaded (re-cut or not), those re-cut, and those left
+    fresh (not in the checkpoint)."""
+    entries: list
+    recut: list
+    loaded: list
+    recut_tables: list
+    fresh: list
+
+
+def dynamic_entries(checkpoint: str, renames, with_slots: bool, slots_of, loads: bool = True) -> TableLoad:
+    """What the dynamic tables load from `checkpoint` (`loads`: the re-cut tables' loads built too, for the
+    chief, which loads them); Failure (bad flags) naming a variable whose rows are of another width."""
+    reader = tf.train.load_checkpoint(checkpoint)
+    saved, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
     unsaved = {variable.op.name for variable in v1.get_collection(checkpoints.NOT_SAVED)}
     by_table = {}
-    for scope, shard in sorted(_dynamic_shards().items()):
+    for scope, shard in sorted(_dynamic_shards().items(), key=lambda item: item[1].shard):
         by_table.setdefault(scope.rpartition("/shard")[0], []).append((scope, shard))
-    entries, loaded, fresh = [], [], []
-    for table, shards in by_table.items():
+    load = TableLoad([], [], [], [], [])
+    for table, shards in sorted(by_table.items()):
         source_table = source_name(table, renames)[0]
-        found = [f"{source_table}/shard{index}/rows_of_ids-keys" in saved for index in range(len(shards) + 1)]
-        if not any(found):
-            fresh.append(table)
+        count = len({name.rpartition("/rows_of_ids")[0] for name in saved
+                     if name.startswith(source_table + "/shard") and name.endswith("/rows_of_ids-keys")})
+        if not count:
+            load.fresh.append(table)
             continue
-        if not all(found[:-1]) or found[-1]:
-            count = sum(1 for name in saved if name.startswith(source_table + "/shard") and name.endswith("/rows_of_ids-keys"))
-            raise exit_codes.Failure(
-                f"--warm_start_from={checkpoint}: the dynamic table {table} is cut into {len(shards)} shard(s) here and "
-                f"{count} there: its IDs load only into as many shards; give --embedding_partitions={count}",
-                exit_codes.BAD_FLAGS)
-        loaded.append(table)
+        load.loaded.append(table)
+        pairs = []  # (a variable of a shard here, its name in the checkpoint's shard of the same number), saved
         for scope, shard in shards:
-            source_scope = source_table + scope[len(table):]
             slots = {slot.op.name for variable, _ in shard.storages for slot, _ in slots_of(variable)}
+            rows_variables = {id(variable) for variable, _ in shard.row_variables(slots_of)}
             for variable in v1.global_variables():
                 name = variable.op.name
                 if not name.startswith(scope + "/") or name in unsaved or (name in slots and not with_slots):
                     continue
-                source = source_scope + name[len(scope):]
+                source = source_table + scope[len(table):] + name[len(scope):]
                 if source not in saved:
                     continue  # a state the source had not (eviction's, admission counts): it starts fresh
-                if not variable.shape.is_compatible_with(saved[source]):
+                if id(variable) in rows_variables and variable.shape[1:] != saved[source][1:]:
                     raise exit_codes.Failure(f"--warm_start_from={checkpoint}: {name} is {variable.shape.as_list()} "
-                                             f"here and {saved[source]} there", exit_codes.BAD_FLAGS)
-                entries.append((source, variable))
+                                             f"here and {saved[source]} there: its rows are of another width",
+                                             exit_codes.BAD_FLAGS)
+                pairs.append((variable, source))
+        as_saved = count == len(shards) and all(variable.shape.is_compatible_with(saved[source])
+                                                for variable, source in pairs)
+        if not as_saved:
+            load.recut_tables.append(table)
+            if loads:
+                load.recut.extend(recut(checkpoint, table, source_table, count, shards, with_slots, slots_of,
+                                        saved, dtypes))
+            continue
+        load.entries.extend((source, variable) for variable, source in pairs)
+        for scope, shard in shards:
+            source_scope = source_table + scope[len(table):]
             for table_map in (shard.map, shard.sightings):
                 source = source_scope + table_map.full_name[len(scope):] if table_map is not None else None
                 if source is not None and source + "-keys" in saved:
-                    entries.append((source, storage.MapPairs(table_map, source)))
-    return entries, loaded, fresh
+                    load.entries.append((source, storage.MapPairs(table_map, source)))
+    return load
+
+
+def recut(checkpoint: str, table: str, source_table: str, count: int, shards: list, with_slots: bool, slots_of,
+          saved: dict, dtypes: dict) -> list:
+    """The load by ID of dynamic table `table` from the checkpoint's `count` shards of `source_table`, one op
+    per shard here, on its ps: it reads every shard's IDs and keeps those shard_of() gives it, at rows 1, 2, ...
+    (growing a growing shard to hold them), with their rows of each trained variable (and optimizer slot, with
+    `with_slots`) and their admission counts. Their last-read steps are this run's first. A shard given more IDs
+    than it can hold fails its assertion with a full table's message."""
+
+    def read(name):
+        value = tf.raw_ops.RestoreV2(prefix=checkpoint, tensor_names=[name], shape_and_slices=[""],
+                                     dtypes=[dtypes[name]])[0]
+        value.set_shape(saved[name])
+        return value
+
+    sources = [f"{source_table}/shard{index}" for index in range(count)]
+    ops = []
+    for scope, shard in shards:
+        slots = {id(slot) for variable, _ in shard.storages for slot, _ in slots_of(variable)}
+        variables = [variable for variable, _ in shard.row_variables(slots_of)
+                     if variable.dtype.base_dtype.is_floating and (with_slots or id(variable) not in slots)
+                     and variable.op.name.startswith(scope + "/")
+                     and all(source + variable.op.name[len(scope):] in saved for source in sources)]
+        with v1.device(shard.map.resource_handle.device), v1.name_scope(f"warm_start/{scope}/"):
+            every, rows_of = [], {variable.op.name: [] for variable in variables}
+            for source in sources:
+                rows = read(f"{source}/rows_of_ids-values")
+                every.append(read(f"{source}/rows_of_ids-keys"))
+                for variable in variables:
+                    rows_of[variable.op.name].append(tf.gather(read(source + variable.op.name[len(scope):]), rows))
+            ids = tf.concat(every, 0)
+            mine = tf.equal(dynamic_ids.shard_of(ids, shard.options.shards), shard.shard)
+            keys = tf.boolean_mask(ids, mine)
+            needed = tf.size(keys, out_type=tf.int64) + storage.DEFAULT_ROW + 1  # the default row's and theirs
+            full = tf.debugging.assert_less_equal(
+                needed, tf.constant(shard.capacity, tf.int64),
+                message=f"embedding table {table} is full: shard {shard.shard} holds {shard.capacity} rows "
+                        f"(--embedding_capacity={shard.options.capacity} over {shard.options.shards} shards), fewer "
+                        f"than --warm_start_from={checkpoint} gives it; raise --embedding_capacity")
+            with tf.control_dependencies([full]):
+                needed = tf.identity(needed)
+            rows = tf.range(storage.DEFAULT_ROW + 1, needed)
+            values = {name: tf.boolean_mask(tf.concat(parts, 0), mine) for name, parts in rows_of.items()}
+            counted = None
+            if shard.sightings is not None and all(f"{source}/sightings-keys" in saved for source in sources):
+                seen = tf.concat([read(f"{source}/sightings-keys") for source in sources], 0)
+                counts = tf.concat([read(f"{source}/sightings-values") for source in sources], 0)
+                ours = tf.equal(dynamic_ids.shard_of(seen, shard.options.shards), shard.shard)
+                counted = (tf.boolean_mask(seen, ours), tf.boolean_mask(counts, ours))
+
+            def load(keys=keys, rows=rows, values=values, counted=counted, shard=shard, variables=variables):
+                changes = [shard.map.insert(keys, rows)]
+                changes += [v1.scatter_update(variable, rows, values[variable.op.name]) for variable in variables]
+                if counted is not None:
+                    changes.append(shard.sightings.insert(*counted))
+                return tf.group(changes)
+
+            ops.append(upkeep.holding(shard, needed, slots_of, load))
+    return ops
 
 
 def apply(train_cfg, task_name: str, is_chief: bool, slots_of=None, after_restore=None) -> DynamicLoad | None:
@@ -198,25 +288,24 @@ def apply(train_cfg, task_name: str, is_chief: bool, slots_of=None, after_restor
                                  exit_codes.BAD_FLAGS)
     variables = model_variables(train_cfg.warm_start_slots)
     shards = _dynamic_shards()
-    tables, loaded_tables, fresh_tables = (
-        dynamic_entries(checkpoint, train_cfg.warm_start_map, train_cfg.warm_start_slots, slots_of)
-        if shards else ([], [], []))
-    loaded = plan(checkpoint, variables, train_cfg.warm_start_map, tuple(shards), loads_tables=bool(tables))
+    tables = (dynamic_entries(checkpoint, train_cfg.warm_start_map, train_cfg.warm_start_slots, slots_of, is_chief)
+              if shards else TableLoad([], [], [], [], []))
+    loaded = plan(checkpoint, variables, train_cfg.warm_start_map, tuple(shards), loads_tables=bool(tables.loaded))
     for source, variable in loaded.assignment:
         v1.train.init_from_checkpoint(checkpoint, {source: variable})
     load = None
-    if tables:
+    if tables.loaded:
         done = v1.get_variable("warm_start_done", [], tf.bool, initializer=v1.zeros_initializer(), trainable=False)
         v1.add_to_collection(checkpoints.NOT_SAVED, done)
-    if tables and is_chief:  # another worker only waits for done
+    if tables.loaded and is_chief:  # another worker only waits for done
         # Every initializer but done's; the tables' state is loaded in init_fn. As MonitoredTrainingSession's
         # default init_op otherwise (the Scaffold takes the graph's INIT_OP).
         v1.add_to_collection(v1.GraphKeys.INIT_OP, tf.group(
             v1.variables_initializer([variable for variable in v1.global_variables() if variable is not done]),
             resources.initialize_resources(resources.shared_resources()),
             *v1.get_collection("saved_model_initializers")))
-        saver = v1.train.Saver(dict(tables), sharded=True)
-        load = DynamicLoad(checkpoint, saver, after_restore or (lambda session: None), done)
+        saver = v1.train.Saver(dict(tables.entries), sharded=True) if tables.entries else None
+        load = DynamicLoad(checkpoint, saver, tuple(tables.recut), after_restore or (lambda session: None), done)
     if is_chief:
         deltas = incremental.deltas_of(checkpoint)
         if deltas:
@@ -224,9 +313,11 @@ def apply(train_cfg, task_name: str, is_chief: bool, slots_of=None, after_restor
                             "not read: its tables load as of that full checkpoint", task_name, checkpoint, len(deltas))
         logging.info("%s: warm start from %s: %d variable(s) loaded%s%s; %d left fresh%s; the global step and the "
                      "input start fresh%s", task_name, checkpoint, len(loaded.assignment),
-                     f", {len(loaded_tables)} dynamic table(s) by ID" if loaded_tables else "",
-                     "".join(f", {name} from {source}" for name, source in loaded.renamed),
-                     len(loaded.fresh) + len(fresh_tables),
-                     f" ({', '.join(loaded.fresh + fresh_tables)})" if loaded.fresh or fresh_tables else "",
+                     f", {len(tables.loaded)} dynamic table(s) by ID" if tables.loaded else "",
+                     (f" ({len(tables.recut_tables)} re-cut into this run's shards and capacity: "
+                      f"{', '.join(tables.recut_tables)})" if tables.recut_tables else "")
+                     + "".join(f", {name} from {source}" for name, source in loaded.renamed),
+                     len(loaded.fresh) + len(tables.fresh),
+                     f" ({', '.join(loaded.fresh + tables.fresh)})" if loaded.fresh or tables.fresh else "",
                      "" if train_cfg.warm_start_slots else ", and so do the optimizer's slots (--warm_start_slots loads them)")
     return load

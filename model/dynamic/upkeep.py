@@ -83,6 +83,21 @@ def reconcile(shard: Shard, slots_of) -> tf.Operation:
 
     return shard.locked(reconciled).op
 
+def holding(shard: Shard, rows, slots_of, then) -> tf.Operation:
+    """then() inside the shard's lock, once every row variable of a growing shard holds `rows` rows (or
+    more): a load of rows past those a fresh shard holds (training/warm_start.py)."""
+    variables = shard.row_variables(slots_of)
+
+    def grown_then():
+        if shard.options.grow:
+            target = tf.maximum(tf.cast(rows, tf.int64), shard.held.read_value())
+            with tf.control_dependencies([_grow_to(shard, target, variables)]):
+                return _done(then())
+        return _done(then())
+
+    return shard.locked(grown_then).op
+
+
 def evict(shard: Shard, slots_of) -> tf.Tensor:
     """Removes the IDs whose rows no training step read for steps_to_live global steps, resets
     those rows (and their optimizer slots) to fresh values and frees them; inside the lock.
