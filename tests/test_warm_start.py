@@ -155,37 +155,52 @@ def warm_started(tmp_path, source_path, model_cfg, name):
             return v1.train.Saver(checkpoints.saved_variables()).save(sess, str(tmp_path / name / "model.ckpt"))
 
 
-@pytest.mark.inprocess
-def test_a_warm_start_gives_every_id_of_a_dynamic_table_its_row_cut_as_saved_or_otherwise(tmp_path, monkeypatch,
-                                                                                         caplog):
+@pytest.fixture(scope="module", name="dynamic_source")
+def fixture_dynamic_source(tmp_path_factory) -> str:
+    """A checkpoint of DYNAMIC (2 shards a table) after 5 batches' IDs were admitted and trained."""
     source = RunConfig(spec.ClusterConfig(), TrainConfig(optimizer="adagrad"), DYNAMIC, CLICKS)
     with tf.Graph().as_default():
         built = train_graph.build_graph(source)
         with v1.Session() as sess:
             sess.run(v1.global_variables_initializer())
-            for _ in range(5):  # admits the IDs of 5 batches
+            for _ in range(5):
                 sess.run(built.step.train_op)
-            path = v1.train.Saver(checkpoints.saved_variables()).save(sess, str(tmp_path / "source" / "model.ckpt"))
-    saved = dynamic_state(path)
-    assert saved and all(len(ids) > 20 for ids, _ in saved.values())
+            return v1.train.Saver(checkpoints.saved_variables()).save(
+                sess, str(tmp_path_factory.mktemp("source") / "model.ckpt"))
 
-    # Cut as saved: every ID at its row.
-    loaded = dynamic_state(warm_started(tmp_path, path, DYNAMIC, "as_saved"))
+
+@pytest.mark.inprocess
+def test_a_warm_start_gives_every_id_of_a_dynamic_table_cut_as_saved_its_row_and_refuses_a_table_too_small(
+        tmp_path, dynamic_source):
+    saved = dynamic_state(dynamic_source)
+    assert saved and all(len(ids) > 20 for ids, _ in saved.values())
+    loaded = dynamic_state(warm_started(tmp_path, dynamic_source, DYNAMIC, "as_saved"))
     for shard, (ids, values) in saved.items():
-        assert loaded[shard][0] == ids
+        assert loaded[shard][0] == ids  # every ID at its row
         rows = sorted(ids.values())
         assert np.array_equal(loaded[shard][1][rows], values[rows])
 
-    # Cut otherwise (1 shard, 3 shards), of another capacity, or growing from fewer rows than its IDs need:
-    # every ID with its rows, of the embedding and of the wide part, re-cut by ID.
+    # A table too small for the IDs: refused in one line, naming it and the flag.
+    small = dataclasses.replace(DYNAMIC, embedding_capacity=40, embedding_partitions=1)
+    with pytest.raises(exit_codes.Failure, match=r"embedding table wide_deep/\w+ is full: shard 0 holds 40 rows "
+                                                 r"\(--embedding_capacity=40 over 1 shards\), fewer than "
+                                                 r"--warm_start_from=.* gives it; raise --embedding_capacity"):
+        warm_started(tmp_path, dynamic_source, small, "small")
+
+
+@pytest.mark.inprocess
+def test_a_warm_start_recuts_a_dynamic_table_by_id_into_other_shards_and_capacity(tmp_path, dynamic_source,
+                                                                                    monkeypatch, caplog):
+    # Cut otherwise (3 shards; 1 growing from fewer rows than its IDs need) or of another capacity: every ID
+    # with its rows, of the embedding and of the wide part, re-cut by ID.
     caplog.set_level(logging.INFO, logger="absl")
-    by_id = {storage: rows_by_id(path, storage) for storage in ("embedding", "wide")}
+    by_id = {storage: rows_by_id(dynamic_source, storage) for storage in ("embedding", "wide")}
+    assert all(len(rows) > 40 for rows in by_id["embedding"].values())
     monkeypatch.setattr(storage_module, "GROWTH_ROWS", 16)  # a growing shard starts at 16 rows
-    for name, model_cfg in (("one_shard", dataclasses.replace(DYNAMIC, embedding_partitions=1)),
-                            ("three_shards", dataclasses.replace(DYNAMIC, embedding_partitions=3)),
+    for name, model_cfg in (("three_shards", dataclasses.replace(DYNAMIC, embedding_partitions=3)),
                             ("larger", dataclasses.replace(DYNAMIC, embedding_capacity=3000)),
                             ("growing", dataclasses.replace(DYNAMIC, embedding_growth=True, embedding_partitions=1))):
-        checkpoint = warm_started(tmp_path, path, model_cfg, name)
+        checkpoint = warm_started(tmp_path, dynamic_source, model_cfg, name)
         assert "re-cut into this run's shards and capacity" in caplog.text, name
         for storage, tables in by_id.items():
             recut = rows_by_id(checkpoint, storage)
@@ -195,13 +210,6 @@ def test_a_warm_start_gives_every_id_of_a_dynamic_table_its_row_cut_as_saved_or_
                 np.testing.assert_array_equal([recut[table][key] for key in rows], list(rows.values()),
                                               err_msg=f"{name} {table} {storage}")
         caplog.clear()
-
-    # A table too small for the IDs: refused in one line, naming it and the flag.
-    small = dataclasses.replace(DYNAMIC, embedding_capacity=40, embedding_partitions=1)
-    with pytest.raises(exit_codes.Failure, match=r"embedding table wide_deep/\w+ is full: shard 0 holds 40 rows "
-                                                 r"\(--embedding_capacity=40 over 1 shards\), fewer than "
-                                                 r"--warm_start_from=.* gives it; raise --embedding_capacity"):
-        warm_started(tmp_path, path, small, "small")
 
 
 @pytest.mark.e2e
