@@ -77,6 +77,20 @@ def test_a_model_fn_that_breaks_the_contract_is_refused_naming_what(monkeypatch,
                     training=True)
 
 
+def linear_model_fn(columns, width: int, seen: dict | None = None):
+    """A program's model_fn with no Keras layer (this process runs Keras 3): logits of two classes from the
+    input layer of columns() (`width` values); `seen`, if given, gets the features it was handed."""
+    def model_fn(features, labels, mode):
+        if seen is not None:
+            seen.update(features)
+        net = tf.compat.v1.feature_column.input_layer(features, columns())
+        logits = tf.matmul(net, tf.compat.v1.get_variable("weights", [width, 2]))
+        loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+        return tf.estimator.EstimatorSpec(mode, predictions={"logits": logits}, loss=loss)
+
+    return model_fn
+
+
 @pytest.mark.inprocess
 def test_dynamic_columns_of_a_model_fn_are_the_runs_dynamic_tables_and_refuse_to_build_elsewhere(tmp_path,
                                                                                                  monkeypatch):
@@ -85,13 +99,7 @@ def test_dynamic_columns_of_a_model_fn_are_the_runs_dynamic_tables_and_refuse_to
     cfg = read_flags(f"--model_fn={DYNAMIC}:model_fn", "--dataset=clicks", f"--model_dir={tmp_path}",
                      "--embedding=dynamic", "--embedding_growth", "--embedding_capacity=5000", "--batch_size=64",
                      "--optimizer=adagrad")
-    def model_fn(features, labels, mode):  # the program's, with no Keras layer (this process runs Keras 3)
-        net = tf.compat.v1.feature_column.input_layer(features, [dynamic_embedding_column(name, 4)
-                                                                  for name in ("user", "item")])
-        logits = tf.matmul(net, tf.compat.v1.get_variable("weights", [8, 2]))
-        loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
-        return tf.estimator.EstimatorSpec(mode, predictions={"logits": logits}, loss=loss)
-
+    model_fn = linear_model_fn(lambda: [dynamic_embedding_column(name, 4) for name in ("user", "item")], 8)
     monkeypatch.setattr(user_fn, "load", lambda location: model_fn)
     with tf.Graph().as_default() as graph:
         train = train_graph.build_graph(cfg)
@@ -156,15 +164,7 @@ def test_a_model_fns_dynamic_column_trains_a_multi_valued_csv_column_a_row_per_i
                      f"--model_dir={tmp_path / 'model'}", "--embedding=dynamic", "--embedding_capacity=500",
                      "--batch_size=32", "--optimizer=adagrad")
     seen = {}
-
-    def model_fn(features, labels, mode):
-        seen["recent"] = features["recent"]
-        net = tf.compat.v1.feature_column.input_layer(features,
-                                                      [dynamic_embedding_column("recent", 4, combiner="sqrtn")])
-        logits = tf.matmul(net, tf.compat.v1.get_variable("weights", [4, 2]))
-        loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
-        return tf.estimator.EstimatorSpec(mode, predictions={"logits": logits}, loss=loss)
-
+    model_fn = linear_model_fn(lambda: [dynamic_embedding_column("recent", 4, combiner="sqrtn")], 4, seen)
     monkeypatch.setattr(user_fn, "load", lambda location: model_fn)
     with tf.Graph().as_default() as graph:
         train = train_graph.build_graph(cfg)

@@ -469,49 +469,88 @@ def test_a_queue_lost_while_the_session_was_made_makes_monitored_session_try_aga
         feed.stop()
 
 
-class _FinishAnsweredLate:
-    """The feed's sessions, of which the first `finish` call is applied on ps 0 but answered too late: the
-    "Operation timed out." (DeadlineExceeded) that a worker stopped mid-call by SIGSTOP meets as it resumes."""
+class _FaultyFeedSessions:
+    """The feed's sessions, whose calls meet the faults before() and after() raise around each real call."""
 
-    def __init__(self, target, graph, finish):
-        self.target, self.graph, self.finish, self.timed_out = target, graph, finish, False
+    def __init__(self, target, graph, queue, sessions_made):
+        self.target, self.graph, self.queue, self.sessions_made = target, graph, queue, sessions_made
 
     def __call__(self):
         session = v1.Session(self.target, graph=self.graph)
         real_run = session.run
 
         def run(fetches, **kwargs):
+            self.before(fetches)
             result = real_run(fetches, **kwargs)
-            if fetches is self.finish and not self.timed_out:
-                self.timed_out = True
-                raise tf.errors.DeadlineExceededError(None, None, "Operation timed out.")
+            self.after(fetches)
             return result
 
         session.run = run
         return session
 
+    def before(self, fetches):
+        pass
 
-@pytest.mark.servers
-def test_a_queue_call_that_times_out_mid_training_makes_the_session_again_and_loses_no_example(cluster, tmp_path):
-    # The elastic test paused workers (SIGSTOP) while a worker joined; one resumed inside a call to the queue
-    # whose deadline had passed, and the DeadlineExceeded it met in a hook ended it with exit 138.
-    files, per_file = 3, 40
-    write_embedded_as_tfrecord(tmp_path, examples=files * per_file, num_files=files)
-    graph = tf.Graph()
-    with graph.as_default():
-        with v1.device("/job:ps/task:0"):
-            global_step = v1.train.get_or_create_global_step()
-        queue = work_queue.WorkQueue(files, 0, 1, 1, 60.0, "/job:ps/task:0", global_step)
-        feed = work_queue.ItemFeed(queue, "worker:0", files_per_pass=1)
-        cfg = inputs.DataConfig(name="tfrecord", data_dir=str(tmp_path), input_queue=True, shuffle_buffer=1)
-        batches = v1.data.make_initializable_iterator(inputs.queued_batches(cfg, inputs.Shard(0, 1, feed), 16))
-        _, _, keys, ordinals = batches.get_next()
-        with tf.control_dependencies([keys, ordinals]):
-            step = v1.assign_add(global_step, 1)
-        late = _FinishAnsweredLate(cluster[0].target, graph, queue.finish)
-        feed.connect(late)
-        init = v1.global_variables_initializer()
-        trained, made = [], []
+    def after(self, fetches):
+        pass
+
+
+class _FinishAnsweredLate(_FaultyFeedSessions):
+    """The first `finish` call is applied on ps 0 but answered too late: the "Operation timed out."
+    (DeadlineExceeded) that a worker stopped mid-call by SIGSTOP meets as it resumes."""
+    timed_out = False
+
+    def after(self, fetches):
+        if fetches is self.queue.finish and not self.timed_out:
+            self.timed_out = True
+            raise tf.errors.DeadlineExceededError(None, None, "Operation timed out.")
+
+
+class _TakeLostUntilMadeAgain(_FaultyFeedSessions):
+    """`take` fails as a restarted ps 0 answers it (its queue not restored yet) from the second take on, until
+    the training session is made again: a queue that only the next session brings back, as the chief's
+    restore does."""
+    takes = failed = 0
+
+    def before(self, fetches):
+        if fetches is self.queue.take:
+            self.takes += 1
+            if self.takes > 1 and len(self.sessions_made) < 2:
+                self.failed += 1
+                raise tf.errors.FailedPreconditionError(None, None, "input_queue/state is not initialized")
+
+
+class _OneWorkerQueue:
+    """One worker's graph of the queue over `files` TFRecord files of `per_file` examples (one epoch, a file a
+    pass, each read in order) and a step that reads a batch of 16; the feed's sessions are `sessions`
+    (a _FaultyFeedSessions class). train() records what each step trained and each session made."""
+
+    def __init__(self, target, data_dir, files, per_file, sessions):
+        self.target, self.files, self.per_file = target, files, per_file
+        write_embedded_as_tfrecord(data_dir, examples=files * per_file, num_files=files)
+        self.graph = tf.Graph()
+        with self.graph.as_default():
+            with v1.device("/job:ps/task:0"):
+                global_step = v1.train.get_or_create_global_step()
+            queue = work_queue.WorkQueue(files, 0, 1, 1, 60.0, "/job:ps/task:0", global_step)
+            self.feed = work_queue.ItemFeed(queue, "worker:0", files_per_pass=1)
+            cfg = inputs.DataConfig(name="tfrecord", data_dir=str(data_dir), input_queue=True, shuffle_buffer=1)
+            batches = v1.data.make_initializable_iterator(inputs.queued_batches(cfg, inputs.Shard(0, 1, self.feed), 16))
+            _, _, self.keys, self.ordinals = batches.get_next()
+            with tf.control_dependencies([self.keys, self.ordinals]):
+                self.step = v1.assign_add(global_step, 1)
+            self.hook = queue_hook.InputQueueHook(self.feed, self.keys, self.ordinals, batches.initializer, 60.0)
+            with v1.Session(target) as session:
+                session.run(v1.global_variables_initializer())
+        self.made, self.trained = [], []
+        self.sessions = sessions(target, self.graph, queue, self.made)
+        self.feed.connect(self.sessions)
+
+    def train(self, timeout_secs: float) -> bool:
+        """Trains the epoch in a worker's MonitoredSession (made again, it finds the queue's state as ps 0 holds
+        it); False if it did not end in timeout_secs. In a daemon thread, so that a pipeline waiting for good
+        fails the test instead of hanging it."""
+        made, trained, keys, ordinals = self.made, self.trained, self.keys, self.ordinals
 
         class Recorder(v1.train.SessionRunHook):
             def after_create_session(self, session, coord):
@@ -523,44 +562,32 @@ def test_a_queue_call_that_times_out_mid_training_makes_the_session_again_and_lo
             def after_run(self, run_context, run_values):
                 trained.extend(zip(*(values.tolist() for values in run_values.results)))
 
-        hook = queue_hook.InputQueueHook(feed, keys, ordinals, batches.initializer, 60.0)
-        with v1.Session(cluster[0].target) as session:
-            session.run(init)
-        # A worker's session: made again, it finds the variables (the queue's state) as ps 0 holds them.
-        with v1.train.MonitoredSession(v1.train.WorkerSessionCreator(master=cluster[0].target),
-                                       hooks=[Recorder(), hook]) as session:
-            while not session.should_stop():
-                session.run(step)
-    assert late.timed_out and len(made) == 2  # the call timed out, and the session was made again
-    assert feed.finished  # the epoch ended: every file finished, the one whose answer came late included
-    assert set(trained) == {(key, ordinal) for key in range(files) for ordinal in range(per_file)}
+        def train():
+            with self.graph.as_default(), v1.train.MonitoredSession(
+                    v1.train.WorkerSessionCreator(master=self.target), hooks=[Recorder(), self.hook]) as session:
+                while not session.should_stop():
+                    session.run(self.step)
+
+        training = threading.Thread(target=train, daemon=True)
+        training.start()
+        training.join(timeout=timeout_secs)
+        return not training.is_alive()
+
+    def trained_each_example(self) -> bool:
+        return set(self.trained) == {(key, ordinal) for key in range(self.files) for ordinal in range(self.per_file)}
+
+
+@pytest.mark.servers
+def test_a_queue_call_that_times_out_mid_training_makes_the_session_again_and_loses_no_example(cluster, tmp_path):
+    # The elastic test paused workers (SIGSTOP) while a worker joined; one resumed inside a call to the queue
+    # whose deadline had passed, and the DeadlineExceeded it met in a hook ended it with exit 138.
+    worker = _OneWorkerQueue(cluster[0].target, tmp_path, 3, 40, _FinishAnsweredLate)
+    assert worker.train(timeout_secs=60), "the epoch did not end in 60 s"
+    assert worker.sessions.timed_out and len(worker.made) == 2  # the call timed out, and the session was made again
+    assert worker.feed.finished  # the epoch ended: every file finished, the one whose answer came late included
+    assert worker.trained_each_example()
     # Read twice: at most the batches of the file whose finish was lost, trained before the new session.
-    assert len(trained) - files * per_file <= per_file
-
-
-class _TakeLostUntilMadeAgain:
-    """The feed's sessions, whose `take` fails as a restarted ps 0 answers it (its queue not restored yet)
-    from the second take on, until the training session is made again: a queue that only the next
-    session brings back, as the chief's restore does."""
-
-    def __init__(self, target, graph, take, sessions_made):
-        self.target, self.graph, self.take, self.sessions_made = target, graph, take, sessions_made
-        self.takes, self.failed = 0, 0
-
-    def __call__(self):
-        session = v1.Session(self.target, graph=self.graph)
-        real_run = session.run
-
-        def run(fetches, **kwargs):
-            if fetches is self.take:
-                self.takes += 1
-                if self.takes > 1 and len(self.sessions_made) < 2:
-                    self.failed += 1
-                    raise tf.errors.FailedPreconditionError(None, None, "input_queue/state is not initialized")
-            return real_run(fetches, **kwargs)
-
-        session.run = run
-        return session
+    assert len(worker.trained) - 3 * 40 <= 40
 
 
 @pytest.mark.servers
@@ -569,55 +596,15 @@ def test_a_take_that_fails_until_the_session_is_made_again_ends_the_pipeline_and
     # the queue again and again while the step waited on the read, the session's close waited on the step,
     # and only the chief's next session would have restored the queue. The pipeline now hands the error to
     # the session's Coordinator and ends, and MonitoredSession makes the session again.
-    files, per_file = 3, 40
-    write_embedded_as_tfrecord(tmp_path, examples=files * per_file, num_files=files)
-    graph = tf.Graph()
-    with graph.as_default():
-        with v1.device("/job:ps/task:0"):
-            global_step = v1.train.get_or_create_global_step()
-        queue = work_queue.WorkQueue(files, 0, 1, 1, 60.0, "/job:ps/task:0", global_step)
-        feed = work_queue.ItemFeed(queue, "worker:0", files_per_pass=1)
-        cfg = inputs.DataConfig(name="tfrecord", data_dir=str(tmp_path), input_queue=True, shuffle_buffer=1)
-        batches = v1.data.make_initializable_iterator(inputs.queued_batches(cfg, inputs.Shard(0, 1, feed), 16))
-        _, _, keys, ordinals = batches.get_next()
-        with tf.control_dependencies([keys, ordinals]):
-            step = v1.assign_add(global_step, 1)
-        made, trained = [], []
-        lost = _TakeLostUntilMadeAgain(cluster[0].target, graph, queue.take, made)
-        feed.connect(lost)
-        init = v1.global_variables_initializer()
-
-        class Recorder(v1.train.SessionRunHook):
-            def after_create_session(self, session, coord):
-                made.append(session)
-
-            def before_run(self, run_context):
-                return v1.train.SessionRunArgs([keys, ordinals])
-
-            def after_run(self, run_context, run_values):
-                trained.extend(zip(*(values.tolist() for values in run_values.results)))
-
-        hook = queue_hook.InputQueueHook(feed, keys, ordinals, batches.initializer, 60.0)
-        with v1.Session(cluster[0].target) as session:
-            session.run(init)
-
-        def train():
-            with graph.as_default(), v1.train.MonitoredSession(
-                    v1.train.WorkerSessionCreator(master=cluster[0].target), hooks=[Recorder(), hook]) as session:
-                while not session.should_stop():
-                    session.run(step)
-
-        # A daemon thread, so that a pipeline waiting for good fails this test instead of hanging it.
-        training = threading.Thread(target=train, daemon=True)
-        training.start()
-        training.join(timeout=60)
-    assert not training.is_alive(), (f"the training session waited on its input for 60 s: {lost.failed} failed "
-                                     f"take(s), sessions made {len(made)}")
-    assert lost.failed >= 1 and len(made) == 2  # the take failed, and the session was made again
-    assert feed.finished  # the epoch ended: every file finished
-    assert set(trained) == {(key, ordinal) for key in range(files) for ordinal in range(per_file)}
+    worker = _OneWorkerQueue(cluster[0].target, tmp_path, 3, 40, _TakeLostUntilMadeAgain)
+    lost = worker.sessions
+    assert worker.train(timeout_secs=60), (f"the training session waited on its input for 60 s: {lost.failed} "
+                                           f"failed take(s), sessions made {len(worker.made)}")
+    assert lost.failed >= 1 and len(worker.made) == 2  # the take failed, and the session was made again
+    assert worker.feed.finished  # the epoch ended: every file finished
+    assert worker.trained_each_example()
     # Read twice: at most the first file's batches trained before the new session gave it back.
-    assert len(trained) - files * per_file <= per_file
+    assert len(worker.trained) - 3 * 40 <= 40
 
 
 @pytest.mark.inprocess
