@@ -116,6 +116,7 @@ def test_a_warm_start_that_cannot_load_what_it_names_is_refused_and_a_resumed_ru
 
 
 DYNAMIC = dataclasses.replace(WIDE_DEEP, embedding="dynamic", embedding_capacity=2000)
+COUNTED = dataclasses.replace(DYNAMIC, embedding_min_count=2)  # an ID's row from its second sighting on
 
 
 def dynamic_state(path) -> dict:
@@ -130,14 +131,17 @@ def dynamic_state(path) -> dict:
 
 
 def rows_by_id(path, storage="embedding") -> dict:
-    """{table: {ID: its row of `storage`}} of a checkpoint of DYNAMIC, whatever its shards."""
+    """{table: {ID: its row of `storage`}} of a checkpoint of DYNAMIC, whatever its shards; storage "sightings":
+    {table: {ID: its count}} of the IDs not yet admitted."""
     found = {}
+    kind = "sightings" if storage == "sightings" else "rows_of_ids"
     for name, _ in tf.train.list_variables(path):
-        if name.endswith("/rows_of_ids-keys"):
-            shard = name[:-len("/rows_of_ids-keys")]
-            keys, rows = (tf.train.load_variable(path, f"{shard}/rows_of_ids-{part}") for part in ("keys", "values"))
-            values = tf.train.load_variable(path, f"{shard}/{storage}")
-            found.setdefault(shard.rpartition("/shard")[0], {}).update(zip(keys.tolist(), values[rows].tolist()))
+        if name.endswith(f"/{kind}-keys"):
+            shard = name[:-len(f"/{kind}-keys")]
+            keys, values = (tf.train.load_variable(path, f"{shard}/{kind}-{part}") for part in ("keys", "values"))
+            if kind == "rows_of_ids":
+                values = tf.train.load_variable(path, f"{shard}/{storage}")[values]
+            found.setdefault(shard.rpartition("/shard")[0], {}).update(zip(keys.tolist(), values.tolist()))
     return found
 
 
@@ -157,8 +161,8 @@ def warm_started(tmp_path, source_path, model_cfg, name):
 
 @pytest.fixture(scope="module", name="dynamic_source")
 def fixture_dynamic_source(tmp_path_factory) -> str:
-    """A checkpoint of DYNAMIC (2 shards a table) after 5 batches' IDs were admitted and trained."""
-    source = RunConfig(spec.ClusterConfig(), TrainConfig(optimizer="adagrad"), DYNAMIC, CLICKS)
+    """A checkpoint of COUNTED (2 shards a table) after 5 batches' IDs were admitted and trained."""
+    source = RunConfig(spec.ClusterConfig(), TrainConfig(optimizer="adagrad"), COUNTED, CLICKS)
     with tf.Graph().as_default():
         built = train_graph.build_graph(source)
         with v1.Session() as sess:
@@ -173,15 +177,15 @@ def fixture_dynamic_source(tmp_path_factory) -> str:
 def test_a_warm_start_gives_every_id_of_a_dynamic_table_cut_as_saved_its_row_and_refuses_a_table_too_small(
         tmp_path, dynamic_source):
     saved = dynamic_state(dynamic_source)
-    assert saved and all(len(ids) > 20 for ids, _ in saved.values())
-    loaded = dynamic_state(warm_started(tmp_path, dynamic_source, DYNAMIC, "as_saved"))
+    assert saved and all(len(ids) > 5 for ids, _ in saved.values())
+    loaded = dynamic_state(warm_started(tmp_path, dynamic_source, COUNTED, "as_saved"))
     for shard, (ids, values) in saved.items():
         assert loaded[shard][0] == ids  # every ID at its row
         rows = sorted(ids.values())
         assert np.array_equal(loaded[shard][1][rows], values[rows])
 
     # A table too small for the IDs: refused in one line, naming it and the flag.
-    small = dataclasses.replace(DYNAMIC, embedding_capacity=40, embedding_partitions=1)
+    small = dataclasses.replace(COUNTED, embedding_capacity=40, embedding_partitions=1)
     with pytest.raises(exit_codes.Failure, match=r"embedding table wide_deep/\w+ is full: shard 0 holds 40 rows "
                                                  r"\(--embedding_capacity=40 over 1 shards\), fewer than "
                                                  r"--warm_start_from=.* gives it; raise --embedding_capacity"):
@@ -192,14 +196,15 @@ def test_a_warm_start_gives_every_id_of_a_dynamic_table_cut_as_saved_its_row_and
 def test_a_warm_start_recuts_a_dynamic_table_by_id_into_other_shards_and_capacity(tmp_path, dynamic_source,
                                                                                     monkeypatch, caplog):
     # Cut otherwise (3 shards; 1 growing from fewer rows than its IDs need) or of another capacity: every ID
-    # with its rows, of the embedding and of the wide part, re-cut by ID.
+    # with its rows, of the embedding and of the wide part, and every ID's admission count, re-cut by ID.
     caplog.set_level(logging.INFO, logger="absl")
-    by_id = {storage: rows_by_id(dynamic_source, storage) for storage in ("embedding", "wide")}
-    assert all(len(rows) > 40 for rows in by_id["embedding"].values())
+    by_id = {storage: rows_by_id(dynamic_source, storage) for storage in ("embedding", "wide", "sightings")}
+    assert all(len(rows) > 10 for rows in by_id["embedding"].values())
+    assert sum(len(counts) for counts in by_id["sightings"].values()) > 20  # IDs met once: counted, not admitted
     monkeypatch.setattr(storage_module, "GROWTH_ROWS", 16)  # a growing shard starts at 16 rows
-    for name, model_cfg in (("three_shards", dataclasses.replace(DYNAMIC, embedding_partitions=3)),
-                            ("larger", dataclasses.replace(DYNAMIC, embedding_capacity=3000)),
-                            ("growing", dataclasses.replace(DYNAMIC, embedding_growth=True, embedding_partitions=1))):
+    for name, model_cfg in (("three_shards", dataclasses.replace(COUNTED, embedding_partitions=3)),
+                            ("larger", dataclasses.replace(COUNTED, embedding_capacity=3000)),
+                            ("growing", dataclasses.replace(COUNTED, embedding_growth=True, embedding_partitions=1))):
         checkpoint = warm_started(tmp_path, dynamic_source, model_cfg, name)
         assert "re-cut into this run's shards and capacity" in caplog.text, name
         for storage, tables in by_id.items():

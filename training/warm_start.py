@@ -212,10 +212,11 @@ def dynamic_entries(checkpoint: str, renames, with_slots: bool, slots_of, loads:
 def recut(checkpoint: str, table: str, source_table: str, count: int, shards: list, with_slots: bool, slots_of,
           saved: dict, dtypes: dict) -> list:
     """The load by ID of dynamic table `table` from the checkpoint's `count` shards of `source_table`, one op
-    per shard here, on its ps: it reads every shard's IDs and keeps those shard_of() gives it, at rows 1, 2, ...
-    (growing a growing shard to hold them), with their rows of each trained variable (and optimizer slot, with
-    `with_slots`) and their admission counts. Their last-read steps are this run's first. A shard given more IDs
-    than it can hold fails its assertion with a full table's message."""
+    per shard here, on its ps: it reads the source's shards one after another, keeping of each the IDs that
+    shard_of() gives it (so it holds one source shard and its own rows at a time), and puts them at rows 1, 2, ...
+    (growing a growing shard to hold them) with their rows of each trained variable (and optimizer slot, with
+    `with_slots`) and their admission counts. Their last-read steps are this run's first. A shard given more
+    IDs than it can hold fails its assertion with a full table's message."""
 
     def read(name):
         value = tf.raw_ops.RestoreV2(prefix=checkpoint, tensor_names=[name], shape_and_slices=[""],
@@ -224,6 +225,7 @@ def recut(checkpoint: str, table: str, source_table: str, count: int, shards: li
         return value
 
     sources = [f"{source_table}/shard{index}" for index in range(count)]
+    counted = all(f"{source}/sightings-keys" in saved for source in sources)
     ops = []
     for scope, shard in shards:
         slots = {id(slot) for variable, _ in shard.storages for slot, _ in slots_of(variable)}
@@ -231,16 +233,19 @@ def recut(checkpoint: str, table: str, source_table: str, count: int, shards: li
                      if variable.dtype.base_dtype.is_floating and (with_slots or id(variable) not in slots)
                      and variable.op.name.startswith(scope + "/")
                      and all(source + variable.op.name[len(scope):] in saved for source in sources)]
-        with v1.device(shard.map.resource_handle.device), v1.name_scope(f"warm_start/{scope}/"):
-            every, rows_of = [], {variable.op.name: [] for variable in variables}
-            for source in sources:
-                rows = read(f"{source}/rows_of_ids-values")
-                every.append(read(f"{source}/rows_of_ids-keys"))
-                for variable in variables:
-                    rows_of[variable.op.name].append(tf.gather(read(source + variable.op.name[len(scope):]), rows))
-            ids = tf.concat(every, 0)
+
+        def ours(ids, *values, shard=shard):
             mine = tf.equal(dynamic_ids.shard_of(ids, shard.options.shards), shard.shard)
-            keys = tf.boolean_mask(ids, mine)
+            return [tf.boolean_mask(value, mine) for value in (ids, *values)]
+
+        with v1.device(shard.map.resource_handle.device), v1.name_scope(f"warm_start/{scope}/"):
+            kept = []  # of each source shard: [its IDs that are ours, their rows of each variable]
+            for source in sources:
+                with tf.control_dependencies(tf.nest.flatten(kept[-1:])):  # one source shard at a time
+                    keys, rows = ours(read(f"{source}/rows_of_ids-keys"), read(f"{source}/rows_of_ids-values"))
+                    kept.append([keys] + [tf.gather(read(source + variable.op.name[len(scope):]), rows)
+                                          for variable in variables])
+            keys, *values = (tf.concat(parts, 0) for parts in zip(*kept))
             needed = tf.size(keys, out_type=tf.int64) + storage.DEFAULT_ROW + 1  # the default row's and theirs
             full = tf.debugging.assert_less_equal(
                 needed, tf.constant(shard.capacity, tf.int64),
@@ -250,19 +255,16 @@ def recut(checkpoint: str, table: str, source_table: str, count: int, shards: li
             with tf.control_dependencies([full]):
                 needed = tf.identity(needed)
             rows = tf.range(storage.DEFAULT_ROW + 1, needed)
-            values = {name: tf.boolean_mask(tf.concat(parts, 0), mine) for name, parts in rows_of.items()}
-            counted = None
-            if shard.sightings is not None and all(f"{source}/sightings-keys" in saved for source in sources):
-                seen = tf.concat([read(f"{source}/sightings-keys") for source in sources], 0)
-                counts = tf.concat([read(f"{source}/sightings-values") for source in sources], 0)
-                ours = tf.equal(dynamic_ids.shard_of(seen, shard.options.shards), shard.shard)
-                counted = (tf.boolean_mask(seen, ours), tf.boolean_mask(counts, ours))
+            sightings = None
+            if shard.sightings is not None and counted:
+                sightings = [tf.concat(parts, 0) for parts in zip(*(
+                    ours(read(f"{source}/sightings-keys"), read(f"{source}/sightings-values")) for source in sources))]
 
-            def load(keys=keys, rows=rows, values=values, counted=counted, shard=shard, variables=variables):
+            def load(keys=keys, rows=rows, values=values, sightings=sightings, shard=shard, variables=variables):
                 changes = [shard.map.insert(keys, rows)]
-                changes += [v1.scatter_update(variable, rows, values[variable.op.name]) for variable in variables]
-                if counted is not None:
-                    changes.append(shard.sightings.insert(*counted))
+                changes += [v1.scatter_update(variable, rows, value) for variable, value in zip(variables, values)]
+                if sightings is not None:
+                    changes.append(shard.sightings.insert(*sightings))
                 return tf.group(changes)
 
             ops.append(upkeep.holding(shard, needed, slots_of, load))
