@@ -59,6 +59,9 @@ class Replica:
             self.take_the_round = tf.group(*taken)
             # A token of round 1 left in the queue, as by a worker that died before taking it.
             self.leave_spare_token = token_queue.enqueue(tf.constant(1, tf.int64))
+            # The record of this worker's push into round 0, as its step writes it once the push is in.
+            self.record_a_push_of_round_0 = sync_hook._pushed.scatter_update(  # pylint: disable=protected-access
+                tf.IndexedSlices(tf.zeros([1], tf.int64), tf.constant([cluster_cfg.task_index])))
             config = spec.session_config(cluster_cfg)
             if not cluster_cfg.is_chief:
                 session_loop.wait_for_chief_ready(server.target, config, 30, cluster_cfg.task_name,
@@ -254,6 +257,19 @@ def test_after_an_aggregation_that_failed_past_its_take_a_woken_workers_push_cou
     chief.run(chief.take_the_round)
     chief.wake_workers()  # the other worker re-creates its session and pushes round 0 again, before any new chief
     wait_for_a_gradient(chief, "the woken worker's round-0 gradient was dropped as stale")
+    a_restarted_chief_completes_round_0(chief, waiting)
+
+
+@pytest.mark.servers
+def test_a_round_taken_by_an_aggregation_that_died_with_its_chief_is_pushed_again(sync_cluster):
+    # Seen in the suite: the chief killed between its aggregation's take and its apply; both workers' pushes
+    # of the round on record, none in the accumulators: each sent its next gradient as stale, and the round
+    # stalled until a gRPC error re-made the sessions. The restarted chief now wakes the workers to push again.
+    chief, other = sync_cluster(workers=2, replicas_to_aggregate=2)
+    waiting = other_pushes_round_0_and_the_chief_stops(chief, other)
+    chief.run(chief.record_a_push_of_round_0)  # the chief had pushed too; its aggregation took both, then died
+    chief.run(chief.take_the_round)
+    assert max(chief.accumulated()) == 0
     a_restarted_chief_completes_round_0(chief, waiting)
 
 

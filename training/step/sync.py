@@ -16,6 +16,7 @@ import threading
 import time
 from typing import NamedTuple
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -177,10 +178,11 @@ class SyncReplicasHook(v1.train.SessionRunHook):
         # An aggregation that failed past its take leaves the accumulators a round ahead, dropping
         # the re-pushed gradients as stale: each is set back to the global step's round before the
         # wake, one by one, so that an accumulator on a ps that is down holds up no other.
-        self._back_to_round, self._reopen = [], []
+        self._back_to_round, self._reopen, self._held = [], [], []
         variables = {var.name: var for var in v1.global_variables() + v1.trainable_variables()}
         for accumulator, device in opt._accumulator_list if self._is_chief else ():  # pylint: disable=protected-access
             with v1.device(device):
+                self._held.append(accumulator.num_accumulated())
                 self._back_to_round.append(accumulator.set_global_step(self._global_step))
                 self._reopen.append(_Emptying(accumulator.num_accumulated(), accumulator.take_grad(1),
                                               _zero_push(accumulator, variables), accumulator.set_global_step(0),
@@ -195,7 +197,8 @@ class SyncReplicasHook(v1.train.SessionRunHook):
         pushes = self._token.op.inputs[1].op.control_inputs
         with v1.device(self._pushed.device):
             self._pushed_set_up = self._pushed.is_initialized()
-            self._read_pushed = self._pushed.read_value()[self._replica]
+            self._read_every_push = self._pushed.read_value()
+            self._read_pushed = self._read_every_push[self._replica]
             self._round_of_push = v1.placeholder(tf.int64, [], name="sync_round_of_push")
             with tf.control_dependencies(pushes):
                 self._record_push = self._pushed.scatter_update(
@@ -211,6 +214,8 @@ class SyncReplicasHook(v1.train.SessionRunHook):
             session.run(self._pushed.initializer)
         if not session.run(self._wakes_set_up):
             session.run(self._wakes.initializer)
+        if self._is_chief and self._round_taken_by_a_lost_aggregation(session):
+            self.wake_workers(session)  # before this session's wake count: the chief's own wake token is old
         self.drops_next_push = int(session.run(self._read_pushed)) == self._last_token
         if self.drops_next_push:
             session.run(self._set_local_step, {self._local_step_value: self._last_token - 1})
@@ -224,6 +229,24 @@ class SyncReplicasHook(v1.train.SessionRunHook):
                                       daemon=True)
             coord.register_thread(thread)  # joined, then cancelled by the session's close, at the end
             thread.start()
+
+    def _round_taken_by_a_lost_aggregation(self, session) -> bool:
+        """Whether the current round's gradients on record are no longer in the accumulators: the last
+        chief's aggregation took them and ended with it (killed between its take and its apply). Every
+        worker that pushed would then send its next gradient as stale, and the round never completes
+        (seen: a sync run stalled 80 s after its chief was killed, until a gRPC error re-made the
+        sessions). Read before the new aggregation starts."""
+        if not self._held:
+            return False
+        pushes = np.asarray(session.run(self._read_every_push))
+        on_record = int(np.sum(pushes == self._last_token))
+        held = min(int(count) for count in session.run(self._held))
+        if on_record <= held:
+            return False
+        logging.warning("sync round %d: %d gradient(s) on record, %d in the accumulators: the last chief's "
+                        "aggregation took them and ended with it; clearing the records and waking the workers to "
+                        "push them again", self._last_token, on_record, held)
+        return True
 
     def _before_restore(self, session):
         """Called by the chief's saver just before it restores a checkpoint over the ps tasks (a ps
