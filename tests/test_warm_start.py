@@ -195,15 +195,14 @@ def test_a_warm_start_gives_every_id_of_a_dynamic_table_cut_as_saved_its_row_and
 @pytest.mark.inprocess
 def test_a_warm_start_recuts_a_dynamic_table_by_id_into_other_shards_and_capacity(tmp_path, dynamic_source,
                                                                                     monkeypatch, caplog):
-    # Cut otherwise (3 shards; 1 growing from fewer rows than its IDs need) or of another capacity: every ID
-    # with its rows, of the embedding and of the wide part, and every ID's admission count, re-cut by ID.
+    # Of another capacity, or cut otherwise (1 shard from 2, growing from fewer rows than its IDs need): every
+    # ID with its rows, of the embedding and of the wide part, and every ID's admission count, re-cut by ID.
     caplog.set_level(logging.INFO, logger="absl")
     by_id = {storage: rows_by_id(dynamic_source, storage) for storage in ("embedding", "wide", "sightings")}
     assert all(len(rows) > 10 for rows in by_id["embedding"].values())
     assert sum(len(counts) for counts in by_id["sightings"].values()) > 20  # IDs met once: counted, not admitted
     monkeypatch.setattr(storage_module, "GROWTH_ROWS", 16)  # a growing shard starts at 16 rows
-    for name, model_cfg in (("three_shards", dataclasses.replace(COUNTED, embedding_partitions=3)),
-                            ("larger", dataclasses.replace(COUNTED, embedding_capacity=3000)),
+    for name, model_cfg in (("larger", dataclasses.replace(COUNTED, embedding_capacity=3000)),
                             ("growing", dataclasses.replace(COUNTED, embedding_growth=True, embedding_partitions=1))):
         checkpoint = warm_started(tmp_path, dynamic_source, model_cfg, name)
         assert "re-cut into this run's shards and capacity" in caplog.text, name
