@@ -178,11 +178,10 @@ class SyncReplicasHook(v1.train.SessionRunHook):
         # An aggregation that failed past its take leaves the accumulators a round ahead, dropping
         # the re-pushed gradients as stale: each is set back to the global step's round before the
         # wake, one by one, so that an accumulator on a ps that is down holds up no other.
-        self._back_to_round, self._reopen, self._held = [], [], []
+        self._back_to_round, self._reopen = [], []
         variables = {var.name: var for var in v1.global_variables() + v1.trainable_variables()}
         for accumulator, device in opt._accumulator_list if self._is_chief else ():  # pylint: disable=protected-access
             with v1.device(device):
-                self._held.append(accumulator.num_accumulated())
                 self._back_to_round.append(accumulator.set_global_step(self._global_step))
                 self._reopen.append(_Emptying(accumulator.num_accumulated(), accumulator.take_grad(1),
                                               _zero_push(accumulator, variables), accumulator.set_global_step(0),
@@ -236,11 +235,11 @@ class SyncReplicasHook(v1.train.SessionRunHook):
         worker that pushed would then send its next gradient as stale, and the round never completes
         (seen: a sync run stalled 80 s after its chief was killed, until a gRPC error re-made the
         sessions). Read before the new aggregation starts."""
-        if not self._held:
+        if not self._reopen:
             return False
         pushes = np.asarray(session.run(self._read_every_push))
         on_record = int(np.sum(pushes == self._last_token))
-        held = min(int(count) for count in session.run(self._held))
+        held = min(int(count) for count in session.run([emptying.count for emptying in self._reopen]))
         if on_record <= held:
             return False
         logging.warning("sync round %d: %d gradient(s) on record, %d in the accumulators: the last chief's "
