@@ -32,9 +32,9 @@ def is_listening(address: str, timeout_secs: float = 1.0) -> bool:
 
 
 def wait_for_peers(peers: dict[str, str], timeout_secs: float, task_name: str, probe=is_listening,
-                   clock=time.monotonic, sleep=time.sleep) -> None:
+                   clock=time.monotonic, sleep=time.sleep, timeout_setting: str = "--startup_timeout_secs") -> None:
     """Returns once every peer ({'ps 0': 'host:port'}) accepts connections; raises PeersUnreachable
-    naming the missing ones after timeout_secs."""
+    naming the missing ones after timeout_secs (timeout_setting: the user's name for it)."""
     start = last_log = clock()
     backoff = FIRST_BACKOFF_SECS
     missing = dict(peers)
@@ -48,7 +48,7 @@ def wait_for_peers(peers: dict[str, str], timeout_secs: float, task_name: str, p
         names = ", ".join(f"{name} at {address}" for name, address in missing.items())
         if waited >= timeout_secs:
             raise PeersUnreachable(
-                f"{task_name}: {names} not reachable after {waited:.0f} s (--startup_timeout_secs="
+                f"{task_name}: {names} not reachable after {waited:.0f} s ({timeout_setting}="
                 f"{timeout_secs:g}); is that task running, and is its port open to this host?")
         if clock() - last_log >= LOG_EVERY_SECS or last_log == start:
             logging.info("%s: waiting for %s (retrying for up to %.0f s more)", task_name, names,

@@ -68,25 +68,13 @@ with startup_notices_dropped(show_all=os.environ.get("TF_CPP_MIN_LOG_LEVEL") == 
     from ps_trainer.flags import definitions  # noqa: F401  (defines every flag)
     from ps_trainer import input as inputs
     from ps_trainer.input import download
-    from ps_trainer.model import user_fn
-    from ps_trainer.training import evaluator, exit_codes, log_lines, metrics, ps, start, worker
+    from ps_trainer.training import ending, evaluator, exit_codes, metrics, ps, start, worker
 
 
 def main(argv):
     """Runs this task's role; returns its exit code (training/exit_codes.py: done, permanent or
     transient), with the one-line reason logged."""
-    try:
-        return run_role(argv)
-    except exit_codes.Failure as err:
-        logging.error("%s", err)
-        return err.outcome.code
-    except user_fn.ModelFnError as err:  # --model_fn's function breaks the contract (model/user_fn.py)
-        logging.error("%s", err)
-        return exit_codes.MODEL_FN_BROKEN.code
-    except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError) as err:
-        logging.error("%s: %s (exit %d: a restart may succeed)", exit_codes.CLUSTER_UNAVAILABLE.meaning,
-                      log_lines.error_cause(err.message), exit_codes.RETRY)
-        return exit_codes.RETRY
+    return ending.exit_code_of(lambda: run_role(argv))
 
 
 def run_role(argv):

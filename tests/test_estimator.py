@@ -237,6 +237,80 @@ except AttributeError as err:
                                      "(docs/estimator.md lists what is)")
 
 
+# A program that touches Keras every way a TF 2.x program does after the one line, then trains with no step
+# count and logs at INFO through TensorFlow's logger, as the layers CNN tutorial and DeepCTR's examples do.
+KERAS_LATER = """
+import numpy as np
+import tensorflow as tf
+import ps_trainer.estimator
+from ps_trainer import estimator
+
+tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
+dense = tf.compat.v1.layers.dense
+import tf_keras
+from tensorflow.keras.layers import Dense
+assert Dense.__module__.startswith("tf_keras."), Dense.__module__
+assert tf.keras.layers.Dense is Dense
+import keras
+import tensorflow.compat.v1 as v1_imported
+for name in estimator.__all__:
+    for spelled, module in (("tf", tf.estimator), ("tf.compat.v1", tf.compat.v1.estimator),
+                            ("tf.compat.v2", tf.compat.v2.estimator),
+                            ("import tensorflow.compat.v1", v1_imported.estimator)):
+        assert getattr(module, name) is getattr(estimator, name), (spelled, name)
+
+def model_fn(features, labels, mode):
+    logits = dense(features["x"], 1, name="logits")
+    loss = tf.compat.v1.losses.sigmoid_cross_entropy(labels, logits)
+    step = tf.compat.v1.train.get_global_step()
+    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.5).minimize(loss, step)
+    accuracy = tf.compat.v1.metrics.accuracy(labels, tf.cast(logits > 0, tf.float32))
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op, eval_metric_ops={"accuracy": accuracy})
+
+def input_fn():  # 10 batches, then the input ends
+    x = np.linspace(-1, 1, 40, dtype=np.float32).reshape(-1, 1)
+    return tf.data.Dataset.from_tensor_slices(({"x": x}, (x > 0).astype(np.float32))).batch(4)
+
+model = tf.compat.v1.estimator.Estimator(model_fn, "model", config=tf.estimator.RunConfig(log_step_count_steps=5))
+model.train(input_fn)
+print("global_step", model.get_variable_value("global_step"))
+model.evaluate(input_fn)
+"""
+
+
+@pytest.mark.e2e
+def test_a_program_that_touches_keras_after_the_line_keeps_every_name_trains_to_its_inputs_end_and_logs_there(
+        tmp_path):
+    result = subprocess.run([sys.executable, "-c", KERAS_LATER], capture_output=True, text=True, timeout=TIMEOUT,
+                            cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "global_step 10" in result.stdout  # train(input_fn), no steps: to the input's end, as TF 2.15's
+    # The Estimator's lines reach the program's own tf.compat.v1.logging, as TF 2.15's did.
+    assert re.search(r"INFO:tensorflow:loss = [0-9.]+, step = 5", result.stderr), result.stderr[-3000:]
+    assert re.search(r"INFO:tensorflow:Saving dict for global step 10: accuracy = [0-9.]+, global_step = 10, loss = ",
+                     result.stderr), result.stderr[-3000:]
+
+
+@pytest.mark.e2e
+def test_a_chief_whose_ps_never_comes_up_exits_138_within_its_startup_timeout_in_one_line(tmp_path):
+    program = tmp_path / "program.py"
+    program.write_text(KERAS_LATER.split("model = tf.compat.v1.estimator.Estimator")[0] + """
+config = tf.estimator.RunConfig(session_creation_timeout_secs=3)
+model = tf.estimator.Estimator(model_fn, "model", config=config)
+tf.estimator.train_and_evaluate(model, tf.estimator.TrainSpec(input_fn, max_steps=5), tf.estimator.EvalSpec(input_fn))
+""")
+    ps, chief = (f"{LOOPBACK}:{port}" for port in free_ports(2))  # nothing listens on ps's
+    env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": {"ps": [ps], "chief": [chief]},
+                                                  "task": {"type": "chief", "index": 0}})}
+    result = subprocess.run([sys.executable, str(program)], capture_output=True, text=True, timeout=TIMEOUT,
+                            cwd=tmp_path, env=env, stdin=subprocess.DEVNULL)
+    assert result.returncode == 138, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert re.search(rf"chief:0: ps 0 at {ps} not reachable after [3-9] s "
+                     r"\(RunConfig.session_creation_timeout_secs=3\)", last), result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+
+
 CLUSTER = {"chief": ["c0:2222"], "worker": ["w0:2222", "w1:2222"], "ps": ["p0:2222", "p1:2222"]}
 
 
@@ -250,7 +324,7 @@ CLUSTER = {"chief": ["c0:2222"], "worker": ["w0:2222", "w1:2222"], "ps": ["p0:22
 def test_run_config_reads_its_task_from_tf_config_as_tf1_did(monkeypatch, task, expected):
     monkeypatch.setenv("TF_USE_LEGACY_KERAS", "0")  # the import's default, kept from this test process
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": CLUSTER, "task": task}))
-    from ps_trainer.estimator import RunConfig  # pylint: disable=import-outside-toplevel
+    from ps_trainer.estimator import RunConfig
     config = RunConfig(save_checkpoints_steps=50)
     assert (config.task_type, config.task_id, config.is_chief, config.master) == expected
     assert (config.num_ps_replicas, config.num_worker_replicas) == (2, 3)
@@ -271,7 +345,7 @@ def test_run_config_in_a_jobset_pod_reads_its_task_as_trainer_py_does(monkeypatc
                         "PS_TRAINER_JOBSET_NAME": "ctr", "PS_TRAINER_REPLICATED_JOB": job,
                         "PS_TRAINER_JOB_INDEX": "0", "JOB_COMPLETION_INDEX": str(index)}.items():
         monkeypatch.setenv(name, value)
-    from ps_trainer.estimator import RunConfig  # pylint: disable=import-outside-toplevel
+    from ps_trainer.estimator import RunConfig
     config = RunConfig()
     assert (config.task_type, config.task_id, config.is_chief, config.master) == expected
     assert (config.num_ps_replicas, config.num_worker_replicas) == (1, 3)
@@ -286,7 +360,7 @@ def test_run_config_in_a_slurm_step_reads_its_rank_with_the_ps_count_train_sbatc
                         "SLURM_PROCID": "2", "SLURM_LOCALID": "0", "SLURMD_NODENAME": "n2",
                         "PS_TRAINER_NUM_PS": "2", "PS_TRAINER_PORT": "7000"}.items():
         monkeypatch.setenv(name, value)
-    from ps_trainer.estimator import RunConfig  # pylint: disable=import-outside-toplevel
+    from ps_trainer.estimator import RunConfig
     config = RunConfig()
     assert (config.task_type, config.task_id, config.is_chief, config.master) == ("worker", 0, True, "grpc://n2:7000")
     assert config.cluster_spec.as_dict() == {"ps": ["n1:7000", "n1:7001"], "worker": ["n2:7000", "n2:7001"]}
@@ -299,7 +373,7 @@ def test_run_config_in_a_slurm_step_reads_its_rank_with_the_ps_count_train_sbatc
 def test_run_config_without_tf_config_is_one_process_with_tf1s_defaults(monkeypatch):
     monkeypatch.setenv("TF_USE_LEGACY_KERAS", "0")
     monkeypatch.delenv("TF_CONFIG", raising=False)
-    from ps_trainer.estimator import RunConfig  # pylint: disable=import-outside-toplevel
+    from ps_trainer.estimator import RunConfig
     config = RunConfig()
     assert (config.task_type, config.task_id, config.is_chief, config.master) == ("worker", 0, True, "")
     assert (config.num_ps_replicas, config.num_worker_replicas) == (0, 1)
@@ -312,10 +386,10 @@ def test_run_config_without_tf_config_is_one_process_with_tf1s_defaults(monkeypa
 
 @pytest.mark.inprocess
 def test_canned_wide_and_deep_is_tf1s_summed_loss_names_and_optimizers_and_steps_once():
-    import numpy as np  # pylint: disable=import-outside-toplevel
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import numpy as np
+    import tensorflow as tf
 
-    from ps_trainer import estimator  # pylint: disable=import-outside-toplevel
+    from ps_trainer import estimator
 
     v1, fc = tf.compat.v1, tf.compat.v1.feature_column
     education = fc.categorical_column_with_vocabulary_list("education", ["school", "college"])
@@ -328,7 +402,7 @@ def test_canned_wide_and_deep_is_tf1s_summed_loss_names_and_optimizers_and_steps
                     "education": tf.constant([["school"], ["college"], ["x"]])}
         labels = tf.constant([[1], [0], [1]])
         v1.train.get_or_create_global_step()
-        spec = model._call_model_fn(features, labels, estimator.ModeKeys.TRAIN)  # pylint: disable=protected-access
+        spec = model._call_model_fn(features, labels, estimator.ModeKeys.TRAIN)
         names = {variable.op.name for variable in v1.global_variables()}
         with v1.Session() as session:
             session.run((v1.global_variables_initializer(), v1.tables_initializer()))
@@ -364,7 +438,7 @@ class _Exporting:
 
 @pytest.mark.pure
 def test_exporters_export_when_tf1s_did_and_keep_the_newest(tmp_path):
-    from ps_trainer.estimator import exporters  # pylint: disable=import-outside-toplevel
+    from ps_trainer.estimator import exporters
 
     estimator, base = _Exporting(tmp_path / "model"), str(tmp_path / "export")
     final = exporters.FinalExporter("final", lambda: None)
@@ -383,10 +457,10 @@ def test_exporters_export_when_tf1s_did_and_keep_the_newest(tmp_path):
 
 @pytest.mark.inprocess
 def test_warm_start_from_a_checkpoint_dir_a_savedmodel_or_settings_starts_the_named_variables_there(tmp_path):
-    import numpy as np  # pylint: disable=import-outside-toplevel
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import numpy as np
+    import tensorflow as tf
 
-    from ps_trainer import estimator  # pylint: disable=import-outside-toplevel
+    from ps_trainer import estimator
 
     v1 = tf.compat.v1
 

@@ -34,10 +34,11 @@ class Trained:
     over_at_start: bool = False  # training was over before this worker began (the chief's done mark)
 
 
-def wait_for_ps(cluster, timeout_secs):
+def wait_for_ps(cluster, timeout_secs, timeout_setting: str = "--startup_timeout_secs"):
+    """Returns once every ps task listens; a transient Failure naming the missing ones after timeout_secs."""
     ps_tasks = {f"ps {index}": address for index, address in enumerate(cluster.ps_hosts)}
     try:
-        peers.wait_for_peers(ps_tasks, timeout_secs, cluster.task_name)
+        peers.wait_for_peers(ps_tasks, timeout_secs, cluster.task_name, timeout_setting=timeout_setting)
     except peers.PeersUnreachable as err:
         raise exit_codes.Failure(str(err), exit_codes.PS_UNREACHABLE) from None
 
@@ -204,7 +205,7 @@ def run(cfg, server=None, task_metrics=None) -> int:
         # A thread still inside a TensorFlow call when the interpreter shuts down aborts the
         # process; training is over and logged, so leave without running the shutdown.
         logging.flush()
-        os._exit(code)  # pylint: disable=protected-access
+        os._exit(code)
     return code
 
 

@@ -16,6 +16,7 @@ import sys
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import tensorflow as tf  # noqa: E402  (after the Keras choice)
+from tensorflow.python.tools import module_util as _module_util  # noqa: E402  (where TensorFlow finds Keras)
 
 from ps_trainer.estimator import export, feature_column, inputs  # noqa: E402
 from ps_trainer.estimator.canned import (  # noqa: E402
@@ -40,4 +41,31 @@ def __getattr__(name):
                          "what is)")
 
 
-tf.estimator = tf.compat.v1.estimator = sys.modules[__name__]
+
+
+def _install(estimator_module) -> None:
+    """Makes this module tf.estimator, tf.compat.v1.estimator and tf.compat.v2.estimator for good, and tf.keras
+    Keras 2 for `from tensorflow.keras... import`.
+
+    TensorFlow's API modules load as tensorflow._api.v2.*: the first `import tensorflow.compat.v1` (Keras and
+    tf_keras make one as they load) would load fresh copies under the public names and rebind tf.compat to
+    them, losing the attribute. Registered under those names here, the import finds these same objects."""
+    api = "tensorflow._api.v2."
+    for name, module in list(sys.modules.items()):
+        if name.startswith(api) and module is not None:
+            sys.modules.setdefault("tensorflow." + name[len(api):], module)
+    tf.estimator = estimator_module
+    for name, module in list(sys.modules.items()):
+        if name.startswith("tensorflow") and name.endswith(("compat.v1", "compat.v2")) and module is not None:
+            module.estimator = estimator_module
+    # `from tensorflow.keras.layers import Dense` is found through tensorflow.__path__, which TensorFlow set at
+    # its import for the Keras chosen then: Keras 3 where TF_USE_LEGACY_KERAS came later (this module sets it).
+    if os.environ.get("TF_USE_LEGACY_KERAS") not in ("1", "true", "True"):  # the program chose Keras 3
+        return
+    legacy = _module_util.get_parent_dir_for_name("tf_keras.api._v2.keras")
+    keras_3 = _module_util.get_parent_dir_for_name("keras.api._v2.keras")
+    if legacy and legacy not in tf.__path__:
+        tf.__path__[:] = [legacy, *(path for path in tf.__path__ if path != keras_3)]
+
+
+_install(sys.modules[__name__])

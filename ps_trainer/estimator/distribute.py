@@ -4,16 +4,18 @@ max_steps and tell the ps tasks; the evaluator evaluates each new checkpoint and
 at max_steps. Without a cluster in TF_CONFIG it trains to max_steps in this process, then evaluates."""
 
 import collections
-import threading
 import time
 
 import tensorflow as tf
-from absl import logging
+from tensorflow.python.platform import tf_logging as logging  # tf.compat.v1.logging: where a program looks
 
+from ps_trainer import input as inputs
+from ps_trainer import model
 from ps_trainer.cluster import model_dir as layout
 from ps_trainer.cluster import shutdown, spec
-from ps_trainer.training import checkpoints, log_lines
-from ps_trainer.training.config import NO_STEP_LIMIT  # max_steps=None: a ps waits for the replicas' own ends
+from ps_trainer.training import checkpoints, ending, exit_codes, log_lines, ps, worker
+from ps_trainer.training.config import NO_STEP_LIMIT, RunConfig, TrainConfig  # NO_STEP_LIMIT: the replicas' own ends
+
 CHECKPOINT_POLL_SECS = 1.0
 
 
@@ -45,31 +47,56 @@ class EvalSpec(collections.namedtuple("EvalSpec", ["input_fn", "steps", "name", 
 def train_and_evaluate(estimator, train_spec: TrainSpec, eval_spec: EvalSpec):
     """Runs this task's role. As TF1's: in one process it returns (the evaluation's metrics, the exports its
     exporters made); on a cluster, None (the evaluator logs each evaluation's metrics: 'Saving dict for
-    global step N: ...')."""
+    global step N: ...'). A cluster task that cannot reach its end exits with the trainer's code for that
+    ending and its one-line reason (README's exit codes): 138 for a ps not up within the startup timeout."""
     config = estimator.config
-    cluster = config.cluster
     if config.task_type == spec.EVALUATOR:
-        _evaluate_each_checkpoint(estimator, train_spec, eval_spec)
+        _exit_unless_done(lambda: _evaluated_to_the_end(estimator, train_spec, eval_spec))
         return None
-    if not cluster.is_distributed:
+    if not config.cluster.is_distributed:
         estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps)
         checkpoint = estimator.latest_checkpoint()
         metrics = estimator.evaluate(eval_spec.input_fn, steps=eval_spec.steps, hooks=eval_spec.hooks,
                                      checkpoint_path=checkpoint, name=eval_spec.name)
         return metrics, _export(estimator, eval_spec, checkpoint, metrics, is_the_final_export=True)
-    server = spec.start_server(cluster)
-    train_steps = train_spec.max_steps or NO_STEP_LIMIT
-    if cluster.job_name == spec.PS:
-        logging.info("ps %d: serving on %s for %d training replica(s)", cluster.task_index,
-                     cluster.ps_hosts[cluster.task_index], cluster.num_replicas)
-        shutdown.wait_for_every_replica(server, cluster, estimator.model_dir, train_steps, threading.Event())
-        logging.info("ps %d: every training replica finished; exiting", cluster.task_index)
-        return None
-    step = estimator._train(train_spec.input_fn, hooks=train_spec.hooks,  # pylint: disable=protected-access
-                            max_steps=train_spec.max_steps, target=server.target)
-    shutdown.report_done(server, cluster, estimator.model_dir, step, train_steps)
-    log_lines.log_trained_to(cluster.task_name, step)
+    _exit_unless_done(lambda: _run_cluster_task(estimator, train_spec))
     return None
+
+
+def _exit_unless_done(run) -> None:
+    code = ending.exit_code_of(run)
+    if code != exit_codes.OK:
+        raise SystemExit(code)
+
+
+def runtime_config(estimator, max_steps: int | None) -> RunConfig:
+    """The runtime's settings of this task (training/config.py), from the program's RunConfig: its cluster,
+    model_dir, the step training ends at and the startup timeout."""
+    config = estimator.config
+    return RunConfig(cluster=config.cluster, model=model.ModelConfig(), data=inputs.DataConfig(),
+                     train=TrainConfig(model_dir=estimator.model_dir, train_steps=max_steps or NO_STEP_LIMIT,
+                                       startup_timeout_secs=config.startup_timeout_secs))
+
+
+def _evaluated_to_the_end(estimator, train_spec, eval_spec) -> int:
+    _evaluate_each_checkpoint(estimator, train_spec, eval_spec)
+    return exit_codes.OK
+
+
+def _run_cluster_task(estimator, train_spec) -> int:
+    """A ps serves (training/ps.py) until every training replica has finished; the chief and the workers wait
+    for the ps tasks, train to max_steps and tell the ps tasks. Returns the exit code."""
+    runtime = runtime_config(estimator, train_spec.max_steps)
+    cluster = runtime.cluster
+    server = spec.start_server(cluster)
+    if cluster.job_name == spec.PS:
+        return ps.run(runtime, server)
+    worker.wait_for_ps(cluster, runtime.train.startup_timeout_secs, "RunConfig.session_creation_timeout_secs")
+    step = estimator._train(train_spec.input_fn, hooks=train_spec.hooks,  # noqa: SLF001  (the Estimator's own training, as train() runs it, on this task's server)
+                            max_steps=train_spec.max_steps, target=server.target)
+    shutdown.report_done(server, cluster, estimator.model_dir, step, runtime.train.train_steps)
+    log_lines.log_trained_to(cluster.task_name, step)
+    return exit_codes.OK
 
 
 def _evaluate_each_checkpoint(estimator, train_spec, eval_spec) -> tuple[dict, list]:

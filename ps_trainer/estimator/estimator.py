@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
-from absl import logging
+from tensorflow.python.platform import tf_logging as logging  # tf.compat.v1.logging: where a program looks
 from tensorflow.python.training import sync_replicas_optimizer  # the type of its hook, which a model_fn returns
 
 from ps_trainer.cluster import model_dir as layout
@@ -24,9 +24,8 @@ from ps_trainer.training import session_loop
 from ps_trainer.training.step import sync
 
 v1 = tf.compat.v1
-CHIEF_READY_TIMEOUT_SECS = 7200  # TF1's session_creation_timeout_secs
 DEFAULT_STOP_GRACE_SECS = 120  # MonitoredTrainingSession's own
-_SYNC_REPLICAS_HOOK = sync_replicas_optimizer._SyncReplicasOptimizerHook  # pylint: disable=protected-access
+_SYNC_REPLICAS_HOOK = sync_replicas_optimizer._SyncReplicasOptimizerHook  # noqa: SLF001  (the type of the hook a SyncReplicasOptimizer returns)
 
 
 class WarmStartSettings(NamedTuple):
@@ -131,8 +130,10 @@ class Estimator:
             uninitialized = checkpoints.report_uninitialized() if not cluster.is_chief else None
             session_config = self._session_config(cluster)
             every = self._config.log_step_count_steps
-            all_hooks = [*input_hooks, last_step, v1.train.StopAtStepHook(num_steps=steps, last_step=max_steps),
-                         v1.train.NanTensorHook(model.loss), *model.training_hooks, *(hooks or ())]
+            # With neither steps nor max_steps, training ends with input_fn's data, as TF1's did.
+            stop_at = [v1.train.StopAtStepHook(num_steps=steps, last_step=max_steps)] if steps or max_steps else []
+            all_hooks = [*input_hooks, last_step, *stop_at, v1.train.NanTensorHook(model.loss),
+                         *model.training_hooks, *(hooks or ())]
             if every:
                 all_hooks.append(v1.train.LoggingTensorHook({"loss": model.loss, "step": global_step},
                                                             every_n_iter=every))
@@ -142,8 +143,8 @@ class Estimator:
                     self.model_dir, save_secs=self._config.save_checkpoints_secs,
                     save_steps=self._config.save_checkpoints_steps, scaffold=scaffold, listeners=saving_listeners))
             if not cluster.is_chief:
-                session_loop.wait_for_chief_ready(target, session_config, CHIEF_READY_TIMEOUT_SECS, cluster.task_name,
-                                                 uninitialized)
+                session_loop.wait_for_chief_ready(target, session_config, self._config.startup_timeout_secs,
+                                                 cluster.task_name, uninitialized)
             # A SyncReplicasOptimizer's chief thread stays blocked on gradients that never come once training
             # is over: the session's close cancels that wait after the grace period, which TF's default
             # (120 s) would add to every sync program's end.

@@ -73,17 +73,16 @@ def save(estimator, export_dir_base, serving_input_receiver_fn, assets_extra=Non
         raise ValueError(f"Couldn't find trained model at {estimator.model_dir}.")
     export_dir = export_utils.get_timestamped_export_dir(export_dir_base)
     temporary = export_utils.get_temp_export_dir(export_dir).decode()
-    # pylint: disable=protected-access  # the Estimator's own graph-building steps, as train/evaluate use them
     with tf.Graph().as_default():
-        estimator._seed()
+        estimator._seed()  # noqa: SLF001  (the Estimator's own graph-building steps, as train and evaluate use them)
         v1.train.get_or_create_global_step()
         receiver = serving_input_receiver_fn()
-        model = estimator._call_model_fn(receiver.features, None, "infer")
+        model = estimator._call_model_fn(receiver.features, None, "infer")  # noqa: SLF001  (the Estimator's own graph-building steps, as train and evaluate use them)
         outputs = export_utils.export_outputs_for_mode("infer", serving_export_outputs=model.export_outputs or None,
                                                        predictions=model.predictions)
         signatures = export_utils.build_all_signature_defs(receiver.receiver_tensors, outputs,
                                                            receiver.receiver_tensors_alternatives, serving_only=True)
-        scaffold = estimator._scaffold(model.scaffold)
+        scaffold = estimator._scaffold(model.scaffold)  # noqa: SLF001  (the Estimator's own graph-building steps, as train and evaluate use them)
         saver = scaffold.saver or v1.get_collection(v1.GraphKeys.SAVERS)[0]
         saver.build()
         local_init_op = scaffold.local_init_op or v1.train.Scaffold.default_local_init_op()

@@ -5,7 +5,7 @@ import glob
 import os
 
 import tensorflow as tf
-from absl import logging
+from tensorflow.python.platform import tf_logging as logging  # tf.compat.v1.logging: where a program looks
 
 v1 = tf.compat.v1
 

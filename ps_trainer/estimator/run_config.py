@@ -7,6 +7,7 @@ import os
 import tensorflow as tf
 
 from ps_trainer.cluster import resolve, spec
+from ps_trainer.training.config import TrainConfig
 
 _USE_DEFAULT = object()
 NUM_PS_VARIABLE, PORT_VARIABLE = "PS_TRAINER_NUM_PS", "PS_TRAINER_PORT"
@@ -21,11 +22,12 @@ class RunConfig:
 
     _REPLACEABLE = ("model_dir", "tf_random_seed", "save_summary_steps", "save_checkpoints_steps",
                     "save_checkpoints_secs", "session_config", "keep_checkpoint_max", "keep_checkpoint_every_n_hours",
-                    "log_step_count_steps")
+                    "log_step_count_steps", "session_creation_timeout_secs")
 
     def __init__(self, model_dir=None, tf_random_seed=None, save_summary_steps=100,
                  save_checkpoints_steps=_USE_DEFAULT, save_checkpoints_secs=_USE_DEFAULT, session_config=None,
-                 keep_checkpoint_max=5, keep_checkpoint_every_n_hours=10000, log_step_count_steps=100, **others):
+                 keep_checkpoint_max=5, keep_checkpoint_every_n_hours=10000, log_step_count_steps=100,
+                 session_creation_timeout_secs=None, **others):
         for name, value in others.items():
             if name not in _NOT_COVERED:
                 raise TypeError(f"RunConfig() got an unexpected keyword argument {name!r}")
@@ -45,6 +47,10 @@ class RunConfig:
         self._keep_checkpoint_max = keep_checkpoint_max
         self._keep_checkpoint_every_n_hours = keep_checkpoint_every_n_hours
         self._log_step_count_steps = log_step_count_steps
+        if session_creation_timeout_secs is not None and session_creation_timeout_secs <= 0:
+            raise ValueError(f"RunConfig: session_creation_timeout_secs must be positive, not "
+                             f"{session_creation_timeout_secs}")
+        self._session_creation_timeout_secs = session_creation_timeout_secs
         self._cluster, self._task_type, self._task_id = _cluster_of(os.environ)
 
     def replace(self, **kwargs) -> "RunConfig":
@@ -59,7 +65,7 @@ class RunConfig:
             setattr(copy, f"_{name}", value)
         if "save_checkpoints_steps" in kwargs and kwargs["save_checkpoints_steps"] and "save_checkpoints_secs" \
                 not in kwargs:
-            copy._save_checkpoints_secs = None  # pylint: disable=protected-access
+            copy._save_checkpoints_secs = None  # noqa: SLF001  (the copy's own field)
         return copy
 
     # The run's settings.
@@ -72,6 +78,13 @@ class RunConfig:
     keep_checkpoint_max = property(lambda self: self._keep_checkpoint_max)
     keep_checkpoint_every_n_hours = property(lambda self: self._keep_checkpoint_every_n_hours)
     log_step_count_steps = property(lambda self: self._log_step_count_steps)
+    session_creation_timeout_secs = property(lambda self: self._session_creation_timeout_secs)
+
+    @property
+    def startup_timeout_secs(self) -> int:
+        """How long a task waits for its peers (the ps tasks; a worker, for the chief's variables) before it
+        exits 138: session_creation_timeout_secs where the program gives it, else trainer.py's default."""
+        return self._session_creation_timeout_secs or TrainConfig.startup_timeout_secs
 
     # The cluster, from TF_CONFIG.
     @property
