@@ -160,17 +160,20 @@ def wait_for(condition, timeout: float, what: str, cluster=None) -> None:
 
 
 def wait_recording_exits(cluster, timeout: float) -> dict:
-    """Polls every task until all have exited or `timeout` passes: {(job, i): (code, exit time)}."""
-    deadline = time.monotonic() + timeout
+    """Polls every task until all have exited or `timeout` passes: {(job, i): (code, exit time)}. A task that
+    exits non-zero is recorded, not failed on: the caller judges the codes."""
     exits = {}
-    while time.monotonic() < deadline:
+
+    def every_task_exited():
         for key, proc in cluster.tasks():
             if key not in exits and proc.poll() is not None:
                 exits[key] = (proc.returncode, datetime.datetime.now())
-        if len(exits) == len(cluster.tasks()):
-            break
-        time.sleep(0.1)
-    assert len(exits) == len(cluster.tasks()), f"tasks still running after {timeout} s\n{describe(cluster)}"
+        return len(exits) == len(cluster.tasks())
+
+    try:
+        wait_for(every_task_exited, timeout, "every task to exit")
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{describe(cluster)}") from None
     return exits
 
 
@@ -362,15 +365,14 @@ def tensorboard(logdir, timeout: float = 120):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
             return json.loads(response.read())
 
+    def lists_a_run():  # TensorBoard imports TensorFlow, then reads the event files, before it answers
+        assert proc.poll() is None, f"tensorboard exited {proc.returncode}: {proc.stderr.read()[-2000:]}"
+        with contextlib.suppress(OSError):
+            return bool(get("/data/runs"))
+        return False
+
     try:
-        deadline = time.monotonic() + timeout
-        while True:  # TensorBoard imports TensorFlow, then reads the event files, before it answers
-            assert proc.poll() is None, f"tensorboard exited {proc.returncode}: {proc.stderr.read()[-2000:]}"
-            with contextlib.suppress(OSError):
-                if get("/data/runs"):
-                    break
-            assert time.monotonic() < deadline, f"tensorboard listed no run of {logdir} within {timeout} s"
-            time.sleep(0.5)
+        wait_for(lists_a_run, timeout, f"tensorboard to list a run of {logdir}")
         yield get
     finally:
         stop_process_group(proc)
@@ -393,7 +395,7 @@ def write_numbered_csvs(data_dir, rows, eval_rows: int) -> None:
 
 def scrape(port: int) -> dict[tuple[str, tuple], float]:
     """{(sample name, sorted labels): value} from http://127.0.0.1:port/metrics (--metrics_port)."""
-    from prometheus_client.parser import text_string_to_metric_families  # pylint: disable=import-outside-toplevel
+    from prometheus_client.parser import text_string_to_metric_families
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         text = response.read().decode()
     return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value

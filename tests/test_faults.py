@@ -242,7 +242,7 @@ def test_two_ps_killed_in_a_row_in_sync_mode_still_train_to_the_last_step_with_c
         reached = highest_step() + 30
         wait_for(lambda r=reached: highest_step() >= r, deadline - time.monotonic(), f"global step {reached}", cluster)
         cluster.kill("ps", ps)
-        time.sleep(0.5)
+        time.sleep(0.5)  # elapsed time is the subject: the ps stays down a moment, as a crashed one does
         cluster.start("ps", ps)
     codes = cluster.wait(timeout=240)
     assert set(codes.values()) == {0}, describe(cluster)
@@ -282,12 +282,12 @@ def test_a_worker_waiting_for_the_chief_rides_out_a_ps_that_goes_down_meanwhile(
                 with graph.as_default():
                     outcome["returned"] = session_loop.wait_for_chief_ready(server.target, None, 90, "worker:1",
                                                                       uninitialized)
-            except Exception as err:  # pylint: disable=broad-except
+            except Exception as err:
                 outcome["raised"] = err
 
         waiter = threading.Thread(target=wait, daemon=True)
         waiter.start()
-        time.sleep(2)  # polling: the variables are not initialized
+        time.sleep(2)  # elapsed time is the subject: the worker polls uninitialized variables a while first
         cluster.kill("ps", 0)
         cluster.start("ps", 0)
         wait_for(serving(2), deadline - time.monotonic(), "the restarted ps to serve", cluster)
@@ -312,7 +312,7 @@ def test_a_ps_restarted_after_the_workers_finished_exits_on_their_marks(make_clu
     cluster.start("ps", 0, ["--train_steps=400"])
     # Its third start: once it serves (and handles SIGTERM), it reads the marks every MARK_CHECK_SECS.
     wait_for(lambda: cluster.log("ps", 0).count(": serving on ") == 3, 120, "the ps's third start", cluster)
-    time.sleep(shutdown.MARK_CHECK_SECS + 1)  # its check at start and one more
+    time.sleep(shutdown.MARK_CHECK_SECS + 1)  # elapsed time is the subject: its mark checks find nothing to end on
     assert cluster.wait("ps", timeout=0.1) == {("ps", 0): None}, describe(cluster)
     cluster.kill("ps", 0, signal.SIGTERM)
     assert cluster.wait("ps", timeout=30) == {("ps", 0): exit_codes.PREEMPTED}
@@ -415,12 +415,12 @@ from ps_trainer.training import preemption
 stop = preemption.Preemption("worker:0", deadline_secs=1).install()
 signal.signal(signal.SIGUSR1, lambda *_: None)  # another handled signal writes to the wakeup fd too
 os.kill(os.getpid(), signal.SIGUSR1)
-time.sleep(0.5)
+time.sleep(0.5)  # elapsed time is the subject: the watcher had its chance to take SIGUSR1 for a stop
 print("after SIGUSR1:", stop.requested.is_set(), flush=True)
 os.kill(os.getpid(), signal.SIGTERM)
 stop.requested.wait(5)
 print("after SIGTERM:", stop.requested.is_set(), flush=True)
-time.sleep(30)  # the watcher's deadline ends the process first
+time.sleep(30)  # elapsed time is the subject: the watcher's deadline ends the process first
 """
 
 
@@ -439,11 +439,11 @@ ps = socket.create_server(("127.0.0.1", 0))
 stop = preemption.Preemption("worker:1", deadline_secs=60, ps_hosts=[f"127.0.0.1:{ps.getsockname()[1]}"]).install()
 os.kill(os.getpid(), signal.SIGTERM)
 stop.requested.wait(5)
-time.sleep(2)
+time.sleep(2)  # elapsed time is the subject: with its ps listening, the stopping worker is not ended
 print("stopping with the ps listening: still running", flush=True)
 print(f"ps closed at {time.monotonic()}", flush=True)
 ps.close()
-time.sleep(60)  # the watcher sees the ps gone and ends the process first
+time.sleep(60)  # elapsed time is the subject: the watcher sees the ps gone and ends the process first
 """
 
 

@@ -170,7 +170,9 @@ def test_a_host_cut_off_for_20_s_heals_without_a_restart(tmp_path, hosts, host, 
         wait_for_step(tasks, logs["worker-0"], 200)
         ip("-n", three.names[host], "link", "set", "eth0", "down")
         cut_at = max_step(logs["worker-0"])
-        time.sleep(20)
+        # Down until the chief has waited out --stall_warning_secs and said so: the cut has stopped the job.
+        wait_for(lambda: "no training step completed for" in logs["worker-0"].read_text(), 120,
+                 "the chief's stall warning while the link is down")
         ip("-n", three.names[host], "link", "set", "eth0", "up")
     except BaseException:
         stop_all(tasks)
@@ -200,7 +202,7 @@ def test_a_reset_lost_on_the_wire_does_not_stall_a_waiting_worker(tmp_path, host
     try:
         wait_for_step(tasks, logs["worker-0"], 200)
         os.killpg(tasks[1].pid, signal.SIGSTOP)  # the chief: worker 1 now waits for its round
-        time.sleep(3)
+        time.sleep(3)  # elapsed time is the subject: worker 1's call to the ps is in flight, waiting for the round
         ip("-n", three.names[0], "link", "set", "eth0", "down")
         killed = subprocess.run(["ip", "netns", "exec", three.names[0], "ss", "-K", "dst", f"{SUBNET}.3"],
                                 capture_output=True, text=True, timeout=30)

@@ -104,9 +104,8 @@ class Slurm:
         groups), then every daemon, by its process group."""
         with contextlib.suppress(Exception):
             self.run("scancel", "--user=root", timeout=30)
-            deadline = time.monotonic() + 60
-            while self.run("squeue", "-h", timeout=30).stdout.strip() and time.monotonic() < deadline:
-                time.sleep(0.5)
+            wait_for(lambda: not self.run("squeue", "-h", timeout=30).stdout.strip(), 60,
+                     "every job to leave the queue")
         for proc in reversed(self.procs):
             stop_process_group(proc, grace_secs=30)
 

@@ -48,8 +48,8 @@ class Replica:
                 loss, optimizer, self.global_step, cluster_cfg, train_cfg)
             sync_hook, = (hook for hook in hooks if isinstance(hook, sync.SyncReplicasHook))
             self.sync_hook = sync_hook
-            token_queue = sync_hook._optimizer._sync_token_queue  # pylint: disable=protected-access
-            accumulators = [acc for acc, _ in sync_hook._optimizer._accumulator_list]  # pylint: disable=protected-access
+            token_queue = sync_hook._optimizer._sync_token_queue
+            accumulators = [acc for acc, _ in sync_hook._optimizer._accumulator_list]
             self.num_accumulated = [acc.num_accumulated() for acc in accumulators]
             # What a ps restarted under a round leaves: accumulators empty, at the round's step.
             taken = [acc.take_grad(1) for acc in accumulators]
@@ -60,7 +60,7 @@ class Replica:
             # A token of round 1 left in the queue, as by a worker that died before taking it.
             self.leave_spare_token = token_queue.enqueue(tf.constant(1, tf.int64))
             # The record of this worker's push into round 0, as its step writes it once the push is in.
-            self.record_a_push_of_round_0 = sync_hook._pushed.scatter_update(  # pylint: disable=protected-access
+            self.record_a_push_of_round_0 = sync_hook._pushed.scatter_update(
                 tf.IndexedSlices(tf.zeros([1], tf.int64), tf.constant([cluster_cfg.task_index])))
             config = spec.session_config(cluster_cfg)
             if not cluster_cfg.is_chief:
@@ -80,7 +80,7 @@ class Replica:
         return self.session_target
 
     def close(self):
-        if not self.session._is_closed():  # pylint: disable=protected-access
+        if not self.session._is_closed():
             self.session.close()
 
     def step_in_thread(self, hooks=True):
@@ -160,7 +160,7 @@ def test_a_sync_step_applies_the_exact_average_of_the_gradients(sync_cluster):
 def test_the_chief_cannot_complete_a_step_alone(sync_cluster):
     chief, other = sync_cluster(workers=2, replicas_to_aggregate=2)
     chief_thread, outcome = chief.step_in_thread()
-    time.sleep(NOTHING_HAPPENS_SECS)
+    time.sleep(NOTHING_HAPPENS_SECS)  # elapsed time is the subject: nothing happens in it
     assert chief_thread.is_alive() and "result" not in outcome
     assert chief.read()[0] == 0
     join_all([other.step_in_thread()[0], chief_thread])
@@ -175,7 +175,7 @@ def test_a_spare_token_does_not_let_the_chief_fill_a_round_alone(sync_cluster):
     # The chief sends its round-1 gradient and takes the spare token: a second gradient from it would
     # complete round 1 alone. It gives the token back and waits for the other worker instead.
     chief_thread, _ = chief.step_in_thread()
-    time.sleep(NOTHING_HAPPENS_SECS)
+    time.sleep(NOTHING_HAPPENS_SECS)  # elapsed time is the subject: nothing happens in it
     assert chief_thread.is_alive() and chief.read()[0] == 1
     join_all([other.step_in_thread()[0], chief_thread])
     step, value = chief.read()
@@ -195,7 +195,8 @@ def test_a_worker_restarted_after_pushing_its_gradient_counts_once_in_that_round
     restarted = other.restarted()
     try:
         again, _ = restarted.step_in_thread()
-        time.sleep(NOTHING_HAPPENS_SECS)  # a second round-0 gradient from it would complete round 0 without the chief's
+        # A second round-0 gradient from it would complete round 0 without the chief's.
+        time.sleep(NOTHING_HAPPENS_SECS)  # elapsed time is the subject: nothing happens in it
         assert again.is_alive() and chief.read()[0] == 0
         join_all([chief.step_in_thread()[0], again])
     finally:
@@ -292,7 +293,7 @@ def test_a_worker_waiting_for_a_token_is_released_when_the_chief_ends_at_the_las
     chief, other = sync_cluster(workers=2, replicas_to_aggregate=2, train_steps=1)
     join_all([chief.step_in_thread()[0], other.step_in_thread()[0]])  # round 0: the global step is 1, the last
     waiting, outcome = other.step_in_thread(hooks=False)  # a gradient for a round that will never come
-    time.sleep(NOTHING_HAPPENS_SECS)
+    time.sleep(NOTHING_HAPPENS_SECS)  # elapsed time is the subject: nothing happens in it
     assert waiting.is_alive()
     started = time.monotonic()
     chief.close()
@@ -309,7 +310,7 @@ def test_a_chief_that_ends_short_of_the_last_step_leaves_the_token_queue_open(sy
     waiting, outcome = other.step_in_thread()
     wait_for_a_gradient(chief, "the other worker's round-0 gradient never reached the accumulators")
     chief.close()  # as a chief preempted, or whose session failed, at global step 0
-    time.sleep(NOTHING_HAPPENS_SECS)
+    time.sleep(NOTHING_HAPPENS_SECS)  # elapsed time is the subject: nothing happens in it
     assert waiting.is_alive() and "result" not in outcome
     other.run(other.leave_spare_token)  # the queue still takes tokens (a new chief's), and the worker goes on
     join_all([waiting], timeout=15)
@@ -336,7 +337,7 @@ def test_the_hooks_build_their_ops_once_so_a_second_session_works_in_a_finalized
             hook.begin()
         for hook in hooks:  # never run: no session here. Say so, or TF logs it at exit.
             if isinstance(hook, sync.SyncReplicasHook):
-                hook._optimizer.ready_for_local_init_op.mark_used()  # pylint: disable=protected-access
+                hook._optimizer.ready_for_local_init_op.mark_used()
 
 
 class CancelOnce(v1.train.SessionRunHook):
@@ -385,7 +386,7 @@ def chiefs_sync_graph():
                                     TrainConfig(sync_replicas=True, replicas_to_aggregate=2))
     train_op = optimizer.minimize(tf.reduce_sum(weights * tf.constant(GRADIENTS[0])), global_step=step)
     sync.SyncReplicasHook(optimizer, True, 0, train_op, num_workers=2, replica_index=0).begin()
-    accumulator, _ = optimizer._accumulator_list[0]  # pylint: disable=protected-access
+    accumulator, _ = optimizer._accumulator_list[0]
     return step, weights, accumulator
 
 
@@ -443,7 +444,7 @@ def test_a_restore_empties_an_accumulator_behind_a_take_of_a_session_that_is_gon
                                                 daemon=True), {}
             earlier.start()
             sess.run(started.dequeue())
-            time.sleep(0.5)  # its take, right after the enqueue, waits in the accumulator first
+            time.sleep(0.5)  # elapsed time is the subject: its take, right after the enqueue, waits in the accumulator
             sess.run(leftover_push)
             def restore_in_graph():
                 with sess.graph.as_default():
