@@ -104,7 +104,7 @@ class ClusterConfig:
 
     def cluster_spec(self) -> tf.train.ClusterSpec:
         """The cluster as this task's sessions see it (a joining worker: the ps tasks and itself)."""
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel,redefined-outer-name
+        import tensorflow as tf  # noqa: PLC0415  (TensorFlow loads where used: pure tests and --help run without it)
         if self.joins:
             return tf.train.ClusterSpec({PS: list(self.ps_hosts), WORKER: {self.task_index: self.join_address}})
         jobs = {PS: self.ps_hosts, WORKER: self.worker_hosts, self.chief_job: self.chief_hosts}
@@ -164,7 +164,7 @@ def session_config(cluster: ClusterConfig) -> tf.compat.v1.ConfigProto:
     another to come up; a ps sees only itself. The server's thread pools are made from it too
     (start_server): with --nothread_spinning they sleep when out of work.
     """
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel,redefined-outer-name
+    import tensorflow as tf  # noqa: PLC0415  (TensorFlow loads where used: pure tests and --help run without it)
     config = tf.compat.v1.ConfigProto(allow_soft_placement=True)
     config.experimental.disable_thread_spinning = not cluster.thread_spinning
     if cluster.job_name == PS:
@@ -195,7 +195,7 @@ def grpc_options(current: str | None) -> str:
 
 
 def start_server(cluster: ClusterConfig, environ=os.environ) -> tf.distribute.Server:
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel,redefined-outer-name
+    import tensorflow as tf  # noqa: PLC0415  (TensorFlow loads where used: pure tests and --help run without it)
     # TensorFlow reads these once, when it makes its first channel or device: before the server starts.
     environ[GRPC_OPTIONS_ENV] = grpc_options(environ.get(GRPC_OPTIONS_ENV))
     if cluster.hides_gpus:

@@ -122,8 +122,8 @@ def round_trips(cfg) -> RoundTrips:
     for it (one worker and cfg's ps tasks, in this process): every RunGraph to another task and every
     _Recv whose tensor comes from another task is one call. Asynchronous layouts only (a sync step waits
     for its peers)."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from ps_trainer.training import graph as train_graph  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf  # noqa: PLC0415  (TensorFlow loads where used: launch/ imports it only to measure)
+    from ps_trainer.training import graph as train_graph  # noqa: PLC0415  (TensorFlow loads where used: launch/ imports it only to measure)
     v1 = tf.compat.v1
     workers, _ = tf.test.create_local_cluster(num_workers=1, num_ps=len(cfg.cluster.ps_hosts))
     hosts = {job.name: tuple(job.tasks[i] for i in sorted(job.tasks)) for job in workers[0].server_def.cluster.job}

@@ -217,7 +217,7 @@ def _run_trainer_here(argv, env, log_path, err_path, cwd) -> None:
     os.environ.update(env)
     os.chdir(cwd)
     sys.argv = list(argv)
-    from ps_trainer import trainer  # pylint: disable=import-outside-toplevel  (preloaded: already imported)
+    from ps_trainer import trainer  # noqa: PLC0415  (preloaded: already imported)
     trainer.app.run(trainer.main, argv=argv, flags_parser=trainer.parse_flags)
 
 
@@ -249,8 +249,8 @@ def call_with_tensorflow(module: str, function: str, *args):
     preloaded server (ForkedTask), which has. A script that forks its tasks (scripts/inject_fault.py)
     then never pays the 3-4 s of CPU of an `import tensorflow` of its own. The helper lives as long as
     this process, in its process group."""
-    global _helper_pool  # pylint: disable=global-statement
-    if "tensorflow" in sys.modules or not ForkedTask._server_started:  # pylint: disable=protected-access
+    global _helper_pool
+    if "tensorflow" in sys.modules or not ForkedTask._server_started:  # noqa: SLF001  (the class's own flag, read by the module that owns it)
         return _call(module, function, args)
     if _helper_pool is None:
         with _main_hidden():

@@ -7,8 +7,8 @@ update to the runtime, with a `loss` and no `train_op` in TRAIN mode, and its `p
 logits. The trainer then trains that loss as it trains its own models (--optimizer, --learning_rate and
 the levers: --local_steps, --accumulate_batches, --sync_replicas), on its own input sources (--dataset:
 the features a model_fn reads by name; a --multi_valued_columns column as a SparseTensor of its values,
-as TF1's parse_example gave a variable-length feature), and judges held-out data, exports and serves by the logits, as for
-its own models. A model_fn that builds its own train_op runs as an Estimator program (docs/estimator.md).
+as TF1's parse_example gave a variable-length feature), and judges held-out data, exports and serves by the logits,
+as for its own models. A model_fn that builds its own train_op runs as an Estimator program (docs/estimator.md).
 """
 
 import ast

@@ -439,9 +439,9 @@ def table(rows) -> str:
 
 
 def chart(rows, path):
-    import matplotlib  # pylint: disable=import-outside-toplevel
+    import matplotlib  # noqa: PLC0415  (matplotlib only for --chart)
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+    import matplotlib.pyplot as plt  # noqa: PLC0415  (matplotlib only for --chart)
     models = sorted({r["model"] for r in rows}, key=list(MODELS).index)
     figure, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4), squeeze=False)
     for ax, model in zip(axes[0], models):

@@ -101,8 +101,8 @@ def stop_group(proc: subprocess.Popen) -> None:
 
 def write_clicks_csv(directory: pathlib.Path) -> pathlib.Path:
     """The trainer's clicks data as CSV files, train-0..3.csv and eval-0.csv, with a header each."""
-    import numpy as np  # pylint: disable=import-outside-toplevel
-    from ps_trainer import input as inputs  # pylint: disable=import-outside-toplevel
+    import numpy as np  # noqa: PLC0415  (loaded where used: the script's processes start without it)
+    from ps_trainer import input as inputs  # noqa: PLC0415  (loaded where used: the script's processes start without it)
     directory.mkdir(parents=True, exist_ok=True)
     cfg = inputs.DataConfig(name="clicks", synthetic_examples=CLICKS_CSV_EXAMPLES)
     for split, files in (("train", 4), ("eval", 1)):
@@ -143,7 +143,7 @@ def run_job(python, env, command, args, work, cluster: bool, evaluator=None) -> 
         if cluster:
             job_env["TF_CONFIG"] = json.dumps({"cluster": {name: [address] for name, address in hosts.items()},
                                                "task": {"type": job, "index": 0}})
-        logs[job] = open(work / f"{job}.log", "w")  # pylint: disable=consider-using-with  # closed below
+        logs[job] = open(work / f"{job}.log", "w")  # closed below
         procs[job] = subprocess.Popen([python, *command, f"--model_dir={model_dir}", *args], env=job_env, cwd=work,
                                       stdout=logs[job],
                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -192,7 +192,7 @@ def print_row(name, side, cluster, key, figure, rate, batch, result, work):
 
 def run_trainer_sides(work_root, data_dir, batch, key, args):
     """clicks_csv's model_fn under trainer.py, plain and with the lever, on the same CSV files."""
-    from ps_trainer.training import log_lines  # pylint: disable=import-outside-toplevel
+    from ps_trainer.training import log_lines  # noqa: PLC0415  (loaded where used: the script's processes start without it)
     sides = {"trainer.py --model_fn": [],
              f"trainer.py --model_fn --local_steps={FLAGS.lever_local_steps}": [
                  f"--local_steps={FLAGS.lever_local_steps}"]}

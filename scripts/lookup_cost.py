@@ -45,8 +45,8 @@ def batches(np, count):
 def main(argv):
     del argv
     sys.path.insert(0, FLAGS.tree)
-    import numpy as np  # pylint: disable=import-outside-toplevel
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import numpy as np  # noqa: PLC0415  (after --tree is on sys.path: the tree's own TensorFlow code)
+    import tensorflow as tf  # noqa: PLC0415  (after --tree is on sys.path: the tree's own TensorFlow code)
     # The tree's modules: in the ps_trainer namespace, or top-level in a tree from before it.
     namespace = "ps_trainer." if (pathlib.Path(FLAGS.tree) / "ps_trainer" / "trainer.py").exists() else ""
     grouped_lookup = importlib.import_module(f"{namespace}model.grouped_lookup")

@@ -12,10 +12,10 @@ import matplotlib
 from absl import app, flags
 
 matplotlib.use("Agg")  # files only; no display needed
-import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=wrong-import-position
-import tensorflow as tf  # noqa: E402  pylint: disable=wrong-import-position
+import matplotlib.pyplot as plt  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
-from ps_trainer.cluster import model_dir as layout  # noqa: E402  pylint: disable=wrong-import-position
+from ps_trainer.cluster import model_dir as layout  # noqa: E402
 
 flags.DEFINE_string("model_dir", None, "The run's --model_dir.", required=True)
 flags.DEFINE_string("output", None, "PNG to write. Default: <model_dir>/run.png.")

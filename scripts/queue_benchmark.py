@@ -43,9 +43,9 @@ SLOW_SLICE_SECS = 0.05
 
 
 def write_data(data_dir: pathlib.Path) -> None:
-    import numpy as np  # pylint: disable=import-outside-toplevel
-    from ps_trainer.input import tfrecord  # pylint: disable=import-outside-toplevel
-    from ps_trainer.input.specs import DataConfig, tabular_spec  # pylint: disable=import-outside-toplevel
+    import numpy as np  # noqa: PLC0415  (loaded where used: the parent process forks its tasks without them)
+    from ps_trainer.input import tfrecord  # noqa: PLC0415  (loaded where used: the parent process forks its tasks without them)
+    from ps_trainer.input.specs import DataConfig, tabular_spec  # noqa: PLC0415  (loaded where used: the parent process forks its tasks without them)
     spec = tabular_spec(DataConfig(numeric_columns=("x1", "x2"), categorical_columns=("item",)))
     rng = np.random.RandomState(0)
     for split, files in (("train", FLAGS.files), ("eval", 1)):

@@ -84,7 +84,7 @@ def build(cfg, capacity: int):
     optimizer = optimizers.AdagradOptimizer(0.1)
     train = optimizer.minimize(loss, global_step=global_step)
     slots_of = lambda variable: optimizers.slots_and_starts(optimizer, variable)  # noqa: E731
-    held = tf.add_n([shard.held for shard in table._shards])  # pylint: disable=protected-access
+    held = tf.add_n([shard.held for shard in table._shards])  # noqa: SLF001  (the table's shards, measured)
     return ids, train, table_upkeep.upkeep(slots_of), rows, held
 
 

@@ -61,7 +61,7 @@ def inprocess_tests_start_no_server(request, monkeypatch):
     fails, naming it, and belongs to the servers tier, outside the fast loop."""
     if request.node.get_closest_marker("inprocess") is None:
         return
-    from tensorflow.python.training import server_lib  # pylint: disable=import-outside-toplevel
+    from tensorflow.python.training import server_lib
 
     def refused(*args, **kwargs):
         raise AssertionError("an inprocess test may not start a gRPC server (tf.distribute.Server, "
@@ -76,7 +76,7 @@ def ports_of_this_test_process():
     worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if not worker or not count:
         return
-    from ps_trainer.launch import processes  # pylint: disable=import-outside-toplevel
+    from ps_trainer.launch import processes
     whole, index = processes.PORT_RANGE, int(worker.removeprefix("gw"))
     size = len(whole) // int(count)
     processes.PORT_RANGE = range(whole.start + index * size, whole.start + (index + 1) * size)
@@ -86,8 +86,8 @@ def ports_of_this_test_process():
 def cluster_factory(directory):
     """Makes LocalClusters under `directory`; every one is stopped on leaving, whatever happened."""
     # Imported here: pytest-xdist's controller loads this file too, and needs no TensorFlow.
-    from ps_trainer.launch.processes import LocalCluster  # pylint: disable=import-outside-toplevel
-    from tests.support import FAST_ARGS  # pylint: disable=import-outside-toplevel
+    from ps_trainer.launch.processes import LocalCluster
+    from tests.support import FAST_ARGS
     clusters = []
 
     def make(num_ps=1, num_workers=2, trainer_args=(), name="run", preload=True, **options):

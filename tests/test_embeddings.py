@@ -16,7 +16,8 @@ import tensorflow as tf
 from ps_trainer import input as inputs
 from ps_trainer.cluster import spec
 from ps_trainer.launch import chaos, measure
-from ps_trainer.model.dynamic import ids as table_ids, storage as table_storage, table as dynamic_table, upkeep as table_upkeep
+from ps_trainer.model.dynamic import ids as table_ids, storage as table_storage
+from ps_trainer.model.dynamic import table as dynamic_table, upkeep as table_upkeep
 from tests.support import (ROOT, describe, finished, in_process_cluster, join_all, logged_step, read_flags,
                            run_trainer, serve_in_fresh_process, wait_for, write_criteo_shaped_tsvs)
 from ps_trainer.training import export, incremental, log_lines, run_record
@@ -86,7 +87,7 @@ def test_each_id_gets_a_row_of_its_own_that_stays_across_steps_and_a_checkpoint(
 def test_a_rounds_push_skips_the_rows_an_eviction_took_from_the_ids_it_read_them_for():
     """A round (training/step/row_copies.py) reads rows at its start and adds its changes at its end; an
     eviction in between may reset a row, or hand it to another ID: the push leaves those rows alone."""
-    from ps_trainer.training.step import row_copies  # pylint: disable=import-outside-toplevel
+    from ps_trainer.training.step import row_copies
     with tf.Graph().as_default():
         ids, rows, table = table_graph(capacity=20, shards=1)
         keys, found, pushed = (v1.placeholder(dtype, [None]) for dtype in (tf.string, tf.int64, tf.int64))
@@ -196,7 +197,7 @@ def test_storage_grows_with_the_ids_met_keeping_every_row_value_and_slot_and_nev
             lengths = [len(v) for v in values]
             # The first batch's IDs keep their rows, and those rows their values and slots, through growths.
             assert {key: rows_now[key] for key in rows_then} == rows_then
-            for key, (shard, row) in rows_then.items():
+            for shard, row in rows_then.values():
                 np.testing.assert_array_equal(values[shard][row], trained[0][shard][row])
                 np.testing.assert_array_equal(accumulators[shard][row], trained[1][shard][row])
             # Every ID has a row of its own, within its shard's storage; the slots grew with the rows.
@@ -582,7 +583,7 @@ def test_only_the_chief_builds_the_reconciliation_and_the_eviction_of_its_tables
     tables = 3  # user, item, category: a shard each
     assert len(chief.tables.reconciles) == len(chief.tables.grows) == len(other.tables.grows) == tables
     assert other.tables.reconciles == ()
-    assert chief.saver._before_save is not None and other.saver._before_save is None  # pylint: disable=protected-access
+    assert chief.saver._before_save is not None and other.saver._before_save is None
     print(f"\ngraph ops: chief {chief_ops}, another worker {other_ops}")
     assert other_ops < 0.9 * chief_ops
 
@@ -690,7 +691,7 @@ def adam_rows(value, grad, m, v, step, lr=0.1, beta1=0.9, beta2=0.999, epsilon=1
 
 @pytest.mark.inprocess
 def test_lazy_adam_updates_exactly_the_rows_a_batch_touched_and_adam_every_row():
-    from ps_trainer.training import optimizers  # pylint: disable=import-outside-toplevel
+    from ps_trainer.training import optimizers
     start = np.arange(12, dtype=np.float32).reshape(6, 2) / 10
     weights = np.array([[1.0, -2.0], [0.5, 3.0], [2.0, 1.0]], np.float32)
     batches = ([1, 3, 1], [4, 3, 0])  # row 1 twice in the first batch: its gradients add up

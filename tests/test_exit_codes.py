@@ -82,7 +82,7 @@ def _read_record(text: bytes):
 def _raise_training_error(message):
     """What worker.train raises for a step that failed with `message`."""
     progress = types.SimpleNamespace(global_step=12)
-    raise worker._training_error(tf.errors.InvalidArgumentError(None, None, message),  # pylint: disable=protected-access
+    raise worker._training_error(tf.errors.InvalidArgumentError(None, None, message),
                                  CLUSTER, TrainConfig(), progress)
 
 
@@ -111,17 +111,17 @@ def test_a_bad_held_out_record_at_the_final_evaluation_leaves_the_finished_job_d
         "assertion failed: [BadRecord: /data/eval-0.csv record 5: 'clicked' is empty]"))))
     cfg = types.SimpleNamespace(cluster=CLUSTER)
     with caplog.at_level(logging.ERROR):
-        assert worker._final_evaluation(cfg, "/m/model.ckpt-9") == {}  # pylint: disable=protected-access
+        assert worker._final_evaluation(cfg, "/m/model.ckpt-9") == {}
     assert ("worker:0: no held-out evaluation of the final checkpoint: bad input record: /data/eval-0.csv record 5: "
             "'clicked' is empty (the held-out data; --skip_bad_records skips bad records)") in caplog.messages
     monkeypatch.setattr(worker.evaluator, "evaluate", _raises(tf.errors.InvalidArgumentError(None, None, "other")))
     with pytest.raises(tf.errors.InvalidArgumentError):
-        worker._final_evaluation(cfg, "/m/model.ckpt-9")  # pylint: disable=protected-access
+        worker._final_evaluation(cfg, "/m/model.ckpt-9")
     # A final checkpoint that cannot be read is no finished job: it is not taken for the held-out data's fault.
     monkeypatch.setattr(worker.evaluator, "evaluate", _raises(tf.errors.DataLossError(None, None, (
         "Unable to open table file /m/model.ckpt-9.index: DATA_LOSS: not an sstable (bad magic number)"))))
     with pytest.raises(tf.errors.DataLossError):
-        worker._final_evaluation(cfg, "/m/model.ckpt-9")  # pylint: disable=protected-access
+        worker._final_evaluation(cfg, "/m/model.ckpt-9")
 
 
 @pytest.mark.pure

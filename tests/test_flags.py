@@ -188,7 +188,8 @@ def test_reading_the_flags_opens_no_file_of_the_run_and_the_start_checks_them_on
     cfg = flag_config.read(FLAGS, FLAGS(["trainer.py", *args]))
     assert not opened and cfg.train.model_dir == str(tmp_path / "file" / "run")
     monkeypatch.undo()
-    with pytest.raises(app.UsageError, match=r"--model_dir=.*/file/run cannot be created or written: .*/file is a file"):
+    with pytest.raises(app.UsageError,
+                       match=r"--model_dir=.*/file/run cannot be created or written: .*/file is a file"):
         start.settle(cfg)
 
 
@@ -530,7 +531,7 @@ def test_nothread_spinning_reaches_the_cluster_config_and_a_local_cluster_sets_i
         tmp_path, monkeypatch):
     assert read_flags(*WORKER).cluster.thread_spinning
     assert not read_flags(*WORKER, "--nothread_spinning").cluster.thread_spinning
-    from ps_trainer.launch import processes  # pylint: disable=import-outside-toplevel
+    from ps_trainer.launch import processes
     monkeypatch.setattr(processes, "free_ports", lambda count: list(range(20000, 20000 + count)))  # no socket
     for cores, expected in ((2, False), (8, True)):  # 1 ps + 2 workers: three tasks
         monkeypatch.setattr(processes.os, "sched_getaffinity", lambda pid, cores=cores: set(range(cores)))

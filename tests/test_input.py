@@ -376,7 +376,7 @@ def criteo_row(label="1", integers=("5", "", "12") + ("0",) * 10, categoricals=(
     return "\t".join([label, *integers, *categoricals]) + "\n"
 
 
-def criteo_epoch(cfg, shard=inputs.Shard(0, 1)):
+def criteo_epoch(cfg, shard=inputs.Shard(0, 1)):  # noqa: B008  (a Shard is a frozen value)
     return [({name: value.numpy() for name, value in features.items()}, int(label))
             for features, label in inputs.DATASETS["criteo"].records(cfg, "train", shard)]
 

@@ -178,7 +178,7 @@ def test_a_program_jobset_runs_the_program_in_every_pod_whose_run_config_reads_t
         assert container["args"] == ["--model_dir=/mnt/model/census", "--train_steps=1000"]
     monkeypatch.setenv("TF_USE_LEGACY_KERAS", "0")  # the import's default, kept from this test process
     monkeypatch.delenv("TF_CONFIG", raising=False)
-    from ps_trainer.estimator import RunConfig  # pylint: disable=import-outside-toplevel
+    from ps_trainer.estimator import RunConfig
     for (job_name, index), env in jobset.pod_environments(manifest).items():
         with monkeypatch.context() as pod:
             for name, value in env.items():
@@ -242,7 +242,7 @@ def test_pods_started_with_their_manifest_environment_train_to_the_end_through_a
 
     def start(pod, mode="w"):
         env = {**os.environ, **pods[pod], "TF_CPP_MIN_LOG_LEVEL": "1"}
-        return start_in(namespaces[pod], command, env, log=open(logs[pod], mode))  # pylint: disable=consider-using-with
+        return start_in(namespaces[pod], command, env, log=open(logs[pod], mode))
 
     tasks = {pod: start(pod) for pod in pods}
     try:

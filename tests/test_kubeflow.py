@@ -200,7 +200,7 @@ def test_a_program_tfjob_runs_the_program_in_every_replica_whose_run_config_read
     manifest = kubeflow.tfjob(job)
     jsonschema.Draft7Validator(tfjob_schema).validate(manifest)
     monkeypatch.setenv("TF_USE_LEGACY_KERAS", "0")  # the import's default, kept from this test process
-    from ps_trainer.estimator import RunConfig  # pylint: disable=import-outside-toplevel
+    from ps_trainer.estimator import RunConfig
     seen = []
     for kind, replica in manifest["spec"]["tfReplicaSpecs"].items():
         container = replica["template"]["spec"]["containers"][0]

@@ -270,8 +270,8 @@ def test_with_dynamic_tables_one_worker_trains_rounds_of_rows_as_plain_training_
                                      graph_saver=True)
     train_one_worker(tmp_path / "plain", data, dynamic, 1, 25, optimizer="adagrad", save_steps=5, graph_saver=True)
     assert trained_runs(runs) == [(5, 5), (5, 10), (5, 15), (5, 20), (5, 25)]
-    local, plain = ({step: tf.train.load_checkpoint(str(tmp_path / run / f"model.ckpt-{step}")) for step in (10, 15, 25)}
-                    for run in ("local", "plain"))
+    local, plain = ({step: tf.train.load_checkpoint(str(tmp_path / run / f"model.ckpt-{step}"))
+                     for step in (10, 15, 25)} for run in ("local", "plain"))
     tables = ["user", "item"] if data.name == "clicks" else ["user", "recent"]
     readmitted = 0
     for table in tables:

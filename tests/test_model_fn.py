@@ -95,7 +95,7 @@ def linear_model_fn(columns, width: int, seen: dict | None = None):
 def test_dynamic_columns_of_a_model_fn_are_the_runs_dynamic_tables_and_refuse_to_build_elsewhere(tmp_path,
                                                                                                  monkeypatch):
     monkeypatch.setenv("TF_USE_LEGACY_KERAS", "0")  # this process's own, which loading a model_fn would set
-    from ps_trainer.estimator.feature_column import dynamic_embedding_column  # pylint: disable=import-outside-toplevel
+    from ps_trainer.estimator.feature_column import dynamic_embedding_column
     cfg = read_flags(f"--model_fn={DYNAMIC}:model_fn", "--dataset=clicks", f"--model_dir={tmp_path}",
                      "--embedding=dynamic", "--embedding_growth", "--embedding_capacity=5000", "--batch_size=64",
                      "--optimizer=adagrad")
@@ -124,8 +124,8 @@ def test_dynamic_columns_of_a_model_fn_are_the_runs_dynamic_tables_and_refuse_to
 def test_a_dynamic_column_of_several_values_per_example_combines_each_examples_rows_by_its_combiner():
     # A user's history, as TF1 programs hand it over: a VarLenFeature's SparseTensor, or a dense [batch, n]
     # padded with '' (strings) or -1 (integers). Each example reads the rows of its own values, combined.
-    from ps_trainer.model.dynamic import column as dynamic_column  # pylint: disable=import-outside-toplevel
-    from ps_trainer.model.dynamic.ids import TableOptions  # pylint: disable=import-outside-toplevel
+    from ps_trainer.model.dynamic import column as dynamic_column
+    from ps_trainer.model.dynamic.ids import TableOptions
     histories = [["a", "b"], ["a"], ["b"], [], ["a", "a", "b"]]  # per example; the last names "a" twice
     outputs = {}
     with tf.Graph().as_default(), dynamic_column.building(TableOptions(capacity=100), training=True):
@@ -157,7 +157,7 @@ def test_a_model_fns_dynamic_column_trains_a_multi_valued_csv_column_a_row_per_i
     # --multi_valued_columns hands a model_fn the column as a SparseTensor of its values (TF1's parse_example's
     # variable-length feature); the user's recent items each get a row of their own.
     monkeypatch.setenv("TF_USE_LEGACY_KERAS", "0")  # this process's own, which loading a model_fn would set
-    from ps_trainer.estimator.feature_column import dynamic_embedding_column  # pylint: disable=import-outside-toplevel
+    from ps_trainer.estimator.feature_column import dynamic_embedding_column
     write_click_csvs(tmp_path / "csv", rows=400)
     cfg = read_flags(f"--model_fn={DYNAMIC}:model_fn", "--dataset=csv", f"--data_dir={tmp_path / 'csv'}",
                      "--label_column=clicked", "--categorical_columns=city", "--multi_valued_columns=recent",

@@ -21,7 +21,8 @@ def cluster(num_ps, task=1, num_gpus=None):
     return spec.ClusterConfig(tuple(f"ps{i}:1" for i in range(num_ps)), workers, "worker", task, num_gpus=num_gpus)
 
 
-def training_graph(num_ps, model_cfg=model.ModelConfig(), sync=False, wire_dtype="float32", task=1, num_gpus=None):
+def training_graph(num_ps, model_cfg=model.ModelConfig(), sync=False,  # noqa: B008  (a frozen value)
+                   wire_dtype="float32", task=1, num_gpus=None):
     cfg = RunConfig(cluster(num_ps, task, num_gpus),
                     TrainConfig(sync_replicas=sync, replicas_to_aggregate=2, wire_dtype=wire_dtype),
                     model_cfg, inputs.DataConfig(synthetic_examples=100))
@@ -31,7 +32,7 @@ def training_graph(num_ps, model_cfg=model.ModelConfig(), sync=False, wire_dtype
     for hook in built.step.hooks:
         if isinstance(hook, sync_training.SyncReplicasHook):
             # Never run: placement tests have no session. Say so, or TF logs it at exit.
-            hook._optimizer.ready_for_local_init_op.mark_used()  # pylint: disable=protected-access
+            hook._optimizer.ready_for_local_init_op.mark_used()
     return graph
 
 

@@ -37,7 +37,7 @@ def restored(model_dir, partitions) -> dict[str, np.ndarray]:
             graph.saver.restore(sess, tf.train.latest_checkpoint(str(model_dir)))
             variables = v1.global_variables()
             for variable, value in zip(variables, sess.run(variables)):  # one run: each costs a prune of the graph
-                info = variable._save_slice_info  # pylint: disable=protected-access
+                info = variable._save_slice_info
                 name = info.full_name if info else variable.op.name
                 shards.setdefault(name, []).append((info.var_offset[0] if info else 0, value))
     return {name: parts[0][1] if len(parts) == 1 else np.concatenate(

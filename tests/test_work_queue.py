@@ -282,15 +282,15 @@ def test_the_queue_chosen_by_default_gives_way_to_a_checkpoint_of_fixed_shards(t
                      "--task_index=0", f"--model_dir={tmp_path / 'model'}", "--model=wide_deep", "--dataset=csv",
                      f"--data_dir={tmp_path / 'csv'}", "--label_column=clicked", "--numeric_columns=price")
     assert cfg.data.input_queue and cfg.data.input_queue_by_default
-    assert worker._settle_input(cfg) is cfg  # pylint: disable=protected-access  (nothing to resume)
+    assert worker._settle_input(cfg) is cfg  # (nothing to resume)
     graph = tf.Graph()
     with graph.as_default(), v1.Session(graph=graph) as sess:
         v1.train.get_or_create_global_step()
         sess.run(v1.global_variables_initializer())
         v1.train.Saver().save(sess, str(tmp_path / "model" / "model.ckpt"))
-    assert not worker._settle_input(cfg).data.input_queue  # pylint: disable=protected-access
+    assert not worker._settle_input(cfg).data.input_queue
     explicit = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, input_queue_by_default=False))
-    assert worker._settle_input(explicit) is explicit  # pylint: disable=protected-access  (refused later)
+    assert worker._settle_input(explicit) is explicit  # (refused later)
 
 
 @pytest.mark.servers

@@ -39,7 +39,8 @@ class TrainConfig:
     save_checkpoint_secs: int | None = 600
     keep_checkpoint_max: int = 5
     incremental_save_secs: int = 0  # deltas between full checkpoints (training/incremental.py); 0: none
-    warm_start_from: str | None = None  # a fresh run's variables from this model_dir or checkpoint (training/warm_start.py)
+    # A fresh run's variables from this model_dir or checkpoint (training/warm_start.py).
+    warm_start_from: str | None = None
     warm_start_map: tuple[tuple[str, str], ...] = ()  # (the checkpoint's name prefix, this model's)
     warm_start_slots: bool = False  # the optimizer's slots of the variables loaded are loaded too
     save_summaries_steps: int = 100

@@ -20,7 +20,7 @@ class RowUpdates:
     def _resource_apply_sparse_duplicate_indices(self, grad, handle, indices):
         update = tables.row_update(handle, indices)
         apply = super()._resource_apply_sparse_duplicate_indices
-        if update.distinct and apply.__func__ is _v1.Optimizer._resource_apply_sparse_duplicate_indices:
+        if update.distinct and apply.__func__ is _v1.Optimizer._resource_apply_sparse_duplicate_indices:  # noqa: SLF001  (TensorFlow's own sparse update, to tell whether a subclass overrides it)
             apply = self._resource_apply_sparse  # gradients summed on the worker already: applied as they come
         return update.of_rows(lambda: apply(grad, handle, indices), indices)
 
@@ -100,7 +100,7 @@ class GrowableFtrlOptimizer(RowUpdates, _v1.FtrlOptimizer):
                 continue
             start = tf.cast(self._initial_accumulator_value, variable.dtype.base_dtype)
             self._get_or_make_slot_with_initializer(
-                variable, lambda v=variable: tf.fill(tf.shape(v), start), variable.shape, variable.dtype,
+                variable, lambda v=variable, start=start: tf.fill(tf.shape(v), start), variable.shape, variable.dtype,
                 "accum", self._accum_name or self._name)
             self._zeros_slot(variable, "linear", self._linear_name or self._name)
 

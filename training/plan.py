@@ -58,7 +58,8 @@ def _unknown_or(value, test):
 QUEUE_RULES = (
     QueueRule(lambda s: s.several_batches is not None and not (s.rounds and (s.input_queue or s.needs_queue)),
               lambda s: "--input_queue counts each step's examples by file: drop --{}={}.".format(*s.several_batches),
-              lambda s: ("--{}={} trains rounds of rows, which take the queue when asked (--input_queue, --num_epochs): "
+              lambda s: ("--{}={} trains rounds of rows, which take the queue when asked (--input_queue, "
+                         "--num_epochs): "
                          "fixed shards train them faster (docs/speed.md)" if s.rounds else
                          "--{}={} trains several batches a step, and the queue counts each step's examples").format(
                   *s.several_batches),
@@ -165,7 +166,7 @@ def tables_take_rounds(needs, embedding: str, optimizer: str) -> bool:
     (training/step/row_copies.py): tables the model reads through grouped lookups (model/needs.py:
     wide_deep's hashed and dynamic ones), with an optimizer whose slots only add; other tables stay on the
     ps, read and updated a step at a time. `needs`: the model's Needs."""
-    from ps_trainer.training.step import row_copies  # pylint: disable=import-outside-toplevel  # it imports this module
+    from ps_trainer.training.step import row_copies  # noqa: PLC0415  it imports this module
     return (needs.partitioned_tables and optimizer in row_copies.ADDITIVE_SLOTS
             and embedding in needs.grouped_lookup_embeddings)
 

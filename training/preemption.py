@@ -60,10 +60,10 @@ class Preemption:
                 logging.warning("%s: stopping, and ps %s no longer listens (the job is ending); exiting now",
                                 self.task_name, ", ".join(gone))
                 logging.flush()
-                os._exit(exit_codes.PREEMPTED)  # pylint: disable=protected-access
+                os._exit(exit_codes.PREEMPTED)
         logging.error("%s: still running %d s after %s; exiting now", self.task_name, self.deadline_secs,
                       signal.Signals(signum).name)
-        os._exit(exit_codes.PREEMPTED)  # pylint: disable=protected-access
+        os._exit(exit_codes.PREEMPTED)
 
 
 class PreemptionHook(tf.compat.v1.train.SessionRunHook):

@@ -43,7 +43,7 @@ class InputQueueHook(v1.train.SessionRunHook):
         self._global_step = v1.train.get_global_step()
         if self._audit_path and self._audit is None:
             os.makedirs(os.path.dirname(self._audit_path), exist_ok=True)
-            self._audit = open(self._audit_path, "ab")  # pylint: disable=consider-using-with  # closed in end()
+            self._audit = open(self._audit_path, "ab")  # closed in end()
 
     def after_create_session(self, session, coord):
         try:

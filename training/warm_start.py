@@ -321,5 +321,6 @@ def apply(train_cfg, task_name: str, is_chief: bool, slots_of=None, after_restor
                      + "".join(f", {name} from {source}" for name, source in loaded.renamed),
                      len(loaded.fresh) + len(tables.fresh),
                      f" ({', '.join(loaded.fresh + tables.fresh)})" if loaded.fresh or tables.fresh else "",
-                     "" if train_cfg.warm_start_slots else ", and so do the optimizer's slots (--warm_start_slots loads them)")
+                     "" if train_cfg.warm_start_slots else
+                     ", and so do the optimizer's slots (--warm_start_slots loads them)")
     return load

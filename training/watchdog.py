@@ -21,7 +21,7 @@ from ps_trainer.training import exit_codes
 
 class StallWatchdog(tf.compat.v1.train.SessionRunHook):
     def __init__(self, task_name: str, cause: str, warning_secs: float, timeout_secs: float,
-                 clock=time.monotonic, exit_process=os._exit):  # pylint: disable=protected-access
+                 clock=time.monotonic, exit_process=os._exit):
         self._task_name = task_name
         self._cause = cause
         self._warning_secs = warning_secs

@@ -63,7 +63,7 @@ def dynamic_embedding_column(key: str, dimension: int, initializer=None, combine
     return DynamicEmbeddingColumn(key, dimension, initializer, combiner)
 
 
-class DynamicEmbeddingColumn(fc_v1._DenseColumn):  # pylint: disable=protected-access
+class DynamicEmbeddingColumn(fc_v1._DenseColumn):  # noqa: SLF001  (TF1's base class of a dense feature column, as its own columns subclass it)
     """TF1's _DenseColumn over a dynamic table (dynamic_embedding_column makes one)."""
 
     def __init__(self, key, dimension, initializer, combiner="mean"):
@@ -95,7 +95,8 @@ class DynamicEmbeddingColumn(fc_v1._DenseColumn):  # pylint: disable=protected-a
         # Whole tables spread over the ps tasks a column each in turn, as wide_deep's (TableOptions.part).
         turn = build.columns % max(len(build.options.devices), 1)
         build.columns += 1
-        options = dataclasses.replace(build.options, devices=build.options.devices[turn:] + build.options.devices[:turn])
+        devices = build.options.devices
+        options = dataclasses.replace(build.options, devices=devices[turn:] + devices[:turn])
         scope = v1.get_variable_scope().name
         with table_part():
             if not isinstance(values, tf.RaggedTensor):

@@ -175,7 +175,8 @@ def pairs_of_columns(tables: list[DynamicTable]) -> tf.Tensor:
             with v1.device(table.options.device(part)):
                 cell = column * table.options.shards + shard
                 by_part.setdefault(part, []).append(
-                    tf.bitwise.bitwise_or(tf.constant(cell << grouped_lookup.ROW_BITS, tf.int64), table.found_rows(shard)))
+                    tf.bitwise.bitwise_or(tf.constant(cell << grouped_lookup.ROW_BITS, tf.int64),
+                                          table.found_rows(shard)))
     joined = {}
     for part, pairs in sorted(by_part.items()):
         with v1.device(tables[0].options.device(part)):

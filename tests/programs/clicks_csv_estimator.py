@@ -58,7 +58,7 @@ def model_fn(features, labels, mode, params):
 
 def main(argv):
     del argv
-    FLAGS = flags.FLAGS  # pylint: disable=invalid-name
+    FLAGS = flags.FLAGS
     config = tf.estimator.RunConfig(model_dir=FLAGS.model_dir, save_checkpoints_steps=1000, tf_random_seed=7)
     estimator = tf.estimator.Estimator(model_fn, config=config, params={"learning_rate": 0.1})
     train = os.path.join(FLAGS.data_dir, "train-*.csv")

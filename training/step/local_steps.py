@@ -176,8 +176,8 @@ def build_with_tables(ctx: StepContext) -> Step:
 
 
 def build_rounds(ctx: StepContext) -> Step:
-    """A model with tables read through grouped lookups, trained by rounds (training/step/row_copies.py): a session.run reads
-    --local_steps batches at once, fetches their rows, trains up to that many steps on copies of the
+    """A model with tables read through grouped lookups, trained by rounds (training/step/row_copies.py): a
+    session.run reads --local_steps batches at once, fetches their rows, trains up to that many steps on copies of the
     rows and of the dense variables (cut at --train_steps as read at the round's start, and at the
     batches read: the input's last read can be short), pushes both, and counts the steps taken."""
     copies, rows, train = ctx.reader, ctx.reader.rows, ctx.train

@@ -291,9 +291,9 @@ class RowCopies:
                         if e in self._derived:
                             written += self._set_derived(e, [cell], [cell_rows], adds)
                     with tf.control_dependencies(written):
-                        marks = [touched_rows.mark(marker, cell_rows) for e in placed.families
-                                 if self._members[e][1] is None
-                                 and (marker := touched_rows.marker_of(self._extended_shards(e, [cell])[0])) is not None]
+                        markers = [touched_rows.marker_of(self._extended_shards(e, [cell])[0])
+                                   for e in placed.families if self._members[e][1] is None]
+                        marks = [touched_rows.mark(marker, cell_rows) for marker in markers if marker is not None]
                     with tf.control_dependencies(written + marks):
                         return tf.constant(True)
 

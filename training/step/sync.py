@@ -54,7 +54,7 @@ def hooks(sync_optimizer, train_op, cluster, train, stop_requested=None):
     every_worker = [SyncReplicasHook(sync_optimizer, cluster.is_chief, num_tokens=0, train_op=train_op,
                                      num_workers=cluster.num_replicas, replica_index=cluster.replica_index,
                                      stop_requested=stop_requested)]
-    chief_only = [CloseQueueAtEndHook(sync_optimizer._sync_token_queue,  # pylint: disable=protected-access
+    chief_only = [CloseQueueAtEndHook(sync_optimizer._sync_token_queue,  # noqa: SLF001  (SyncReplicasOptimizer's state, which it does not expose)
                                       train.train_steps)]
     return every_worker, chief_only
 
@@ -133,7 +133,7 @@ class SyncReplicasHook(v1.train.SessionRunHook):
             self._wakes = v1.Variable(tf.constant(0, tf.int64), trainable=False, collections=[], name="sync_wakes")
             # The end of training's close, for any worker that finds it over (--num_epochs): wakes
             # every worker waiting for a round, as CloseQueueAtEndHook does at --train_steps.
-            queue = sync_optimizer._sync_token_queue  # pylint: disable=protected-access
+            queue = sync_optimizer._sync_token_queue  # noqa: SLF001  (SyncReplicasOptimizer's state, which it does not expose)
             self.close_token_queue = queue.close(cancel_pending_enqueues=True)
             self._queue_closed = queue.is_closed()
         self._num_tokens = num_tokens
@@ -159,8 +159,8 @@ class SyncReplicasHook(v1.train.SessionRunHook):
         else:
             self._local_init_op = opt.local_step_init_op
             self._init_tokens_op = None
-        local_step = opt._local_step  # pylint: disable=protected-access
-        queue = opt._sync_token_queue  # pylint: disable=protected-access
+        local_step = opt._local_step  # noqa: SLF001  (SyncReplicasOptimizer's state, which it does not expose)
+        queue = opt._sync_token_queue  # noqa: SLF001  (SyncReplicasOptimizer's state, which it does not expose)
         self._global_step = v1.train.get_global_step()
         with v1.device(self._global_step.device):  # where SyncReplicasOptimizer puts its queue ops
             self._give_back = queue.enqueue(local_step)
@@ -180,12 +180,12 @@ class SyncReplicasHook(v1.train.SessionRunHook):
         # wake, one by one, so that an accumulator on a ps that is down holds up no other.
         self._back_to_round, self._reopen = [], []
         variables = {var.name: var for var in v1.global_variables() + v1.trainable_variables()}
-        for accumulator, device in opt._accumulator_list if self._is_chief else ():  # pylint: disable=protected-access
+        for accumulator, device in opt._accumulator_list if self._is_chief else ():  # noqa: SLF001  (SyncReplicasOptimizer's state, which it does not expose)
             with v1.device(device):
                 self._back_to_round.append(accumulator.set_global_step(self._global_step))
                 self._reopen.append(_Emptying(accumulator.num_accumulated(), accumulator.take_grad(1),
                                               _zero_push(accumulator, variables), accumulator.set_global_step(0),
-                                              MAX_ZERO_PUSHES_PER_REPLICA * opt._replicas_to_aggregate))  # pylint: disable=protected-access
+                                              MAX_ZERO_PUSHES_PER_REPLICA * opt._replicas_to_aggregate))  # noqa: SLF001  (SyncReplicasOptimizer's state, which it does not expose)
         if self._is_chief:
             v1.add_to_collection(checkpoints.RESET_BEFORE_RESTORE, self._before_restore)
         self._take_token = v1.assign(local_step, token)  # on this worker, with its local step
@@ -412,6 +412,6 @@ class _Emptying(NamedTuple):
 def _run_and_signal(session, fetch, done: threading.Event, failed: list):
     try:
         session.run(fetch)
-    except Exception as err:  # pylint: disable=broad-except  # raised again by the waiting thread
+    except Exception as err:  # raised again by the waiting thread
         failed.append(err)
     done.set()
