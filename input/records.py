@@ -70,12 +70,13 @@ def read_files(paths: list[str], parallel_files: int, read_file: Callable, check
         return blocks.map(check, num_parallel_calls=tuning.PARALLEL_CALLS, deterministic=True)
     paths_by_index = tf.constant(paths)
 
-    def read_item(key, index, generation, start):
+    def read_item(key, index, generation, start, ahead):
         blocks = read_file(tf.gather(paths_by_index, index), *[tf.gather(values, index) for values in per_file])
         blocks = blocks.map(check, num_parallel_calls=tuning.PARALLEL_CALLS, deterministic=True)
-        return feed.counted(blocks, key, generation, skip, start)
+        return feed.counted(blocks, key, generation, skip, start, ahead)
 
-    items = tf.data.Dataset.from_generator(feed.items, output_signature=(tf.TensorSpec([], tf.int64),) * 4)
+    items = tf.data.Dataset.from_generator(feed.items, output_signature=(
+        *(tf.TensorSpec([], tf.int64),) * 4, tf.TensorSpec([None], tf.int64)))
     cycle = max(1, min(parallel_files, len(paths)))
     return items.interleave(read_item, cycle_length=cycle, num_parallel_calls=cycle, deterministic=False)
 

@@ -31,14 +31,19 @@ global step its training reached, and is dropped where the global step is behind
 back that training (a worker that had not yet met the restore sends it), and its examples must be
 trained again.
 
+The shuffle buffer trains a file's examples out of order, so its prefix lags what was trained of it
+by about the buffer's worth. The same report carries the examples each step trained past their
+prefix (key * 2^32 + ordinal), which ps 0 logs in a ring per worker (no lock: each writes its own);
+a take hands out a file with those of its ordinals the log holds, and the reader skips them too. The
+log is live state, not saved: a restore starts it empty, and a resumed run skips its checkpoint's
+prefixes only.
+
 The guarantee: each file of each epoch is finished exactly once, and only when every example read
-from it has been trained: none is lost. An example is trained twice only when it was trained past
-its file's reported prefix before the file went to another reader (its worker killed, or a
-checkpoint restored that had the file leased): the examples of the last step a worker ran (its
-report was to ride on the next), and those the shuffle buffer had trained ahead of a file's first
-untrained example (about --shuffle_buffer's worth on average, not bounded by it; none with
---shuffle_buffer=1, which reads each file in order). The logs count those examples; the prefixes
-are saved with the state, so a resumed run skips what its checkpoint had trained.
+from it has been trained: none is lost. Beyond what a restore rolls back, an example is trained
+twice only when it was trained and not yet reported before its file went to another reader: the
+examples of the last step a killed worker ran (its report was to ride on the next), or those a ring
+overwrote (it keeps the newest 8 x --shuffle_buffer of its worker's). The logs count the examples
+skipped as an earlier reader's.
 """
 
 import collections
@@ -93,6 +98,18 @@ def few_files_warning(num_files: int, num_workers: int, num_epochs: int) -> str 
 STATE = "input_queue/state"  # the state variable's name in the checkpoints
 PREFIXES = "input_queue/trained_prefix"  # the trained prefixes' (a checkpoint without them: OlderLayout)
 COUNT_BITS = 32  # a prefix's count in the low bits of its packed value, the file's key above them
+NO_ENTRY = -1  # an empty place of the log of examples trained past their prefixes
+# That log has a ring per worker (workers past this many share one), each of AHEAD_PER_BUFFER times
+# --shuffle_buffer places (at least AHEAD_MIN): a worker's examples ahead of their files' prefixes number
+# about its shuffle buffer's, and the ring keeps the newest.
+MAX_AHEAD_RINGS = 64
+AHEAD_PER_BUFFER = 8
+AHEAD_MIN = 4096
+
+
+def ahead_log_shape(num_workers: int, shuffle_buffer: int) -> tuple[int, int]:
+    """(rings, places in each) of the log of examples trained past their prefixes."""
+    return max(1, min(num_workers, MAX_AHEAD_RINGS)), max(AHEAD_MIN, AHEAD_PER_BUFFER * shuffle_buffer)
 
 
 def saved_without_queue(checkpoint: str | None) -> bool:
@@ -181,22 +198,25 @@ def _pack(epoch, examples, owners):
 class WorkQueue:
     """The queue's state on `device` (ps 0) and the ops one worker runs on it.
 
-    take -> (key, every epoch done, leases reclaimed from silent workers, the file's trained prefix);
-            key -1: nothing to take now.
+    take -> (key, every epoch done, leases reclaimed from silent workers, the file's trained prefix, the
+            ordinals of its examples trained past that prefix, sorted); key -1: nothing to take now.
     over -> every epoch of --num_epochs is done.
     finish(key, examples) -> (the lease was still this worker's, [epochs completed, -1 for none],
                               [examples trained of each], the global step).
     release -> files this worker held, now TODO again.   heartbeat: this worker is alive.
     now: the time (seconds since the epoch) the calls above judge leases by; tf.timestamp() unless fed.
-    report (fed report_keys, report_counts, report_step) -> raises those files' trained prefixes to the
-            counts, unless the global step is behind report_step (a restore rolled that training back).
+    report (fed report_keys, report_counts, report_step, report_ahead) -> raises those files' trained
+            prefixes to the counts and logs the examples trained past them (key * 2^32 + ordinal) in this
+            worker's ring, unless the global step is behind report_step (a restore rolled that training back).
     """
 
     def __init__(self, num_files: int, worker: int, max_workers: int, num_epochs: int, lease_secs: float,
-                 device, global_step, not_saved: str | None = None):
+                 device, global_step, not_saved: str | None = None, ahead_shape: tuple[int, int] = (1, AHEAD_MIN)):
         """worker: this worker's index (below max_workers, which sizes the heartbeats: joining workers
         included). not_saved: a graph collection of variables that no checkpoint holds; the heartbeats,
-        wall-clock times, join it."""
+        wall-clock times, join it, and so does the log of examples trained past their prefixes (sized by
+        ahead_shape, ahead_log_shape's: a restore starts it empty, and the restored prefixes alone say
+        what was trained)."""
         self.num_files, self.worker, self.num_epochs = num_files, worker, num_epochs
         self.lease_secs = float(lease_secs)
         # Not where replica_device_setter would put them: all on ps 0 (device None clears the scope).
@@ -209,9 +229,19 @@ class WorkQueue:
                 v1.add_to_collection(not_saved, self.last_seen)
             self.prefixes = v1.get_variable("trained_prefix", initializer=np.zeros(OPEN_EPOCHS * num_files, np.int64),
                                             trainable=False, use_resource=True)
+            rings, places = ahead_shape
+            self._ring, self._ring_places = worker % rings, places  # its own ring: no lock on its writes
+            self.ahead_log = v1.get_variable("trained_ahead", initializer=np.full(rings * places, NO_ENTRY, np.int64),
+                                             trainable=False, use_resource=True)
+            self.ahead_written = v1.get_variable("trained_ahead_written", initializer=np.zeros(rings, np.int64),
+                                                 trainable=False, use_resource=True)
+            if not_saved:
+                for variable in (self.ahead_log, self.ahead_written):
+                    v1.add_to_collection(not_saved, variable)
             self.report_keys = v1.placeholder_with_default(tf.zeros([0], tf.int64), [None], "report_keys")
             self.report_counts = v1.placeholder_with_default(tf.zeros([0], tf.int64), [None], "report_counts")
             self.report_step = v1.placeholder_with_default(tf.constant(0, tf.int64), [], "report_step")
+            self.report_ahead = v1.placeholder_with_default(tf.zeros([0], tf.int64), [None], "report_ahead")
             counts = tf.minimum(self.report_counts, (1 << COUNT_BITS) - 1)  # more never happens; less is safe
             # The wall-clock time the leases and heartbeats are judged by: now, unless a test feeds another.
             self.now = v1.placeholder_with_default(tf.timestamp(), [], "now")
@@ -219,9 +249,10 @@ class WorkQueue:
             def raise_prefixes():
                 with tf.control_dependencies([tf.raw_ops.ResourceScatterMax(
                         resource=self.prefixes.handle, indices=self.report_keys % (OPEN_EPOCHS * num_files),
-                        updates=tf.bitwise.left_shift(self.report_keys, COUNT_BITS) + counts)]):
+                        updates=tf.bitwise.left_shift(self.report_keys, COUNT_BITS) + counts), self._log_ahead()]):
                     return tf.constant(True)
 
+            # No lock: the prefixes merge by max, and each worker writes its own ring of the log.
             self.report = tf.cond(tf.cast(tf.identity(global_step), tf.int64) >= self.report_step, raise_prefixes,
                                   lambda: tf.constant(False))
             section = tf.CriticalSection(name="lock", shared_name="input_queue_lock")
@@ -234,6 +265,25 @@ class WorkQueue:
             self.over = self.state.read_value()[0] >= num_epochs if num_epochs else tf.constant(False)
         with tf.control_dependencies(tf.nest.flatten(finished)):  # read where the global step lives
             self.finish = (*finished, tf.identity(global_step))
+
+    def _log_ahead(self):
+        """Appends the reported examples trained past their prefixes (key * 2^32 + ordinal) to this worker's
+        ring of the log, past its last write (the newest overwrite the oldest)."""
+        entries = self.report_ahead[-self._ring_places:]
+        count = tf.size(entries, out_type=tf.int64)
+        first = tf.gather(self.ahead_written.read_value(), self._ring)
+        places = self._ring * self._ring_places + (first + tf.range(count)) % self._ring_places
+        return tf.group(
+            self.ahead_written.scatter_add(tf.IndexedSlices(tf.reshape(count, [1]), [self._ring])),
+            tf.raw_ops.ResourceScatterUpdate(resource=self.ahead_log.handle, indices=places, updates=entries))
+
+    def _ahead_of(self, key, prefix):
+        """The ordinals of file `key` the ring holds past `prefix`, sorted, each once."""
+        log = self.ahead_log.read_value()
+        ours = tf.equal(tf.bitwise.right_shift(log, COUNT_BITS), key) & (key >= 0)
+        ordinals = tf.bitwise.bitwise_and(tf.boolean_mask(log, ours), (1 << COUNT_BITS) - 1)
+        ordinals = tf.unique(tf.boolean_mask(ordinals, ordinals >= prefix)).y
+        return tf.sort(ordinals)
 
     def _seen(self, now):
         return self.last_seen.scatter_update(tf.IndexedSlices(tf.reshape(now, [1]), [self.worker]))
@@ -258,7 +308,8 @@ class WorkQueue:
         with tf.control_dependencies(self._write(epoch, examples, flat, now)):
             key = tf.where(found, epoch * self.num_files + position, tf.constant(-1, tf.int64))
             over = tf.constant(False) if not self.num_epochs else epoch >= self.num_epochs
-            return key, over, tf.reduce_sum(tf.cast(expired, tf.int64)), self._prefix(key)
+            prefix = self._prefix(key)
+            return key, over, tf.reduce_sum(tf.cast(expired, tf.int64)), prefix, self._ahead_of(key, prefix)
 
     def _prefix(self, key):
         """The trained prefix reported for file `key` (0 for none, or for key -1)."""
@@ -348,8 +399,10 @@ class ItemFeed:
         self._ended = set()
         # Each file's trained prefix (how many of its first examples are trained, those its take
         # skipped included), the ordinals trained past it, and the files whose prefix moved since
-        # the last report.
+        # the last report; the examples trained past their prefixes since the last report (key * 2^32 +
+        # ordinal); and the ordinals past its prefix that each file's take skipped (sorted).
         self._prefix, self._skipped, self._ahead, self._moved = {}, {}, collections.defaultdict(set), set()
+        self._moved_ahead, self._skip_ahead = [], {}
         self._moved_at = 0  # the global step the moves since the last report were trained by
         self.finished_files = collections.deque()  # (key, examples, still ours, epochs completed, ..., step)
 
@@ -428,8 +481,8 @@ class ItemFeed:
             number += 1
 
     def items(self):
-        """(key, file index, generation, trained prefix to skip) of each file this pass takes, until none
-        is left to take now."""
+        """(key, file index, generation, trained prefix to skip, the ordinals past it to skip) of each file
+        this pass takes, until none is left to take now."""
         generation, taken = self.generation, 0
         with self._lock:
             if self._skip_pass and generation == self.generation:
@@ -446,7 +499,8 @@ class ItemFeed:
                 except RETRYABLE as err:
                     self._lost(err)
                     return
-            key, over, reclaimed, start = (int(value) for value in result)
+            key, over, reclaimed, start = (int(value) for value in result[:4])
+            ahead = np.asarray(result[4], np.int64)
             if reclaimed:
                 logging.warning("%s: input queue: took back %d file(s) from workers silent for more than %.0f s",
                                 self.task_name, reclaimed, self.queue.lease_secs)
@@ -460,8 +514,10 @@ class ItemFeed:
             with self._lock:
                 if generation != self.generation:  # given back by a restart() since the take
                     return
-                self._prefix[key] = self._skipped[key] = start
-            yield key, key % self.queue.num_files, generation, start
+                self._prefix[key], self._skipped[key] = start, start + ahead.size
+                self._skip_ahead[key] = ahead
+                self._ahead[key] = set(ahead.tolist())  # the prefix moves over them as their gaps are trained
+            yield key, key % self.queue.num_files, generation, start, ahead
             if taken == self.files_per_pass:
                 break
         self._took_nothing = not taken
@@ -474,13 +530,16 @@ class ItemFeed:
 
     def read_block(self, generation, key, count, start):
         """Counts a block of `count` examples read from file `key` (those before `start`, its trained
-        prefix, as trained); returns the ordinal of its first in the file."""
-        key, count = int(key), int(count)
+        prefix, and those its take skipped past it, as trained); returns the ordinal of its first in the
+        file."""
+        key, count, start = int(key), int(count), int(start)
         with self._lock:
             first = self._read[key]
             if int(generation) == self.generation:
                 self._read[key] += count
-                self._trained[key] += min(max(int(start) - first, 0), count)
+                skipped = self._skip_ahead.get(key, np.zeros(0, np.int64))
+                past_prefix = np.searchsorted(skipped, first + count) - np.searchsorted(skipped, max(first, start))
+                self._trained[key] += min(max(start - first, 0), count) + int(past_prefix)
         return first
 
     def read_to_end(self, generation, key):
@@ -495,10 +554,14 @@ class ItemFeed:
             self._lost(err)
         return key
 
-    def counted(self, blocks: tf.data.Dataset, key, generation, skip: bool, start=0) -> tf.data.Dataset:
+    def counted(self, blocks: tf.data.Dataset, key, generation, skip: bool, start=0, ahead=None) -> tf.data.Dataset:
         """One file's resolved blocks (input/records.py), each example tagged with the file's key and its
         ordinal among the file's examples, and counted as read; the first `start` examples (the file's
-        trained prefix) are dropped; after its last block, the file is marked read to its end."""
+        trained prefix) and those of `ahead` (ordinals trained past it, sorted) are dropped; after its
+        last block, the file is marked read to its end."""
+        ahead = tf.zeros([0], tf.int64) if ahead is None else ahead
+        ahead_or_none = tf.concat([ahead, [-1]], 0)  # -1: no ordinal's, past the last
+
         def tag(*element):
             problems, values = element if skip else (None, element)
             n = tf.size(values[1], out_type=tf.int64)
@@ -506,11 +569,13 @@ class ItemFeed:
             ordinals = first + tf.range(n)
 
             def untrained():
-                keep = ordinals >= start
+                trained = tf.equal(tf.gather(ahead_or_none, tf.searchsorted(ahead, ordinals)), ordinals)
+                keep = (ordinals >= start) & ~trained
                 return tf.nest.map_structure(lambda value: tf.boolean_mask(value, keep), (values, ordinals))
 
-            # Only the blocks that reach into the prefix are masked (a file's first, after a handover).
-            values, ordinals = tf.cond(first >= start, lambda: (values, ordinals), untrained)
+            # Only the blocks that reach into what was trained are masked (after a handover).
+            lo, hi = tf.unstack(tf.searchsorted(ahead, tf.stack([first, first + n])))
+            values, ordinals = tf.cond((first >= start) & (hi <= lo), lambda: (values, ordinals), untrained)
             tagged = (*values, tf.fill(tf.shape(ordinals), key), ordinals)
             return (problems, tagged) if skip else tagged
 
@@ -524,7 +589,12 @@ class ItemFeed:
         """A new session: the pipeline of the last one stops taking files, the files this worker held
         are TODO again; returns how many. skip_first_pass: the first pass takes no file (its one
         batch is empty), for a first step whose gradient is dropped. coord: the session's Coordinator,
-        which takes the errors of the pipeline's calls."""
+        which takes the errors of the pipeline's calls.
+
+        What the last session's last steps trained is reported first, as stop() does: a session made
+        again after an error ends with no stop(), and the next reader would train those examples again
+        (a restore that rolled them back drops the report: it carries their global step)."""
+        report = self.report()
         with self._lock:
             self.generation += 1
             self._coord = coord
@@ -533,10 +603,14 @@ class ItemFeed:
             self._trained.clear()
             self._ended.clear()
             self._forget_prefixes()
+            if len(report[self.queue.report_keys]) or len(report[self.queue.report_ahead]):
+                self._call(self.queue.report, report)
             return int(self._call(self.queue.release))
 
     def _forget_prefixes(self):
         self._moved_at = 0
+        self._moved_ahead.clear()
+        self._skip_ahead.clear()
         self._prefix.clear()
         self._skipped.clear()
         self._ahead.clear()
@@ -614,10 +688,14 @@ class ItemFeed:
         while prefix in ahead:
             ahead.remove(prefix)
             prefix += 1
-        if prefix != self._prefix[key]:
+        moved = prefix != self._prefix[key]
+        if moved:
             self._prefix[key] = prefix
             self._moved.add(key)
+        past = ordinals[ordinals >= prefix]  # trained ahead of the prefix: reported for a next reader to skip
+        if moved or past.size:
             self._moved_at = max(self._moved_at, int(step))
+        self._moved_ahead.extend(((key << COUNT_BITS) + past).tolist())
 
     def report(self) -> dict:
         """The feed of the queue's report op: the files whose trained prefix moved since the last report,
@@ -626,6 +704,7 @@ class ItemFeed:
             keys = sorted(self._moved)
             step, self._moved_at = self._moved_at, 0
             self._moved.clear()
+            ahead, self._moved_ahead = np.array(self._moved_ahead, np.int64), []
             return {self.queue.report_keys: np.array(keys, np.int64),
                     self.queue.report_counts: np.array([self._prefix[key] for key in keys], np.int64),
-                    self.queue.report_step: step}
+                    self.queue.report_step: step, self.queue.report_ahead: ahead}

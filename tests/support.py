@@ -280,15 +280,15 @@ def write_records(path, examples) -> None:
 
 
 def write_embedded_as_tfrecord(data_dir, examples: int = 400, bad_label_at: int | None = None,
-                               num_files: int = 1) -> list[str]:
-    """The embedded dataset's training split as TFRecord files (one unless num_files), optionally with one
-    record's label out of range (12 of 10 classes)."""
+                               num_files: int = 1, split: str = "train") -> list[str]:
+    """The embedded dataset's training split (or `split`) as TFRecord files (one unless num_files), optionally
+    with one record's label out of range (12 of 10 classes)."""
     cfg = inputs.DataConfig(synthetic_examples=examples)
     records = [({"image": f["image"].numpy()}, label.numpy())
-               for f, label in synthetic.records(cfg, "train", inputs.Shard(0, 1))]
+               for f, label in synthetic.records(cfg, split, inputs.Shard(0, 1))]
     if bad_label_at is not None:
         records[bad_label_at] = (records[bad_label_at][0], 12)
-    return tfrecord.write(records, synthetic.spec(cfg), str(data_dir), "train", num_files=num_files)
+    return tfrecord.write(records, synthetic.spec(cfg), str(data_dir), split, num_files=num_files)
 
 
 def write_click_csvs(data_dir, rows: int = 3000, files: int = 2) -> None:

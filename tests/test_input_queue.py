@@ -2,84 +2,82 @@
 through the work queue on ps 0, through a worker killed mid-epoch and restarted, and end when
 --num_epochs are trained, every example of each epoch in it."""
 
-import pathlib
+import contextlib
+import subprocess
+import sys
 import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from ps_trainer.cluster import model_dir as layout
 from ps_trainer.input import work_queue
 from ps_trainer.launch import chaos
 from tests import support
 from tests.support import describe, finished, wait_for
-from ps_trainer.training import exit_codes, log_lines, queue_hook
+from ps_trainer.training import checkpoints, exit_codes, log_lines
 
 pytestmark = pytest.mark.e2e
 FILES, ROWS_PER_FILE, BATCH = 16, 500, 32
-# The kill test reads each file in order (as streaming click-log trainers do): each file's trained
-# prefix is then all of it that was trained, and only the killed worker's last step is trained twice.
-SHUFFLE = 1
 EXAMPLES = FILES * ROWS_PER_FILE
+EPOCH_EXAMPLES, EPOCH_BATCH = 12000, 100  # the kill drill's
 
 
 def write_numbered_csvs(data_dir, rows=(ROWS_PER_FILE,) * FILES) -> None:
     support.write_numbered_csvs(data_dir, rows, eval_rows=ROWS_PER_FILE)
 
 
-def test_a_worker_killed_mid_epoch_loses_no_example_and_the_run_ends_with_its_epochs(make_cluster, tmp_path):
+@contextlib.contextmanager
+def busy_cores(count: int):
+    """`count` CPU-bound processes beside the test's cluster (a loaded machine), each stopped by its own group."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True,
+                              stdin=subprocess.DEVNULL) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            support.stop_process_group(proc)
+
+
+@pytest.mark.drill
+def test_a_worker_killed_mid_epoch_on_a_busy_machine_trains_each_example_once_and_the_epochs_end_on_time(
+        make_cluster, tmp_path):
+    """Two epochs of 12,000 examples in 4 files at batch 100 (120 steps an epoch), shuffled over a buffer that
+    holds a whole pass, worker 1 killed once a checkpoint reached step 80 and restarted, two busy processes
+    beside the cluster: the files it held go on where its steps left them, past its trained prefix
+    too (the examples its shuffle trained ahead of it are skipped), so the run ends at 2 x 120 steps."""
     data_dir = tmp_path / "data"
-    write_numbered_csvs(data_dir)
+    support.write_embedded_as_tfrecord(data_dir, examples=EPOCH_EXAMPLES, num_files=4)
+    support.write_embedded_as_tfrecord(data_dir, split="eval")
     cluster = make_cluster(num_ps=1, num_workers=2, trainer_args=[
-        "--dataset=csv", f"--data_dir={data_dir}", "--numeric_columns=x1,x2", "--model=wide_deep",
-        "--hidden_units=16", "--input_queue", "--input_queue_audit", "--num_epochs=2", f"--batch_size={BATCH}",
-        f"--shuffle_buffer={SHUFFLE}", "--train_steps=100000", "--log_every_n_steps=20",
-        "--save_checkpoint_steps=100000"])
-    cluster.start_all()
-    deadline = time.monotonic() + 180
-    audit = pathlib.Path(layout.audit_file(str(cluster.model_dir), "worker_1"))
-
-    def mid_file() -> bool:
-        """Worker 1 has trained a while (a progress line: 20 steps of its own), a fifth of the way into the
-        run, and its last step ended two batches or more into a file and six or more before its end: the
-        prefix its next step reports is past the file's start, whatever steps it takes before the kill
-        lands. (Killed just as it began a file, it would have reported no prefix to go on from.)"""
-        if not any(not s.first and s.step >= 100 for s in log_lines.steps(cluster.log("worker", 1))):
-            return False
-        trained = queue_hook.read_audit(str(audit)) if audit.exists() else np.zeros([0, 3])
-        return trained.size > 0 and 2 * BATCH <= trained[-1, 2] < ROWS_PER_FILE - 6 * BATCH
-
-    wait_for(mid_file, deadline - time.monotonic(), "worker 1 past global step 100, two batches into a file", cluster)
-    cluster.kill("worker", 1)
-    cluster.start("worker", 1)
-    codes = cluster.wait(timeout=max(30, deadline - time.monotonic()))
+        "--dataset=tfrecord", f"--data_dir={data_dir}", "--num_epochs=2", f"--batch_size={EPOCH_BATCH}",
+        "--input_queue_audit", "--train_steps=100000", "--save_checkpoint_steps=20", "--log_every_n_steps=20",
+        "--export_saved_model=false"])
+    with busy_cores(2):
+        cluster.start_all()
+        wait_for(lambda: (checkpoints.checkpoint_step(tf.train.latest_checkpoint(str(cluster.model_dir))) or 0) >= 80,
+                 240, "a checkpoint of step 80", cluster)
+        cluster.kill("worker", 1)
+        cluster.start("worker", 1)
+        codes = cluster.wait(timeout=240)
     assert set(codes.values()) == {0}, describe(cluster)
-
     logs = [cluster.log("worker", i) for i in (0, 1)]
     done = sorted(set(entry for log in logs for entry in log_lines.epochs_done(log)))
-    # Every file of each epoch finished once, each with every example read from it trained.
-    assert [(epoch, examples) for epoch, _, examples in done] == [(0, EXAMPLES), (1, EXAMPLES)], describe(cluster)
-    # The restarted worker gave back what its killed self held; those files were read again.
-    assert "input queue: gave back the" in logs[1], describe(cluster)
+    assert [(epoch, examples) for epoch, _, examples in done] == [(0, EPOCH_EXAMPLES), (1, EPOCH_EXAMPLES)], done
+    assert "input queue: gave back the" in logs[1], describe(cluster)  # the restarted worker gave its files back
+    # The global step is the epochs' steps, within the killed worker's last step (trained, its report to ride
+    # on the next): nothing its shuffle had trained ahead of a file's prefix is trained again.
+    ideal = 2 * EPOCH_EXAMPLES // EPOCH_BATCH
     final_step = int(finished(logs[0])["global_step"])
+    assert ideal <= final_step <= ideal + 5, (final_step, done)
     assert final_step == done[-1][1]
-    # At least every example once (short batches end passes), and no epoch read twice over.
-    assert 2 * EXAMPLES / BATCH <= final_step <= 2 * EXAMPLES / BATCH * 1.5, final_step
     assert tf.train.load_checkpoint(str(cluster.model_dir)).get_tensor("global_step") == final_step
-    tallies = [log_lines.epoch_tallies(log) for log in logs]
-    # The workers' own accounts add up to epoch 1: files and examples (the killed run never logged its
-    # account of epoch 0).
-    assert sum(t[1][0] for t in tallies if 1 in t) == FILES, tallies
-    assert sum(t[1][1] for t in tallies if 1 in t) == EXAMPLES, tallies
-    # Each example by its ID (file, ordinal), as the workers trained them: every one of each epoch, and
-    # twice at most the killed worker's last step (its prefixes were to ride on the next one), not the
-    # files it held (up to 2,000 examples a pass).
+    # Each example by its ID (epoch, file, ordinal), as the workers trained them: every one of each epoch,
+    # and none twice but the killed worker's last batch.
     audit = chaos.count_audit(cluster.model_dir)
-    assert sorted(audit) == [0, 1] and all(audit[e][0] == EXAMPLES for e in audit), audit
-    assert sum(audit[e][1] for e in audit) <= BATCH, audit
-    assert sum(t[0][2] for t in tallies if 0 in t) > 0, tallies  # the files it held went on from their prefixes
-    assert float(finished(logs[0])["heldout_accuracy"]) > 0.9
+    assert sorted(audit) == [0, 1] and all(audit[e][0] == EPOCH_EXAMPLES for e in audit), audit
+    assert sum(audit[e][1] for e in audit) <= EPOCH_BATCH, audit
+    assert float(finished(logs[0])["heldout_accuracy"]) > 0.5  # ten classes: chance is 0.1; measured 0.66
 
 
 def test_a_cluster_stopped_mid_epoch_resumes_the_epoch_from_its_checkpoint(make_cluster, tmp_path):

@@ -37,11 +37,11 @@ class Worker:
         self.session = v1.Session(server.target, graph=self.graph)
 
     def take(self):
-        key, over, _, _ = self.session.run(self.queue.take)
+        key, over, *_ = self.session.run(self.queue.take)
         return int(key), bool(over)
 
     def take_with_prefix(self):
-        key, _, _, start = self.session.run(self.queue.take)
+        key, _, _, start, _ = self.session.run(self.queue.take)
         return int(key), int(start)
 
     def report(self, keys, counts, step=0):
@@ -99,12 +99,12 @@ def test_a_worker_that_restarts_or_goes_silent_loses_its_files_to_the_others(clu
 
     # A worker silent past its lease: the next take reclaims its files, and they are handed out again.
     later = second.take()[0]
-    key, _, reclaimed, _ = first.session.run(first.queue.take)
+    key, _, reclaimed, *_ = first.session.run(first.queue.take)
     assert reclaimed == 0 and key != later  # within the lease: the second worker's file stays its own
     first.finish(key)
     lease_over = {first.queue.now: time.time() + 61}  # the clock 61 s on, with no call from the second worker
     first.session.run(first.queue.heartbeat, lease_over)
-    key, _, reclaimed, _ = first.session.run(first.queue.take, lease_over)
+    key, _, reclaimed, *_ = first.session.run(first.queue.take, lease_over)
     assert reclaimed == 1 and key == later
     assert not second.finish(later)[0]
     assert first.finish(later)[0]
@@ -412,7 +412,8 @@ def _queued_pipeline(cluster, data_dir, index, num_files, cfg=None, batch_size=8
 
 
 @pytest.mark.servers
-def test_a_reader_killed_mid_file_leaves_its_trained_prefix_and_the_next_reads_only_the_rest(cluster, tmp_path):
+@pytest.mark.parametrize("ending", ["stop", "restart"])  # its session ended, or made again after an error
+def test_a_reader_killed_mid_file_leaves_what_it_trained_and_the_next_reads_only_the_rest(cluster, tmp_path, ending):
     write_embedded_as_tfrecord(tmp_path, examples=40)
     first, first_session, init, first_iterator, first_tags = _queued_pipeline(cluster, tmp_path, 0, 1)
     second, second_session, _, second_iterator, second_tags = _queued_pipeline(cluster, tmp_path, 1, 1)
@@ -424,11 +425,14 @@ def test_a_reader_killed_mid_file_leaves_its_trained_prefix_and_the_next_reads_o
         keys, ordinals = first_session.run(first_tags)
         first.trained(keys, ordinals)
         trained_first += ordinals.tolist()
-    first.stop()  # its session ends: what it trained is reported, its file given back
+    # Its session ends, or is made again after an error (no end): what it trained is reported, its file given back.
+    first.stop() if ending == "stop" else first.restart()
     first_session.close()
-    # The shuffle buffer spreads the file over the steps: the prefix is the first ordinal not trained.
+    # The shuffle buffer spreads the file over the steps: the prefix is the first ordinal not trained, and
+    # some were trained past it.
     prefix = next(i for i in range(41) if i not in trained_first)
     assert prefix > 0  # this seed's order trains ordinal 0 in the first three batches
+    assert max(trained_first) > prefix
 
     second.restart()
     second_session.run(second_iterator)
@@ -443,10 +447,11 @@ def test_a_reader_killed_mid_file_leaves_its_trained_prefix_and_the_next_reads_o
     finally:
         second.stop()
         second_session.close()
-    assert sorted(trained_second) == list(range(prefix, 40))  # the rest of the file, each once
-    assert sorted(set(trained_first) | set(trained_second)) == list(range(40))
+    # The rest of the file, each once: neither the prefix nor what was trained past it is read again.
+    assert sorted(trained_second) == sorted(set(range(40)) - set(trained_first))
+    assert sorted(trained_first + trained_second) == list(range(40))
     assert second.finished and second.tally.files[0] == 1 and second.tally.examples[0] == 40
-    assert second.tally.skipped[0] == prefix
+    assert second.tally.skipped[0] == len(trained_first)
     *_, epochs, counts, _ = second.finished_files[-1]
     assert epochs == [0] and counts == [40]  # the epoch counts every example of the file
 

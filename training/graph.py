@@ -58,7 +58,8 @@ def _work_queue(cfg, global_step) -> work_queue.ItemFeed:
     num_files = len(inputs.DATASETS[cfg.data.name].files(cfg.data, "train"))
     queue = work_queue.WorkQueue(num_files, cluster.replica_index, spec.MAX_REPLICAS, train.num_epochs,
                                  cfg.data.input_queue_lease_secs, cluster.ps_devices()[0], global_step,
-                                 not_saved=checkpoints.NOT_SAVED)
+                                 not_saved=checkpoints.NOT_SAVED,
+                                 ahead_shape=work_queue.ahead_log_shape(cluster.num_replicas, cfg.data.shuffle_buffer))
     return work_queue.ItemFeed(queue, cluster.task_name, empty_batches=train.sync_replicas,
                                files_per_pass=work_queue.files_per_pass(num_files, cluster.num_replicas))
 
