@@ -61,9 +61,9 @@ class TfConfigCluster:
     each started (and started again) by job name, its output appended to <job>.log; every process still
     running at the end is stopped by its group."""
 
-    def __init__(self, program, tmp_path, *args):
+    def __init__(self, program, tmp_path, *args, chief_job="chief"):
         ps, chief, worker = (f"{LOOPBACK}:{port}" for port in free_ports(3))
-        self.cluster = {"ps": [ps], "chief": [chief], "worker": [worker]}
+        self.cluster = {"ps": [ps], chief_job: [chief], "worker": [worker]}
         self.program, self.dir, self.args, self.procs = program, tmp_path, args, {}
 
     def start(self, job):
@@ -190,6 +190,22 @@ def test_a_canned_program_launched_as_a_tf_config_cluster_trains_to_max_steps_an
     line = served(export_dir)
     assert abs(float(line.split()[0].split("=")[1]) - metrics["auc"]) < 0.01, (line, metrics)
     assert "classes=[b'0', b'1'] scores=(3, 2)" in line
+
+
+@pytest.mark.e2e
+def test_a_canned_program_on_ps_master_and_worker_evaluates_and_exports_from_its_master(tmp_path):
+    # The Cloud ML Engine layout: no evaluator; TF1's master evaluated after its saves and at the end, and
+    # ran the exporters.
+    with TfConfigCluster(CANNED, tmp_path, "--train_steps=300", chief_job="master") as cluster:
+        for job in ("ps", "master", "worker"):
+            cluster.start(job)
+        codes, logs = cluster.wait()
+    assert codes == {"ps": 0, "master": 0, "worker": 0}, {job: log[-2000:] for job, log in logs.items()}
+    evaluated = [int(step) for step in re.findall(r"Saving dict for global step (\d+)", logs["master"])]
+    assert len(evaluated) >= 2 and evaluated[-1] >= 300, logs["master"][-3000:]  # after saves, and the final one
+    assert last_evaluation(logs["master"])["auc"] > 0.75, logs["master"][-3000:]
+    [export_dir] = (tmp_path / "model" / "export" / "census").iterdir()
+    assert (export_dir / "saved_model.pb").is_file()
 
 
 SYNC_CNN = ROOT / "tests" / "programs" / "sync_cnn_estimator.py"

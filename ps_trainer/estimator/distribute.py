@@ -1,7 +1,8 @@
 """train_and_evaluate: each role of a TF_CONFIG cluster on this project's runtime. A ps serves until every
 training replica has finished and returns (cluster/shutdown.py); the chief and the workers train to
-max_steps and tell the ps tasks; the evaluator evaluates each new checkpoint and returns after the one
-at max_steps. Without a cluster in TF_CONFIG it trains to max_steps in this process, then evaluates."""
+max_steps and tell the ps tasks (a master, TF_CONFIG's older chief, also evaluates and exports as TF1's
+did); the evaluator evaluates each new checkpoint and returns after the one at max_steps. Without a
+cluster in TF_CONFIG it trains to max_steps in this process, then evaluates."""
 
 import collections
 import time
@@ -55,11 +56,8 @@ def train_and_evaluate(estimator, train_spec: TrainSpec, eval_spec: EvalSpec):
         return None
     if not config.cluster.is_distributed:
         estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps)
-        checkpoint = estimator.latest_checkpoint()
-        metrics = estimator.evaluate(eval_spec.input_fn, steps=eval_spec.steps, hooks=eval_spec.hooks,
-                                     checkpoint_path=checkpoint, name=eval_spec.name)
-        return metrics, _export(estimator, eval_spec, checkpoint, metrics, is_the_final_export=True)
-    _exit_unless_done(lambda: _run_cluster_task(estimator, train_spec))
+        return _evaluate_and_export(estimator, eval_spec, estimator.latest_checkpoint(), is_the_final_export=True)
+    _exit_unless_done(lambda: _run_cluster_task(estimator, train_spec, eval_spec))
     return None
 
 
@@ -83,20 +81,57 @@ def _evaluated_to_the_end(estimator, train_spec, eval_spec) -> int:
     return exit_codes.OK
 
 
-def _run_cluster_task(estimator, train_spec) -> int:
+def _run_cluster_task(estimator, train_spec, eval_spec) -> int:
     """A ps serves (training/ps.py) until every training replica has finished; the chief and the workers wait
-    for the ps tasks, train to max_steps and tell the ps tasks. Returns the exit code."""
+    for the ps tasks, train to max_steps and tell the ps tasks; a master (TF_CONFIG's older chief) also
+    evaluates and exports, as TF1's did: after a checkpoint save no sooner than throttle_secs after its last
+    evaluation began, and the final checkpoint once training ends, with the final export. Returns the exit
+    code."""
     runtime = runtime_config(estimator, train_spec.max_steps)
     cluster = runtime.cluster
     server = spec.start_server(cluster)
     if cluster.job_name == spec.PS:
         return ps.run(runtime, server)
     worker.wait_for_ps(cluster, runtime.train.startup_timeout_secs, "RunConfig.session_creation_timeout_secs")
+    master = estimator.config.task_type == spec.MASTER
+    listeners = [_EvaluateAfterSaves(estimator, eval_spec)] if master else None
     step = estimator._train(train_spec.input_fn, hooks=train_spec.hooks,  # noqa: SLF001  (the Estimator's own training, as train() runs it, on this task's server)
-                            max_steps=train_spec.max_steps, target=server.target)
+                            max_steps=train_spec.max_steps, saving_listeners=listeners, target=server.target)
     shutdown.report_done(server, cluster, estimator.model_dir, step, runtime.train.train_steps)
     log_lines.log_trained_to(cluster.task_name, step)
+    if master:
+        listeners[0].final_evaluation()
     return exit_codes.OK
+
+
+class _EvaluateAfterSaves(tf.compat.v1.train.CheckpointSaverListener):
+    """A master's evaluations while it trains: after a save, once throttle_secs have passed since the last
+    one began (TF1's _NewCheckpointListenerForEvaluate)."""
+
+    def __init__(self, estimator, eval_spec):
+        self._estimator, self._eval_spec, self._started = estimator, eval_spec, float("-inf")
+        self._evaluated, self._metrics = None, None
+
+    def after_save(self, session, global_step_value):
+        if time.monotonic() - self._started >= self._eval_spec.throttle_secs:
+            self._started = time.monotonic()
+            self._evaluated = self._estimator.latest_checkpoint()
+            self._metrics, _ = _evaluate_and_export(self._estimator, self._eval_spec, self._evaluated,
+                                                    is_the_final_export=False)
+
+    def final_evaluation(self) -> None:
+        """The final checkpoint's evaluation (unless its save was just evaluated) and the final export."""
+        final = self._estimator.latest_checkpoint()
+        if final != self._evaluated:
+            _evaluate_and_export(self._estimator, self._eval_spec, final, is_the_final_export=True)
+        else:
+            _export(self._estimator, self._eval_spec, final, self._metrics, is_the_final_export=True)
+
+
+def _evaluate_and_export(estimator, eval_spec, checkpoint, is_the_final_export) -> tuple[dict, list]:
+    metrics = estimator.evaluate(eval_spec.input_fn, steps=eval_spec.steps, hooks=eval_spec.hooks,
+                                 checkpoint_path=checkpoint, name=eval_spec.name)
+    return metrics, _export(estimator, eval_spec, checkpoint, metrics, is_the_final_export)
 
 
 def _evaluate_each_checkpoint(estimator, train_spec, eval_spec) -> tuple[dict, list]:
