@@ -186,15 +186,15 @@ def test_a_model_fn_trains_on_a_cluster_with_local_steps_on_every_worker_and_lea
     cluster = make_cluster(num_ps=2, num_workers=2, trainer_args=[
         f"--model_fn={DYNAMIC}:model_fn", "--dataset=clicks", "--model_fn_params=dimension=8",
         "--embedding=dynamic", "--embedding_growth", "--embedding_capacity=100000",
-        "--optimizer=adam", "--learning_rate=0.01", "--local_steps=10", "--train_steps=1500",
+        "--optimizer=adam", "--learning_rate=0.01", "--local_steps=10", "--train_steps=800",
         "--synthetic_examples=60000"])  # 30,000 a worker: 4,000 (the suite's default) it learns by heart
     cluster.start_all()
     codes = cluster.wait(timeout=240)
     assert set(codes.values()) == {0}, describe(cluster)
     chief, other = (finished(cluster.log("worker", index)) for index in (0, 1))
-    assert int(chief["global_step"]) >= 1500 and int(chief["local_steps"]) > 0, chief
+    assert int(chief["global_step"]) >= 800 and int(chief["local_steps"]) > 0, chief
     assert int(other["local_steps"]) > 0, other  # the other worker trained too
-    # Held-out, not a batch: the clicks' labels follow from the IDs (chance is 0.5; measured 0.79).
+    # Held-out, not a batch: the clicks' labels follow from the IDs (chance is 0.5; measured 0.77).
     assert float(chief["heldout_auc"]) > 0.65, chief
     step = int(chief["global_step"])
     assert (cluster.model_dir / "export" / str(step) / "saved_model.pb").is_file()
