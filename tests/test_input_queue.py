@@ -64,7 +64,6 @@ def test_a_worker_killed_mid_epoch_on_a_busy_machine_trains_each_example_once_an
     logs = [cluster.log("worker", i) for i in (0, 1)]
     done = sorted(set(entry for log in logs for entry in log_lines.epochs_done(log)))
     assert [(epoch, examples) for epoch, _, examples in done] == [(0, EPOCH_EXAMPLES), (1, EPOCH_EXAMPLES)], done
-    assert "input queue: gave back the" in logs[1], describe(cluster)  # the restarted worker gave its files back
     # The global step is the epochs' steps, within the killed worker's last step (trained, its report to ride
     # on the next): nothing its shuffle had trained ahead of a file's prefix is trained again.
     ideal = 2 * EPOCH_EXAMPLES // EPOCH_BATCH
