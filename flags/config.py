@@ -410,9 +410,8 @@ def read_train(f, cluster: spec.ClusterConfig, env) -> TrainConfig:
         stall_warning_secs=f.stall_warning_secs,
         stall_timeout_secs=f.stall_timeout_secs,
         wire_dtype=f.wire_dtype,
-        steps_per_run=path.steps_per_run,
+        step_path=path,
         local_steps=f.local_steps,
-        batches_per_read=path.batches_per_read,
         accumulate_batches=f.accumulate_batches,
         profile_steps=read_profile_steps(f),
     )

@@ -127,7 +127,7 @@ flags.DEFINE_integer("replicas_to_aggregate", None,
 flags.DEFINE_enum("wire_dtype", TRAIN.wire_dtype, ["float32", "bfloat16", "float16"],
                   "Precision of variables and gradients on the wire between workers and ps tasks; the ps "
                   "keeps float32 master copies. bfloat16 halves the bytes of dense variables.")
-flags.DEFINE_integer("steps_per_run", TRAIN.steps_per_run,
+flags.DEFINE_integer("steps_per_run", TRAIN.step_path.steps_per_run,
                      "Training steps in one session.run (a tf.while_loop), which saves the per-run cost of "
                      "the session and its hooks; logging, summaries and checkpoints happen between runs. "
                      "Asynchronous training only.", lower_bound=1)

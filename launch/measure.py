@@ -139,7 +139,7 @@ def round_trips(cfg) -> RoundTrips:
     own = "/job:worker/replica:0/task:0"
     run_graph = sum(not any(node.device.startswith(own) for node in partition.node)
                     for partition in metadata.partition_graphs)
-    return RoundTrips(run_graph, cross_task_recvs(metadata), cfg.train.steps_per_run)
+    return RoundTrips(run_graph, cross_task_recvs(metadata), cfg.train.step_path.steps_per_run)
 
 
 def cross_task_recvs(metadata) -> int:

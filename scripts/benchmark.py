@@ -201,8 +201,7 @@ def layout_config(model: str, layout: Layout) -> RunConfig:
         local_steps=local, steps_per_run=int(args.get("steps_per_run", 1)), has_tables=needs.partitioned_tables,
         tables_take_rounds=plan.tables_take_rounds(needs, model_cfg.embedding, optimizer),
         model=model_cfg.name, distributed=True))
-    train = TrainConfig(batch_size=BATCH[model], local_steps=local, steps_per_run=path.steps_per_run,
-                        batches_per_read=path.batches_per_read, optimizer=optimizer,
+    train = TrainConfig(batch_size=BATCH[model], local_steps=local, step_path=path, optimizer=optimizer,
                         wire_dtype=args.get("wire_dtype", "float32"))
     cluster = spec.ClusterConfig(("ps",) * layout.num_ps, ("worker",), "worker", 0)
     return RunConfig(cluster, train, model_cfg, inputs.DataConfig(name=args.get("dataset", "synthetic"),

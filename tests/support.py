@@ -26,7 +26,7 @@ from ps_trainer.launch import faults
 from ps_trainer.launch.processes import ForkedTask, free_ports
 from ps_trainer.training import graph as train_graph
 from ps_trainer.training import hooks as training_hooks
-from ps_trainer.training import evaluator, log_lines, start
+from ps_trainer.training import evaluator, log_lines, plan, start
 from ps_trainer.training.config import RunConfig, TrainConfig
 
 v1 = tf.compat.v1
@@ -187,17 +187,22 @@ def in_process_cluster(num_workers: int = 1, num_ps: int = 1):
 
 
 def train_one_worker(tmp_path, data_cfg, model_cfg, steps_per_run, train_steps, wire_dtype="float32", cluster=None,
-          local_steps=1, optimizer="momentum", batches_per_read=1, save_steps=20, graph_saver=False):
+          local_steps=1, optimizer="momentum", rounds=False, save_steps=20, graph_saver=False):
     """Trains to train_steps in a MonitoredTrainingSession, in this process or as the one worker of
     `cluster` (a ClusterConfig, server target), saving every save_steps (with graph_saver, through the
     training graph's own saver, as the chief does: it evicts before each save); returns the steps each run
     took, the global step after each, the progress hook, the checkpoint steps kept and the number of
-    variables."""
+    variables. The step path: rounds of rows (rounds), --local_steps, --steps_per_run or single steps."""
     cluster_cfg, target = cluster or (spec.ClusterConfig(), "")
-    cfg = RunConfig(cluster_cfg, TrainConfig(train_steps=train_steps, steps_per_run=steps_per_run, batch_size=32,
+    if rounds:
+        path = plan.StepPath(plan.ROUNDS, steps_per_run, local_steps)
+    elif local_steps > 1:
+        path = plan.StepPath(plan.LOCAL_STEPS, steps_per_run)
+    else:
+        path = plan.StepPath(plan.STEPS_PER_RUN if steps_per_run > 1 else plan.SINGLE, steps_per_run)
+    cfg = RunConfig(cluster_cfg, TrainConfig(train_steps=train_steps, step_path=path, batch_size=32,
                                              learning_rate=0.1, wire_dtype=wire_dtype,
-                                             local_steps=local_steps, optimizer=optimizer,
-                                             batches_per_read=batches_per_read),
+                                             local_steps=local_steps, optimizer=optimizer),
                     model_cfg, data_cfg)
     runs = []
     with tf.Graph().as_default():

@@ -11,7 +11,7 @@ from absl.flags import FLAGS
 from ps_trainer.cluster import model_dir as layout
 from ps_trainer.flags import config as flag_config
 from tests.support import read_flags, write_click_csvs
-from ps_trainer.training import exit_codes, run_record, start
+from ps_trainer.training import exit_codes, plan, run_record, start
 
 pytestmark = pytest.mark.pure
 
@@ -126,7 +126,8 @@ def test_the_input_queue_is_on_by_default_for_files_in_a_cluster_where_it_works(
     for embedding in ("hashed", "dynamic"):
         for asked in ("--num_epochs=2", "--input_queue"):
             rounds = read_flags(*WORKER, *files, "--local_steps=10", f"--embedding={embedding}", asked)
-            assert rounds.data.input_queue and rounds.train.batches_per_read == 10, (embedding, asked)
+            assert rounds.data.input_queue and rounds.train.step_path == plan.StepPath(plan.ROUNDS, 10, 10), (
+                embedding, asked)
         assert not read_flags(*WORKER, *files, "--local_steps=10", f"--embedding={embedding}").data.input_queue
     assert "drop --local_steps=10" in usage_error(*WORKER, *files, "--local_steps=10", "--optimizer=adam",
                                                   "--input_queue")
@@ -524,7 +525,7 @@ def test_one_process_refuses_steps_per_run_beside_local_steps_with_tables_it_rea
     assert "in one process: its tables' rows are read a step at a time" in usage_error(
         "--local_steps=10", "--steps_per_run=10", "--model=wide_deep", "--dataset=clicks")
     assert read_flags(*WORKER, "--local_steps=10", "--steps_per_run=10", "--model=wide_deep",
-                      "--dataset=clicks").train.steps_per_run == 10
+                      "--dataset=clicks").train.step_path.steps_per_run == 10
 
 
 def test_nothread_spinning_reaches_the_cluster_config_and_a_local_cluster_sets_it_when_cores_are_short(
@@ -544,18 +545,18 @@ def test_nothread_spinning_reaches_the_cluster_config_and_a_local_cluster_sets_i
 def test_local_steps_run_a_round_per_session_run_with_one_workers_momentum():
     cfg = read_flags(*WORKER, "--local_steps=10")
     # Two async workers get momentum 0.8; a round of local steps reads no stale values.
-    assert cfg.train.local_steps == cfg.train.steps_per_run == 10 and cfg.train.momentum == 0.9
+    assert cfg.train.step_path == plan.StepPath(plan.LOCAL_STEPS, 10) and cfg.train.momentum == 0.9
     assert read_flags(*WORKER).train.momentum == 0.8
     # Hashed or dynamic tables, trained by an optimizer whose slots add: a run is a round, of 10 batches read
     # at once.
     hashed = ("--local_steps=10", "--model=wide_deep", "--dataset=clicks")
     for optimizer in ([], ["--optimizer=adagrad"], ["--optimizer=sgd"], ["--embedding=dynamic"]):
         tables = read_flags(*WORKER, *hashed, *optimizer).train
-        assert tables.local_steps == tables.steps_per_run == tables.batches_per_read == 10, optimizer
+        assert tables.local_steps == 10 and tables.step_path == plan.StepPath(plan.ROUNDS, 10, 10), optimizer
     # Slots that decay: a run is one step, the rows read on the ps as each batch names them.
     for other in (["--optimizer=adam"], ["--optimizer=momentum"], ["--embedding=dynamic", "--optimizer=adam"]):
         tables = read_flags(*WORKER, *hashed, *other).train
-        assert tables.local_steps == 10 and tables.steps_per_run == tables.batches_per_read == 1, other
+        assert tables.local_steps == 10 and tables.step_path == plan.StepPath(plan.LOCAL_STEPS), other
 
 
 def _click_files(tmp_path) -> list[str]:

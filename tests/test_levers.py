@@ -19,6 +19,7 @@ from ps_trainer.launch import measure
 from tests.support import (held_out, in_process_cluster, join_all, train_one_worker, trained_runs, wait_for,
                            write_click_csvs)
 from ps_trainer.training import graph as train_graph
+from ps_trainer.training import plan
 from ps_trainer.training.config import RunConfig, TrainConfig
 from ps_trainer.training.step import StepContext, accumulate, local_steps, single, sync
 
@@ -85,7 +86,8 @@ class LocalReplica:
     plain session to its in-process server."""
 
     def __init__(self, cluster_cfg, server, local_steps_per_round, train_steps=100):
-        train_cfg = TrainConfig(train_steps=train_steps, local_steps=local_steps_per_round, steps_per_run=3)
+        train_cfg = TrainConfig(train_steps=train_steps, local_steps=local_steps_per_round,
+                                step_path=plan.StepPath(plan.LOCAL_STEPS, 3))
         self.graph = tf.Graph()
         with self.graph.as_default(), v1.device(placement.device_setter(cluster_cfg)):
             self.global_step = v1.train.get_or_create_global_step()
@@ -211,7 +213,7 @@ def test_with_hashed_tables_one_worker_trains_rounds_of_rows_as_plain_training(t
     servers, _, (cluster,) = in_process_cluster(num_workers=1, num_ps=2)
     runs, progress, saved, variables = train_one_worker(tmp_path / "local", data, wide_deep, 5, 23,
                                                         cluster=(cluster, servers[0].target), local_steps=5,
-                                                        optimizer=optimizer, batches_per_read=5)
+                                                        optimizer=optimizer, rounds=True)
     _, _, plain_saved, plain_variables = train_one_worker(tmp_path / "plain", data, wide_deep, 1, 23,
                                                           optimizer=optimizer)
     assert trained_runs(runs) == [(5, 5), (5, 10), (5, 15), (5, 20), (3, 23)]  # exactly --train_steps
@@ -266,7 +268,7 @@ def test_with_dynamic_tables_one_worker_trains_rounds_of_rows_as_plain_training_
                                 embedding_capacity=20000, embedding_partitions=2, embedding_steps_to_live=4)
     servers, _, (cluster,) = in_process_cluster(num_workers=1, num_ps=2)
     runs, _, _, _ = train_one_worker(tmp_path / "local", data, dynamic, 5, 25, cluster=(cluster, servers[0].target),
-                                     local_steps=5, optimizer="adagrad", batches_per_read=5, save_steps=5,
+                                     local_steps=5, optimizer="adagrad", rounds=True, save_steps=5,
                                      graph_saver=True)
     train_one_worker(tmp_path / "plain", data, dynamic, 1, 25, optimizer="adagrad", save_steps=5, graph_saver=True)
     assert trained_runs(runs) == [(5, 5), (5, 10), (5, 15), (5, 20), (5, 25)]
@@ -353,7 +355,8 @@ def test_a_round_of_local_steps_makes_one_packed_exchange_per_ps():
     # Counted on the partition graphs TensorFlow builds for one run of the train op (launch/measure.py).
     def trips(local, num_ps):
         cfg = RunConfig(spec.ClusterConfig(("ps",) * num_ps, ("worker",), "worker", 0),
-                        TrainConfig(batch_size=32, local_steps=local, steps_per_run=local),
+                        TrainConfig(batch_size=32, local_steps=local, step_path=plan.StepPath(
+                            plan.LOCAL_STEPS if local > 1 else plan.SINGLE, local)),
                         model.ModelConfig(hidden_units=(8,)), inputs.DataConfig(synthetic_examples=200))
         return measure.round_trips(cfg)
     plain, local = trips(1, 1), trips(10, 1)
@@ -372,8 +375,8 @@ def test_a_round_of_rows_makes_one_exchange_each_way_per_ps_for_every_table():
     # round's rows once and gets them back once, with their slots, plus the dense push and fetch.
     def trips(local):
         cfg = RunConfig(spec.ClusterConfig(("ps",) * 2, ("worker",), "worker", 0),
-                        TrainConfig(batch_size=32, local_steps=local, steps_per_run=local, batches_per_read=local,
-                                    optimizer="ftrl_adagrad"),
+                        TrainConfig(batch_size=32, local_steps=local, optimizer="ftrl_adagrad", step_path=plan.StepPath(
+                            plan.ROUNDS if local > 1 else plan.SINGLE, local, local)),
                         model.ModelConfig(name="wide_deep", hidden_units=(8,), hash_buckets=1000, embedding_dim=4,
                                           embedding_partitions=2), inputs.DataConfig(name="clicks",
                                                                                      synthetic_examples=1000))
@@ -388,7 +391,7 @@ def test_a_round_of_rows_makes_one_exchange_each_way_per_ps_for_every_table():
 @pytest.mark.servers
 def test_a_round_marks_the_rows_it_changed_for_the_next_incremental_checkpoint():
     servers, _, (cluster,) = in_process_cluster(num_workers=1, num_ps=2)
-    cfg = RunConfig(cluster, TrainConfig(batch_size=32, local_steps=5, steps_per_run=5, batches_per_read=5,
+    cfg = RunConfig(cluster, TrainConfig(batch_size=32, local_steps=5, step_path=plan.StepPath(plan.ROUNDS, 5, 5),
                                          optimizer="adagrad", learning_rate=0.1),
                     model.ModelConfig(name="wide_deep", hidden_units=(8,), hash_buckets=1000, embedding_dim=4,
                                       embedding_partitions=2, mark_touched_rows=True),

@@ -144,7 +144,7 @@ def test_rounds_of_rows_train_a_multi_valued_column_as_plain_steps(tmp_path):
                                   embedding_partitions=2, combiner="sqrtn")
     servers, _, (cluster,) = in_process_cluster(num_workers=1, num_ps=2)
     runs, _, _, _ = train_one_worker(tmp_path / "local", data, wide_deep, 5, 13, cluster=(cluster, servers[0].target),
-                                     local_steps=5, optimizer="adagrad", batches_per_read=5)
+                                     local_steps=5, optimizer="adagrad", rounds=True)
     train_one_worker(tmp_path / "plain", data, wide_deep, 1, 13, optimizer="adagrad")
     assert trained_runs(runs) == [(5, 5), (5, 10), (3, 13)]
     local, plain = (tf.train.load_checkpoint(str(tmp_path / run / "model.ckpt-13")) for run in ("local", "plain"))

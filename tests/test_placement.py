@@ -8,6 +8,7 @@ from ps_trainer import model
 from ps_trainer.cluster import placement, spec
 from ps_trainer.model import needs
 from ps_trainer.training import graph as train_graph
+from ps_trainer.training import plan
 from ps_trainer.training.step import sync as sync_training
 from ps_trainer.training.config import RunConfig, TrainConfig
 
@@ -60,8 +61,9 @@ def test_with_local_steps_every_global_variable_is_on_a_ps_whichever_optimizer(o
     # Adam keeps its beta powers beside the first variable it updates: with --local_steps, this worker's
     # local copy. As global variables there, the chief cannot initialize them: every other worker would wait
     # for it until the job ended without them.
-    cfg = RunConfig(cluster(1, task=1), TrainConfig(local_steps=10, optimizer=optimizer), model.ModelConfig(),
-                    inputs.DataConfig(synthetic_examples=100))
+    path = plan.step_path(plan.StepSettings(local_steps=10, distributed=True))
+    cfg = RunConfig(cluster(1, task=1), TrainConfig(local_steps=10, optimizer=optimizer, step_path=path),
+                    model.ModelConfig(), inputs.DataConfig(synthetic_examples=100))
     graph = tf.Graph()
     with graph.as_default():
         train_graph.build_graph(cfg)

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from ps_trainer.training import plan
+from ps_trainer.training import plan, step
 from ps_trainer.training.config import TrainConfig
 
 pytestmark = pytest.mark.pure
@@ -92,13 +92,12 @@ STEP_PATHS = [
 
 
 @pytest.mark.parametrize("settings, expected", STEP_PATHS)
-def test_the_step_path_of_each_lever_and_the_trainconfig_it_builds_reads_back_as_it(settings, expected):
+def test_the_step_path_of_each_lever_is_held_by_the_runs_config_and_picks_its_lever(settings, expected):
     path = plan.step_path(settings)
     assert path == expected
     train = TrainConfig(local_steps=settings.local_steps, accumulate_batches=settings.accumulate_batches,
-                        sync_replicas=settings.sync, steps_per_run=path.steps_per_run,
-                        batches_per_read=path.batches_per_read)
-    assert plan.path_of(train) == path.name
+                        sync_replicas=settings.sync, step_path=path)
+    assert step.lever(train) is step.LEVERS[expected.name]
 
 
 @pytest.mark.parametrize("settings, message", [

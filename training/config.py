@@ -7,6 +7,7 @@ from ps_trainer import input as inputs
 from ps_trainer import model
 from ps_trainer.cluster import spec
 from ps_trainer.training import momentum as momentum_rule
+from ps_trainer.training import plan
 
 
 # --train_steps with --num_epochs and no --train_steps given: the epochs alone end the run.
@@ -56,11 +57,11 @@ class TrainConfig:
     export_saved_model: bool = True
     export_copy_dir: str | None = None  # the chief also writes the export here (SageMaker's SM_MODEL_DIR)
     wire_dtype: str = "float32"
-    steps_per_run: int = 1  # training steps in one session.run; with local_steps, that many
+    # What one session.run does, decided once (training/plan.py: flags/config.py asks it) and read by every
+    # part: the lever that builds the step, the training steps a run may take, the batches it reads at once.
+    step_path: plan.StepPath = plan.StepPath(plan.SINGLE)
     accumulate_batches: int = 1  # synchronous: micro-batches per gradient sent (training/step/accumulate.py)
     local_steps: int = 1  # asynchronous: steps on worker-side copies between pushes (training/step/local_steps.py)
-    # Batches a session.run reads at once: --local_steps' rounds with hashed tables (training/step/row_copies.py).
-    batches_per_read: int = 1
     profile_steps: tuple[int, int] | None = None  # [first, last] local steps to trace
     metrics_port: int = 0  # serve Prometheus metrics on this port of the task's own host (0: off)
 

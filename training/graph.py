@@ -73,7 +73,7 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
     device = placement.device_setter(cluster) if cluster.is_distributed else None
     with v1.device(device):
         global_step = v1.train.get_or_create_global_step()
-        read_size = train.batch_size * train.batches_per_read  # a round of rows reads its batches at once
+        read_size = train.step_path.read_size(train.batch_size)
         if cfg.data.input_queue:
             feed = _work_queue(cfg, global_step)
             batches = v1.data.make_initializable_iterator(inputs.batches(cfg.data, inputs.Shard(0, 1, feed),
@@ -143,7 +143,7 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
 def _trained_tags(read_tags, built, train):
     """The (file keys, ordinals) of the examples a run trains of its read: all of a step's batch; of a
     round's batches, those of the steps it took (--train_steps can cut a round short)."""
-    if train.batches_per_read == 1:
+    if not train.step_path.reads_several_batches:
         return read_tags
     trained = tf.cast(built.steps_done, tf.int64) * train.batch_size
     return [tags[:trained] for tags in read_tags]

@@ -4,7 +4,8 @@ ps 0, or a fixed shard of the files) and what one session.run does (the step pat
 Each rule that keeps the input queue from a run is a row of QUEUE_RULES: when it holds, the message
 that refuses --input_queue, and the reason the default reads fixed shards instead. flags/config.py
 builds the settings from the flags, calls these functions and turns a Conflict into a usage error;
-the worker asks `settled_input` on resume; training/step/ builds the step `step_path` names.
+the worker asks `settled_input` on resume; training/step/ builds the step `step_path` names, which
+TrainConfig.step_path holds as a value.
 Nothing here reads FLAGS or the disk.
 """
 
@@ -173,9 +174,18 @@ def tables_take_rounds(needs, embedding: str, optimizer: str) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class StepPath:
+    """What one session.run of a worker does: the value TrainConfig.step_path holds, and every part reads."""
     name: str  # one of the paths above
     steps_per_run: int = 1  # training steps one session.run may take
     batches_per_read: int = 1  # batches one session.run reads at once (rounds of rows)
+
+    def read_size(self, batch_size: int) -> int:
+        """The examples one session.run reads: a round of rows reads its batches at once."""
+        return batch_size * self.batches_per_read
+
+    @property
+    def reads_several_batches(self) -> bool:
+        return self.batches_per_read > 1
 
 
 def reads_rounds(settings: StepSettings) -> bool:
@@ -208,14 +218,3 @@ def step_path(settings: StepSettings) -> StepPath:
     if s.steps_per_run > 1:
         return StepPath(STEPS_PER_RUN, s.steps_per_run)
     return StepPath(SINGLE)
-
-
-def path_of(train) -> str:
-    """The step path a TrainConfig was built with (flags/config.py stores step_path's figures in it)."""
-    if train.local_steps > 1:
-        return ROUNDS if train.batches_per_read > 1 else LOCAL_STEPS
-    if train.accumulate_batches > 1:
-        return ACCUMULATE
-    if train.steps_per_run > 1:
-        return STEPS_PER_RUN
-    return SINGLE

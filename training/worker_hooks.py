@@ -29,7 +29,7 @@ def make_hooks(cfg, graph, stop=None, task_metrics=None) -> WorkerHooks:
         cluster.task_name, graph.step.metrics.loss, graph.step.metrics.accuracy, train_cfg.train_steps,
         train_cfg.batch_size * train_cfg.accumulate_batches,
         train_cfg.log_every_n_steps, summary_dir=layout.worker_dir(train_cfg.model_dir, cluster.task_dir),
-        steps_done=graph.step.steps_done, steps_per_run=train_cfg.steps_per_run,
+        steps_done=graph.step.steps_done, steps_per_run=train_cfg.step_path.steps_per_run,
         measure_staleness=cluster.is_distributed and not train_cfg.sync_replicas, metrics=task_metrics)
     stall_watchdog = watchdog.StallWatchdog(
         cluster.task_name,
@@ -42,7 +42,7 @@ def make_hooks(cfg, graph, stop=None, task_metrics=None) -> WorkerHooks:
     if train_cfg.not_learning != "off":
         not_learning = learning.NotLearningHook(
             cluster.task_name, graph.step.metrics.loss, graph.step.labels, inputs.spec(cfg.data).num_classes,
-            every_n_runs=train_cfg.log_every_n_steps // train_cfg.steps_per_run,
+            every_n_runs=train_cfg.log_every_n_steps // train_cfg.step_path.steps_per_run,
             warmup_global_steps=learning.warmup_steps(train_cfg.train_steps), action=train_cfg.not_learning,
             cause=learning.likely_cause(train_cfg))
         hooks.append(not_learning)

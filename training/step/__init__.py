@@ -13,7 +13,7 @@ from ps_trainer.training.step.base import Lever, Step, StepContext  # noqa: F401
 from ps_trainer.training.step.loop import Metrics  # noqa: F401
 
 # The module that builds each step path of training/plan.py (where the path is chosen). Rounds of rows
-# are local_steps with the tables' rows copied too (its reader sees TrainConfig.batches_per_read).
+# are local_steps with the tables' rows copied too (its reader sees TrainConfig.step_path).
 LEVERS: dict[str, Lever] = {
     plan.SINGLE: single,
     plan.STEPS_PER_RUN: steps_per_run,
@@ -25,7 +25,7 @@ LEVERS: dict[str, Lever] = {
 
 def lever(train) -> Lever:
     """The module that builds this run's step."""
-    return LEVERS[plan.path_of(train)]
+    return LEVERS[train.step_path.name]
 
 
 def reader_and_getter(chosen_lever: Lever, cluster, train):

@@ -17,7 +17,7 @@ it took, and --train_steps cuts the round that reaches it (read at the round's s
 rate schedule is read once per round; the optimizer's slots (momentum) are the worker's own.
 
 A model whose tables take rounds (hashed or dynamic ones, read through grouped lookups, with an
-optimizer whose slots add: TrainConfig.batches_per_read > 1) gets copies of their rows too: a
+optimizer whose slots add: the step path training/plan.py calls ROUNDS) gets copies of their rows too: a
 session.run reads the round's K batches at once and trains them on copies of the rows they name,
 fetched and pushed once (build_rounds; training/step/row_copies.py).
 
@@ -36,6 +36,7 @@ import tensorflow as tf
 from absl import logging
 
 from ps_trainer.model import grouped_lookup, needs
+from ps_trainer.training import plan
 from ps_trainer.training.step import row_copies, update
 from ps_trainer.training.step.base import Step, StepContext
 from ps_trainer.training.step.loop import Iteration, Metrics, training_loop
@@ -130,7 +131,7 @@ def slots_stay_local(next_creator, **kwargs):
 
 def reader(cluster, train) -> LocalCopies:
     device = cluster.compute_device() if cluster.is_distributed else None
-    rows = row_copies.RowCopies(device) if train.batches_per_read > 1 else None
+    rows = row_copies.RowCopies(device) if train.step_path.name == plan.ROUNDS else None
     return LocalCopies(device, cluster.num_replicas, rows)
 
 
@@ -160,7 +161,7 @@ def build_with_tables(ctx: StepContext) -> Step:
     """One step a session.run: the tables' rows updated on the ps, the dense copies here; every Kth
     step's run pushes and fetches the copies."""
     copies, train = ctx.reader, ctx.train
-    if train.steps_per_run != 1:  # flags/config.py makes a run one step for a model with tables
+    if train.step_path.steps_per_run != 1:  # training/plan.py makes a run one step for a model with tables
         raise ValueError("--local_steps with embedding tables: a session.run is one step")
     with v1.variable_creator_scope(slots_stay_local):
         train_op = update.apply_update(ctx.first.loss, ctx.optimizer, ctx.global_step, train.clip_gradient_norm,

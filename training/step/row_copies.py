@@ -3,7 +3,7 @@ the worker.
 
 Without this, a step with tables on the ps reads its batch's rows there and sends their gradients
 back: a round trip to each ps every step, and the ps runs every sparse update (docs/speed.md). Here a
-session.run reads K batches at once (TrainConfig.batches_per_read) and:
+session.run reads K batches at once (the step path training/plan.py calls ROUNDS) and:
 1. sends each ps the distinct (table shard, row) pairs that the K batches name, for all the tables
    together, and gets back one tensor: those rows with their optimizer slots' rows (Adagrad's and
    FTRL's accumulators, FTRL's linear term), a row per pair;

@@ -24,7 +24,7 @@ def build(ctx: StepContext) -> Step:
     # could run before the previous iteration's increment and let the loop pass --train_steps.
     def keep_going(done, carried):
         step_reached, = carried
-        return tf.logical_and(done < train.steps_per_run, step_reached < train.train_steps)
+        return tf.logical_and(done < train.step_path.steps_per_run, step_reached < train.train_steps)
 
     def one_step(carried):
         del carried
