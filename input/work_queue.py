@@ -99,9 +99,10 @@ STATE = "input_queue/state"  # the state variable's name in the checkpoints
 PREFIXES = "input_queue/trained_prefix"  # the trained prefixes' (a checkpoint without them: OlderLayout)
 COUNT_BITS = 32  # a prefix's count in the low bits of its packed value, the file's key above them
 NO_ENTRY = -1  # an empty place of the log of examples trained past their prefixes
-# That log has a ring per worker (workers past this many share one), each of AHEAD_PER_BUFFER times
-# --shuffle_buffer places (at least AHEAD_MIN): a worker's examples ahead of their files' prefixes number
-# about its shuffle buffer's, and the ring keeps the newest.
+# That log has a ring per worker the job started with, up to this many (a joining worker, or one past them,
+# shares one: their writes can meet, and an example whose entry is lost so is trained again), each of
+# AHEAD_PER_BUFFER times --shuffle_buffer places (at least AHEAD_MIN): a worker's examples ahead of their
+# files' prefixes number about its shuffle buffer's, and the ring keeps the newest.
 MAX_AHEAD_RINGS = 64
 AHEAD_PER_BUFFER = 8
 AHEAD_MIN = 4096
