@@ -135,33 +135,33 @@ def _evaluate_and_export(estimator, eval_spec, checkpoint, is_the_final_export) 
 
 
 def _evaluate_each_checkpoint(estimator, train_spec, eval_spec) -> tuple[dict, list]:
-    """Evaluates every new checkpoint (no sooner than throttle_secs after the last evaluation began, but
-    the final one at once), each followed by EvalSpec's exporters, and returns the final one's metrics and
-    exports: the checkpoint at max_steps. As in TF1, a run whose input ends before max_steps leaves it
-    waiting."""
-    evaluated, started, metrics = None, float("-inf"), None
+    """Evaluates the new checkpoints as TensorFlow's checkpoints_iterator finds them (one begun within
+    throttle_secs of the last evaluation is passed over, but the final one is evaluated at once), each
+    followed by EvalSpec's exporters, and returns the final one's metrics and exports: the checkpoint at
+    max_steps. As in TF1, a run whose input ends before max_steps leaves it waiting."""
+    started = float("-inf")
     train_steps = train_spec.max_steps or NO_STEP_LIMIT
-    while True:
-        newest = estimator.latest_checkpoint()
+    for newest in tf.compat.v1.train.checkpoints_iterator(estimator.model_dir, CHECKPOINT_POLL_SECS):
         step = checkpoints.checkpoint_step(newest)
         final = step is not None and step >= train_steps
-        due = final or time.monotonic() - started >= eval_spec.throttle_secs
-        if newest != evaluated and newest is not None and due:
-            started, evaluated = time.monotonic(), newest
-            try:
-                metrics = estimator.evaluate(eval_spec.input_fn, steps=eval_spec.steps, hooks=eval_spec.hooks,
-                                             checkpoint_path=newest, name=eval_spec.name)
-            except (ValueError, tf.errors.NotFoundError) as err:
-                if final or tf.io.gfile.glob(newest + ".index"):
-                    raise
-                # The chief's saver removed it meanwhile (keep_checkpoint_max): a newer one is there.
-                logging.info("evaluator: checkpoint %s was removed while it was read (%s); taking the newest",
-                             newest, type(err).__name__)
-                continue
-            exports = _export(estimator, eval_spec, newest, metrics, is_the_final_export=final)
-            if final:
-                return metrics, exports
-        time.sleep(CHECKPOINT_POLL_SECS)
+        if not final and time.monotonic() - started < eval_spec.throttle_secs:
+            continue
+        started = time.monotonic()
+        try:
+            metrics = estimator.evaluate(eval_spec.input_fn, steps=eval_spec.steps, hooks=eval_spec.hooks,
+                                         checkpoint_path=newest, name=eval_spec.name)
+        except (ValueError, tf.errors.NotFoundError) as err:
+            if final or tf.io.gfile.glob(newest + ".index"):
+                raise
+            # The chief's saver removed it meanwhile (keep_checkpoint_max): a newer one is there.
+            logging.info("evaluator: checkpoint %s was removed while it was read (%s); taking the newest",
+                         newest, type(err).__name__)
+            started = float("-inf")
+            continue
+        exports = _export(estimator, eval_spec, newest, metrics, is_the_final_export=final)
+        if final:
+            return metrics, exports
+    raise RuntimeError("unreachable: checkpoints_iterator with no timeout waits for ever")
 
 
 def _export(estimator, eval_spec, checkpoint, metrics, is_the_final_export) -> list:
