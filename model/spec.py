@@ -10,6 +10,7 @@ and judges held-out data, exports and serves by the logits.
 """
 
 import collections
+import inspect
 from typing import NamedTuple
 
 import tensorflow as tf
@@ -24,6 +25,20 @@ class ModeKeys:
 
 
 TRAIN_NEEDS = "EstimatorSpec: mode TRAIN needs a loss and a train_op"
+# What a model_fn may take besides `features`, as TF1's Estimator offered them.
+MODEL_FN_ARGUMENTS = ("labels", "mode", "params", "config")
+
+
+def takes(function, argument: str) -> bool:
+    """Whether a model_fn (or an input_fn) takes an argument of that name."""
+    return argument in inspect.signature(function).parameters
+
+
+def call_model_fn(model_fn, features, labels, mode: str, params, config):
+    """model_fn(features=features, ...) with each of labels, mode, params and config that it takes: the one
+    place the trainer (model/user_fn.py) and an Estimator program call a model_fn."""
+    offered = dict(zip(MODEL_FN_ARGUMENTS, (labels, mode, params, config)))
+    return model_fn(features=features, **{name: value for name, value in offered.items() if takes(model_fn, name)})
 _FIELDS = ("mode", "predictions", "loss", "train_op", "eval_metric_ops", "export_outputs", "training_chief_hooks",
            "training_hooks", "scaffold", "evaluation_hooks", "prediction_hooks")
 

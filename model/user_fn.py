@@ -14,7 +14,6 @@ as for its own models. A model_fn that builds its own train_op runs as an Estima
 import ast
 import functools
 import importlib.util
-import inspect
 import os
 import re
 import sys
@@ -81,7 +80,7 @@ def load(location: str):
     function = getattr(module, name, None)
     if not callable(function):
         raise ModelFnError(f"--model_fn={location}: {path} has no function {name}")
-    if "features" not in inspect.signature(function).parameters:
+    if not spec.takes(function, "features"):
         raise ModelFnError(f"--model_fn={location}: {name} takes no 'features' argument (a model_fn takes "
                            "features and any of labels, mode, params, config)")
     return function
@@ -93,8 +92,6 @@ def model_fn(features, labels, mode: str, params: spec.Params) -> spec.Estimator
     input/work_queue.py, and a mean over no examples is NaN)."""
     model_cfg = params.model_cfg
     function = load(model_cfg.model_fn)
-    accepted = inspect.signature(function).parameters
-    offered = {"labels": labels, "mode": mode, "params": params_of(model_cfg.model_fn_params), "config": None}
     options = dynamic.options_of(model_cfg) if model_cfg.embedding == "dynamic" else None
     # A multi-valued column's values as TF1's input_fns gave a variable-length feature: a SparseTensor
     # [batch, most values], which TF1's categorical columns read (and embedding_column combines).
@@ -102,7 +99,7 @@ def model_fn(features, labels, mode: str, params: spec.Params) -> spec.Estimator
     features = {name: multi_valued.split(value, separators[name]).to_sparse() if name in separators else value
                 for name, value in features.items()}
     with tf.compat.v1.variable_scope(model_cfg.name), column.building(options, mode == spec.ModeKeys.TRAIN):
-        found = function(features=features, **{key: value for key, value in offered.items() if key in accepted})
+        found = spec.call_model_fn(function, features, labels, mode, params_of(model_cfg.model_fn_params), None)
     if mode == spec.ModeKeys.TRAIN and getattr(found, "train_op", None) is not None:
         raise ModelFnError(f"--model_fn={model_cfg.model_fn}: its EstimatorSpec has a train_op; under trainer.py "
                            "the runtime makes the update (return the loss alone), or run the program as an "

@@ -3,7 +3,6 @@ Estimator owns the sessions, the checkpoints, the devices (placement.device_sett
 the waits of a cluster (a non-chief enters its session once the chief has initialized the variables)."""
 
 import contextlib
-import inspect
 import os
 import tempfile
 from typing import NamedTuple
@@ -63,7 +62,7 @@ class Estimator:
         self._warm_start = _warm_start_settings(warm_start_from)
         if not callable(model_fn):
             raise TypeError(f"Estimator: model_fn must be a function, not {type(model_fn).__name__}")
-        if "features" not in inspect.signature(model_fn).parameters:
+        if not spec.takes(model_fn, "features"):
             raise ValueError("Estimator: model_fn must take an argument named 'features'")
         config = config or RunConfig()
         if model_dir and config.model_dir and os.path.abspath(model_dir) != os.path.abspath(config.model_dir):
@@ -263,21 +262,14 @@ class Estimator:
 
     # ---------------------------------------------------------------- the model_fn contract
     def _call_input_fn(self, input_fn, mode):
-        accepted = inspect.signature(input_fn).parameters
         kwargs = {key: value for key, value in (("mode", mode), ("params", self.params), ("config", self.config))
-                  if key in accepted}
+                  if spec.takes(input_fn, key)}
         return input_fn(**kwargs)
 
     def _call_model_fn(self, features, labels, mode) -> EstimatorSpec:
-        accepted = inspect.signature(self._model_fn).parameters
-        kwargs = {}
-        if "labels" in accepted:
-            kwargs["labels"] = labels
-        elif labels is not None:
+        if labels is not None and not spec.takes(self._model_fn, "labels"):
             raise ValueError("model_fn does not take labels, but input_fn returns labels")
-        kwargs.update({key: value for key, value in (("mode", mode), ("params", self.params),
-                                                     ("config", self.config)) if key in accepted})
-        model = self._model_fn(features=features, **kwargs)
+        model = spec.call_model_fn(self._model_fn, features, labels, mode, self.params, self.config)
         if not isinstance(model, EstimatorSpec):
             raise ValueError(f"model_fn must return an EstimatorSpec, not {type(model).__name__}")
         return model
