@@ -660,7 +660,7 @@ class ItemFeed:
                 self._ended.discard(key)
                 examples = self._read.pop(key, 0)  # a file with no block (an empty CSV) was never counted
                 self._trained.pop(key, None)
-                for held in (self._prefix, self._ahead):
+                for held in (self._prefix, self._ahead, self._skip_ahead):  # a long session holds only open files
                     held.pop(key, None)
                 self._moved.discard(key)
                 done.append((key, examples, self._skipped.pop(key, 0)))

@@ -67,7 +67,7 @@ def _exit_unless_done(run) -> None:
         raise SystemExit(code)
 
 
-def runtime_config(estimator, max_steps: int | None) -> RunConfig:
+def _runtime_config(estimator, max_steps: int | None) -> RunConfig:
     """The runtime's settings of this task (training/config.py), from the program's RunConfig: its cluster,
     model_dir, the step training ends at and the startup timeout."""
     config = estimator.config
@@ -87,7 +87,7 @@ def _run_cluster_task(estimator, train_spec, eval_spec) -> int:
     evaluates and exports, as TF1's did: after a checkpoint save no sooner than throttle_secs after its last
     evaluation began, and the final checkpoint once training ends, with the final export. Returns the exit
     code."""
-    runtime = runtime_config(estimator, train_spec.max_steps)
+    runtime = _runtime_config(estimator, train_spec.max_steps)
     cluster = runtime.cluster
     server = spec.start_server(cluster)
     if cluster.job_name == spec.PS:
