@@ -63,12 +63,14 @@ with startup_notices_dropped(show_all=os.environ.get("TF_CPP_MIN_LOG_LEVEL") == 
     from absl import app, logging
     from absl.flags import FLAGS
 
-    from ps_trainer.cluster import allocator, guard, own_address, spec
+    from ps_trainer.cluster import spec
     from ps_trainer.flags import config as flag_config
-    from ps_trainer.flags import definitions  # noqa: F401  (defines every flag)
+    from ps_trainer.flags import definitions
     from ps_trainer import input as inputs
     from ps_trainer.input import download
-    from ps_trainer.training import ending, evaluator, exit_codes, metrics, ps, start, worker
+    from ps_trainer.training import ending, evaluator, exit_codes, metrics, roles, start, worker
+
+definitions.define(FLAGS)
 
 
 def main(argv):
@@ -86,20 +88,9 @@ def run_role(argv):
     tf.get_logger().handlers.clear()
     cluster = cfg.cluster
     logging.info("cluster from %s: %s", cfg.cluster_source, describe(cluster))
-    if cluster.job_name == spec.EVALUATOR:
-        return run_evaluator(cfg)
-    if not cluster.is_distributed:
-        return worker.run(cfg, server=None, task_metrics=serve_metrics(cfg))
-    refuse_unsafe_serving(cluster, FLAGS.allow_public_addresses, FLAGS.skip_own_address_check)
-    if cluster.job_name == spec.PS:  # before its server's threads exist
-        settings = allocator.give_back_freed_memory()
-        if settings:
-            logging.info("ps %d: malloc gives freed memory back: %s", cluster.task_index, " ".join(settings))
-    server = spec.start_server(cluster)
-    task_metrics = serve_metrics(cfg)
-    if cluster.job_name == spec.PS:
-        return ps.run(cfg, server)
-    return worker.run(cfg, server, task_metrics)
+    return roles.run(cfg, roles.Roles(train=lambda server: worker.run(cfg, server, serve_metrics(cfg)),
+                                      evaluate=lambda: run_evaluator(cfg)),
+                     roles.ServingChecks(FLAGS.allow_public_addresses, FLAGS.skip_own_address_check))
 
 
 def run_evaluator(cfg) -> int:
@@ -124,21 +115,6 @@ def serve_metrics(cfg):
     except OSError as err:
         raise exit_codes.Failure(f"--metrics_port={cfg.train.metrics_port}: cannot serve metrics on this task's "
                                  f"host: {err.strerror}", exit_codes.OWN_ADDRESS) from None
-
-
-def refuse_unsafe_serving(cluster, allow_public_addresses: bool, skip_own_address_check: bool) -> None:
-    """Before this task's server listens on every interface: UsageError for a publicly routable
-    cluster address (names are looked up here); a transient Failure for an address of this task that
-    is not this host's or a port taken (on Kubernetes, a restarted pod's name can still resolve to its
-    old address for a while)."""
-    if not allow_public_addresses:
-        public = guard.public_addresses(cluster)
-        if public:
-            raise app.UsageError(guard.refusal(public))
-    if not skip_own_address_check:
-        problem = own_address.problem(cluster)
-        if problem:
-            raise exit_codes.Failure(problem, exit_codes.OWN_ADDRESS)
 
 
 def download_only(data_dir) -> int:

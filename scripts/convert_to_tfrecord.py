@@ -19,12 +19,13 @@ from absl import app, flags
 from ps_trainer import input as inputs
 from ps_trainer.cluster import spec
 from ps_trainer.flags import config as flag_config
-from ps_trainer.flags import definitions  # noqa: F401  (the trainer's data flags)
+from ps_trainer.flags import definitions
 from ps_trainer.input import tfrecord
 
 flags.DEFINE_string("output_dir", None, "Directory to write the TFRecord files into.", required=True)
 flags.DEFINE_integer("num_files", 4, "Files per split; use at least as many as workers.", lower_bound=1)
 FLAGS = flags.FLAGS
+definitions.define(FLAGS)  # the trainer's data flags
 
 
 def main(argv):

@@ -20,7 +20,7 @@ from absl.flags import FLAGS
 from ps_trainer import input as inputs
 from ps_trainer.cluster import spec
 from ps_trainer.flags import config as flag_config
-from ps_trainer.flags import definitions  # noqa: F401  (defines the trainer's flags)
+from ps_trainer.flags import definitions
 from ps_trainer.input import synthetic, tfrecord
 from ps_trainer.launch import faults
 from ps_trainer.launch.processes import ForkedTask, free_ports
@@ -29,6 +29,7 @@ from ps_trainer.training import hooks as training_hooks
 from ps_trainer.training import evaluator, log_lines, plan, start
 from ps_trainer.training.config import RunConfig, TrainConfig
 
+definitions.define(FLAGS)  # the trainer's flags, which the tests read as trainer.py does
 v1 = tf.compat.v1
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TRAINER = ROOT / "trainer.py"

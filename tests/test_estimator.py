@@ -520,3 +520,79 @@ def test_warm_start_from_a_checkpoint_dir_a_savedmodel_or_settings_starts_the_na
     assert again.get_variable_value("bias")[0] == 0 and again.get_variable_value("global_step") == 2
     with pytest.raises(ValueError, match="warm_start_from must be a path or a WarmStartSettings, not int"):
         estimator.Estimator(model_fn, str(tmp_path / "bad"), warm_start_from=3)
+
+
+@pytest.mark.pure
+def test_ps_trainer_flags_give_a_program_the_trainers_settings_and_refuse_what_it_does_not_take(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    from ps_trainer.estimator import RunConfig, settings
+    monkeypatch.setenv(settings.VARIABLE, "--startup_timeout_secs=7 --stall_timeout_secs=30 --allow_public_addresses")
+    config = RunConfig(session_creation_timeout_secs=50)
+    assert config.startup_timeout_secs == 7  # the operator's, outside the program, wins over its code's
+    assert config.startup_timeout_setting == "PS_TRAINER_FLAGS --startup_timeout_secs"
+    assert config.serving_checks == (True, False)
+    from ps_trainer.estimator import run_config
+    runtime = run_config.runtime_settings(config, config.cluster, 100)
+    assert (runtime.train.startup_timeout_secs, runtime.train.stall_timeout_secs, runtime.train.train_steps) == (
+        7, 30, 100)
+    monkeypatch.delenv(settings.VARIABLE)
+    config = RunConfig(session_creation_timeout_secs=50)
+    assert (config.startup_timeout_secs, config.serving_checks) == (50, (False, False))
+    for text, refusal in (("--local_steps=4", "--local_steps is not taken by an Estimator program's tasks"),
+                          ("--startup_timeout_secs=0", "--startup_timeout_secs=0"),
+                          ("--no_such_flag", "no_such_flag"),
+                          ("startup_timeout_secs=5", "'startup_timeout_secs=5' is not a flag")):
+        monkeypatch.setenv(settings.VARIABLE, text)
+        with pytest.raises(ValueError, match=re.escape(refusal)) as refused:
+            RunConfig()
+        assert str(refused.value).startswith("PS_TRAINER_FLAGS")
+
+
+@pytest.mark.inprocess
+def test_a_program_task_with_a_public_address_is_refused_before_its_server_listens(monkeypatch, capsys):
+    # The trainer's dispatch (training/roles.py) serves both front doors: an Estimator task checks the addresses
+    # its unauthenticated gRPC server would serve before it starts it, as trainer.py's does.
+    from absl import logging as absl_logging
+
+    from ps_trainer import estimator
+    cluster = {"ps": ["8.8.8.8:2222"], "worker": [f"{LOOPBACK}:{free_ports(1)[0]}"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "ps", "index": 0}}))
+    model = estimator.Estimator(lambda features, labels, mode: None, "unused", config=estimator.RunConfig())
+    spec = estimator.TrainSpec(lambda: None, max_steps=1)
+    messages = []
+    monkeypatch.setattr(absl_logging, "error", lambda message, *args: messages.append(message % args))
+    with pytest.raises(SystemExit) as exited:
+        estimator.train_and_evaluate(model, spec, estimator.EvalSpec(lambda: None))
+    from ps_trainer.training import exit_codes
+    assert exited.value.code == exit_codes.BAD_FLAGS.code, messages
+    assert "8.8.8.8:2222" in messages[-1] and "publicly routable" in messages[-1] and "PS_TRAINER_FLAGS" in messages[-1]
+
+
+@pytest.mark.inprocess
+def test_an_estimator_chief_whose_newest_checkpoint_is_corrupt_resumes_the_one_before(tmp_path):
+    # The runtime's saver (training/checkpoints.LiveStateSaver) is an Estimator program's too.
+    import numpy as np
+    import tensorflow as tf
+
+    from ps_trainer import estimator
+
+    v1 = tf.compat.v1
+
+    def model_fn(features, labels, mode):
+        weight = v1.get_variable("weight", [1], initializer=v1.zeros_initializer())
+        loss = tf.reduce_mean(tf.square(features["x"] * weight - labels))
+        train_op = v1.train.GradientDescentOptimizer(0.1).minimize(loss, v1.train.get_global_step())
+        return estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    def input_fn():
+        return tf.data.Dataset.from_tensors(({"x": np.ones([4], np.float32)}, np.ones([4], np.float32))).repeat()
+
+    model = estimator.Estimator(model_fn, str(tmp_path), config=estimator.RunConfig(save_checkpoints_steps=5))
+    model.train(input_fn, max_steps=5)
+    model.train(input_fn, max_steps=10)
+    assert model.latest_checkpoint().endswith("model.ckpt-10")
+    for data in tmp_path.glob("model.ckpt-10.data-*"):
+        data.write_bytes(data.read_bytes()[:2])  # cut short
+    model.train(input_fn, max_steps=12)
+    assert model.get_variable_value("global_step") == 12
+    assert model.latest_checkpoint().endswith("model.ckpt-12")

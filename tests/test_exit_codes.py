@@ -19,7 +19,7 @@ from ps_trainer.cluster import model_dir as layout
 from ps_trainer.cluster import peers, spec
 from tests.support import SCRIPTS
 from ps_trainer.model import user_fn
-from ps_trainer.training import exit_codes, run_record, watchdog, worker
+from ps_trainer.training import exit_codes, roles, run_record, watchdog, worker
 from ps_trainer.training.config import TrainConfig
 from ps_trainer.training.step import update
 
@@ -60,8 +60,8 @@ PATHS = {
             "header has 3]")))),
         trainer.run_evaluator(None))),
     "this task's address is another host's": (exit_codes.OWN_ADDRESS, lambda monkeypatch: (
-        monkeypatch.setattr(trainer.own_address, "problem", lambda cluster: "192.0.2.7 is not an address of this host"),
-        trainer.refuse_unsafe_serving(CLUSTER, allow_public_addresses=True, skip_own_address_check=False))),
+        monkeypatch.setattr(roles.own_address, "problem", lambda cluster: "192.0.2.7 is not an address of this host"),
+        roles.refuse_unsafe_serving(CLUSTER, allow_public_addresses=True, skip_own_address_check=False))),
     "a peer that stopped answering": (exit_codes.CLUSTER_UNAVAILABLE, _raises(
         tf.errors.UnavailableError(None, None, "Socket closed\nAdditional GRPC error information"))),
     "a deadline exceeded": (exit_codes.CLUSTER_UNAVAILABLE, _raises(

@@ -385,21 +385,21 @@ def test_sagemaker_hyperparameters_join_boolean_values():
 
 @pytest.mark.parametrize("hosts", ["--ps_hosts=8.8.8.8:2222", "--ps_hosts=[2001:4860::8888]:2222"])
 def test_a_public_address_is_refused_unless_the_user_says_there_is_a_firewall(hosts):
-    from ps_trainer import trainer
+    from ps_trainer.training import roles
     cluster = read_flags(hosts, "--worker_hosts=10.0.0.2:2222", "--job_name=ps", "--task_index=0").cluster
     with pytest.raises(app.UsageError) as refused:
-        trainer.refuse_unsafe_serving(cluster, allow_public_addresses=False, skip_own_address_check=True)
+        roles.refuse_unsafe_serving(cluster, allow_public_addresses=False, skip_own_address_check=True)
     message = str(refused.value)
     assert "publicly routable" in message and "no authentication" in message
     assert "--allow_public_addresses" in message
-    trainer.refuse_unsafe_serving(cluster, allow_public_addresses=True, skip_own_address_check=True)
+    roles.refuse_unsafe_serving(cluster, allow_public_addresses=True, skip_own_address_check=True)
 
 
 def test_private_loopback_and_cgnat_addresses_are_accepted():
-    from ps_trainer import trainer
+    from ps_trainer.training import roles
     cfg = read_flags("--ps_hosts=10.0.0.1:1,192.168.1.2:1,172.16.0.3:1", "--worker_hosts=127.0.0.1:1,100.64.0.9:1",
                      "--job_name=ps", "--task_index=0")
-    trainer.refuse_unsafe_serving(cfg.cluster, allow_public_addresses=False, skip_own_address_check=True)
+    roles.refuse_unsafe_serving(cfg.cluster, allow_public_addresses=False, skip_own_address_check=True)
     assert cfg.cluster.num_ps == 3
 
 

@@ -136,6 +136,27 @@ def report_uninitialized() -> tf.Tensor:
     return uninitialized
 
 
+def program_scaffold(scaffold, uninitialized, keep_checkpoint_max: int, keep_checkpoint_every_n_hours: float):
+    """A program's Scaffold (an Estimator model_fn's) with the chief's LiveStateSaver (sharded: each ps writes
+    its own part) where the program names no saver of its own, in the scaffold or, where TensorFlow's Scaffold
+    also looks, the graph's SAVERS collection."""
+    if (scaffold is not None and scaffold.saver is not None) or tf.compat.v1.get_collection(
+            tf.compat.v1.GraphKeys.SAVERS):
+        return scaffold or tf.compat.v1.train.Scaffold()
+    saver = LiveStateSaver(uninitialized, sharded=True, max_to_keep=keep_checkpoint_max, save_relative_paths=True,
+                           keep_checkpoint_every_n_hours=keep_checkpoint_every_n_hours)
+    return tf.compat.v1.train.Scaffold(saver=saver, copy_from_scaffold=scaffold)
+
+
+def saver_for_restore(scaffold) -> tf.compat.v1.train.Saver:
+    """The saver that restores a program's graph, where TensorFlow's Scaffold finds it: the scaffold's own, the
+    graph's SAVERS collection's, else one over every saveable object, sharded."""
+    if scaffold is not None and scaffold.saver is not None:
+        return scaffold.saver
+    savers = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.SAVERS)
+    return savers[0] if savers else tf.compat.v1.train.Saver(sharded=True, allow_empty=True)
+
+
 def checkpoint_problem(prefix: str) -> str | None:
     """What is wrong with a written checkpoint, found cheaply (its index read back; its data files'
     count and total size against its variables' bytes), or None."""

@@ -1,18 +1,21 @@
-"""The worker's session loop: MonitoredTrainingSessions one after another until training is over, through
-ps restarts and sessions that end early; a non-chief first waits for the chief to have the variables ready.
+"""The training session loop of both front doors: MonitoredTrainingSessions one after another until training
+is over, through ps restarts and sessions that end early; a non-chief first waits for the chief to have the
+variables ready. The only module that makes training sessions.
 
-The worker role (training/worker.py) calls train_to_the_end, which returns where training ended (Ended).
+The worker role (training/worker.py) and an Estimator program's train (ps_trainer/estimator/) describe their
+sessions (Sessions) and call train_to_the_end, which returns where training ended (Ended).
 """
 
 import time
+from collections.abc import Callable
 from typing import NamedTuple
 
 import tensorflow as tf
 from absl import logging
 
-from ps_trainer.cluster import shutdown, spec
+from ps_trainer.cluster import shutdown
 from ps_trainer.input import work_queue
-from ps_trainer.training import exit_codes, log_lines, run_record
+from ps_trainer.training import exit_codes, log_lines
 from ps_trainer.training.step import sync
 
 v1 = tf.compat.v1
@@ -33,34 +36,73 @@ class Ended(NamedTuple):
     last_step: int
 
 
+class Sessions(NamedTuple):
+    """What each training session of a task is made of, as its front door built it."""
+    train_op: object  # what each run fetches
+    scaffold: v1.train.Scaffold  # with the chief's saver (training/checkpoints.LiveStateSaver)
+    hooks: list
+    chief_only_hooks: list
+    # checkpoints.report_uninitialized() of the graph, built beforehand (a MonitoredTrainingSession that
+    # failed can leave the graph finalized): a non-chief's wait for the chief runs it.
+    uninitialized: tf.Tensor
+    config: v1.ConfigProto
+    # A hook whose `global_step` is the global step when its session began, and after each session.
+    progress: v1.train.SessionRunHook
+    input_queue: object = None  # the input queue's hook (training/queue_hook.py), if the input comes from one
+    not_learning: object = None  # training/learning.NotLearningHook: training ends once it fails
+    # Why this non-chief cannot train beside the chief's run (training/run_record.peer_refusal), or None.
+    peer_refusal: Callable[[], str | None] | None = None
+    # TF1's Estimator: a session that ends (its input's end, a hook's stop request) ends training; for
+    # the trainer only the global step does, and such a session is followed by a new one.
+    ends_with_session: bool = False
+    log_step_count_steps: int = 0  # MonitoredTrainingSession's global_step/sec lines and summaries
+
+
+class GlobalStepAtEnds(v1.train.SessionRunHook):
+    """Sessions.progress for a front door that logs its own progress: the global step read when each
+    session begins and when it ends, not each step (a read each step adds a round trip to the ps)."""
+
+    def __init__(self):
+        self.global_step = 0
+
+    def begin(self):
+        self._global_step = v1.train.get_global_step()
+
+    def after_create_session(self, session, coord):
+        self.global_step = int(session.run(self._global_step))
+
+    def end(self, session):
+        self.global_step = int(session.run(self._global_step))
+
+
 class _Session(NamedTuple):
     ready: bool  # False: a non-chief found the variables not ready, and waits for the chief again
     over_at: int | None = None  # training was over before the session began: the global step it ended at
+    cancelled: bool = False  # a step was cancelled: the session ended for a failure, not at its end
 
 
-def train_to_the_end(cfg, target, graph, hooks, stop=None) -> Ended:
+def train_to_the_end(cfg, target, sessions: Sessions, stop=None) -> Ended:
     """Sessions one after another until the global step reaches --train_steps, a stop is requested or
-    the run is found not learning: a session ends early when a ps restarts or the input ends.
-    `hooks`: training/worker_hooks.WorkerHooks (its progress hook reads the global step of each run)."""
-    cluster, train_cfg, progress = cfg.cluster, cfg.train, hooks.progress
-    config = spec.session_config(cluster)
-    warm = graph.warm_load if cluster.is_chief else None
-    scaffold = v1.train.Scaffold(saver=graph.saver, init_fn=warm.init_fn if warm else None)
+    the run is found not learning: a session ends early when a ps restarts or the input ends."""
+    cluster, train_cfg, progress = cfg.cluster, cfg.train, sessions.progress
     early_ends = 0
     reached = progress.global_step
     while True:
         start_step = reached
-        session = _one_session(cfg, target, config, graph, scaffold, hooks.all, progress)
+        session = _one_session(cfg, target, sessions)
         if not session.ready:
             logging.info("%s: the variables on the ps are not initialized (did a ps task restart?); "
                          "waiting for the chief to restore them", cluster.task_name)
             continue
         reached = progress.global_step if session.over_at is None else session.over_at
-        if ((stop and stop.requested.is_set()) or (hooks.not_learning and hooks.not_learning.failure)
+        not_learning = sessions.not_learning
+        if ((stop and stop.requested.is_set()) or (not_learning and not_learning.failure)
                 or reached >= train_cfg.train_steps):
             return Ended(reached, train_cfg.train_steps)
-        if graph.input_queue and _all_epochs_done(graph.input_queue.feed):
-            now = _global_step_now(target, config)
+        if sessions.ends_with_session and not session.cancelled:
+            return Ended(reached, reached)
+        if sessions.input_queue and _all_epochs_done(sessions.input_queue.feed):
+            now = _global_step_now(target, sessions.config)
             logging.info("%s: input queue: all %d epoch(s) trained; training ends at global step %d",
                          cluster.task_name, train_cfg.num_epochs, now)
             return Ended(now, now)
@@ -78,7 +120,7 @@ def train_to_the_end(cfg, target, graph, hooks, stop=None) -> Ended:
         time.sleep(CHIEF_POLL_SECS)
 
 
-def _one_session(cfg, target, config, graph, scaffold, hooks, progress) -> _Session:
+def _one_session(cfg, target, sessions: Sessions) -> _Session:
     """Trains in one MonitoredTrainingSession until the end or a stop request.
 
     A non-chief's MonitoredTrainingSession re-creates its session after a ps restarts, and then
@@ -86,14 +128,14 @@ def _one_session(cfg, target, config, graph, scaffold, hooks, progress) -> _Sess
     that poll, its first not-ready check raises DeadlineExceededError instead: this worker polls
     with wait_for_chief_ready and enters a new session (the hooks and scaffold are reused).
     """
-    cluster, train_cfg = cfg.cluster, cfg.train
+    cluster, train_cfg, progress = cfg.cluster, cfg.train, sessions.progress
     if not cluster.is_chief:
-        over = wait_for_chief_ready(target, config, train_cfg.startup_timeout_secs, cluster.task_name,
-                                    graph.uninitialized, train_cfg)
+        over = wait_for_chief_ready(target, sessions.config, train_cfg.startup_timeout_secs, cluster.task_name,
+                                    sessions.uninitialized, train_cfg)
         if over is not None:
             return _Session(ready=True, over_at=over)
-        # The chief wrote run.json before it initialized the variables this worker waited for.
-        refusal = run_record.peer_refusal(run_record.read(train_cfg.model_dir), cfg)
+        # The chief's record of its run is written before it initializes the variables this worker waited for.
+        refusal = sessions.peer_refusal() if sessions.peer_refusal else None
         if refusal:
             raise exit_codes.Failure(f"{cluster.task_name}: {refusal}", exit_codes.BAD_FLAGS)
     try:
@@ -101,15 +143,15 @@ def _one_session(cfg, target, config, graph, scaffold, hooks, progress) -> _Sess
                 master=target,
                 is_chief=cluster.is_chief,
                 checkpoint_dir=train_cfg.model_dir,
-                hooks=hooks,
-                chief_only_hooks=list(graph.step.chief_only_hooks),
-                scaffold=scaffold,
+                hooks=sessions.hooks,
+                chief_only_hooks=list(sessions.chief_only_hooks),
+                scaffold=sessions.scaffold,
                 save_checkpoint_steps=train_cfg.save_checkpoint_steps,
                 save_checkpoint_secs=train_cfg.save_checkpoint_secs,
                 save_summaries_steps=train_cfg.save_summaries_steps,
                 save_summaries_secs=None,
-                log_step_count_steps=0,
-                config=config,
+                log_step_count_steps=sessions.log_step_count_steps,
+                config=sessions.config,
                 max_wait_secs=train_cfg.startup_timeout_secs if cluster.is_chief else NOT_READY_RETRY_SECS,
                 stop_grace_period_secs=sync.STOP_GRACE_SECS if train_cfg.sync_replicas else 10,
         ) as sess:
@@ -120,7 +162,7 @@ def _one_session(cfg, target, config, graph, scaffold, hooks, progress) -> _Sess
             # the chief's queue runner has applied that round).
             if progress.global_step < train_cfg.train_steps:
                 while not sess.should_stop():
-                    sess.run(graph.step.train_op)
+                    sess.run(sessions.train_op)
     except tf.errors.DeadlineExceededError as err:
         if cluster.is_chief or SESSION_NOT_READY not in err.message:
             raise
@@ -133,6 +175,7 @@ def _one_session(cfg, target, config, graph, scaffold, hooks, progress) -> _Sess
             raise
         logging.warning("%s: a step was cancelled (a ps task or the network failed mid-step); starting a new "
                         "session", cluster.task_name)
+        return _Session(ready=True, cancelled=True)
     return _Session(ready=True)
 
 

@@ -71,6 +71,13 @@ class StallWatchdog(tf.compat.v1.train.SessionRunHook):
             warned_at = self.check(warned_at)
 
 
+def for_task(cluster, train_cfg) -> StallWatchdog:
+    """The watchdog of a training task, with its settings (training/config.TrainConfig)."""
+    return StallWatchdog(cluster.task_name,
+                         stall_cause(train_cfg.sync_replicas, train_cfg.replicas_to_aggregate, cluster.num_replicas),
+                         train_cfg.stall_warning_secs, train_cfg.stall_timeout_secs)
+
+
 def stall_cause(sync_replicas: bool, replicas_to_aggregate: int, num_workers: int) -> str:
     if sync_replicas and replicas_to_aggregate == num_workers:
         return (f"in sync mode every step needs gradients from all {num_workers} workers, so one that "

@@ -16,7 +16,7 @@ from ps_trainer.input import work_queue
 from ps_trainer.model.dynamic import storage as table_storage
 from ps_trainer.cluster import peers, placement, shutdown, spec
 from ps_trainer.training import checkpoints, chief_claim, evaluator, exit_codes, export, log_lines, preemption
-from ps_trainer.training import plan, resume, session_loop, worker_hooks
+from ps_trainer.training import plan, resume, run_record, session_loop, worker_hooks
 from ps_trainer.training import graph as train_graph
 from ps_trainer.training import momentum
 from ps_trainer.training.step import update
@@ -100,7 +100,7 @@ def _train(cfg, server, stop, task_metrics) -> Trained:
     if cluster.is_chief:
         resume.check_and_record(cfg, graph.input_queue)
     try:
-        ended = session_loop.train_to_the_end(cfg, server.target if server else "", graph, hooks, stop)
+        ended = session_loop.train_to_the_end(cfg, server.target if server else "", _sessions(cfg, graph, hooks), stop)
     except tf.errors.InvalidArgumentError as err:
         error = _training_error(err, cluster, train_cfg, hooks.progress)
         if error is None:
@@ -122,6 +122,19 @@ def _train(cfg, server, stop, task_metrics) -> Trained:
         raise exit_codes.Failure(hooks.not_learning.failure, exit_codes.NOT_LEARNING)
     progress = hooks.progress
     return Trained(ended.global_step, ended.last_step, progress.own_steps, progress.loss, progress.accuracy)
+
+
+def _sessions(cfg, graph, hooks) -> session_loop.Sessions:
+    """This worker's training sessions: its graph's step, saver and hooks."""
+    cluster = cfg.cluster
+    warm = graph.warm_load if cluster.is_chief else None
+    scaffold = v1.train.Scaffold(saver=graph.saver, init_fn=warm.init_fn if warm else None)
+    return session_loop.Sessions(
+        train_op=graph.step.train_op, scaffold=scaffold,
+        hooks=hooks.all, chief_only_hooks=list(graph.step.chief_only_hooks), uninitialized=graph.uninitialized,
+        config=spec.session_config(cluster), progress=hooks.progress, input_queue=graph.input_queue,
+        not_learning=hooks.not_learning,
+        peer_refusal=lambda: run_record.peer_refusal(run_record.read(cfg.train.model_dir), cfg))
 
 
 def _input_data_loss(err: tf.errors.DataLossError) -> bool:

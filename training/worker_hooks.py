@@ -31,10 +31,7 @@ def make_hooks(cfg, graph, stop=None, task_metrics=None) -> WorkerHooks:
         train_cfg.log_every_n_steps, summary_dir=layout.worker_dir(train_cfg.model_dir, cluster.task_dir),
         steps_done=graph.step.steps_done, steps_per_run=train_cfg.step_path.steps_per_run,
         measure_staleness=cluster.is_distributed and not train_cfg.sync_replicas, metrics=task_metrics)
-    stall_watchdog = watchdog.StallWatchdog(
-        cluster.task_name,
-        watchdog.stall_cause(train_cfg.sync_replicas, train_cfg.replicas_to_aggregate, cluster.num_replicas),
-        train_cfg.stall_warning_secs, train_cfg.stall_timeout_secs)
+    stall_watchdog = watchdog.for_task(cluster, train_cfg)
     # The input queue's hook after the step's: in sync mode a step's batch counts once its round is applied.
     hooks = [*graph.step.hooks] + ([graph.input_queue] if graph.input_queue else []) + [progress, stall_watchdog] + (
         [preemption.PreemptionHook(stop)] if stop else [])

@@ -1,21 +1,21 @@
-"""train_and_evaluate: each role of a TF_CONFIG cluster on this project's runtime. A ps serves until every
-training replica has finished and returns (cluster/shutdown.py); the chief and the workers train to
-max_steps and tell the ps tasks (a master, TF_CONFIG's older chief, also evaluates and exports as TF1's
-did); the evaluator evaluates each new checkpoint and returns after the one at max_steps. Without a
+"""train_and_evaluate: each role of a TF_CONFIG cluster on the trainer's dispatch (training/roles.py). A ps
+serves until every training replica has finished and returns (training/ps.py); the chief and the workers
+train to max_steps and tell the ps tasks (a master, TF_CONFIG's older chief, also evaluates and exports as
+TF1's did); the evaluator evaluates each new checkpoint and returns after the one at max_steps. Without a
 cluster in TF_CONFIG it trains to max_steps in this process, then evaluates."""
 
 import collections
 import time
 
 import tensorflow as tf
+from absl import app
 from tensorflow.python.platform import tf_logging as logging  # tf.compat.v1.logging: where a program looks
 
-from ps_trainer import input as inputs
-from ps_trainer import model
 from ps_trainer.cluster import model_dir as layout
-from ps_trainer.cluster import shutdown, spec
-from ps_trainer.training import checkpoints, ending, exit_codes, log_lines, ps, worker
-from ps_trainer.training.config import NO_STEP_LIMIT, RunConfig, TrainConfig  # NO_STEP_LIMIT: the replicas' own ends
+from ps_trainer.cluster import shutdown
+from ps_trainer.estimator import run_config, settings
+from ps_trainer.training import checkpoints, ending, exit_codes, log_lines, roles, worker
+from ps_trainer.training.config import NO_STEP_LIMIT  # NO_STEP_LIMIT: the replicas' own ends
 
 CHECKPOINT_POLL_SECS = 1.0
 
@@ -48,32 +48,28 @@ class EvalSpec(collections.namedtuple("EvalSpec", ["input_fn", "steps", "name", 
 def train_and_evaluate(estimator, train_spec: TrainSpec, eval_spec: EvalSpec):
     """Runs this task's role. As TF1's: in one process it returns (the evaluation's metrics, the exports its
     exporters made); on a cluster, None (the evaluator logs each evaluation's metrics: 'Saving dict for
-    global step N: ...'). A cluster task that cannot reach its end exits with the trainer's code for that
-    ending and its one-line reason (README's exit codes): 138 for a ps not up within the startup timeout."""
+    global step N: ...'). A cluster task runs its role on the trainer's dispatch (training/roles.py) and,
+    if it cannot reach its end, exits with the trainer's code for that ending and its one-line reason
+    (README's exit codes): 138 for a ps not up within the startup timeout."""
     config = estimator.config
-    if config.task_type == spec.EVALUATOR:
-        _exit_unless_done(lambda: _evaluated_to_the_end(estimator, train_spec, eval_spec))
-        return None
-    if not config.cluster.is_distributed:
+    if not config.cluster.job_name:  # one process: TF1's errors reach the program
         estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps)
         return _evaluate_and_export(estimator, eval_spec, estimator.latest_checkpoint(), is_the_final_export=True)
-    _exit_unless_done(lambda: _run_cluster_task(estimator, train_spec, eval_spec))
+    runtime = run_config.runtime_settings(config, config.cluster, train_spec.max_steps)
+    code = ending.exit_code_of(lambda: _run_role(runtime, roles.Roles(
+        train=lambda server: _train_replica(estimator, train_spec, eval_spec, runtime, server),
+        evaluate=lambda: _evaluated_to_the_end(estimator, train_spec, eval_spec)), config.serving_checks))
+    if code != exit_codes.OK:
+        raise SystemExit(code)
     return None
 
 
-def _exit_unless_done(run) -> None:
-    code = ending.exit_code_of(run)
-    if code != exit_codes.OK:
-        raise SystemExit(code)
-
-
-def _runtime_config(estimator, max_steps: int | None) -> RunConfig:
-    """The runtime's settings of this task (training/config.py), from the program's RunConfig: its cluster,
-    model_dir, the step training ends at and the startup timeout."""
-    config = estimator.config
-    return RunConfig(cluster=config.cluster, model=model.ModelConfig(), data=inputs.DataConfig(),
-                     train=TrainConfig(model_dir=estimator.model_dir, train_steps=max_steps or NO_STEP_LIMIT,
-                                       startup_timeout_secs=config.startup_timeout_secs))
+def _run_role(runtime, door, checks) -> int:
+    try:
+        return roles.run(runtime, door, checks)
+    except app.UsageError as err:  # a setting's refusal: trainer.py's flags are PS_TRAINER_FLAGS here
+        raise exit_codes.Failure(f"{err} (an Estimator program's trainer flags: {settings.VARIABLE})",
+                                 exit_codes.BAD_FLAGS) from None
 
 
 def _evaluated_to_the_end(estimator, train_spec, eval_spec) -> int:
@@ -81,26 +77,20 @@ def _evaluated_to_the_end(estimator, train_spec, eval_spec) -> int:
     return exit_codes.OK
 
 
-def _run_cluster_task(estimator, train_spec, eval_spec) -> int:
-    """A ps serves (training/ps.py) until every training replica has finished; the chief and the workers wait
-    for the ps tasks, train to max_steps and tell the ps tasks; a master (TF_CONFIG's older chief) also
-    evaluates and exports, as TF1's did: after a checkpoint save no sooner than throttle_secs after its last
-    evaluation began, and the final checkpoint once training ends, with the final export. Returns the exit
-    code."""
-    runtime = _runtime_config(estimator, train_spec.max_steps)
+def _train_replica(estimator, train_spec, eval_spec, runtime, server) -> int:
+    """A training replica (the chief, a master, a worker) waits for the ps tasks, trains to max_steps and tells
+    the ps tasks; a master (TF_CONFIG's older chief) also evaluates and exports, as TF1's did: after a
+    checkpoint save no sooner than throttle_secs after its last evaluation began, and the final checkpoint
+    once training ends, with the final export. Returns the exit code."""
     cluster = runtime.cluster
-    server = spec.start_server(cluster)
-    if cluster.job_name == spec.PS:
-        return ps.run(runtime, server)
-    worker.wait_for_ps(cluster, runtime.train.startup_timeout_secs, "RunConfig.session_creation_timeout_secs")
-    master = estimator.config.task_type == spec.MASTER
-    listeners = [_EvaluateAfterSaves(estimator, eval_spec)] if master else None
+    worker.wait_for_ps(cluster, runtime.train.startup_timeout_secs, estimator.config.startup_timeout_setting)
+    listeners = [_EvaluateAfterSaves(estimator, eval_spec)] if roles.evaluates_while_training(cluster) else []
     step = estimator._train(train_spec.input_fn, hooks=train_spec.hooks,  # noqa: SLF001  (the Estimator's own training, as train() runs it, on this task's server)
                             max_steps=train_spec.max_steps, saving_listeners=listeners, target=server.target)
     shutdown.report_done(server, cluster, estimator.model_dir, step, runtime.train.train_steps)
     log_lines.log_trained_to(cluster.task_name, step)
-    if master:
-        listeners[0].final_evaluation()
+    for listener in listeners:
+        listener.final_evaluation()
     return exit_codes.OK
 
 

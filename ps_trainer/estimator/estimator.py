@@ -1,6 +1,8 @@
-"""Estimator: TF1's tf.estimator.Estimator on this project's runtime. A model_fn builds the graph; the
-Estimator owns the sessions, the checkpoints, the devices (placement.device_setter on a ps cluster) and
-the waits of a cluster (a non-chief enters its session once the chief has initialized the variables)."""
+"""Estimator: TF1's tf.estimator.Estimator on this project's runtime. A model_fn builds the graph, placed by
+the runtime (placement.device_setter on a ps cluster); training runs in the trainer's session loop
+(training/session_loop.py: a non-chief waits for the chief's variables, sessions are made again after a ps
+restarts) with the chief's saver (training/checkpoints.LiveStateSaver: each save checked, an unreadable
+newest checkpoint passed over) and, on a cluster, the stall watchdog."""
 
 import contextlib
 import os
@@ -14,16 +16,13 @@ from tensorflow.python.training import sync_replicas_optimizer  # the type of it
 
 from ps_trainer.cluster import model_dir as layout
 from ps_trainer.cluster import placement, spec as cluster_spec
-from ps_trainer.estimator import export
+from ps_trainer.estimator import export, run_config
 from ps_trainer.estimator.run_config import RunConfig
 from ps_trainer.model import spec
 from ps_trainer.model.spec import EstimatorSpec, ModeKeys
-from ps_trainer.training import checkpoints
-from ps_trainer.training import session_loop
-from ps_trainer.training.step import sync
+from ps_trainer.training import checkpoints, session_loop, watchdog
 
 v1 = tf.compat.v1
-DEFAULT_STOP_GRACE_SECS = 120  # MonitoredTrainingSession's own
 _SYNC_REPLICAS_HOOK = sync_replicas_optimizer._SyncReplicasOptimizerHook  # noqa: SLF001  (the type of the hook a SyncReplicasOptimizer returns)
 
 
@@ -111,9 +110,12 @@ class Estimator:
         if max_steps is not None and (checkpoints.checkpoint_step(self.latest_checkpoint()) or 0) >= max_steps:
             logging.info("Skipping training since max_steps has already saved.")
             return max_steps
-        cluster = self._config.cluster if target else cluster_spec.ClusterConfig()
+        start_step = checkpoints.checkpoint_step(self.latest_checkpoint()) or 0
+        # With neither steps nor max_steps, training ends with input_fn's data, as TF1's did.
+        last = max_steps if max_steps is not None else (start_step + steps if steps is not None else None)
         with tf.Graph().as_default():
             self._seed()
+            cluster = self._config.cluster if target else cluster_spec.ClusterConfig()
             placed = v1.device(placement.device_setter(cluster)) if cluster.is_distributed else contextlib.nullcontext()
             with placed:
                 global_step = v1.train.get_or_create_global_step()
@@ -124,41 +126,38 @@ class Estimator:
                 if self._warm_start:  # the initializers of the variables it names: a checkpoint in model_dir wins
                     logging.info("Warm-starting with WarmStartSettings: %s", self._warm_start)
                     v1.train.warm_start(*self._warm_start)
-            last_step = _LastGlobalStep(global_step)
-            scaffold = self._scaffold(model.scaffold)
-            uninitialized = checkpoints.report_uninitialized() if not cluster.is_chief else None
-            session_config = self._session_config(cluster)
+            uninitialized = checkpoints.report_uninitialized()
+            scaffold = checkpoints.program_scaffold(model.scaffold, uninitialized, self._config.keep_checkpoint_max,
+                                                    self._config.keep_checkpoint_every_n_hours)
+            # A SyncReplicasOptimizer's chief thread stays blocked on gradients that never come once training
+            # is over: the session's close cancels that wait after the runtime's grace period for sync.
+            syncing = any(isinstance(hook, _SYNC_REPLICAS_HOOK) for hook in (*model.training_hooks, *(hooks or ())))
+            runtime = run_config.runtime_settings(self._config, cluster, last, sync_replicas=syncing,
+                                                  saves=not saving_listeners)
             every = self._config.log_step_count_steps
-            # With neither steps nor max_steps, training ends with input_fn's data, as TF1's did.
-            stop_at = [v1.train.StopAtStepHook(num_steps=steps, last_step=max_steps)] if steps or max_steps else []
-            all_hooks = [*input_hooks, last_step, *stop_at, v1.train.NanTensorHook(model.loss),
-                         *model.training_hooks, *(hooks or ())]
+            progress = session_loop.GlobalStepAtEnds()
+            all_hooks = [*input_hooks, progress, *([v1.train.StopAtStepHook(last_step=last)] if last else []),
+                         v1.train.NanTensorHook(model.loss), *model.training_hooks, *(hooks or ())]
             if every:
                 all_hooks.append(v1.train.LoggingTensorHook({"loss": model.loss, "step": global_step},
                                                             every_n_iter=every))
+            stall = watchdog.for_task(runtime.cluster, runtime.train) if cluster.is_distributed else None
             chief_hooks = list(model.training_chief_hooks)
             if saving_listeners:
                 chief_hooks.append(v1.train.CheckpointSaverHook(
                     self.model_dir, save_secs=self._config.save_checkpoints_secs,
                     save_steps=self._config.save_checkpoints_steps, scaffold=scaffold, listeners=saving_listeners))
-            if not cluster.is_chief:
-                session_loop.wait_for_chief_ready(target, session_config, self._config.startup_timeout_secs,
-                                                 cluster.task_name, uninitialized)
-            # A SyncReplicasOptimizer's chief thread stays blocked on gradients that never come once training
-            # is over: the session's close cancels that wait after the grace period, which TF's default
-            # (120 s) would add to every sync program's end.
-            syncing = any(isinstance(hook, _SYNC_REPLICAS_HOOK) for hook in (*model.training_hooks, *(hooks or ())))
-            with v1.train.MonitoredTrainingSession(
-                    stop_grace_period_secs=sync.STOP_GRACE_SECS if syncing else DEFAULT_STOP_GRACE_SECS,
-                    master=target, is_chief=cluster.is_chief, checkpoint_dir=self.model_dir, scaffold=scaffold,
-                    hooks=all_hooks, chief_only_hooks=chief_hooks,
-                    save_checkpoint_secs=None if saving_listeners else self._config.save_checkpoints_secs,
-                    save_checkpoint_steps=None if saving_listeners else self._config.save_checkpoints_steps,
-                    save_summaries_steps=self._config.save_summary_steps, config=session_config,
-                    log_step_count_steps=every) as session:
-                while not session.should_stop():  # as TF1's loop: the update and the loss, nothing from the ps
-                    session.run((model.train_op, model.loss))
-        return last_step.step
+            sessions = session_loop.Sessions(
+                train_op=(model.train_op, model.loss),  # as TF1's loop: the update and the loss, nothing from the ps
+                scaffold=scaffold, hooks=[*all_hooks, *([stall] if stall else [])], chief_only_hooks=chief_hooks,
+                uninitialized=uninitialized, config=self._session_config(cluster), progress=progress,
+                ends_with_session=True, log_step_count_steps=every)
+            try:
+                ended = session_loop.train_to_the_end(runtime, target, sessions)
+            finally:
+                if stall:
+                    stall.stop()
+        return ended.global_step
 
     # ---------------------------------------------------------------- evaluate
     def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None, name=None) -> dict:
@@ -238,7 +237,7 @@ class Estimator:
             global_step = v1.train.get_or_create_global_step()
             features, labels, input_hooks = _features_and_labels(self._call_input_fn(input_fn, mode))
             model = self._call_model_fn(features, labels if mode == ModeKeys.EVAL else None, mode)
-            creator = v1.train.ChiefSessionCreator(scaffold=self._scaffold(model.scaffold),
+            creator = v1.train.ChiefSessionCreator(scaffold=model.scaffold or v1.train.Scaffold(),
                                                    checkpoint_filename_with_path=checkpoint_path,
                                                    config=self._config.session_config)
             yield global_step, model, creator, input_hooks
@@ -278,16 +277,6 @@ class Estimator:
         if self._config.tf_random_seed is not None:
             v1.set_random_seed(self._config.tf_random_seed)
 
-    def _scaffold(self, scaffold):
-        """model_fn's scaffold, with TF1's Estimator saver where it names none: sharded (each ps writes its
-        own part), keeping config.keep_checkpoint_max."""
-        scaffold = scaffold or v1.train.Scaffold()
-        if scaffold.saver is None and not v1.get_collection(v1.GraphKeys.SAVERS):
-            v1.add_to_collection(v1.GraphKeys.SAVERS, v1.train.Saver(
-                sharded=True, max_to_keep=self._config.keep_checkpoint_max, defer_build=True,
-                keep_checkpoint_every_n_hours=self._config.keep_checkpoint_every_n_hours, save_relative_paths=True))
-        return scaffold
-
     def _session_config(self, cluster) -> v1.ConfigProto:
         """The runtime's session options (device filters, so that no worker waits for another) with the
         program's own on top; soft placement stays on: placement is the runtime's (a summary colocated
@@ -297,17 +286,6 @@ class Estimator:
             config.MergeFrom(self._config.session_config)
         config.allow_soft_placement = True
         return config
-
-
-class _LastGlobalStep(v1.train.SessionRunHook):
-    """The global step when training ends (read once, at the end: a read each step would add a round trip
-    to the ps after every update)."""
-
-    def __init__(self, global_step):
-        self._global_step, self.step = global_step, 0
-
-    def end(self, session):
-        self.step = int(session.run(self._global_step))
 
 
 class _StopAfterRuns(v1.train.SessionRunHook):

@@ -7,6 +7,8 @@ import os
 import tensorflow as tf
 from tensorflow.python.saved_model.model_utils import export_output, export_utils
 
+from ps_trainer.training import checkpoints
+
 v1 = tf.compat.v1
 
 ClassificationOutput = export_output.ClassificationOutput
@@ -82,10 +84,8 @@ def save(estimator, export_dir_base, serving_input_receiver_fn, assets_extra=Non
                                                        predictions=model.predictions)
         signatures = export_utils.build_all_signature_defs(receiver.receiver_tensors, outputs,
                                                            receiver.receiver_tensors_alternatives, serving_only=True)
-        scaffold = estimator._scaffold(model.scaffold)  # noqa: SLF001  (the Estimator's own graph-building steps, as train and evaluate use them)
-        saver = scaffold.saver or v1.get_collection(v1.GraphKeys.SAVERS)[0]
-        saver.build()
-        local_init_op = scaffold.local_init_op or v1.train.Scaffold.default_local_init_op()
+        saver = checkpoints.saver_for_restore(model.scaffold)
+        local_init_op = (model.scaffold and model.scaffold.local_init_op) or v1.train.Scaffold.default_local_init_op()
         with v1.Session(config=estimator.config.session_config) as session:
             saver.restore(session, checkpoint_path)
             builder = v1.saved_model.Builder(temporary)

@@ -6,7 +6,12 @@ import os
 
 import tensorflow as tf
 
+from ps_trainer import input as inputs
+from ps_trainer import model
 from ps_trainer.cluster import resolve, spec
+from ps_trainer.estimator import settings
+from ps_trainer.training import config as runtime
+from ps_trainer.training import roles
 from ps_trainer.training.config import TrainConfig
 
 _USE_DEFAULT = object()
@@ -52,6 +57,7 @@ class RunConfig:
                              f"{session_creation_timeout_secs}")
         self._session_creation_timeout_secs = session_creation_timeout_secs
         self._cluster, self._task_type, self._task_id = _cluster_of(os.environ)
+        self._settings = settings.read(os.environ)
 
     def replace(self, **kwargs) -> "RunConfig":
         """A copy with the named settings changed (TF1's replace)."""
@@ -83,8 +89,26 @@ class RunConfig:
     @property
     def startup_timeout_secs(self) -> int:
         """How long a task waits for its peers (the ps tasks; a worker, for the chief's variables) before it
-        exits 138: session_creation_timeout_secs where the program gives it, else trainer.py's default."""
-        return self._session_creation_timeout_secs or TrainConfig.startup_timeout_secs
+        exits 138: PS_TRAINER_FLAGS's --startup_timeout_secs where given (ps_trainer/estimator/settings.py),
+        else session_creation_timeout_secs where the program gives it, else trainer.py's default."""
+        return (self._settings.startup_timeout_secs or self._session_creation_timeout_secs
+                or TrainConfig.startup_timeout_secs)
+
+    @property
+    def startup_timeout_setting(self) -> str:
+        """Where startup_timeout_secs comes from, as a message names it."""
+        if self._settings.startup_timeout_secs:
+            return f"{settings.VARIABLE} --startup_timeout_secs"
+        return "RunConfig.session_creation_timeout_secs"
+
+    @property
+    def runtime_flags(self) -> settings.Settings:
+        """The trainer's settings PS_TRAINER_FLAGS gives this program (ps_trainer/estimator/settings.py)."""
+        return self._settings
+
+    @property
+    def serving_checks(self) -> roles.ServingChecks:
+        return roles.ServingChecks(self._settings.allow_public_addresses, self._settings.skip_own_address_check)
 
     # The cluster, from TF_CONFIG.
     @property
@@ -97,7 +121,7 @@ class RunConfig:
 
     @property
     def is_chief(self) -> bool:
-        return self._task_type != spec.EVALUATOR and self._cluster.is_chief
+        return self._cluster.is_chief  # the evaluator, outside the cluster, is no chief
 
     @property
     def num_ps_replicas(self) -> int:
@@ -118,6 +142,23 @@ class RunConfig:
     @property
     def evaluation_master(self) -> str:
         return ""
+
+
+def runtime_settings(config: RunConfig, cluster: spec.ClusterConfig, train_steps: int | None,
+                     sync_replicas: bool = False, saves: bool = True) -> runtime.RunConfig:
+    """The runtime's settings of this task (training/config.py) from a program's RunConfig: its cluster (or
+    `cluster`: none for a training outside it), model_dir, the step training ends at (None: no limit), its
+    saves (saves=False: a hook of the program's saves) and the startup timeout."""
+    given = config.runtime_flags
+    train = TrainConfig(model_dir=config.model_dir, train_steps=train_steps or runtime.NO_STEP_LIMIT,
+                        startup_timeout_secs=config.startup_timeout_secs, stall_warning_secs=given.stall_warning_secs,
+                        stall_timeout_secs=given.stall_timeout_secs, worker_gone_secs=given.worker_gone_secs,
+                        sync_replicas=sync_replicas,
+                        replicas_to_aggregate=cluster.num_replicas if sync_replicas else 1,
+                        save_checkpoint_steps=config.save_checkpoints_steps if saves else None,
+                        save_checkpoint_secs=config.save_checkpoints_secs if saves else None,
+                        save_summaries_steps=config.save_summary_steps, keep_checkpoint_max=config.keep_checkpoint_max)
+    return runtime.RunConfig(cluster=cluster, model=model.ModelConfig(), data=inputs.DataConfig(), train=train)
 
 
 def _cluster_of(env) -> tuple[spec.ClusterConfig, str, int]:

@@ -1,0 +1,49 @@
+"""The trainer's settings for an Estimator program, given outside its code: the environment variable
+PS_TRAINER_FLAGS holds trainer.py flags (`PS_TRAINER_FLAGS="--startup_timeout_secs=60 --stall_timeout_secs=300"`),
+read with trainer.py's own definitions into a FlagValues of their own, so the program's flags stay its own.
+
+A flag the Estimator's runtime does not take yet is refused, naming it: none is dropped without a word."""
+
+import os
+import shlex
+from typing import NamedTuple
+
+from absl import flags
+
+from ps_trainer.flags import definitions
+from ps_trainer.training.config import TrainConfig
+
+VARIABLE = "PS_TRAINER_FLAGS"
+TAKEN = ("startup_timeout_secs", "stall_warning_secs", "stall_timeout_secs", "worker_gone_secs",
+         "allow_public_addresses", "skip_own_address_check")
+
+
+class Settings(NamedTuple):
+    """What PS_TRAINER_FLAGS gives a program's tasks; each default is trainer.py's, but the startup timeout's:
+    None, not given (the program's RunConfig(session_creation_timeout_secs=...) then holds)."""
+    startup_timeout_secs: int | None = None
+    stall_warning_secs: int = TrainConfig.stall_warning_secs
+    stall_timeout_secs: int = TrainConfig.stall_timeout_secs
+    worker_gone_secs: int = TrainConfig.worker_gone_secs
+    allow_public_addresses: bool = False
+    skip_own_address_check: bool = False
+
+
+def read(env=os.environ) -> Settings:
+    """The settings in env's PS_TRAINER_FLAGS; ValueError naming the variable and the flag at fault."""
+    text = env.get(VARIABLE, "")
+    if not text.strip():
+        return Settings()
+    values = flags.FlagValues()
+    definitions.define(values)
+    try:
+        leftover = values(["program", *shlex.split(text)])
+    except (flags.Error, ValueError) as err:
+        raise ValueError(f"{VARIABLE}={text!r}: {err}") from None
+    if len(leftover) > 1:
+        raise ValueError(f"{VARIABLE}={text!r}: {leftover[1]!r} is not a flag (write --name=value)")
+    not_taken = [name for name in values if values[name].present and name not in TAKEN]
+    if not_taken:
+        raise ValueError(f"{VARIABLE}: --{not_taken[0]} is not taken by an Estimator program's tasks; these are: "
+                         + ", ".join(f"--{name}" for name in TAKEN))
+    return Settings(**{name: values[name].value for name in TAKEN if values[name].present})

@@ -1,0 +1,65 @@
+"""One dispatch by task type for both front doors, trainer.py's flags and an Estimator program (TF1's
+_TrainingExecutor.run_<task_type>): the evaluator runs outside the cluster; a task with no cluster trains
+alone; a cluster task checks the addresses its server will serve before it listens, then a ps serves
+(training/ps.py) and the chief, a master or a worker trains as its front door says.
+
+Each role returns its exit code (training/exit_codes.py)."""
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+from absl import app
+from absl import logging
+
+from ps_trainer.cluster import allocator, guard, own_address, spec
+from ps_trainer.training import exit_codes, ps
+
+
+class Roles(NamedTuple):
+    """What a front door runs for the roles that differ between doors."""
+    train: Callable[[object], int]  # a training replica (chief, master, worker) on its server, or None: no cluster
+    evaluate: Callable[[], int]  # the evaluator
+
+
+class ServingChecks(NamedTuple):
+    """The checks of the addresses a task's server serves (the gRPC port has no authentication)."""
+    allow_public_addresses: bool = False
+    skip_own_address_check: bool = False
+
+
+def run(cfg, roles: Roles, checks: ServingChecks) -> int:
+    """Runs this task's role (cfg: training/config.RunConfig) to its exit code."""
+    cluster = cfg.cluster
+    if cluster.job_name == spec.EVALUATOR:
+        return roles.evaluate()
+    if not cluster.is_distributed:
+        return roles.train(None)
+    refuse_unsafe_serving(cluster, checks.allow_public_addresses, checks.skip_own_address_check)
+    if cluster.job_name == spec.PS:  # before its server's threads exist
+        settings = allocator.give_back_freed_memory()
+        if settings:
+            logging.info("ps %d: malloc gives freed memory back: %s", cluster.task_index, " ".join(settings))
+    server = spec.start_server(cluster)
+    if cluster.job_name == spec.PS:
+        return ps.run(cfg, server)
+    return roles.train(server)
+
+
+def evaluates_while_training(cluster: spec.ClusterConfig) -> bool:
+    """TF1's master (TF_CONFIG's older name of the chief) evaluates and exports as it trains."""
+    return cluster.is_chief and cluster.chief_job == spec.MASTER and cluster.job_name != spec.EVALUATOR
+
+
+def refuse_unsafe_serving(cluster, allow_public_addresses: bool, skip_own_address_check: bool) -> None:
+    """Before this task's server listens on every interface: UsageError for a publicly routable
+    cluster address (names are looked up here); a transient Failure for an address of this task that
+    is not this host's or a port taken (on Kubernetes, a restarted pod's name can still resolve to its
+    old address for a while)."""
+    if not allow_public_addresses:
+        public = guard.public_addresses(cluster)
+        if public:
+            raise app.UsageError(guard.refusal(public))
+    if not skip_own_address_check:
+        problem = own_address.problem(cluster)
+        if problem:
+            raise exit_codes.Failure(problem, exit_codes.OWN_ADDRESS)
