@@ -88,8 +88,8 @@ def run_role(argv):
     tf.get_logger().handlers.clear()
     cluster = cfg.cluster
     logging.info("cluster from %s: %s", cfg.cluster_source, describe(cluster))
-    return roles.run(cfg, roles.Roles(train=lambda server: worker.run(cfg, server, serve_metrics(cfg)),
-                                      evaluate=lambda: run_evaluator(cfg)),
+    return roles.run(cfg, roles.Roles(train=lambda server, task_metrics: worker.run(cfg, server, task_metrics),
+                                      evaluate=lambda: run_evaluator(cfg), serve_metrics=lambda: serve_metrics(cfg)),
                      roles.ServingChecks(FLAGS.allow_public_addresses, FLAGS.skip_own_address_check))
 
 

@@ -17,8 +17,11 @@ from ps_trainer.training import exit_codes, ps
 
 class Roles(NamedTuple):
     """What a front door runs for the roles that differ between doors."""
-    train: Callable[[object], int]  # a training replica (chief, master, worker) on its server, or None: no cluster
+    # A training replica (chief, master, worker): (its server, or None with no cluster; the task's metrics).
+    train: Callable[[object, object], int]
     evaluate: Callable[[], int]  # the evaluator
+    # Every task but the evaluator, once its server listens: its metrics (training/metrics.py), served, or None.
+    serve_metrics: Callable[[], object] = lambda: None
 
 
 class ServingChecks(NamedTuple):
@@ -33,16 +36,17 @@ def run(cfg, roles: Roles, checks: ServingChecks) -> int:
     if cluster.job_name == spec.EVALUATOR:
         return roles.evaluate()
     if not cluster.is_distributed:
-        return roles.train(None)
+        return roles.train(None, roles.serve_metrics())
     refuse_unsafe_serving(cluster, checks.allow_public_addresses, checks.skip_own_address_check)
     if cluster.job_name == spec.PS:  # before its server's threads exist
         settings = allocator.give_back_freed_memory()
         if settings:
             logging.info("ps %d: malloc gives freed memory back: %s", cluster.task_index, " ".join(settings))
     server = spec.start_server(cluster)
+    task_metrics = roles.serve_metrics()
     if cluster.job_name == spec.PS:
         return ps.run(cfg, server)
-    return roles.train(server)
+    return roles.train(server, task_metrics)
 
 
 def evaluates_while_training(cluster: spec.ClusterConfig) -> bool:

@@ -57,7 +57,7 @@ def train_and_evaluate(estimator, train_spec: TrainSpec, eval_spec: EvalSpec):
         return _evaluate_and_export(estimator, eval_spec, estimator.latest_checkpoint(), is_the_final_export=True)
     runtime = run_config.runtime_settings(config, config.cluster, train_spec.max_steps)
     code = ending.exit_code_of(lambda: _run_role(runtime, roles.Roles(
-        train=lambda server: _train_replica(estimator, train_spec, eval_spec, runtime, server),
+        train=lambda server, _: _train_replica(estimator, train_spec, eval_spec, runtime, server),
         evaluate=lambda: _evaluated_to_the_end(estimator, train_spec, eval_spec)), config.serving_checks))
     if code != exit_codes.OK:
         raise SystemExit(code)
