@@ -76,6 +76,7 @@ class ModelOutput(NamedTuple):
     loss: tf.Tensor
     accuracy: tf.Tensor
     auc: tf.Tensor | None  # for two classes: the batch's ROC AUC of class 1
+    own_update: spec.OwnUpdate | None = None  # a model_fn's own train_op (model/user_fn.py), run as written
 
 
 def needs_of(name: str) -> Needs:
@@ -113,7 +114,8 @@ def build(features, labels, model_cfg: ModelConfig, data_spec, summaries: bool =
     correct = tf.equal(tf.argmax(logits, axis=1, output_type=labels.dtype), labels)
     accuracy = tf.math.divide_no_nan(tf.reduce_sum(tf.cast(correct, tf.float32)), count, name="batch_accuracy")
     auc = batch_auc(labels, probabilities[:, 1]) if data_spec.num_classes == 2 else None
-    output = ModelOutput(logits, probabilities, model_spec.loss, accuracy, auc)
+    output = ModelOutput(logits, probabilities, model_spec.loss, accuracy, auc,
+                         spec.own_update(model_spec) if training else None)
     if summaries:
         summarize(output)
     return output

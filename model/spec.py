@@ -72,6 +72,22 @@ class EstimatorSpec(collections.namedtuple("EstimatorSpec", _FIELDS)):
                                tuple(prediction_hooks or ()))
 
 
+class OwnUpdate(NamedTuple):
+    """A model_fn's own update, which the runtime runs as written: its EstimatorSpec's train_op and the hooks
+    of its training."""
+    train_op: object
+    hooks: tuple = ()
+    chief_hooks: tuple = ()
+
+
+def own_update(model_spec) -> OwnUpdate | None:
+    """The update a model_fn's TRAIN spec makes itself, or None: it leaves the update to the runtime."""
+    if getattr(model_spec, "train_op", None) is None:
+        return None
+    return OwnUpdate(model_spec.train_op, tuple(getattr(model_spec, "training_hooks", ()) or ()),
+                     tuple(getattr(model_spec, "training_chief_hooks", ()) or ()))
+
+
 class Params(NamedTuple):
     """What the trainer gives one of its own models' model_fns as `params`."""
     model_cfg: object  # model.ModelConfig

@@ -2,13 +2,15 @@
 
 The function takes `features` and any of `labels`, `mode`, `params` (--model_fn_params) and `config`
 (None), as an Estimator's model_fn does, and returns an EstimatorSpec (ps_trainer.estimator's, or any
-object with its fields) on the contract the trainer's own models keep (model/spec.py): it leaves the
-update to the runtime, with a `loss` and no `train_op` in TRAIN mode, and its `predictions` are the
-logits. The trainer then trains that loss as it trains its own models (--optimizer, --learning_rate and
-the levers: --local_steps, --accumulate_batches, --sync_replicas), on its own input sources (--dataset:
+object with its fields) on the contract the trainer's own models keep (model/spec.py): its `predictions`
+are the logits, and in TRAIN mode it has a `loss`. Where it leaves the update to the runtime (no
+`train_op`), the trainer trains that loss as it trains its own models (--optimizer, --learning_rate and
+the levers: --local_steps, --accumulate_batches, --sync_replicas); where it returns a `train_op`, that op is
+the update, run as written with its training hooks, as an Estimator runs it (training/graph.py refuses the
+levers that make the update themselves, in one line). Either way it reads the trainer's input sources (--dataset:
 the features a model_fn reads by name; a --multi_valued_columns column as a SparseTensor of its values,
 as TF1's parse_example gave a variable-length feature), and judges held-out data, exports and serves by the logits,
-as for its own models. A model_fn that builds its own train_op runs as an Estimator program (docs/estimator.md).
+as for its own models. The same file also runs in an Estimator program (docs/estimator.md).
 """
 
 import ast
@@ -100,10 +102,6 @@ def model_fn(features, labels, mode: str, params: spec.Params) -> spec.Estimator
                 for name, value in features.items()}
     with tf.compat.v1.variable_scope(model_cfg.name), column.building(options, mode == spec.ModeKeys.TRAIN):
         found = spec.call_model_fn(function, features, labels, mode, params_of(model_cfg.model_fn_params), None)
-    if mode == spec.ModeKeys.TRAIN and getattr(found, "train_op", None) is not None:
-        raise ModelFnError(f"--model_fn={model_cfg.model_fn}: its EstimatorSpec has a train_op; under trainer.py "
-                           "the runtime makes the update (return the loss alone), or run the program as an "
-                           "Estimator program (docs/estimator.md)")
     loss = getattr(found, "loss", None)
     if mode != spec.ModeKeys.PREDICT and loss is None:
         raise ModelFnError(f"--model_fn={model_cfg.model_fn}: its EstimatorSpec has no loss in {mode} mode")
@@ -116,4 +114,8 @@ def model_fn(features, labels, mode: str, params: spec.Params) -> spec.Estimator
         return spec.EstimatorSpec(mode, predictions={"logits": logits})
     count = tf.cast(tf.size(labels), tf.float32)
     loss = tf.cond(count > 0, lambda: tf.cast(loss, tf.float32), lambda: tf.constant(0.0), name="cross_entropy")
-    return spec.EstimatorSpec(mode, predictions={"logits": logits}, loss=loss)
+    update = spec.own_update(found) if mode == spec.ModeKeys.TRAIN else None
+    if update is None:
+        return spec.EstimatorSpec(mode, predictions={"logits": logits}, loss=loss)
+    return spec.EstimatorSpec(mode, predictions={"logits": logits}, loss=loss, train_op=update.train_op,
+                              training_hooks=update.hooks, training_chief_hooks=update.chief_hooks)

@@ -17,7 +17,8 @@ from ps_trainer.model.dynamic import storage as table_storage, upkeep as table_u
 from ps_trainer.cluster import model_dir as layout
 from ps_trainer.cluster import placement, spec
 from ps_trainer.input import work_queue
-from ps_trainer.training import checkpoints, queue_hook, step, warm_start
+from ps_trainer.model import user_fn
+from ps_trainer.training import checkpoints, plan, queue_hook, step, warm_start
 from ps_trainer.training import optimizers, schedules
 
 v1 = tf.compat.v1
@@ -99,7 +100,12 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
             with v1.variable_scope(v1.get_variable_scope(), custom_getter=getter, reuse=v1.AUTO_REUSE):
                 return model.build(features, labels, model_cfg, data_spec, summaries=False, training=True), labels
 
+        if cfg.model.model_fn:
+            _refuse_own_update(cfg, model_cfg, data_spec)
         first, first_labels = forward()
+        if first.own_update is not None:
+            logging.info("%s: the model_fn's own train_op is the update, run as written: --optimizer, "
+                         "--learning_rate and --clip_gradient_norm do not apply", cluster.task_name)
         learning_rate = schedules.learning_rate(global_step, train)
         v1.summary.scalar("learning_rate", learning_rate)
         optimizer = optimizers.make_optimizer(learning_rate, train)
@@ -138,6 +144,23 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
                                           drops_first_step=built.drops_next_push,
                                           audit_path=audit)
     return TrainGraph(saver, built, uninitialized, queue, tables, warm)
+
+
+def _refuse_own_update(cfg, model_cfg, data_spec) -> None:
+    """A model_fn that returns its own train_op trains on the single step path, its update as written; where a
+    lever makes the update, ModelFnError in one line. The model_fn is asked in a scratch graph first: under a
+    lever's custom getter its optimizer would fail on the copies it is handed, with no word of why."""
+    refusal = plan.own_update_refusal(cfg.train.step_path.name, cfg.train.sync_replicas, cfg.model.embedding)
+    if refusal is None:
+        return
+    with tf.Graph().as_default():
+        features, labels, *_ = v1.data.make_one_shot_iterator(
+            inputs.batches(cfg.data, inputs.Shard(0, 1), cfg.train.batch_size)).get_next()
+        built = model.build(features, labels, model_cfg, data_spec, summaries=False, training=True)
+    if built.own_update is not None:
+        raise user_fn.ModelFnError(
+            f"--model_fn={cfg.model.model_fn}: its EstimatorSpec has a train_op, and {refusal}: return the loss "
+            "alone (the runtime's --optimizer then makes the update), or train without that flag")
 
 
 def _trained_tags(read_tags, built, train):

@@ -148,6 +148,20 @@ ROUNDS = "rounds"  # --local_steps with the tables' rows copied too: a run reads
 ACCUMULATE = "accumulate_batches"  # synchronous: one gradient per --accumulate_batches micro-batches
 
 
+def own_update_refusal(path: str, sync: bool, embedding: str) -> str | None:
+    """Why a model_fn's own train_op cannot be the update on this path, or None: a lever that makes the update
+    itself (its own steps, pushes or aggregation of the runtime optimizer's gradients, or dynamic tables that
+    evict rows of that optimizer's slots) cannot take an op already built."""
+    if path != SINGLE:
+        flag = LOCAL_STEPS if path == ROUNDS else path
+        return f"--{flag} makes the update itself"
+    if sync:
+        return "--sync_replicas aggregates the runtime optimizer's gradients"
+    if embedding == "dynamic":
+        return "--embedding=dynamic tables evict and reconcile rows of the runtime optimizer's slots"
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class StepSettings:
     local_steps: int = 1

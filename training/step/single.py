@@ -26,8 +26,13 @@ class Update(NamedTuple):
 
 
 def build(ctx: StepContext) -> Step:
-    update_ = make_train_op(ctx.first.loss, ctx.optimizer, ctx.global_step, ctx.cluster, ctx.train,
-                            ctx.stop_requested)
+    own = ctx.first.own_update
+    if own is not None:  # a model_fn's own train_op: the update as written (training/graph.py checked the path)
+        update_ = Update(own.train_op, (*own.hooks, v1.train.StopAtStepHook(last_step=ctx.train.train_steps)),
+                         own.chief_hooks)
+    else:
+        update_ = make_train_op(ctx.first.loss, ctx.optimizer, ctx.global_step, ctx.cluster, ctx.train,
+                                ctx.stop_requested)
     return update_.step(Metrics.of(ctx.first), ctx.first_labels)
 
 
