@@ -596,3 +596,45 @@ def test_an_estimator_chief_whose_newest_checkpoint_is_corrupt_resumes_the_one_b
     model.train(input_fn, max_steps=12)
     assert model.get_variable_value("global_step") == 12
     assert model.latest_checkpoint().endswith("model.ckpt-12")
+
+
+@pytest.mark.pure
+def test_the_module_paths_estimator_code_imports_from_resolve_to_this_implementation():
+    import importlib
+
+    from ps_trainer import estimator
+    from ps_trainer.estimator import canned
+    tfe = importlib.import_module("tensorflow_estimator")
+    assert tfe.estimator is estimator
+    for prefix in ("tensorflow_estimator.python.estimator", "tensorflow.python.estimator"):
+        assert importlib.import_module(f"{prefix}.estimator_lib") is estimator
+        assert importlib.import_module(f"{prefix}.model_fn").EstimatorSpec is estimator.EstimatorSpec
+        assert importlib.import_module(f"{prefix}.export.export").ServingInputReceiver is (
+            estimator.export.ServingInputReceiver)
+        assert importlib.import_module(f"{prefix}.canned.optimizers").get_optimizer_instance is (
+            canned.get_optimizer_instance)
+        head = importlib.import_module(f"{prefix}.canned.head")
+        with pytest.raises(TypeError):  # TF1's interface: abstract until a library's head implements it
+            head._Head()
+        with pytest.raises(AttributeError, match=rf"{re.escape(prefix)}\.canned\.head\._RegressionHead is not "
+                                                 "covered by ps_trainer.estimator"):
+            head._RegressionHead  # noqa: B018
+    import tensorflow as tf
+    assert isinstance(canned.get_optimizer_instance("Adam", 0.1), tf.compat.v1.train.AdamOptimizer)
+    with pytest.raises(ValueError, match="learning_rate must be given"):
+        canned.get_optimizer_instance("Adam")
+
+
+@pytest.mark.e2e
+def test_a_deepctr_estimator_program_trains_evaluates_predicts_and_exports_with_one_line_added(tmp_path):
+    # DeepCTR's estimators import the Estimator's internals (tensorflow.python.estimator.canned.head._Head,
+    # canned.optimizers.get_optimizer_instance) and Keras layers by `from tensorflow.keras.layers import`.
+    result = subprocess.run([sys.executable, str(ROOT / "tests" / "programs" / "deepctr_deepfm.py"),
+                             str(tmp_path / "model")], capture_output=True, text=True, timeout=TIMEOUT, cwd=tmp_path,
+                            stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = re.search(r"AUC ([0-9.]+) at global step (\d+); scored 5 .*; exported (\S+)", result.stdout)
+    assert found, result.stdout[-2000:] + result.stderr[-2000:]
+    assert float(found.group(1)) > 0.8, found.group(0)  # the labels allow about 0.85; chance is 0.5
+    assert int(found.group(2)) == 235  # 5 epochs of 3,000 examples at 64: until the input ends
+    assert (tmp_path / "model" / "export").is_dir() and any((tmp_path / "model" / "export").glob("*/saved_model.pb"))

@@ -25,6 +25,7 @@ from ps_trainer.estimator.canned import (  # noqa: E402
 from ps_trainer.estimator.distribute import EvalSpec, TrainSpec, train_and_evaluate  # noqa: E402
 from ps_trainer.estimator.estimator import Estimator, WarmStartSettings  # noqa: E402
 from ps_trainer.estimator.exporters import BestExporter, Exporter, FinalExporter, LatestExporter  # noqa: E402
+from ps_trainer.estimator import module_paths  # noqa: E402
 from ps_trainer.estimator.run_config import RunConfig  # noqa: E402
 from ps_trainer.model.spec import EstimatorSpec, ModeKeys  # noqa: E402
 
@@ -55,6 +56,7 @@ def _install(estimator_module) -> None:
         if name.startswith(api) and module is not None:
             sys.modules.setdefault("tensorflow." + name[len(api):], module)
     tf.estimator = estimator_module
+    module_paths.install(estimator_module)
     for name, module in list(sys.modules.items()):
         if name.startswith("tensorflow") and name.endswith(("compat.v1", "compat.v2")) and module is not None:
             module.estimator = estimator_module

@@ -26,10 +26,12 @@ COMBINED_LINEAR_LEARNING_RATE = 0.005
 MIN_SLICE_BYTES = 64 << 20
 
 
-def _optimizer(optimizer, learning_rate):
-    """An optimizer as TF1's canned estimators took one: a name (with the default learning rate), an
-    instance, or a callable that returns one."""
+def get_optimizer_instance(optimizer, learning_rate=None):
+    """An optimizer as TF1's canned estimators took one (TF1's canned/optimizers.get_optimizer_instance): a
+    name (with a learning rate), an instance, or a callable that returns one."""
     if isinstance(optimizer, str):
+        if learning_rate is None:
+            raise ValueError(f"learning_rate must be given with the optimizer's name ({optimizer!r})")
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer {optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
         return OPTIMIZERS[optimizer](learning_rate=learning_rate)
@@ -225,9 +227,10 @@ def _model_fn(head, dnn=None, linear=None):
 
         def train_op_fn(loss):
             if dnn is not None:
-                parts.append((_optimizer(dnn["optimizer"], dnn["learning_rate"]), _scope_variables("dnn")))
+                parts.append((get_optimizer_instance(dnn["optimizer"], dnn["learning_rate"]), _scope_variables("dnn")))
             if linear is not None:
-                parts.append((_optimizer(linear["optimizer"], linear["learning_rate"]), _scope_variables("linear")))
+                parts.append((get_optimizer_instance(linear["optimizer"], linear["learning_rate"]),
+                              _scope_variables("linear")))
             return _minimize(loss, parts)
 
         return head.spec(features, mode, logits, labels, train_op_fn)

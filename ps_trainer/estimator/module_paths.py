@@ -1,0 +1,93 @@
+"""The module paths Estimator code imports from, resolved to this implementation: `tensorflow_estimator` (the
+package TF 2.x programs installed: `import tensorflow_estimator as tfe; tfe.estimator.X`), and the internals
+that libraries reach into under `tensorflow_estimator.python.estimator.*` and `tensorflow.python.estimator.*`
+(DeepCTR: `canned.head._Head`, `canned.optimizers.get_optimizer_instance`). Each path is registered in
+sys.modules, so `import` and `from ... import` find these objects and load nothing of their own; a name the
+internals do not cover fails where it is used, naming it."""
+
+import abc
+import sys
+import types
+
+import tensorflow.python as tensorflow_python
+
+from ps_trainer.estimator import canned, distribute, estimator, export, exporters, inputs, run_config
+from ps_trainer.model import spec
+
+PREFIXES = ("tensorflow_estimator.python.estimator", "tensorflow.python.estimator")
+
+
+class _Head(abc.ABC):
+    """TF1's head interface (canned/head.py's _Head): what a head gives a model_fn from its logits. A library's
+    head subclasses it and implements each member."""
+
+    @property
+    @abc.abstractmethod
+    def name(self):
+        """The head's name, the suffix of its metric keys, or None."""
+
+    @property
+    @abc.abstractmethod
+    def logits_dimension(self):
+        """The last dimension of the logits this head takes."""
+
+    @abc.abstractmethod
+    def create_loss(self, features, mode, logits, labels):
+        """The loss of a batch."""
+
+    @abc.abstractmethod
+    def create_estimator_spec(self, features, mode, logits, labels=None, optimizer=None, train_op_fn=None,
+                              regularization_losses=None):
+        """The EstimatorSpec of `mode`."""
+
+
+def _module(name: str, doc: str, **attributes) -> types.ModuleType:
+    module = types.ModuleType(name, doc)
+    module.__dict__.update(attributes)
+
+    def __getattr__(attribute):
+        raise AttributeError(f"{name}.{attribute} is not covered by ps_trainer.estimator (docs/estimator.md lists "
+                             "what is)")
+    module.__getattr__ = __getattr__
+    return module
+
+
+def _internals(prefix: str, public) -> dict[str, types.ModuleType]:
+    """The internal modules under `prefix`, by their full names."""
+    head = _module(f"{prefix}.canned.head", "TF1's head interface.", _Head=_Head)
+    optimizers = _module(f"{prefix}.canned.optimizers", "TF1's optimizer lookup.",
+                         get_optimizer_instance=canned.get_optimizer_instance)
+    canned_ = _module(f"{prefix}.canned", "TF1's canned estimators.", head=head, optimizers=optimizers,
+                      dnn=canned, linear=canned, dnn_linear_combined=canned)
+    model_fn = _module(f"{prefix}.model_fn", "TF1's EstimatorSpec.", EstimatorSpec=spec.EstimatorSpec,
+                       ModeKeys=spec.ModeKeys)
+    export_ = _module(f"{prefix}.export", "TF1's export package.",
+                      **{name: getattr(export, name) for name in dir(export) if not name.startswith("_")},
+                      export=export, export_lib=export)
+    root = _module(prefix, "TF1's Estimator package.", canned=canned_, model_fn=model_fn, export=export_,
+                   estimator=estimator, estimator_lib=public, run_config=run_config, training=distribute,
+                   exporter=exporters, inputs=inputs)
+    modules = {prefix: root, f"{prefix}.canned": canned_, f"{prefix}.canned.head": head,
+               f"{prefix}.canned.optimizers": optimizers, f"{prefix}.model_fn": model_fn,
+               f"{prefix}.export": export_, f"{prefix}.export.export": export, f"{prefix}.export.export_lib": export,
+               f"{prefix}.estimator": estimator, f"{prefix}.estimator_lib": public,
+               f"{prefix}.run_config": run_config, f"{prefix}.training": distribute,
+               f"{prefix}.exporter": exporters, f"{prefix}.inputs": inputs}
+    for suffix in ("canned.dnn", "canned.linear", "canned.dnn_linear_combined"):
+        modules[f"{prefix}.{suffix}"] = canned
+    return modules
+
+
+def install(public) -> None:
+    """Registers every path for `public`, the ps_trainer.estimator module (tf.estimator)."""
+    modules = {}
+    for prefix in PREFIXES:
+        modules.update(_internals(prefix, public))
+    python = _module("tensorflow_estimator.python", "", estimator=modules[PREFIXES[0]])
+    package = _module("tensorflow_estimator", "TF1's Estimator, as the tensorflow_estimator package.",
+                      estimator=public, python=python)
+    modules["tensorflow_estimator"] = package
+    modules["tensorflow_estimator.python"] = package.python
+    for name, module in modules.items():
+        sys.modules.setdefault(name, module)
+    tensorflow_python.estimator = sys.modules[PREFIXES[1]]
