@@ -176,7 +176,7 @@ def run(cluster, model_dir, train_steps: int, chaos_secs: float, interval_secs=(
     left = [_name(key) for key, code in codes.items() if code is None]
     cluster.stop_all(grace_secs=5)
     finished = {_name(key): int(v["global_step"]) if (v := log_lines.finished_values(cluster.log(*key))) else None
-                for key, _ in cluster.tasks() if key[0] != "ps"}
+                for key, _ in cluster.tasks() if key[0] not in ("ps", "evaluator")}
     return ChaosReport(
         train_steps=train_steps, kills=kills, unexpected_exits=unexpected, finished_steps=finished,
         checkpoint_steps=checkpoints, time_lost_secs=_time_lost(faults.progress(cluster), behind),

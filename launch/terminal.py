@@ -68,8 +68,6 @@ def launch(cluster, timeout_secs: float, ps_exit_secs: float) -> int:
     chief_job, chief_index = _trainers(cluster)[0]
     chief_log = cluster.log(chief_job, chief_index)
     chief = log_lines.finished_values(chief_log)
-    if not chief and log_lines.trained_to(chief_log) is not None:  # a TF1 program's chief
-        chief = {"global_step": str(log_lines.trained_to(chief_log))}
     held_out = (f"held-out loss {chief['heldout_loss']}, held-out accuracy {chief['heldout_accuracy']} "
                 "(final checkpoint); " if "heldout_accuracy" in chief else "")
     print(f"\nsummary: final step {chief.get('global_step', '?')}, {held_out}last batch loss {chief.get('loss', '?')}, "

@@ -10,15 +10,21 @@
     python scripts/inject_fault.py --chaos_kills=4 --train_steps=2000 --num_ps=2   # 4 kills, by global step
     python scripts/inject_fault.py --chaos_secs=60 --num_epochs=3 --train_steps=1000000 -- --dataset=csv \
         --data_dir=/data/clicks ...          # the same through --input_queue, judged by its epochs
+    python scripts/inject_fault.py --chaos_kills=2 --seed=5 --train_steps=2000 \
+        --program=tests/programs/clicks_estimator.py   # an Estimator program's cluster, as trainer.py's
 
 Prints whether training finished, the final step, whether the final checkpoint restores, and the
 time lost; exits 0 only if all of it went right. Chaos mode kills a random running task (ps tasks
 included) every --chaos_interval_secs for --chaos_secs, restarts each after a random short delay,
 lets training run to its end, and lists every violation of: exit 0 only at --train_steps, checkpoint
-steps never go back, nothing left running. Flags after '--' go to every trainer.py.
+steps never go back, nothing left running. Flags after '--' go to every trainer.py. With --program
+(chaos mode), an Estimator program runs in place of trainer.py, as scripts/run_local.py runs one (a
+chief, --num_workers - 1 workers, the ps tasks and an evaluator, told their roles by TF_CONFIG), given
+--model_dir and --train_steps (its max_steps) and the flags after '--'.
 """
 
 import json
+import pathlib
 import random
 
 from absl import app, flags
@@ -53,6 +59,8 @@ flags.DEFINE_integer("num_epochs", 0, "Chaos mode: train with --input_queue to t
 flags.DEFINE_integer("save_checkpoint_steps", 100, "Checkpoint interval of the run.", lower_bound=1)
 flags.DEFINE_bool("preload", True, "Fork every task, and every restart, from one process that has imported the "
                   "trainer (3-4 s of CPU less each); --nopreload starts each as `python trainer.py`.")
+flags.DEFINE_string("program", None, "Chaos mode: a TF1 Estimator program (train_and_evaluate from TF_CONFIG, "
+                    "`import ps_trainer.estimator`, flags --model_dir and --train_steps) in place of trainer.py.")
 flags.DEFINE_string("report_json", None, "Also write the report to this file as JSON.")
 terminal.define_flags("runs/fault-<timestamp>", timeout_secs=900, ps_exit_secs=30)
 FLAGS = flags.FLAGS
@@ -92,17 +100,35 @@ def main(argv):
         return 1
 
 
+def chaos_cluster(trainer_args, run_dir, model_dir) -> LocalCluster:
+    """The cluster chaos mode runs: trainer.py's, or --program's (the chief one of --num_workers, as
+    scripts/run_local.py starts a program, with an evaluator)."""
+    if FLAGS.program:
+        if not pathlib.Path(FLAGS.program).is_file():
+            raise app.UsageError(f"--program={FLAGS.program}: no such file")
+        return LocalCluster(run_dir, FLAGS.num_ps, FLAGS.num_workers - 1,
+                            [f"--model_dir={model_dir}", f"--train_steps={FLAGS.train_steps}", *trainer_args],
+                            chief=True, program=FLAGS.program, evaluator=True)
+    epochs = ["--input_queue", "--input_queue_audit", f"--num_epochs={FLAGS.num_epochs}"] if FLAGS.num_epochs else []
+    return LocalCluster(run_dir, FLAGS.num_ps, FLAGS.num_workers,
+                        [*trainer_flags(trainer_args, model_dir), f"--train_steps={FLAGS.train_steps}",
+                         f"--save_checkpoint_steps={FLAGS.save_checkpoint_steps}", *epochs], preload=FLAGS.preload)
+
+
+def trainer_flags(trainer_args, model_dir) -> list[str]:
+    return [f"--model_dir={model_dir}", "--log_every_n_steps=10", f"--keep_checkpoint_max={KEEP_CHECKPOINT_MAX}",
+            *trainer_args]
+
+
 def run(trainer_args, run_dir):
     rng = random.Random(FLAGS.seed)
     model_dir = run_dir / "model"
-    trainer_args = [f"--model_dir={model_dir}", "--log_every_n_steps=10",
-                    f"--keep_checkpoint_max={KEEP_CHECKPOINT_MAX}", *trainer_args]
+    if FLAGS.program and not (FLAGS.chaos_secs or FLAGS.chaos_kills):
+        raise app.UsageError(f"--program={FLAGS.program} runs in chaos mode only: give --chaos_kills or --chaos_secs")
     if FLAGS.chaos_secs or FLAGS.chaos_kills:
-        epochs = ["--input_queue", "--input_queue_audit", f"--num_epochs={FLAGS.num_epochs}"] \
-            if FLAGS.num_epochs else []
-        cluster = LocalCluster(run_dir, FLAGS.num_ps, FLAGS.num_workers,
-                               [*trainer_args, f"--save_checkpoint_steps={FLAGS.save_checkpoint_steps}",
-                                f"--train_steps={FLAGS.train_steps}", *epochs], preload=FLAGS.preload)
+        cluster = chaos_cluster(trainer_args, run_dir, model_dir)
+        if FLAGS.program:  # its tasks are not forked from a preloaded trainer: this process reads the checkpoints
+            faults.registered_step(model_dir)  # itself, so TensorFlow loads now, not while the first kill is due
         at_steps = chaos.kill_steps(FLAGS.train_steps, FLAGS.chaos_kills, FLAGS.seed) if FLAGS.chaos_kills else None
         when = f"at global steps {at_steps}" if at_steps else f"for {FLAGS.chaos_secs:g} s"
         print(f"chaos: killing random tasks {when}; logs in {run_dir}", flush=True)
@@ -112,6 +138,7 @@ def run(trainer_args, run_dir):
                                FLAGS.seed, FLAGS.timeout_secs, num_epochs=FLAGS.num_epochs, at_steps=at_steps)
         ok = not report.violations
     elif FLAGS.during_saves:
+        trainer_args = trainer_flags(trainer_args, model_dir)
         cluster = LocalCluster(run_dir, FLAGS.num_ps, 1, [*trainer_args, "--save_checkpoint_steps=1",
                                                           "--train_steps=1000000000"], preload=FLAGS.preload)
         print(f"killing the chief during checkpoint saves, {FLAGS.during_saves} times; logs in {run_dir}",
@@ -121,6 +148,7 @@ def run(trainer_args, run_dir):
                                               KEEP_CHECKPOINT_MAX, FLAGS.timeout_secs, seed=FLAGS.seed)
         ok = report.clean
     else:
+        trainer_args = trainer_flags(trainer_args, model_dir)
         job, index = target(rng, FLAGS.num_ps, FLAGS.num_workers)
         at_step = (int(FLAGS.at_step) if FLAGS.at_step != "random"
                    else rng.randint(FLAGS.train_steps // 10, FLAGS.train_steps * 6 // 10))

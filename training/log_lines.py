@@ -7,6 +7,9 @@ read back from its log file (absl's prefix, then the message):
     worker:1 step 400/2000 loss 0.5321 accuracy 0.844 9120 examples/sec 0:00:21 left
     worker:1 finished: global_step=2000 local_steps=1004 loss=0.3712 accuracy=0.891 seconds=48.0
 
+An Estimator program's training replicas write the first-step and 'finished:' lines too (the runtime's,
+ps_trainer.estimator), between TF1's own progress lines (`loss = 0.52, step = 400`).
+
 The 'finished:' line is key=value pairs, so a reader takes whichever fields it knows (local_steps: the
 steps this worker ran itself, whatever the --local_steps lever). With
 --input_queue a worker also writes the epochs it saw end and, at its end, what it trained of each:
@@ -31,7 +34,8 @@ _EPOCH_DONE = re.compile(_PREFIX + _TASK
                          + r": input queue: epoch (\d+) done at global step (\d+): (\d+) examples")
 _EPOCH_TALLY = re.compile(_PREFIX + _TASK + r": input queue: trained (\d+) file\(s\), (\d+) examples of epoch (\d+)"
                           r"(?:, (\d+) of them by an earlier reader)?(?:.*, (\d+) of them trained here before)?")
-_TRAINED_TO = re.compile(_PREFIX + _TASK + r": trained to global step (\d+)$")
+# TF1's own progress line (LoggingTensorHook's), which an Estimator program logs: it names no task.
+_ESTIMATOR_PROGRESS = re.compile(_PREFIX + r"loss = (?P<loss>[^,]+), step = (?P<step>\d+)")
 _SESSION_AGAIN = re.compile(_PREFIX + _TASK + r" training session made again at global step (\d+)")
 _ANY_TASK_LINE = re.compile(_PREFIX + _TASK + r" (.*)$")
 _KEY_VALUE = re.compile(r"(\w+)=(\S+)")
@@ -61,17 +65,6 @@ def error_cause(message: str, limit: int = 300) -> str:
 
 def log_first_step(task: str, global_step: int, loss: float) -> None:
     logging.info("%s first step done at global step %d, loss %.4f", task, global_step, loss)
-
-
-def log_trained_to(task: str, global_step: int) -> None:
-    """An Estimator program's replica (ps_trainer.estimator), at its end: its 'finished' line."""
-    logging.info("%s: trained to global step %d", task, global_step)
-
-
-def trained_to(text: str) -> int | None:
-    """The global step of the last 'trained to' line of one log, or None."""
-    steps = [int(m[4]) for m in map(_TRAINED_TO.match, text.splitlines()) if m]
-    return steps[-1] if steps else None
 
 
 def log_session_again(task: str, global_step: int) -> None:
@@ -137,13 +130,18 @@ def sessions_again(text: str) -> list[int]:
 
 
 def steps(text: str, now: datetime.datetime | None = None) -> list[Step]:
-    """Every first-step and progress line of one log, in order."""
+    """Every first-step and progress line of one log, in order; TF1's `loss = ..., step = N` lines of an
+    Estimator program are progress lines of no named task."""
     found = []
     for line in text.splitlines():
         if match := _FIRST_STEP.match(line):
             first = True
         elif match := _PROGRESS.match(line):
             first = False
+        elif match := _ESTIMATOR_PROGRESS.match(line):
+            month_day, clock = match.groups()[:2]
+            found.append(Step(_time(month_day, clock, now), "", int(match["step"]), float(match["loss"]), False))
+            continue
         else:
             continue
         month_day, clock, task = match.groups()[:3]

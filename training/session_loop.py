@@ -60,16 +60,29 @@ class Sessions(NamedTuple):
 
 class GlobalStepAtEnds(v1.train.SessionRunHook):
     """Sessions.progress for a front door that logs its own progress: the global step read when each
-    session begins and when it ends, not each step (a read each step adds a round trip to the ps)."""
+    session begins and when it ends, not each step (a read each step adds a round trip to the ps); and the
+    runtime's first-step line (training/log_lines.py), from the first run of this task's start."""
 
-    def __init__(self):
+    def __init__(self, task_name: str, loss):
         self.global_step = 0
+        self._task_name, self._loss, self._first = task_name, loss, True
 
     def begin(self):
         self._global_step = v1.train.get_global_step()
 
     def after_create_session(self, session, coord):
         self.global_step = int(session.run(self._global_step))
+
+    def before_run(self, run_context):
+        if self._first:
+            return v1.train.SessionRunArgs({"global_step": self._global_step, "loss": self._loss})
+        return None
+
+    def after_run(self, run_context, run_values):
+        if self._first:
+            self._first = False
+            log_lines.log_first_step(self._task_name, int(run_values.results["global_step"]) + 1,
+                                     float(run_values.results["loss"]))
 
     def end(self, session):
         self.global_step = int(session.run(self._global_step))

@@ -82,13 +82,13 @@ def _train_replica(estimator, train_spec, eval_spec, runtime, server) -> int:
     the ps tasks; a master (TF_CONFIG's older chief) also evaluates and exports, as TF1's did: after a
     checkpoint save no sooner than throttle_secs after its last evaluation began, and the final checkpoint
     once training ends, with the final export. Returns the exit code."""
-    cluster = runtime.cluster
+    cluster, start = runtime.cluster, time.monotonic()
     worker.wait_for_ps(cluster, runtime.train.startup_timeout_secs, estimator.config.startup_timeout_setting)
     listeners = [_EvaluateAfterSaves(estimator, eval_spec)] if roles.evaluates_while_training(cluster) else []
     step = estimator._train(train_spec.input_fn, hooks=train_spec.hooks,  # noqa: SLF001  (the Estimator's own training, as train() runs it, on this task's server)
                             max_steps=train_spec.max_steps, saving_listeners=listeners, target=server.target)
     shutdown.report_done(server, cluster, estimator.model_dir, step, runtime.train.train_steps)
-    log_lines.log_trained_to(cluster.task_name, step)
+    log_lines.log_finished(cluster.task_name, {"global_step": step, "seconds": f"{time.monotonic() - start:.1f}"})
     for listener in listeners:
         listener.final_evaluation()
     return exit_codes.OK
