@@ -63,8 +63,11 @@ def error_cause(message: str, limit: int = 300) -> str:
     return (causes[0] if causes else lines[0] if lines else "")[:limit].strip()
 
 
-def log_first_step(task: str, global_step: int, loss: float) -> None:
-    logging.info("%s first step done at global step %d, loss %.4f", task, global_step, loss)
+def log_first_step(task: str, global_step: int, loss: float, log=logging.info) -> None:
+    """`log`: absl's by default; an Estimator program's lines go through TensorFlow's logger, the program's
+    (an absl line in a program that is not an absl app would configure the root logger, and every
+    TensorFlow line after it would print twice)."""
+    log("%s first step done at global step %d, loss %.4f", task, global_step, loss)
 
 
 def log_session_again(task: str, global_step: int) -> None:
@@ -96,9 +99,10 @@ def log_epoch_tally(task: str, epoch: int, files: int, examples: int, skipped: i
                  f", {again} of them trained here before (a file read again)" if again else "")
 
 
-def log_finished(task: str, fields: dict[str, object]) -> None:
-    """fields' values are written as given (format them first); none may contain a space."""
-    logging.info("%s finished: %s", task, " ".join(f"{key}={value}" for key, value in fields.items()))
+def log_finished(task: str, fields: dict[str, object], log=logging.info) -> None:
+    """fields' values are written as given (format them first); none may contain a space. `log`: as
+    log_first_step's."""
+    log("%s finished: %s", task, " ".join(f"{key}={value}" for key, value in fields.items()))
 
 
 # ---------------------------------------------------------------- readers (launchers, drills, tests)

@@ -61,11 +61,12 @@ class Sessions(NamedTuple):
 class GlobalStepAtEnds(v1.train.SessionRunHook):
     """Sessions.progress for a front door that logs its own progress: the global step read when each
     session begins and when it ends, not each step (a read each step adds a round trip to the ps); and the
-    runtime's first-step line (training/log_lines.py), from the first run of this task's start."""
+    runtime's first-step line (training/log_lines.py), from the first run of this task's start, through
+    `log` (the front door's logger)."""
 
-    def __init__(self, task_name: str, loss):
+    def __init__(self, task_name: str, loss, log):
         self.global_step = 0
-        self._task_name, self._loss, self._first = task_name, loss, True
+        self._task_name, self._loss, self._log, self._first = task_name, loss, log, True
 
     def begin(self):
         self._global_step = v1.train.get_global_step()
@@ -82,7 +83,7 @@ class GlobalStepAtEnds(v1.train.SessionRunHook):
         if self._first:
             self._first = False
             log_lines.log_first_step(self._task_name, int(run_values.results["global_step"]) + 1,
-                                     float(run_values.results["loss"]))
+                                     float(run_values.results["loss"]), self._log)
 
     def end(self, session):
         self.global_step = int(session.run(self._global_step))

@@ -88,7 +88,8 @@ def _train_replica(estimator, train_spec, eval_spec, runtime, server) -> int:
     step = estimator._train(train_spec.input_fn, hooks=train_spec.hooks,  # noqa: SLF001  (the Estimator's own training, as train() runs it, on this task's server)
                             max_steps=train_spec.max_steps, saving_listeners=listeners, target=server.target)
     shutdown.report_done(server, cluster, estimator.model_dir, step, runtime.train.train_steps)
-    log_lines.log_finished(cluster.task_name, {"global_step": step, "seconds": f"{time.monotonic() - start:.1f}"})
+    log_lines.log_finished(cluster.task_name, {"global_step": step, "seconds": f"{time.monotonic() - start:.1f}"},
+                           logging.info)
     for listener in listeners:
         listener.final_evaluation()
     return exit_codes.OK

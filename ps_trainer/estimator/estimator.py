@@ -135,7 +135,7 @@ class Estimator:
             runtime = run_config.runtime_settings(self._config, cluster, last, sync_replicas=syncing,
                                                   saves=not saving_listeners)
             every = self._config.log_step_count_steps
-            progress = session_loop.GlobalStepAtEnds(runtime.cluster.task_name, model.loss)
+            progress = session_loop.GlobalStepAtEnds(runtime.cluster.task_name, model.loss, logging.info)
             all_hooks = [*input_hooks, progress, *([v1.train.StopAtStepHook(last_step=last)] if last else []),
                          v1.train.NanTensorHook(model.loss), *model.training_hooks, *(hooks or ())]
             if every:
