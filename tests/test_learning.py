@@ -136,3 +136,11 @@ def test_a_diverged_loss_counts_as_not_learning_and_warn_mode_trains_on(caplog):
     context = drive(hook, [float("inf")] * 15 + [40.0] * 30, lambda run: run)
     assert not context.stop_requested and hook.failure is None
     assert any("not learning" in record.getMessage() for record in caplog.records)
+
+
+def test_the_cause_names_the_model_fns_own_optimizer_where_its_train_op_makes_the_update():
+    from ps_trainer.training.config import TrainConfig
+    train_cfg = TrainConfig(optimizer="adagrad", learning_rate=0.5)
+    assert "--learning_rate=0.5: try a tenth of it" in learning.likely_cause(train_cfg)
+    own = learning.likely_cause(train_cfg, own_update=True)
+    assert "the model_fn's own optimizer" in own and "--learning_rate" not in own

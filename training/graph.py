@@ -50,6 +50,8 @@ class TrainGraph(NamedTuple):
     tables: table_upkeep.Upkeep = table_upkeep.Upkeep()
     # --warm_start_from with dynamic tables: their load, the chief's Scaffold's init_fn (training/warm_start.py).
     warm_load: warm_start.DynamicLoad | None = None
+    # A --model_fn's own train_op is the update (model/user_fn.py): the optimizer flags do not apply.
+    own_update: bool = False
 
 
 def _work_queue(cfg, global_step) -> work_queue.ItemFeed:
@@ -143,7 +145,7 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
                                           cfg.data.input_queue_lease_secs,
                                           drops_first_step=built.drops_next_push,
                                           audit_path=audit)
-    return TrainGraph(saver, built, uninitialized, queue, tables, warm)
+    return TrainGraph(saver, built, uninitialized, queue, tables, warm, own_update=first.own_update is not None)
 
 
 def _refuse_own_update(cfg, model_cfg, data_spec) -> None:

@@ -40,7 +40,12 @@ def label_entropy(counts) -> float:
     return float(-(shares * np.log(shares)).sum())
 
 
-def likely_cause(train_cfg) -> str:
+def likely_cause(train_cfg, own_update: bool = False) -> str:
+    """What to change, in the user's words; `own_update`: a model_fn's own train_op makes the update, so the
+    trainer's optimizer flags do not apply."""
+    if own_update:
+        return ("a learning rate too high in the model_fn's own optimizer (its train_op makes the update: "
+                "try a tenth of it), or labels that do not follow from the features (check the data)")
     warning = train_cfg.momentum_choice.warning if train_cfg.momentum_choice else None
     if warning and train_cfg.optimizer in ("momentum", "rmsprop"):
         return warning

@@ -41,7 +41,7 @@ def make_hooks(cfg, graph, stop=None, task_metrics=None) -> WorkerHooks:
             cluster.task_name, graph.step.metrics.loss, graph.step.labels, inputs.spec(cfg.data).num_classes,
             every_n_runs=train_cfg.log_every_n_steps // train_cfg.step_path.steps_per_run,
             warmup_global_steps=learning.warmup_steps(train_cfg.train_steps), action=train_cfg.not_learning,
-            cause=learning.likely_cause(train_cfg))
+            cause=learning.likely_cause(train_cfg, graph.own_update))
         hooks.append(not_learning)
     if graph.tables.needs:
         hooks.append(training_hooks.TableUpkeepHook(graph.tables, table_upkeep.UPKEEP_EVERY_N_RUNS))
