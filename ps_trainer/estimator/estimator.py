@@ -107,10 +107,10 @@ class Estimator:
         for name, value in (("steps", steps), ("max_steps", max_steps)):
             if value is not None and value <= 0:
                 raise ValueError(f"Estimator.train: {name} must be positive, not {value}")
-        if max_steps is not None and (checkpoints.checkpoint_step(self.latest_checkpoint()) or 0) >= max_steps:
+        start_step = checkpoints.checkpoint_step(self.latest_checkpoint()) or 0
+        if max_steps is not None and start_step >= max_steps:
             logging.info("Skipping training since max_steps has already saved.")
             return max_steps
-        start_step = checkpoints.checkpoint_step(self.latest_checkpoint()) or 0
         # With neither steps nor max_steps, training ends with input_fn's data, as TF1's did.
         last = max_steps if max_steps is not None else (start_step + steps if steps is not None else None)
         with tf.Graph().as_default():
