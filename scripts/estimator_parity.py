@@ -12,7 +12,8 @@ gone: the evaluator's final evaluation included) and how the ps ended (given 30 
 clicks_csv program (click logs in CSV files this script writes from the trainer's clicks data) runs a third
 and fourth way: its model_fn under `trainer.py --model_fn` on the same files, with the trainer's update
 (Adagrad, as the program's) plain and with a lever (--local_steps); their held-out figure is the chief's
-final held-out AUC and their speed the global step's rate over the chief's progress lines. In the
+final held-out AUC and their speed the global step's rate over the chief's progress lines; and a fifth: the
+program unmodified on a cluster with the lever given outside its code (PS_TRAINER_FLAGS="--local_steps=N"). In the
 reference venv the one added line, `import ps_trainer.estimator`, imports a shim that sets
 `tf.estimator = tf.compat.v1.estimator`: the V1 classes TF1 programs were written for. The reference
 ps never exits by itself; it is stopped (by its process group) once the other tasks have ended, and
@@ -56,6 +57,7 @@ PROGRAMS = {
 CLICKS_CSV_EXAMPLES = 60000  # training examples of the trainer's clicks data, in 4 files
 SHIM = "import tensorflow as tf\ntf.estimator = tf.compat.v1.estimator  # TF1's V1 classes\n"
 JOBS = ("ps", "chief", "worker", "evaluator")
+LEVER_VARIABLE = "PS_TRAINER_FLAGS"  # ps_trainer/estimator/settings.py: the trainer's settings for a program
 
 
 def reference_python(venv: pathlib.Path) -> str:
@@ -224,8 +226,15 @@ def main(argv):
         if name == "clicks_csv":
             data_dir = write_clicks_csv(work_root / "clicks_csv_data")
             args = [*args, f"--data_dir={data_dir}"]
+        program_sides = dict(sides)
+        if name == "clicks_csv":  # the program unmodified, with a lever given outside its code (cluster only)
+            ours = sides["ps_trainer.estimator"]
+            program_sides[f"{LEVER_VARIABLE} --local_steps={FLAGS.lever_local_steps}"] = (ours[0], {
+                **ours[1], LEVER_VARIABLE: f"--local_steps={FLAGS.lever_local_steps}"})
         for cluster in (False, True):
-            for side, (python, env) in sides.items():
+            for side, (python, env) in program_sides.items():
+                if LEVER_VARIABLE in env and not cluster:
+                    continue  # a lever of the cluster: one process has no ps to spare the trips to
                 work = work_root / name / side.split()[0] / ("cluster" if cluster else "local")
                 work.mkdir(parents=True)
                 result = run_job(python, env, [str(ROOT / "tests" / "programs" / program)], args, work, cluster)

@@ -60,13 +60,14 @@ class TfConfigCluster:
     each started by job name, its output appended to <job>.log; every process still
     running at the end is stopped by its group."""
 
-    def __init__(self, program, tmp_path, *args, chief_job="chief"):
+    def __init__(self, program, tmp_path, *args, chief_job="chief", env=None):
         ps, chief, worker = (f"{LOOPBACK}:{port}" for port in free_ports(3))
         self.cluster = {"ps": [ps], chief_job: [chief], "worker": [worker]}
         self.program, self.dir, self.args, self.procs = program, tmp_path, args, {}
+        self.env = {**os.environ, **(env or {})}
 
     def start(self, job):
-        env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": self.cluster, "task": {"type": job, "index": 0}})}
+        env = {**self.env, "TF_CONFIG": json.dumps({"cluster": self.cluster, "task": {"type": job, "index": 0}})}
         with open(self.dir / f"{job}.log", "a") as log:
             self.procs[job] = subprocess.Popen(
                 [sys.executable, str(self.program), f"--model_dir={self.dir / 'model'}", *self.args], stdout=log,
@@ -94,9 +95,10 @@ class TfConfigCluster:
                 stop_process_group(proc)
 
 
-def run_tf_config_cluster(program, tmp_path, *args) -> tuple[dict[str, int], dict[str, str]]:
-    """Runs `program` as the ps, chief, worker and evaluator of a TF_CONFIG cluster to their ends."""
-    with TfConfigCluster(program, tmp_path, *args) as cluster:
+def run_tf_config_cluster(program, tmp_path, *args, env=None) -> tuple[dict[str, int], dict[str, str]]:
+    """Runs `program` as the ps, chief, worker and evaluator of a TF_CONFIG cluster to their ends (`env`: more
+    of their environment)."""
+    with TfConfigCluster(program, tmp_path, *args, env=env) as cluster:
         for job in ("ps", "chief", "worker", "evaluator"):
             cluster.start(job)
         return cluster.wait()
@@ -202,6 +204,25 @@ def test_a_canned_program_on_ps_master_and_worker_evaluates_and_exports_from_its
     assert last_evaluation(logs["master"])["auc"] > 0.75, logs["master"][-3000:]
     [export_dir] = (tmp_path / "model" / "export" / "census").iterdir()
     assert (export_dir / "saved_model.pb").is_file()
+
+
+@pytest.mark.e2e
+def test_an_unmodified_program_trains_with_local_steps_given_outside_its_code_and_learns(tmp_path):
+    # PS_TRAINER_FLAGS gives the program's tasks the trainer's --local_steps: the runtime takes the Adagrad its
+    # model_fn built (training/step/taken.py) and each worker pushes once per 10 steps, on 1 ps + 2 workers.
+    codes, logs = run_tf_config_cluster(PROGRAM, tmp_path, "--train_steps=1000",
+                                        env={"PS_TRAINER_FLAGS": "--local_steps=10"})
+    assert codes == {"ps": 0, "chief": 0, "worker": 0, "evaluator": 0}, {job: log[-2000:] for job, log in logs.items()}
+    for job in ("chief", "worker"):
+        assert (f"{job}:0: PS_TRAINER_FLAGS --local_steps=10: the lever makes the update with the model_fn's "
+                "AdagradOptimizer") in logs[job], logs[job][-3000:]
+    # The held-out AUC as the program reaches it plain (chance 0.5; the one-process run's 0.877 at 300 steps).
+    metrics = last_evaluation(logs["evaluator"])
+    assert metrics["global_step"] >= 1000 and metrics["auc"] > 0.8, metrics
+    # The checkpoint holds the model's variables as a plain run's does: no worker-side copy is saved.
+    import tensorflow as tf
+    names = tf.train.load_checkpoint(str(tmp_path / "model")).get_variable_to_shape_map()
+    assert "dense/kernel" in names and "global_step" in names and not [name for name in names if "local_copy" in name]
 
 
 SYNC_CNN = ROOT / "tests" / "programs" / "sync_cnn_estimator.py"
@@ -531,10 +552,20 @@ def test_ps_trainer_flags_give_a_program_the_trainers_settings_and_refuse_what_i
     runtime = run_config.runtime_settings(config, config.cluster, 100)
     assert (runtime.train.startup_timeout_secs, runtime.train.stall_timeout_secs, runtime.train.train_steps) == (
         7, 30, 100)
+    assert runtime.train.step_path.name == "single"
+    monkeypatch.setenv(settings.VARIABLE, "--local_steps=4")  # a lever: the plan's step path, as trainer.py's
+    config = RunConfig()
+    path = run_config.step_path(config, config.cluster)
+    assert (path.name, path.steps_per_run) == ("local_steps", 4)
+    assert run_config.runtime_settings(config, config.cluster, 100, path=path).train.local_steps == 4
+    monkeypatch.setenv(settings.VARIABLE, "--local_steps=4 --steps_per_run=3")
+    config = RunConfig()
+    with pytest.raises(ValueError, match=r"^PS_TRAINER_FLAGS: --steps_per_run=3 with --local_steps=4"):
+        run_config.step_path(config, config.cluster)
     monkeypatch.delenv(settings.VARIABLE)
     config = RunConfig(session_creation_timeout_secs=50)
     assert (config.startup_timeout_secs, config.serving_checks) == (50, (False, False))
-    for text, refusal in (("--local_steps=4", "--local_steps is not taken by an Estimator program's tasks"),
+    for text, refusal in (("--sync_replicas", "--sync_replicas is not taken by an Estimator program's tasks"),
                           ("--startup_timeout_secs=0", "--startup_timeout_secs=0"),
                           ("--no_such_flag", "no_such_flag"),
                           ("startup_timeout_secs=5", "'startup_timeout_secs=5' is not a flag")):
@@ -562,6 +593,92 @@ def test_a_program_task_with_a_public_address_is_refused_before_its_server_liste
     from ps_trainer.training import exit_codes
     assert exited.value.code == exit_codes.BAD_FLAGS.code, messages
     assert "8.8.8.8:2222" in messages[-1] and "publicly routable" in messages[-1] and "PS_TRAINER_FLAGS" in messages[-1]
+
+
+def lever_model_fn(optimizer_of, update="minimize"):
+    """A linear model_fn over features["x"] (4 numbers) with weights from zero, whose update is made by
+    `optimizer_of()` in the way `update` names (one the levers take, or one they refuse)."""
+    import tensorflow as tf
+
+    from ps_trainer import estimator
+    v1 = tf.compat.v1
+
+    def model_fn(features, labels, mode):
+        weights = v1.get_variable("weights", [4, 2], initializer=v1.zeros_initializer())
+        bias = v1.get_variable("bias", [2], initializer=v1.zeros_initializer())
+        logits = tf.matmul(features["x"], weights) + bias
+        loss = v1.losses.sparse_softmax_cross_entropy(labels, logits)
+        if mode == estimator.ModeKeys.EVAL:
+            return estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops={
+                "accuracy": v1.metrics.accuracy(labels, tf.argmax(logits, 1))})
+        optimizer, step = optimizer_of(), v1.train.get_global_step()
+        if update == "minimize":
+            train_op = optimizer.minimize(loss, step)
+        elif update == "two optimizers":
+            train_op = tf.group(optimizer.minimize(loss, step, var_list=[weights]),
+                                v1.train.AdagradOptimizer(0.1).minimize(loss, var_list=[bias]))
+        elif update == "some variables":
+            train_op = optimizer.minimize(loss, step, var_list=[weights])
+        elif update == "its own gradients":
+            train_op = optimizer.apply_gradients(optimizer.compute_gradients(loss), step)
+        elif update == "update ops":
+            v1.add_to_collection(v1.GraphKeys.UPDATE_OPS, tf.no_op(name="moving_average"))
+            train_op = optimizer.minimize(loss, step)
+        else:  # "no minimize"
+            train_op = v1.assign_add(step, 1)
+        return estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+    return model_fn
+
+
+@pytest.mark.inprocess
+def test_a_lever_given_outside_the_program_trains_with_the_model_fns_own_optimizer_or_says_why_not(tmp_path,
+                                                                                                   monkeypatch):
+    # PS_TRAINER_FLAGS="--local_steps=5" in one process (one worker: plain SGD's updates, in rounds): the
+    # update is the model_fn's optimizer's, whatever it is; what a lever cannot take is refused in one line.
+    import numpy as np
+    import tensorflow as tf
+
+    from ps_trainer import estimator
+    from tensorflow.python.training import optimizer as optimizer_lib
+    v1 = tf.compat.v1
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    monkeypatch.setenv("PS_TRAINER_FLAGS", "--local_steps=5")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2000, 4)).astype(np.float32)
+    y = (x @ np.array([1.0, -2.0, 0.5, 1.0]) > 0).astype(np.int64)
+
+    def input_fn():
+        return tf.data.Dataset.from_tensor_slices(({"x": x}, y)).shuffle(2000, seed=1).repeat().batch(32)
+
+    def held_out():
+        return tf.data.Dataset.from_tensor_slices(({"x": x[:500]}, y[:500])).batch(500)
+
+    def trained(name, optimizer_of):
+        model = estimator.Estimator(lever_model_fn(optimizer_of), str(tmp_path / name))
+        model.train(input_fn, max_steps=300)
+        return model
+    # A learning rate of 0 leaves the weights where they started: the lever's updates are the model_fn's.
+    still = trained("still", lambda: v1.train.GradientDescentOptimizer(0.0))
+    assert still.get_variable_value("global_step") == 300 and not still.get_variable_value("weights").any()
+    learned = trained("learned", lambda: v1.train.AdagradOptimizer(0.5))
+    assert learned.evaluate(held_out)["accuracy"] > 0.95
+    minimize = optimizer_lib.Optimizer.minimize
+    for update, refusal in (
+            ("two optimizers", "makes the update with the optimizer the model_fn built, one, and the model_fn's "
+                               "train_op runs 2 (GradientDescentOptimizer, AdagradOptimizer)"),
+            ("some variables", "names a var_list of 1 of the 2"),
+            ("its own gradients", "applies gradients it computed itself (GradientDescentOptimizer.apply_gradients)"),
+            ("update ops", "has UPDATE_OPS"),
+            ("no minimize", "called no tf.compat.v1.train optimizer's minimize")):
+        model = estimator.Estimator(lever_model_fn(lambda: v1.train.GradientDescentOptimizer(0.1), update),
+                                    str(tmp_path / update))
+        with pytest.raises(ValueError, match=r"^PS_TRAINER_FLAGS --local_steps") as refused:
+            model.train(input_fn, max_steps=10)
+        assert refusal in str(refused.value) and "\n" not in str(refused.value), (update, str(refused.value))
+        assert optimizer_lib.Optimizer.minimize is minimize  # the recording ended with the model_fn's call
+    model = estimator.Estimator(lever_model_fn(lambda: v1.train.GradientDescentOptimizer(0.1)), str(tmp_path / "np"))
+    with pytest.raises(ValueError, match="the input_fn must return a tf.data.Dataset"):
+        model.train(estimator.inputs.numpy_input_fn({"x": x}, y, shuffle=False), max_steps=10)
 
 
 @pytest.mark.inprocess

@@ -311,7 +311,8 @@ def accumulating_replica(cluster_cfg, server, train_cfg):
             return model.ModelOutput(None, None, loss, tf.constant(0.0), None), tf.zeros([1], tf.int64)
 
         forward()
-        grads_and_vars, _ = accumulate.mean_gradients(forward, snapshot, train_cfg.accumulate_batches, False)
+        grads_and_vars, _ = accumulate.mean_gradients(forward, snapshot, train_cfg.accumulate_batches,
+                                                        ("loss", "accuracy"))
         train_op, hooks, chief_hooks, *_ = single.make_train_op(
             None, v1.train.GradientDescentOptimizer(LEARNING_RATE), global_step, cluster_cfg, train_cfg,
             grads_and_vars=grads_and_vars)

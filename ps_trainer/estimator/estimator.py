@@ -7,7 +7,7 @@ newest checkpoint passed over) and, on a cluster, the stall watchdog."""
 import contextlib
 import os
 import tempfile
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -20,7 +20,8 @@ from ps_trainer.estimator import export, run_config
 from ps_trainer.estimator.run_config import RunConfig
 from ps_trainer.model import spec
 from ps_trainer.model.spec import EstimatorSpec, ModeKeys
-from ps_trainer.training import checkpoints, session_loop, watchdog
+from ps_trainer.training import checkpoints, plan, session_loop, watchdog
+from ps_trainer.training.step import taken
 
 v1 = tf.compat.v1
 _SYNC_REPLICAS_HOOK = sync_replicas_optimizer._SyncReplicasOptimizerHook  # noqa: SLF001  (the type of the hook a SyncReplicasOptimizer returns)
@@ -116,39 +117,52 @@ class Estimator:
         with tf.Graph().as_default():
             self._seed()
             cluster = self._config.cluster if target else cluster_spec.ClusterConfig()
+            path = run_config.step_path(self._config, cluster)
             placed = v1.device(placement.device_setter(cluster)) if cluster.is_distributed else contextlib.nullcontext()
             with placed:
                 global_step = v1.train.get_or_create_global_step()
-                features, labels, input_hooks = _features_and_labels(self._call_input_fn(input_fn, ModeKeys.TRAIN))
-                model = self._call_model_fn(features, labels, ModeKeys.TRAIN)
-                if model.train_op is None:
-                    raise ValueError(spec.TRAIN_NEEDS)
+                source = _input_of(self._call_input_fn(input_fn, ModeKeys.TRAIN))
+                if path.name == plan.SINGLE:  # the model_fn's train_op, run as written
+                    model = self._call_model_fn(*source.next_batch(), ModeKeys.TRAIN)
+                    if model.train_op is None:
+                        raise ValueError(spec.TRAIN_NEEDS)
+                    # A SyncReplicasOptimizer's chief thread stays blocked on gradients that never come once
+                    # training is over: the session's close cancels that wait after the runtime's grace period.
+                    syncing = any(isinstance(hook, _SYNC_REPLICAS_HOOK)
+                                  for hook in (*model.training_hooks, *(hooks or ())))
+                    runtime = run_config.runtime_settings(self._config, cluster, last, syncing, not saving_listeners)
+                    trained = _Trained(model, model.train_op, model.loss)
+                else:  # a lever makes the update with the optimizer the model_fn built
+                    runtime = run_config.runtime_settings(self._config, cluster, last, False, not saving_listeners,
+                                                          path)
+                    lever = taken.build(
+                        lambda features, labels: self._call_model_fn(features, labels, ModeKeys.TRAIN),
+                        source.next_batch if source.dataset else None, global_step, cluster, runtime.train)
+                    logging.info("%s: %s: the lever makes the update with the model_fn's %s", runtime.cluster.task_name,
+                                 lever.flag, type(lever.optimizer).__name__)
+                    model, built = lever.spec, lever.step
+                    trained = _Trained(model, built.train_op, built.metrics.loss, built.hooks, built.chief_only_hooks)
                 if self._warm_start:  # the initializers of the variables it names: a checkpoint in model_dir wins
                     logging.info("Warm-starting with WarmStartSettings: %s", self._warm_start)
                     v1.train.warm_start(*self._warm_start)
             uninitialized = checkpoints.report_uninitialized()
             scaffold = checkpoints.program_scaffold(model.scaffold, uninitialized, self._config.keep_checkpoint_max,
                                                     self._config.keep_checkpoint_every_n_hours)
-            # A SyncReplicasOptimizer's chief thread stays blocked on gradients that never come once training
-            # is over: the session's close cancels that wait after the runtime's grace period for sync.
-            syncing = any(isinstance(hook, _SYNC_REPLICAS_HOOK) for hook in (*model.training_hooks, *(hooks or ())))
-            runtime = run_config.runtime_settings(self._config, cluster, last, sync_replicas=syncing,
-                                                  saves=not saving_listeners)
             every = self._config.log_step_count_steps
-            progress = session_loop.GlobalStepAtEnds(runtime.cluster.task_name, model.loss, logging.info)
-            all_hooks = [*input_hooks, progress, *([v1.train.StopAtStepHook(last_step=last)] if last else []),
-                         v1.train.NanTensorHook(model.loss), *model.training_hooks, *(hooks or ())]
+            progress = session_loop.GlobalStepAtEnds(runtime.cluster.task_name, trained.loss, logging.info)
+            all_hooks = [*source.hooks, progress, *([v1.train.StopAtStepHook(last_step=last)] if last else []),
+                         v1.train.NanTensorHook(trained.loss), *trained.hooks, *model.training_hooks, *(hooks or ())]
             if every:
-                all_hooks.append(v1.train.LoggingTensorHook({"loss": model.loss, "step": global_step},
+                all_hooks.append(v1.train.LoggingTensorHook({"loss": trained.loss, "step": global_step},
                                                             every_n_iter=every))
             stall = watchdog.for_task(runtime.cluster, runtime.train) if cluster.is_distributed else None
-            chief_hooks = list(model.training_chief_hooks)
+            chief_hooks = [*trained.chief_hooks, *model.training_chief_hooks]
             if saving_listeners:
                 chief_hooks.append(v1.train.CheckpointSaverHook(
                     self.model_dir, save_secs=self._config.save_checkpoints_secs,
                     save_steps=self._config.save_checkpoints_steps, scaffold=scaffold, listeners=saving_listeners))
             sessions = session_loop.Sessions(
-                train_op=(model.train_op, model.loss),  # as TF1's loop: the update and the loss, nothing from the ps
+                train_op=(trained.train_op, trained.loss),  # as TF1's loop: the update and the loss, nothing else
                 scaffold=scaffold, hooks=[*all_hooks, *([stall] if stall else [])], chief_only_hooks=chief_hooks,
                 uninitialized=uninitialized, config=self._session_config(cluster), progress=progress,
                 ends_with_session=True, log_step_count_steps=every)
@@ -235,12 +249,13 @@ class Estimator:
         with tf.Graph().as_default():
             self._seed()
             global_step = v1.train.get_or_create_global_step()
-            features, labels, input_hooks = _features_and_labels(self._call_input_fn(input_fn, mode))
+            source = _input_of(self._call_input_fn(input_fn, mode))
+            features, labels = source.next_batch()
             model = self._call_model_fn(features, labels if mode == ModeKeys.EVAL else None, mode)
             creator = v1.train.ChiefSessionCreator(scaffold=model.scaffold or v1.train.Scaffold(),
                                                    checkpoint_filename_with_path=checkpoint_path,
                                                    config=self._config.session_config)
-            yield global_step, model, creator, input_hooks
+            yield global_step, model, creator, source.hooks
 
     # ---------------------------------------------------------------- export
     def export_saved_model(self, export_dir_base, serving_input_receiver_fn, assets_extra=None, as_text=False,
@@ -308,15 +323,36 @@ class _IteratorInitializer(v1.train.SessionRunHook):
         session.run(self._iterator.initializer)
 
 
-def _features_and_labels(result):
-    """input_fn's result, a tf.data.Dataset or (features, labels) or features: (features, labels, hooks)."""
-    hooks = []
+class _Input(NamedTuple):
+    """What input_fn gave: () -> (features, labels) of its next batch (a tf.data.Dataset's next element, built
+    anew at each call; else its tensors), and the hooks it needs."""
+    next_batch: Callable
+    hooks: list
+    dataset: bool  # input_fn returned a tf.data.Dataset
+
+
+def _input_of(result) -> _Input:
+    """input_fn's result, a tf.data.Dataset or (features, labels) or features."""
     if isinstance(result, tf.data.Dataset):
         iterator = v1.data.make_initializable_iterator(result)
-        hooks.append(_IteratorInitializer(iterator))
-        result = iterator.get_next()
+        return _Input(lambda: _features_and_labels(iterator.get_next()), [_IteratorInitializer(iterator)], True)
+    return _Input(lambda: _features_and_labels(result), [], False)
+
+
+def _features_and_labels(result):
+    """(features, labels) of one element of input_fn's data: (features, labels) or features alone."""
     if isinstance(result, (tuple, list)):
         if len(result) != 2:
             raise ValueError(f"input_fn must give features or (features, labels), not {len(result)} items")
-        return result[0], result[1], hooks
-    return result, None, hooks
+        return result[0], result[1]
+    return result, None
+
+
+class _Trained(NamedTuple):
+    """What a training session runs: the model_fn's spec (its hooks, scaffold), the update, the loss the logs
+    read, and the step's own hooks (a lever's)."""
+    model: EstimatorSpec
+    train_op: object
+    loss: tf.Tensor
+    hooks: tuple = ()
+    chief_hooks: tuple = ()

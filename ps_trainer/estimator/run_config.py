@@ -11,7 +11,7 @@ from ps_trainer import model
 from ps_trainer.cluster import resolve, spec
 from ps_trainer.estimator import settings
 from ps_trainer.training import config as runtime
-from ps_trainer.training import roles
+from ps_trainer.training import plan, roles
 from ps_trainer.training.config import TrainConfig
 
 _USE_DEFAULT = object()
@@ -144,11 +144,24 @@ class RunConfig:
         return ""
 
 
+def step_path(config: RunConfig, cluster: spec.ClusterConfig) -> plan.StepPath:
+    """What one session.run of this task's training does (training/plan.py), from PS_TRAINER_FLAGS's levers:
+    the model_fn's variables are dense to the runtime (its tables are its own), so a round is one loop."""
+    given = config.runtime_flags
+    try:
+        return plan.step_path(plan.StepSettings(local_steps=given.local_steps, steps_per_run=given.steps_per_run,
+                                                steps_per_run_given=given.steps_per_run > 1,
+                                                distributed=cluster.is_distributed))
+    except plan.Conflict as conflict:
+        raise ValueError(f"{settings.VARIABLE}: {conflict}") from None
+
+
 def runtime_settings(config: RunConfig, cluster: spec.ClusterConfig, train_steps: int | None,
-                     sync_replicas: bool = False, saves: bool = True) -> runtime.RunConfig:
+                     sync_replicas: bool = False, saves: bool = True,
+                     path: plan.StepPath = TrainConfig.step_path) -> runtime.RunConfig:
     """The runtime's settings of this task (training/config.py) from a program's RunConfig: its cluster (or
     `cluster`: none for a training outside it), model_dir, the step training ends at (None: no limit), its
-    saves (saves=False: a hook of the program's saves) and the startup timeout."""
+    saves (saves=False: a hook of the program's saves), the startup timeout and the step path (step_path)."""
     given = config.runtime_flags
     train = TrainConfig(model_dir=config.model_dir, train_steps=train_steps or runtime.NO_STEP_LIMIT,
                         startup_timeout_secs=config.startup_timeout_secs, stall_warning_secs=given.stall_warning_secs,
@@ -157,7 +170,8 @@ def runtime_settings(config: RunConfig, cluster: spec.ClusterConfig, train_steps
                         replicas_to_aggregate=cluster.num_replicas if sync_replicas else 1,
                         save_checkpoint_steps=config.save_checkpoints_steps if saves else None,
                         save_checkpoint_secs=config.save_checkpoints_secs if saves else None,
-                        save_summaries_steps=config.save_summary_steps, keep_checkpoint_max=config.keep_checkpoint_max)
+                        save_summaries_steps=config.save_summary_steps, keep_checkpoint_max=config.keep_checkpoint_max,
+                        step_path=path, local_steps=given.local_steps)
     return runtime.RunConfig(cluster=cluster, model=model.ModelConfig(), data=inputs.DataConfig(), train=train)
 
 

@@ -15,7 +15,7 @@ from ps_trainer.training.config import TrainConfig
 
 VARIABLE = "PS_TRAINER_FLAGS"
 TAKEN = ("startup_timeout_secs", "stall_warning_secs", "stall_timeout_secs", "worker_gone_secs",
-         "allow_public_addresses", "skip_own_address_check")
+         "allow_public_addresses", "skip_own_address_check", "local_steps", "steps_per_run")
 
 
 class Settings(NamedTuple):
@@ -27,6 +27,9 @@ class Settings(NamedTuple):
     worker_gone_secs: int = TrainConfig.worker_gone_secs
     allow_public_addresses: bool = False
     skip_own_address_check: bool = False
+    # The levers (training/step/taken.py: the runtime makes the update with the optimizer the model_fn built).
+    local_steps: int = TrainConfig.local_steps
+    steps_per_run: int = TrainConfig.step_path.steps_per_run
 
 
 def read(env=os.environ) -> Settings:

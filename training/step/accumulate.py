@@ -44,13 +44,13 @@ def reader(cluster, train) -> Snapshot:
 
 
 def build(ctx: StepContext) -> Step:
-    grads_and_vars, result = mean_gradients(ctx.forward, ctx.reader, ctx.train.accumulate_batches, ctx.with_auc)
+    grads_and_vars, result = mean_gradients(ctx.forward, ctx.reader, ctx.train.accumulate_batches, ctx.figures)
     update_ = single.make_train_op(None, ctx.optimizer, ctx.global_step, ctx.cluster, ctx.train, ctx.stop_requested,
                                    grads_and_vars)
     return update_.step(result.metrics, result.labels)
 
 
-def mean_gradients(forward, snapshot, batches, with_auc) -> tuple[list, LoopResult]:
+def mean_gradients(forward, snapshot, batches, figures) -> tuple[list, LoopResult]:
     """(gradients and variables: the mean over `batches` micro-batches of each trainable variable's
     gradient, each micro-batch's held back until its loss is known to be finite; the loop's result)."""
     pairs = snapshot.trainable()
@@ -61,7 +61,7 @@ def mean_gradients(forward, snapshot, batches, with_auc) -> tuple[list, LoopResu
         grads = update.finite_gradients(output.loss, tf.gradients(output.loss, values))
         return Iteration([total + grad for total, grad in zip(sums, grads)], Metrics.of(output), labels)
 
-    result = training_loop("accumulate_batches", lambda done, _: done < batches, micro_batch, with_auc,
+    result = training_loop("accumulate_batches", lambda done, _: done < batches, micro_batch, figures,
                            carried=[tf.zeros_like(value) for value in values],
                            carried_shapes=[value.shape for value in values])
     return [(total / batches, variable) for total, (variable, _) in zip(result.carried, pairs)], result

@@ -21,8 +21,9 @@ class StepContext(NamedTuple):
     next_batch: Callable | None = None  # () -> (features, labels) of the next read of the input
 
     @property
-    def with_auc(self) -> bool:
-        return self.first.auc is not None
+    def figures(self) -> tuple[str, ...]:
+        """The names of the figures a step reports (Metrics.names of the first output's)."""
+        return Metrics.of(self.first).names()
 
 
 class Step(NamedTuple):

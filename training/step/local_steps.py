@@ -217,7 +217,7 @@ def build_rounds(ctx: StepContext) -> Step:
                 return Iteration([i + 1], Metrics.of(output), labels, applied)
 
             with tf.control_dependencies([loaded]):
-                result = training_loop("local_steps", lambda done, _: done < budget, local_step, ctx.with_auc,
+                result = training_loop("local_steps", lambda done, _: done < budget, local_step, ctx.figures,
                                        carried=[tf.constant(0)], carried_shapes=[tf.TensorShape([])])
     return _pushed_and_counted(ctx, result, [copies.push_and_fetch, rows.push])
 
@@ -267,5 +267,5 @@ def build(ctx: StepContext) -> Step:
                                           summaries=False, var_list=copies.local_variables)
             return Iteration(carried, Metrics.of(output), labels, applied)
 
-        result = training_loop("local_steps", lambda done, _: done < budget, local_step, ctx.with_auc)
+        result = training_loop("local_steps", lambda done, _: done < budget, local_step, ctx.figures)
         return _pushed_and_counted(ctx, result, [copies.push_and_fetch])

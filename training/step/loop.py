@@ -15,7 +15,7 @@ from ps_trainer import model
 class Metrics(NamedTuple):
     """A step's figures for the logs, the summaries and the not-learning check."""
     loss: tf.Tensor
-    accuracy: tf.Tensor
+    accuracy: tf.Tensor | None = None  # None: a program's model_fn, whose labels are its own
     auc: tf.Tensor | None = None  # two classes only: the batch's ROC AUC of class 1
 
     @classmethod
@@ -24,6 +24,10 @@ class Metrics(NamedTuple):
 
     def present(self) -> list[tf.Tensor]:
         return [metric for metric in self if metric is not None]
+
+    def names(self) -> tuple[str, ...]:
+        """The names of the figures present (a loop carries those)."""
+        return tuple(name for name, metric in zip(self._fields, self) if metric is not None)
 
 
 class Iteration(NamedTuple):
@@ -42,10 +46,11 @@ class LoopResult(NamedTuple):
     labels: tf.Tensor  # the last iteration's
 
 
-def training_loop(name: str, keep_going: Callable, body: Callable, with_auc: bool, carried=(),
+def training_loop(name: str, keep_going: Callable, body: Callable, figures: tuple[str, ...], carried=(),
                   carried_shapes=()) -> LoopResult:
-    """Runs body(carried) -> Iteration while keep_going(done, carried) holds, in one tf.while_loop."""
-    metric_count = 3 if with_auc else 2
+    """Runs body(carried) -> Iteration while keep_going(done, carried) holds, in one tf.while_loop; the
+    last iteration's `figures` (Metrics.names of what the body returns) come out with its labels."""
+    metric_count = len(figures)
 
     def condition(done, carried, labels, metrics):
         del labels, metrics
@@ -62,4 +67,4 @@ def training_loop(name: str, keep_going: Callable, body: Callable, with_auc: boo
     start = [tf.constant(0), list(carried), tf.zeros([0], tf.int64), [tf.constant(0.0)] * metric_count]
     shapes = [tf.TensorShape([]), list(carried_shapes), tf.TensorShape([None]), [tf.TensorShape([])] * metric_count]
     done, carried, labels, metrics = tf.while_loop(condition, iteration, start, shape_invariants=shapes, name=name)
-    return LoopResult(done, carried, Metrics(*metrics), labels)
+    return LoopResult(done, carried, Metrics(**dict(zip(figures, metrics))), labels)

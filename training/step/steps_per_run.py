@@ -35,6 +35,6 @@ def build(ctx: StepContext) -> Step:
             step_reached = ctx.global_step.read_value()
         return Iteration([step_reached], Metrics.of(output), labels, applied)
 
-    result = training_loop("steps_per_run", keep_going, one_step, ctx.with_auc,
+    result = training_loop("steps_per_run", keep_going, one_step, ctx.figures,
                            carried=[ctx.global_step.read_value()], carried_shapes=[tf.TensorShape([])])
     return single_update.step(result.metrics, result.labels, result.done, train_op=result.done.op)

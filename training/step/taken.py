@@ -1,0 +1,142 @@
+"""A lever for a program's model_fn that makes its own update: the runtime takes the optimizer it built.
+
+An Estimator program's model_fn ends with `optimizer.minimize(loss, global_step=...)`. Under a lever
+(--local_steps, --steps_per_run given by PS_TRAINER_FLAGS: ps_trainer/estimator/settings.py) the runtime
+calls the model_fn as the trainer calls its own models, once outside the lever's loop (it makes the
+variables) and in each of its iterations, with tf.compat.v1.train.Optimizer's minimize recorded instead of
+run: the call builds no op, and the lever (training/step/) makes the update with the optimizer and the loss it
+was given, as it does with --optimizer's. So the program needs no edit.
+
+What a lever cannot take is refused in one line, naming it: an update that is not one minimize of the
+whole model (several optimizers, a var_list of some variables, apply_gradients of gradients the model_fn
+computed, an optimizer of another kind), a synchronous optimizer (a lever is asynchronous), batch
+normalization's UPDATE_OPS (the update would leave them out), an input_fn that gives tensors rather than a
+tf.data.Dataset (a lever reads several batches a run).
+
+The model_fn's summaries are left out under a lever (each would read a batch of its own when the summary
+hook runs it, a batch no step trains); the step's loss is summarized instead.
+"""
+
+import contextlib
+from typing import Callable, NamedTuple
+
+import tensorflow as tf
+from tensorflow.python.training import optimizer as optimizer_lib  # the class tf.compat.v1.train optimizers share
+
+from ps_trainer import model
+from ps_trainer.training import plan
+from ps_trainer.training.step import LEVERS, reader_and_getter
+from ps_trainer.training.step.base import Step, StepContext
+
+v1 = tf.compat.v1
+
+
+class Minimized(NamedTuple):
+    """One `minimize` the model_fn called."""
+    optimizer: v1.train.Optimizer
+    loss: tf.Tensor
+    var_list: object
+
+
+class Recorded(NamedTuple):
+    minimized: list  # Minimized, in call order
+    applied: list  # the class names of optimizers whose apply_gradients the model_fn called itself
+
+
+class LeverRefusal(ValueError):
+    """What a lever cannot take of a model_fn's update, in one line."""
+
+
+@contextlib.contextmanager
+def recording():
+    """While it is open, tf.compat.v1.train.Optimizer's minimize and apply_gradients build nothing: each call is
+    recorded, and returns a no-op in place of the update."""
+    record = Recorded([], [])
+    base = optimizer_lib.Optimizer
+    minimize, apply_gradients = base.minimize, base.apply_gradients
+
+    def record_minimize(self, loss, global_step=None, var_list=None, *args, **kwargs):
+        del global_step, args, kwargs  # the lever counts the steps; gate and aggregation are the optimizer's
+        record.minimized.append(Minimized(self, loss, var_list))
+        return tf.no_op(name="minimize_taken_by_the_runtime")
+
+    def record_apply(self, grads_and_vars, global_step=None, name=None):
+        del grads_and_vars, global_step, name
+        record.applied.append(type(self).__name__)
+        return tf.no_op(name="apply_gradients_taken_by_the_runtime")
+
+    base.minimize, base.apply_gradients = record_minimize, record_apply
+    try:
+        yield record
+    finally:
+        base.minimize, base.apply_gradients = minimize, apply_gradients
+
+
+def _the_update(record: Recorded, train_op, lever_flag: str) -> Minimized:
+    """The one minimize of the whole model the model_fn called, or LeverRefusal."""
+    said = f"{lever_flag} makes the update with the optimizer the model_fn built"
+    if record.applied:
+        raise LeverRefusal(f"{said}, but the model_fn applies gradients it computed itself "
+                           f"({record.applied[0]}.apply_gradients): call the optimizer's minimize(loss), or train "
+                           f"without {lever_flag}")
+    if not record.minimized:
+        kind = "" if train_op is None else ": its train_op was made otherwise (a Keras optimizer?)"
+        raise LeverRefusal(f"{said}, but the model_fn called no tf.compat.v1.train optimizer's minimize{kind}; "
+                           f"train without {lever_flag}")
+    if len(record.minimized) > 1:
+        names = ", ".join(type(taken.optimizer).__name__ for taken in record.minimized)
+        raise LeverRefusal(f"{said}, one, and the model_fn's train_op runs {len(record.minimized)} ({names}): "
+                           f"train without {lever_flag}")
+    taken = record.minimized[0]
+    if isinstance(taken.optimizer, v1.train.SyncReplicasOptimizer):
+        raise LeverRefusal(f"{lever_flag} is for asynchronous training, and the model_fn's optimizer is a "
+                           "SyncReplicasOptimizer: drop one of the two")
+    if taken.var_list is not None:
+        trainable = {variable.ref() for variable in v1.trainable_variables()}
+        if not trainable <= {variable.ref() for variable in taken.var_list}:
+            raise LeverRefusal(f"{said}, of every trainable variable, and the model_fn's minimize names a var_list "
+                               f"of {len(taken.var_list)} of the {len(trainable)}: train without {lever_flag}")
+    return taken
+
+
+class Lever(NamedTuple):
+    step: Step  # what the lever built
+    spec: object  # the model_fn's EstimatorSpec of its first call: its hooks and scaffold
+    optimizer: v1.train.Optimizer  # the model_fn's, which the lever took
+    flag: str  # the lever as the logs name it
+
+
+def build(call_model_fn: Callable, dataset_batches: Callable | None, global_step, cluster, train) -> Lever:
+    """The step of the path train.step_path names, with the update the model_fn built.
+    call_model_fn(features, labels) -> EstimatorSpec in TRAIN mode; dataset_batches() -> (features, labels) of
+    the input_fn's next batch, or None where the input_fn gave tensors, not a tf.data.Dataset."""
+    path = train.step_path.name
+    lever_flag = f"PS_TRAINER_FLAGS --{plan.LOCAL_STEPS if path == plan.ROUNDS else path}"
+    if dataset_batches is None:
+        raise LeverRefusal(f"{lever_flag} reads several batches a session.run: the input_fn must return a "
+                           "tf.data.Dataset, and this one returns tensors")
+    lever = LEVERS[train.step_path.name]
+    reader, getter = reader_and_getter(lever, cluster, train)
+    summaries = list(v1.get_collection(v1.GraphKeys.SUMMARIES))
+    specs = []
+
+    def forward(batch=None):
+        features, labels = batch or dataset_batches()
+        with v1.variable_scope(v1.get_variable_scope(), custom_getter=getter, reuse=v1.AUTO_REUSE), \
+                recording() as record:
+            spec = call_model_fn(features, labels)
+        taken = _the_update(record, spec.train_op, lever_flag)
+        specs.append((spec, taken))
+        # The program's labels are its own: the runtime's not-learning check reads none.
+        return model.ModelOutput(None, None, taken.loss, None, None), tf.zeros([0], tf.int64)
+
+    first, no_labels = forward()
+    if v1.get_collection(v1.GraphKeys.UPDATE_OPS):
+        raise LeverRefusal(f"{lever_flag}: the model_fn has UPDATE_OPS (batch normalization's moving averages), "
+                           "which the lever's update would leave out: train without it")
+    spec, taken = specs[0]
+    built: Step = lever.build(StepContext(forward, first, no_labels, taken.optimizer, global_step, cluster, train,
+                                          reader, None, dataset_batches))
+    v1.get_collection_ref(v1.GraphKeys.SUMMARIES)[:] = summaries
+    v1.summary.scalar("loss", built.metrics.loss)
+    return Lever(built, spec, taken.optimizer, f"{lever_flag}={max(train.local_steps, train.step_path.steps_per_run)}")
