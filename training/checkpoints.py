@@ -136,15 +136,18 @@ def report_uninitialized() -> tf.Tensor:
     return uninitialized
 
 
-def program_scaffold(scaffold, uninitialized, keep_checkpoint_max: int, keep_checkpoint_every_n_hours: float):
+def program_scaffold(scaffold, uninitialized, model_dir: str, keep_checkpoint_max: int,
+                     keep_checkpoint_every_n_hours: float):
     """A program's Scaffold (an Estimator model_fn's) with the chief's LiveStateSaver (sharded: each ps writes
     its own part) where the program names no saver of its own, in the scaffold or, where TensorFlow's Scaffold
-    also looks, the graph's SAVERS collection."""
+    also looks, the graph's SAVERS collection. It also restores the checkpoints TensorFlow 2.x's V1 canned
+    estimators wrote in model_dir (tf2_slot_layout)."""
     if (scaffold is not None and scaffold.saver is not None) or tf.compat.v1.get_collection(
             tf.compat.v1.GraphKeys.SAVERS):
         return scaffold or tf.compat.v1.train.Scaffold()
     saver = LiveStateSaver(uninitialized, sharded=True, max_to_keep=keep_checkpoint_max, save_relative_paths=True,
-                           keep_checkpoint_every_n_hours=keep_checkpoint_every_n_hours)
+                           keep_checkpoint_every_n_hours=keep_checkpoint_every_n_hours,
+                           renamed=tf2_slot_layout(model_dir, sharded=True))
     return tf.compat.v1.train.Scaffold(saver=saver, copy_from_scaffold=scaffold)
 
 
@@ -269,6 +272,67 @@ def older_layout(model_dir: str, added: list, **saver_kwargs) -> OlderLayout | N
                        tf.compat.v1.variables_initializer(list(added)))
 
 
+class RenamedLayout(NamedTuple):
+    """How to restore a checkpoint that holds some of this graph's variables under other names: a Saver of
+    every variable, each read under its name there."""
+    names: frozenset[str]  # the other names, as the checkpoint holds them
+    saver: tf.compat.v1.train.Saver
+
+
+# Where TensorFlow 2.x's V1 canned estimators (tf.compat.v1.estimator.DNN*, Linear*) put an optimizer's slot of
+# a variable: <variable>/t_0/<slot> (a DNN's), <variable>/part_0/<slot> (a linear model's). TF1, and this
+# runtime, name it <variable>/<slot>.
+TF2_SLOT_INFIXES = ("t_0", "part_0")
+
+
+def tf2_slot_layout(model_dir: str, **saver_kwargs) -> RenamedLayout | None:
+    """A RenamedLayout when a checkpoint registered in model_dir holds optimizer slots of this graph's variables
+    where TensorFlow 2.x's V1 canned estimators put them (TF2_SLOT_INFIXES), else None (no second Saver)."""
+    state = tf.train.get_checkpoint_state(model_dir) if model_dir else None
+    variables = _by_saved_name()
+    for path in (state.all_model_checkpoint_paths if state and variables else []):
+        try:
+            held = set(tf.train.load_checkpoint(os.path.join(model_dir, os.path.basename(path)))
+                       .get_variable_to_shape_map())
+        except (tf.errors.OpError, ValueError):  # unreadable: the restore names it
+            continue
+        renames = {}
+        for name in set(variables) - held:
+            head, _, slot = name.rpartition("/")
+            there = next((f"{head}/{infix}/{slot}" for infix in TF2_SLOT_INFIXES
+                          if f"{head}/{infix}/{slot}" in held), None)
+            if there is None:
+                break  # lacks a variable for another reason: its restore says which
+            renames[name] = there
+        else:
+            if renames:
+                return RenamedLayout(frozenset(renames.values()), tf.compat.v1.train.Saver(
+                    {renames.get(name, name): variable for name, variable in variables.items()}, **saver_kwargs))
+    return None
+
+
+def _by_saved_name() -> dict:
+    """What saved_variables() saves, by the name a checkpoint holds it under: a variable, or the list of a
+    partitioned variable's parts; {} where it saves more than variables (a dynamic table's map)."""
+    named = {}
+    for variable in saved_variables():
+        if not isinstance(variable, tf.Variable):
+            return {}
+        info = getattr(variable, "_save_slice_info", None)
+        if info is None:
+            named[variable.op.name] = variable
+        else:
+            named.setdefault(info.full_name, []).append(variable)
+    return named
+
+
+def _holds(path: str, names: frozenset[str]) -> bool:
+    try:
+        return names <= set(tf.train.load_checkpoint(path).get_variable_to_shape_map())
+    except (tf.errors.OpError, ValueError):  # unreadable: the restore names it
+        return False
+
+
 def _lacks(path: str, names: frozenset[str]) -> bool:
     try:
         return not names <= set(tf.train.load_checkpoint(path).get_variable_to_shape_map())
@@ -291,12 +355,13 @@ class LiveStateSaver(tf.compat.v1.train.Saver):
     """
 
     def __init__(self, uninitialized, *args, before_save=None, after_restore=None, older: OlderLayout | None = None,
-                 slots_of=None, **kwargs):
+                 slots_of=None, renamed: RenamedLayout | None = None, **kwargs):
         """uninitialized: report_uninitialized() of this graph; before_save(session), if given, runs
         before each save (the eviction of embedding rows, which the checkpoint then leaves out);
         after_restore(session), if given, runs after each restore, once the NOT_SAVED variables are
         initialized (the dynamic tables' reconciliation); older: how to restore a checkpoint that lacks variables added
-        since (older_layout()); slots_of, given when training marks the table rows it changes: the
+        since (older_layout()); renamed: how to restore a checkpoint that names variables otherwise
+        (tf2_slot_layout()); slots_of, given when training marks the table rows it changes: the
         optimizer's slots of a variable, for the delta checkpoints (save_delta()). Saves
         saved_variables(); a restore initializes the NOT_SAVED ones."""
         super().__init__(saved_variables(), *args, **kwargs)
@@ -306,6 +371,7 @@ class LiveStateSaver(tf.compat.v1.train.Saver):
         self._before_save = before_save
         self._after_restore = after_restore
         self._older = older
+        self._renamed = renamed
         self._global_step = tf.compat.v1.train.get_global_step()
         self.deltas = incremental.Deltas(saved_variables(), slots_of) if slots_of else None
         # The full checkpoint that this run's deltas build on: the last saved or restored (None: the
@@ -439,6 +505,11 @@ class LiveStateSaver(tf.compat.v1.train.Saver):
                     logging.info("restored %s, saved without %s: %s start(s) from its initial value",
                                  os.path.basename(path), ", ".join(sorted(self._older.added)),
                                  "that" if len(self._older.added) == 1 else "they")
+                elif self._renamed and _holds(path, self._renamed.names):
+                    self._renamed.saver.restore(sess, path)
+                    logging.info("restored %s, written by TensorFlow 2.x's V1 canned estimators: %d optimizer slots "
+                                 "read where it put them (%s); saved under TF1's names from now on",
+                                 os.path.basename(path), len(self._renamed.names), sorted(self._renamed.names)[0])
                 else:
                     deltas = restore_with_deltas(sess, super().restore, self.deltas, path, remove_unreadable=True)
                     if deltas:

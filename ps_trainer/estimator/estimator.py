@@ -146,7 +146,8 @@ class Estimator:
                     logging.info("Warm-starting with WarmStartSettings: %s", self._warm_start)
                     v1.train.warm_start(*self._warm_start)
             uninitialized = checkpoints.report_uninitialized()
-            scaffold = checkpoints.program_scaffold(model.scaffold, uninitialized, self._config.keep_checkpoint_max,
+            scaffold = checkpoints.program_scaffold(model.scaffold, uninitialized, self.model_dir,
+                                                    self._config.keep_checkpoint_max,
                                                     self._config.keep_checkpoint_every_n_hours)
             every = self._config.log_step_count_steps
             progress = session_loop.GlobalStepAtEnds(runtime.cluster.task_name, trained.loss, logging.info)
