@@ -13,7 +13,8 @@ clicks_csv program (click logs in CSV files this script writes from the trainer'
 and fourth way: its model_fn under `trainer.py --model_fn` on the same files, with the trainer's update
 (Adagrad, as the program's) plain and with a lever (--local_steps); their held-out figure is the chief's
 final held-out AUC and their speed the global step's rate over the chief's progress lines; and a fifth: the
-program unmodified on a cluster with the lever given outside its code (PS_TRAINER_FLAGS="--local_steps=N"). In the
+program unmodified on a cluster with the lever given outside its code (PS_TRAINER_FLAGS="--local_steps=N"); and
+a sixth: its graph in a bare `session.run((train_op, loss))` loop on the same cluster (scripts/bare_loop.py). In the
 reference venv the one added line, `import ps_trainer.estimator`, imports a shim that sets
 `tf.estimator = tf.compat.v1.estimator`: the V1 classes TF1 programs were written for. The reference
 ps never exits by itself; it is stopped (by its process group) once the other tasks have ended, and
@@ -213,6 +214,19 @@ def run_trainer_sides(work_root, data_dir, batch, key, args):
                       result, work)
 
 
+def run_bare_side(work_root, batch, key, args):
+    """clicks_csv's graph (its input_fn and model_fn) in a bare session.run((train_op, loss)) loop on the same
+    cluster (scripts/bare_loop.py): the floor of the runtime's session loop, on TF 2.21 (no held-out figure)."""
+    work = work_root / "clicks_csv" / "bare" / "cluster"
+    work.mkdir(parents=True)
+    program = ROOT / "tests" / "programs" / PROGRAMS["clicks_csv"][0]
+    result = run_job(sys.executable, {**os.environ, "PYTHONPATH": str(ROOT)},
+                     [str(ROOT / "scripts" / "bare_loop.py"), f"--program={program}"], args, work, True,
+                     evaluator=False)
+    print_row("clicks_csv", "bare session.run loop", True, key, None, steps_per_sec(result["figure"]), batch,
+              result, work)
+
+
 def main(argv):
     del argv
     work_root = pathlib.Path(tempfile.mkdtemp(prefix="estimator-parity-"))
@@ -242,6 +256,7 @@ def main(argv):
                           batch, result, work)
         if name == "clicks_csv":
             run_trainer_sides(work_root, data_dir, batch, key, PROGRAMS[name][3])
+            run_bare_side(work_root, batch, key, args)
     print(f"logs: {work_root}")
 
 
