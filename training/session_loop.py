@@ -228,10 +228,11 @@ def wait_for_chief_ready(target, session_config, timeout_secs, task_name, uninit
                         logging.info("%s: waiting for the chief to initialize %d variables", task_name, len(names))
                         last_log = now
                     time.sleep(CHIEF_POLL_SECS)
-        except (tf.errors.UnavailableError, tf.errors.AbortedError) as err:
+        except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError) as err:
             # A ps task down while this worker waits (the chaos drill: a second ps killed while the
-            # chief restored the first): the chief waits for it as well. Past the timeout, this
-            # reaches the top: a transient exit.
+            # chief restored the first): the chief waits for it as well. A poll under way when the ps
+            # went down can end Cancelled ("RecvFromRemoteAsync is cancelled", seen on a loaded
+            # machine), as a step can. Past the timeout, this reaches the top: a transient exit.
             if time.monotonic() - start > timeout_secs:
                 raise
             logging.info("%s: a ps task did not answer while waiting for the chief (%s); asking again",

@@ -25,7 +25,9 @@ def main(model_dir: str) -> None:
     linear = [tf.feature_column.categorical_column_with_identity("C1_id", 50)]
     dnn = [tf.feature_column.embedding_column(tf.feature_column.categorical_column_with_hash_bucket(name, 100), 4)
            for name in ("C1", "C2")] + [tf.feature_column.numeric_column("I1")]
-    model = DeepFMEstimator(linear, dnn, task="binary", model_dir=model_dir)
+    # Seeded as DeepCTR's examples seed it: without a seed each run starts elsewhere (seen: AUC 0.80-0.85).
+    model = DeepFMEstimator(linear, dnn, task="binary", model_dir=model_dir,
+                            config=tf.estimator.RunConfig(tf_random_seed=2021))
     numpy_input_fn = tf.compat.v1.estimator.inputs.numpy_input_fn
     x, y = data(3000, 0)
     model.train(numpy_input_fn(x, y, batch_size=64, num_epochs=5, shuffle=True))
