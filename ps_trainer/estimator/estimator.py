@@ -159,9 +159,9 @@ class Estimator:
             stall = watchdog.for_task(runtime.cluster, runtime.train) if cluster.is_distributed else None
             chief_hooks = [*trained.chief_hooks, *model.training_chief_hooks]
             if saving_listeners:
-                chief_hooks.append(v1.train.CheckpointSaverHook(
-                    self.model_dir, save_secs=self._config.save_checkpoints_secs,
-                    save_steps=self._config.save_checkpoints_steps, scaffold=scaffold, listeners=saving_listeners))
+                chief_hooks.append(session_loop.checkpoint_saver_hook(
+                    self.model_dir, self._config.save_checkpoints_secs, self._config.save_checkpoints_steps, scaffold,
+                    saving_listeners, path.steps_per_run))
             sessions = session_loop.Sessions(
                 train_op=(trained.train_op, trained.loss),  # as TF1's loop: the update and the loss, nothing else
                 scaffold=scaffold, hooks=[*all_hooks, *([stall] if stall else [])], chief_only_hooks=chief_hooks,
