@@ -2,7 +2,9 @@
 the runtime (placement.device_setter on a ps cluster); training runs in the trainer's session loop
 (training/session_loop.py: a non-chief waits for the chief's variables, sessions are made again after a ps
 restarts) with the chief's saver (training/checkpoints.LiveStateSaver: each save checked, an unreadable
-newest checkpoint passed over) and, on a cluster, the stall watchdog."""
+newest checkpoint passed over) and, on a cluster, the stall watchdog. A session.run is the model_fn's train_op,
+or with a lever from PS_TRAINER_FLAGS the lever's step, updating with the optimizer the model_fn built
+(training/step/taken.py)."""
 
 import contextlib
 import os
