@@ -624,6 +624,8 @@ def lever_model_fn(optimizer_of, update="minimize"):
         elif update == "update ops":
             v1.add_to_collection(v1.GraphKeys.UPDATE_OPS, tf.no_op(name="moving_average"))
             train_op = optimizer.minimize(loss, step)
+        elif update == "left to the runtime":
+            train_op = None
         else:  # "no minimize"
             train_op = v1.assign_add(step, 1)
         return estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
@@ -635,6 +637,7 @@ def test_a_lever_given_outside_the_program_trains_with_the_model_fns_own_optimiz
                                                                                                    monkeypatch):
     # PS_TRAINER_FLAGS="--local_steps=5" in one process (one worker: plain SGD's updates, in rounds): the
     # update is the model_fn's optimizer's, whatever it is; what a lever cannot take is refused in one line.
+    # A model_fn that leaves the update to the runtime trains with PS_TRAINER_FLAGS's --optimizer.
     import numpy as np
     import tensorflow as tf
 
@@ -679,6 +682,23 @@ def test_a_lever_given_outside_the_program_trains_with_the_model_fns_own_optimiz
     model = estimator.Estimator(lever_model_fn(lambda: v1.train.GradientDescentOptimizer(0.1)), str(tmp_path / "np"))
     with pytest.raises(ValueError, match="the input_fn must return a tf.data.Dataset"):
         model.train(estimator.inputs.numpy_input_fn({"x": x}, y, shuffle=False), max_steps=10)
+    # A model_fn that leaves the update to the runtime (no train_op, as under trainer.py --model_fn) trains in
+    # the program too once PS_TRAINER_FLAGS says how, with a lever or without; without, it is TF1's refusal.
+    runtime_update = lever_model_fn(lambda: None, "left to the runtime")
+    with pytest.raises(ValueError, match="leaves the update to the runtime .*give PS_TRAINER_FLAGS --optimizer"):
+        estimator.Estimator(runtime_update, str(tmp_path / "told_nothing")).train(input_fn, max_steps=10)
+    for flags in ("--optimizer=adagrad --learning_rate=0.5", "--optimizer=adagrad --learning_rate=0.5 --local_steps=5"):
+        monkeypatch.setenv("PS_TRAINER_FLAGS", flags)
+        model = estimator.Estimator(runtime_update, str(tmp_path / flags.replace(" ", "_")))
+        model.train(input_fn, max_steps=300)
+        assert model.get_variable_value("global_step") == 300
+        assert model.evaluate(held_out)["accuracy"] > 0.95, flags
+    with pytest.raises(ValueError, match="--optimizer makes the update, and the model_fn makes its own"):
+        estimator.Estimator(lever_model_fn(lambda: v1.train.AdagradOptimizer(0.5)), str(tmp_path / "both")).train(
+            input_fn, max_steps=10)
+    monkeypatch.delenv("PS_TRAINER_FLAGS")
+    with pytest.raises(ValueError, match="mode TRAIN needs a loss and a train_op"):
+        estimator.Estimator(runtime_update, str(tmp_path / "plain")).train(input_fn, max_steps=10)
 
 
 @pytest.mark.inprocess

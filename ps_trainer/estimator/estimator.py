@@ -124,7 +124,8 @@ class Estimator:
             with placed:
                 global_step = v1.train.get_or_create_global_step()
                 source = _input_of(self._call_input_fn(input_fn, ModeKeys.TRAIN))
-                if path.name == plan.SINGLE:  # the model_fn's train_op, run as written
+                runtime_optimizer = self._config.runtime_flags.optimizer is not None
+                if path.name == plan.SINGLE and not runtime_optimizer:  # the model_fn's train_op, run as written
                     model = self._call_model_fn(*source.next_batch(), ModeKeys.TRAIN)
                     if model.train_op is None:
                         raise ValueError(spec.TRAIN_NEEDS)
@@ -134,14 +135,13 @@ class Estimator:
                                   for hook in (*model.training_hooks, *(hooks or ())))
                     runtime = run_config.runtime_settings(self._config, cluster, last, syncing, not saving_listeners)
                     trained = _Trained(model, model.train_op, model.loss)
-                else:  # a lever makes the update with the optimizer the model_fn built
+                else:  # a lever's step, or the runtime's update (training/step/taken.py)
                     runtime = run_config.runtime_settings(self._config, cluster, last, False, not saving_listeners,
                                                           path)
                     lever = taken.build(
                         lambda features, labels: self._call_model_fn(features, labels, ModeKeys.TRAIN),
-                        source.next_batch if source.dataset else None, global_step, cluster, runtime.train)
-                    logging.info("%s: %s: the lever makes the update with the model_fn's %s", runtime.cluster.task_name,
-                                 lever.flag, type(lever.optimizer).__name__)
+                        source.next_batch, source.dataset, global_step, cluster, runtime.train, runtime_optimizer)
+                    logging.info("%s: %s", runtime.cluster.task_name, lever.said)
                     model, built = lever.spec, lever.step
                     trained = _Trained(model, built.train_op, built.metrics.loss, built.hooks, built.chief_only_hooks)
                 if self._warm_start:  # the initializers of the variables it names: a checkpoint in model_dir wins

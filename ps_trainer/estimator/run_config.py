@@ -171,7 +171,9 @@ def runtime_settings(config: RunConfig, cluster: spec.ClusterConfig, train_steps
                         save_checkpoint_steps=config.save_checkpoints_steps if saves else None,
                         save_checkpoint_secs=config.save_checkpoints_secs if saves else None,
                         save_summaries_steps=config.save_summary_steps, keep_checkpoint_max=config.keep_checkpoint_max,
-                        step_path=path, local_steps=given.local_steps)
+                        step_path=path, local_steps=given.local_steps,
+                        optimizer=given.optimizer or TrainConfig.optimizer, learning_rate=given.learning_rate,
+                        momentum=given.momentum)
     return runtime.RunConfig(cluster=cluster, model=model.ModelConfig(), data=inputs.DataConfig(), train=train)
 
 

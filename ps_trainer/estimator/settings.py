@@ -15,7 +15,8 @@ from ps_trainer.training.config import TrainConfig
 
 VARIABLE = "PS_TRAINER_FLAGS"
 TAKEN = ("startup_timeout_secs", "stall_warning_secs", "stall_timeout_secs", "worker_gone_secs",
-         "allow_public_addresses", "skip_own_address_check", "local_steps", "steps_per_run")
+         "allow_public_addresses", "skip_own_address_check", "local_steps", "steps_per_run", "optimizer",
+         "learning_rate", "momentum")
 
 
 class Settings(NamedTuple):
@@ -30,6 +31,10 @@ class Settings(NamedTuple):
     # The levers (training/step/taken.py: the runtime makes the update with the optimizer the model_fn built).
     local_steps: int = TrainConfig.local_steps
     steps_per_run: int = TrainConfig.step_path.steps_per_run
+    # The runtime's update, for a model_fn that leaves it to the runtime (no train_op); None: the model_fn's.
+    optimizer: str | None = None
+    learning_rate: float = TrainConfig.learning_rate
+    momentum: float = TrainConfig.momentum
 
 
 def read(env=os.environ) -> Settings:

@@ -5,7 +5,9 @@ An Estimator program's model_fn ends with `optimizer.minimize(loss, global_step=
 calls the model_fn as the trainer calls its own models, once outside the lever's loop (it makes the
 variables) and in each of its iterations, with tf.compat.v1.train.Optimizer's minimize recorded instead of
 run: the call builds no op, and the lever (training/step/) makes the update with the optimizer and the loss it
-was given, as it does with --optimizer's. So the program needs no edit.
+was given, as it does with --optimizer's. So the program needs no edit. A model_fn that leaves the update to
+the runtime (no train_op, as under `trainer.py --model_fn`) is trained the same way with PS_TRAINER_FLAGS's
+--optimizer and --learning_rate, with a lever or on the single step path.
 
 What a lever cannot take is refused in one line, naming it: an update that is not one minimize of the
 whole model (several optimizers, a var_list of some variables, apply_gradients of gradients the model_fn
@@ -24,7 +26,7 @@ import tensorflow as tf
 from tensorflow.python.training import optimizer as optimizer_lib  # the class tf.compat.v1.train optimizers share
 
 from ps_trainer import model
-from ps_trainer.training import plan
+from ps_trainer.training import optimizers, plan, schedules
 from ps_trainer.training.step import LEVERS, reader_and_getter
 from ps_trainer.training.step.base import Step, StepContext
 
@@ -72,9 +74,19 @@ def recording():
         base.minimize, base.apply_gradients = minimize, apply_gradients
 
 
-def _the_update(record: Recorded, train_op, lever_flag: str) -> Minimized:
-    """The one minimize of the whole model the model_fn called, or LeverRefusal."""
+def _the_update(record: Recorded, spec, lever_flag: str, runtime_optimizer: bool) -> Minimized:
+    """The one minimize of the whole model the model_fn called (runtime_optimizer: none, its loss the update's
+    with the runtime's optimizer), or LeverRefusal."""
+    train_op = spec.train_op
+    if runtime_optimizer:
+        if record.minimized or record.applied or train_op is not None:
+            raise LeverRefusal("PS_TRAINER_FLAGS --optimizer makes the update, and the model_fn makes its own (its "
+                               "EstimatorSpec has a train_op): return the loss alone, or drop --optimizer")
+        return Minimized(None, spec.loss, None)
     said = f"{lever_flag} makes the update with the optimizer the model_fn built"
+    if not record.minimized and not record.applied and train_op is None:
+        raise LeverRefusal(f"{lever_flag}: the model_fn leaves the update to the runtime (its EstimatorSpec has no "
+                           "train_op): give PS_TRAINER_FLAGS --optimizer (and --learning_rate) too")
     if record.applied:
         raise LeverRefusal(f"{said}, but the model_fn applies gradients it computed itself "
                            f"({record.applied[0]}.apply_gradients): call the optimizer's minimize(loss), or train "
@@ -102,17 +114,18 @@ def _the_update(record: Recorded, train_op, lever_flag: str) -> Minimized:
 class Lever(NamedTuple):
     step: Step  # what the lever built
     spec: object  # the model_fn's EstimatorSpec of its first call: its hooks and scaffold
-    optimizer: v1.train.Optimizer  # the model_fn's, which the lever took
-    flag: str  # the lever as the logs name it
+    said: str  # what makes the update, as the logs say it
 
 
-def build(call_model_fn: Callable, dataset_batches: Callable | None, global_step, cluster, train) -> Lever:
-    """The step of the path train.step_path names, with the update the model_fn built.
-    call_model_fn(features, labels) -> EstimatorSpec in TRAIN mode; dataset_batches() -> (features, labels) of
-    the input_fn's next batch, or None where the input_fn gave tensors, not a tf.data.Dataset."""
+def build(call_model_fn: Callable, next_batch: Callable, from_dataset: bool, global_step, cluster, train,
+          runtime_optimizer: bool = False) -> Lever:
+    """The step of the path train.step_path names, with the update the model_fn built (runtime_optimizer: with
+    train.optimizer's, over the loss of a model_fn that leaves the update to the runtime).
+    call_model_fn(features, labels) -> EstimatorSpec in TRAIN mode; next_batch() -> (features, labels) of the
+    input_fn's next batch (from_dataset: a tf.data.Dataset's, made anew at each call; else the same tensors)."""
     path = train.step_path.name
     lever_flag = f"PS_TRAINER_FLAGS --{plan.LOCAL_STEPS if path == plan.ROUNDS else path}"
-    if dataset_batches is None:
+    if not from_dataset and path != plan.SINGLE:
         raise LeverRefusal(f"{lever_flag} reads several batches a session.run: the input_fn must return a "
                            "tf.data.Dataset, and this one returns tensors")
     lever = LEVERS[train.step_path.name]
@@ -121,11 +134,11 @@ def build(call_model_fn: Callable, dataset_batches: Callable | None, global_step
     specs = []
 
     def forward(batch=None):
-        features, labels = batch or dataset_batches()
+        features, labels = batch or next_batch()
         with v1.variable_scope(v1.get_variable_scope(), custom_getter=getter, reuse=v1.AUTO_REUSE), \
                 recording() as record:
             spec = call_model_fn(features, labels)
-        taken = _the_update(record, spec.train_op, lever_flag)
+        taken = _the_update(record, spec, lever_flag, runtime_optimizer)
         specs.append((spec, taken))
         # The program's labels are its own: the runtime's not-learning check reads none.
         return model.ModelOutput(None, None, taken.loss, None, None), tf.zeros([0], tf.int64)
@@ -135,8 +148,17 @@ def build(call_model_fn: Callable, dataset_batches: Callable | None, global_step
         raise LeverRefusal(f"{lever_flag}: the model_fn has UPDATE_OPS (batch normalization's moving averages), "
                            "which the lever's update would leave out: train without it")
     spec, taken = specs[0]
-    built: Step = lever.build(StepContext(forward, first, no_labels, taken.optimizer, global_step, cluster, train,
-                                          reader, None, dataset_batches))
+    if runtime_optimizer:
+        optimizer = optimizers.make_optimizer(schedules.learning_rate(global_step, train), train)
+        said = (f"PS_TRAINER_FLAGS --optimizer={train.optimizer} --learning_rate={train.learning_rate}: the runtime "
+                "makes the update")
+    else:
+        optimizer = taken.optimizer
+        said = f"the lever makes the update with the model_fn's {type(optimizer).__name__}"
+    if path != plan.SINGLE:
+        said = f"{lever_flag}={max(train.local_steps, train.step_path.steps_per_run)}: {said}"
+    built: Step = lever.build(StepContext(forward, first, no_labels, optimizer, global_step, cluster, train,
+                                          reader, None, next_batch))
     v1.get_collection_ref(v1.GraphKeys.SUMMARIES)[:] = summaries
     v1.summary.scalar("loss", built.metrics.loss)
-    return Lever(built, spec, taken.optimizer, f"{lever_flag}={max(train.local_steps, train.step_path.steps_per_run)}")
+    return Lever(built, spec, said)
