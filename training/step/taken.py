@@ -124,7 +124,7 @@ def build(call_model_fn: Callable, next_batch: Callable, from_dataset: bool, glo
     call_model_fn(features, labels) -> EstimatorSpec in TRAIN mode; next_batch() -> (features, labels) of the
     input_fn's next batch (from_dataset: a tf.data.Dataset's, made anew at each call; else the same tensors)."""
     path = train.step_path.name
-    lever_flag = f"PS_TRAINER_FLAGS --{plan.LOCAL_STEPS if path == plan.ROUNDS else path}"
+    lever_flag = "PS_TRAINER_FLAGS --" + {plan.ROUNDS: plan.LOCAL_STEPS, plan.SINGLE: "optimizer"}.get(path, path)
     if not from_dataset and path != plan.SINGLE:
         raise LeverRefusal(f"{lever_flag} reads several batches a session.run: the input_fn must return a "
                            "tf.data.Dataset, and this one returns tensors")
@@ -146,7 +146,7 @@ def build(call_model_fn: Callable, next_batch: Callable, from_dataset: bool, glo
     first, no_labels = forward()
     if v1.get_collection(v1.GraphKeys.UPDATE_OPS):
         raise LeverRefusal(f"{lever_flag}: the model_fn has UPDATE_OPS (batch normalization's moving averages), "
-                           "which the lever's update would leave out: train without it")
+                           "which the runtime's update would leave out: train without it")
     spec, taken = specs[0]
     if runtime_optimizer:
         optimizer = optimizers.make_optimizer(schedules.learning_rate(global_step, train), train)
@@ -159,6 +159,7 @@ def build(call_model_fn: Callable, next_batch: Callable, from_dataset: bool, glo
         said = f"{lever_flag}={max(train.local_steps, train.step_path.steps_per_run)}: {said}"
     built: Step = lever.build(StepContext(forward, first, no_labels, optimizer, global_step, cluster, train,
                                           reader, None, next_batch))
-    v1.get_collection_ref(v1.GraphKeys.SUMMARIES)[:] = summaries
+    if path != plan.SINGLE:  # the single step is the first forward pass: its summaries read the step's batch
+        v1.get_collection_ref(v1.GraphKeys.SUMMARIES)[:] = summaries
     v1.summary.scalar("loss", built.metrics.loss)
     return Lever(built, spec, said)
