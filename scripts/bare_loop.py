@@ -23,6 +23,7 @@ flags.DEFINE_string("data_dir", None, "The program's train-*.csv files.")
 flags.DEFINE_integer("train_steps", 3000, "The global step to train to.")
 flags.DEFINE_integer("batch_size", 64, "Examples a step.")
 flags.DEFINE_string("model_dir", None, "Unused: the harness passes every program one.")
+flags.DEFINE_integer("startup_timeout_secs", 300, "How long a worker waits for the chief's variables.")
 FLAGS = flags.FLAGS
 LOG_EVERY = 100
 
@@ -55,7 +56,11 @@ def main(argv):
     with v1.Session(server.target, config=session_config) as session:
         if job == "chief":
             session.run(v1.global_variables_initializer())
+        deadline = time.monotonic() + FLAGS.startup_timeout_secs
         while len(session.run(uninitialized)):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{job}:{index}: the chief did not initialize the variables within "
+                                 f"{FLAGS.startup_timeout_secs} s (--startup_timeout_secs)")
             time.sleep(0.1)
         step, started, runs = session.run(global_step), time.monotonic(), 0
         while step < FLAGS.train_steps:

@@ -136,12 +136,12 @@ def report_uninitialized() -> tf.Tensor:
     return uninitialized
 
 
-def program_scaffold(scaffold, uninitialized, model_dir: str, keep_checkpoint_max: int,
+def program_scaffold(scaffold, uninitialized, model_dir: str | None, keep_checkpoint_max: int,
                      keep_checkpoint_every_n_hours: float):
     """A program's Scaffold (an Estimator model_fn's) with the chief's LiveStateSaver (sharded: each ps writes
     its own part) where the program names no saver of its own, in the scaffold or, where TensorFlow's Scaffold
-    also looks, the graph's SAVERS collection. It also restores the checkpoints TensorFlow 2.x's V1 canned
-    estimators wrote in model_dir (tf2_slot_layout)."""
+    also looks, the graph's SAVERS collection. It also restores a checkpoint TensorFlow 2.x's V1 canned
+    estimators wrote in model_dir (tf2_slot_layout; model_dir None: a task that restores nothing)."""
     if (scaffold is not None and scaffold.saver is not None) or tf.compat.v1.get_collection(
             tf.compat.v1.GraphKeys.SAVERS):
         return scaffold or tf.compat.v1.train.Scaffold()
@@ -285,30 +285,28 @@ class RenamedLayout(NamedTuple):
 TF2_SLOT_INFIXES = ("t_0", "part_0")
 
 
-def tf2_slot_layout(model_dir: str, **saver_kwargs) -> RenamedLayout | None:
-    """A RenamedLayout when a checkpoint registered in model_dir holds optimizer slots of this graph's variables
-    where TensorFlow 2.x's V1 canned estimators put them (TF2_SLOT_INFIXES), else None (no second Saver)."""
-    state = tf.train.get_checkpoint_state(model_dir) if model_dir else None
-    variables = _by_saved_name()
-    for path in (state.all_model_checkpoint_paths if state and variables else []):
-        try:
-            held = set(tf.train.load_checkpoint(os.path.join(model_dir, os.path.basename(path)))
-                       .get_variable_to_shape_map())
-        except (tf.errors.OpError, ValueError):  # unreadable: the restore names it
-            continue
-        renames = {}
-        for name in set(variables) - held:
-            head, _, slot = name.rpartition("/")
-            there = next((f"{head}/{infix}/{slot}" for infix in TF2_SLOT_INFIXES
-                          if f"{head}/{infix}/{slot}" in held), None)
-            if there is None:
-                break  # lacks a variable for another reason: its restore says which
-            renames[name] = there
-        else:
-            if renames:
-                return RenamedLayout(frozenset(renames.values()), tf.compat.v1.train.Saver(
-                    {renames.get(name, name): variable for name, variable in variables.items()}, **saver_kwargs))
-    return None
+def tf2_slot_layout(model_dir: str | None, **saver_kwargs) -> RenamedLayout | None:
+    """A RenamedLayout when the newest checkpoint in model_dir holds optimizer slots of this graph's variables
+    where TensorFlow 2.x's V1 canned estimators put them (TF2_SLOT_INFIXES), else None (no second Saver).
+    model_dir None: this task restores nothing (only the chief does), so nothing is read."""
+    newest = tf.train.latest_checkpoint(model_dir) if model_dir else None
+    variables = _by_saved_name() if newest else {}
+    try:
+        held = set(tf.train.load_checkpoint(newest).get_variable_to_shape_map()) if variables else set()
+    except (tf.errors.OpError, ValueError):  # unreadable: the restore names it
+        return None
+    renames = {}
+    for name in set(variables) - held:
+        head, _, slot = name.rpartition("/")
+        there = next((f"{head}/{infix}/{slot}" for infix in TF2_SLOT_INFIXES if f"{head}/{infix}/{slot}" in held),
+                     None)
+        if there is None:
+            return None  # lacks a variable for another reason: its restore says which
+        renames[name] = there
+    if not renames:
+        return None
+    return RenamedLayout(frozenset(renames.values()), tf.compat.v1.train.Saver(
+        {renames.get(name, name): variable for name, variable in variables.items()}, **saver_kwargs))
 
 
 def _by_saved_name() -> dict:

@@ -140,7 +140,7 @@ def checkpoint_saver_hook(model_dir, save_secs, save_steps, scaffold, listeners=
 
     Left to its default (a million), the hook reads the global step from its ps in a run of its own after every
     run once saves go by steps: a round trip a step, a quarter of a small model's steps on a cluster
-    (scripts/estimator_parity.py: 9,151 against a bare loop's 12,364 examples/s). Told the truth, it reads
+    (docs/estimator.md, against a bare loop). Told the truth, it reads
     the global step only when the step it fetched with the run, plus this run's steps, reaches the next save;
     the steps of other workers since can put a save one run later than that step."""
     hook = v1.train.CheckpointSaverHook(model_dir, save_secs=save_secs, save_steps=save_steps, scaffold=scaffold,

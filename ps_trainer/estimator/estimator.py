@@ -148,7 +148,8 @@ class Estimator:
                     logging.info("Warm-starting with WarmStartSettings: %s", self._warm_start)
                     v1.train.warm_start(*self._warm_start)
             uninitialized = checkpoints.report_uninitialized()
-            scaffold = checkpoints.program_scaffold(model.scaffold, uninitialized, self.model_dir,
+            scaffold = checkpoints.program_scaffold(model.scaffold, uninitialized,
+                                                    self.model_dir if cluster.is_chief else None,
                                                     self._config.keep_checkpoint_max,
                                                     self._config.keep_checkpoint_every_n_hours)
             every = self._config.log_step_count_steps
