@@ -6,6 +6,7 @@ import datetime
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -267,6 +268,19 @@ served = tf.saved_model.load(sys.argv[1]).signatures["serving_default"](
 print(json.dumps({"probabilities": served["probabilities"].numpy().tolist(),
                   "classes": served["classes"].numpy().tolist()}))
 """
+
+
+def saved_maps(checkpoint, column: str = "user") -> dict[int, dict]:
+    """{shard: {ID: row}} of the dynamic table of `column` (its variable scope's last name), read from a checkpoint."""
+    reader = tf.train.load_checkpoint(checkpoint)
+    maps = {}
+    for name in reader.get_variable_to_shape_map():
+        found = re.fullmatch(rf"(?:.*/)?{column}/shard(\d+)/rows_of_ids-keys", name)
+        if found:
+            keys, values = reader.get_tensor(name), reader.get_tensor(name[:-len("keys")] + "values")
+            maps[int(found.group(1))] = {(k.decode() if isinstance(k, bytes) else int(k)): int(v)
+                                         for k, v in zip(keys, values)}
+    return maps
 
 
 def serve_in_fresh_process(export_dir, features) -> dict:

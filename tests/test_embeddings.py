@@ -19,7 +19,7 @@ from ps_trainer.launch import chaos, measure
 from ps_trainer.model.dynamic import ids as table_ids, storage as table_storage
 from ps_trainer.model.dynamic import table as dynamic_table, upkeep as table_upkeep
 from tests.support import (ROOT, describe, finished, in_process_cluster, join_all, logged_step, read_flags,
-                           run_trainer, serve_in_fresh_process, wait_for, write_criteo_shaped_tsvs)
+                           run_trainer, saved_maps, serve_in_fresh_process, wait_for, write_criteo_shaped_tsvs)
 from ps_trainer.training import export, incremental, log_lines, run_record
 from ps_trainer.training import graph as train_graph
 from ps_trainer.training.config import TrainConfig
@@ -39,19 +39,6 @@ def table_graph(ids_dtype=tf.string, capacity=40, shards=2, min_count=1, trainin
         table = dynamic_table.DynamicTable("user", ids, options, training)
         rows = table.rows("embedding", WIDTH, initializer or v1.random_normal_initializer(seed=1))
     return ids, rows, table
-
-
-def saved_maps(checkpoint, column: str = "user") -> dict[int, dict]:
-    """{shard: {ID: row}} of the table of `column`, read from a checkpoint."""
-    reader = tf.train.load_checkpoint(checkpoint)
-    maps = {}
-    for name in reader.get_variable_to_shape_map():
-        found = re.fullmatch(rf"(?:.*/)?{column}/shard(\d+)/rows_of_ids-keys", name)
-        if found:
-            keys, values = reader.get_tensor(name), reader.get_tensor(name[:-len("keys")] + "values")
-            maps[int(found.group(1))] = {(k.decode() if isinstance(k, bytes) else int(k)): int(v)
-                                         for k, v in zip(keys, values)}
-    return maps
 
 
 @pytest.mark.inprocess

@@ -6,13 +6,15 @@ chief, worker, evaluator) in which every task, the ps included, exits 0 by itsel
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 
 import pytest
 
 from ps_trainer.launch.processes import LOOPBACK, free_ports
-from tests.support import ROOT, SCRIPTS, run_launcher, stop_process_group
+from ps_trainer.training import log_lines
+from tests.support import ROOT, SCRIPTS, run_launcher, saved_maps, stop_process_group, wait_for
 
 PROGRAM = ROOT / "tests" / "programs" / "clicks_estimator.py"
 TIMEOUT = 240
@@ -56,20 +58,21 @@ def test_a_tf1_program_with_one_line_added_trains_evaluates_and_predicts_in_one_
 
 
 class TfConfigCluster:
-    """`program` as the ps, chief, worker and evaluator processes of one TF_CONFIG cluster on loopback ports,
-    each started by job name, its output appended to <job>.log; every process still
-    running at the end is stopped by its group."""
+    """`program` as the ps tasks, chief, worker and evaluator processes of one TF_CONFIG cluster on loopback
+    ports, each started by job name (and index: a task other than the first is named "job:index"), its output
+    appended to <name>.log; every process still running at the end is stopped by its group."""
 
-    def __init__(self, program, tmp_path, *args, chief_job="chief", env=None):
-        ps, chief, worker = (f"{LOOPBACK}:{port}" for port in free_ports(3))
-        self.cluster = {"ps": [ps], chief_job: [chief], "worker": [worker]}
+    def __init__(self, program, tmp_path, *args, chief_job="chief", env=None, num_ps=1):
+        *ps, chief, worker = (f"{LOOPBACK}:{port}" for port in free_ports(num_ps + 2))
+        self.cluster = {"ps": ps, chief_job: [chief], "worker": [worker]}
         self.program, self.dir, self.args, self.procs = program, tmp_path, args, {}
         self.env = {**os.environ, **(env or {})}
 
-    def start(self, job):
-        env = {**self.env, "TF_CONFIG": json.dumps({"cluster": self.cluster, "task": {"type": job, "index": 0}})}
-        with open(self.dir / f"{job}.log", "a") as log:
-            self.procs[job] = subprocess.Popen(
+    def start(self, job, index=0):
+        env = {**self.env, "TF_CONFIG": json.dumps({"cluster": self.cluster, "task": {"type": job, "index": index}})}
+        name = job if index == 0 else f"{job}:{index}"
+        with open(self.dir / f"{name}.log", "a") as log:
+            self.procs[name] = subprocess.Popen(
                 [sys.executable, str(self.program), f"--model_dir={self.dir / 'model'}", *self.args], stdout=log,
                 stderr=subprocess.STDOUT, env=env, cwd=ROOT, stdin=subprocess.DEVNULL, start_new_session=True)
 
@@ -78,13 +81,12 @@ class TfConfigCluster:
         return [((job, 0), proc) for job, proc in self.procs.items()]
 
     def log(self, job, index=0) -> str:
-        del index
-        return (self.dir / f"{job}.log").read_text()
+        return (self.dir / f"{job if index == 0 else f'{job}:{index}'}.log").read_text()
 
     def wait(self) -> tuple[dict[str, int], dict[str, str]]:
         """(exit code, log) of each task."""
-        codes = {job: proc.wait(timeout=TIMEOUT) for job, proc in self.procs.items()}
-        return codes, {job: self.log(job) for job in self.procs}
+        codes = {name: proc.wait(timeout=TIMEOUT) for name, proc in self.procs.items()}
+        return codes, {name: (self.dir / f"{name}.log").read_text() for name in self.procs}
 
     def __enter__(self):
         return self
@@ -562,10 +564,18 @@ def test_ps_trainer_flags_give_a_program_the_trainers_settings_and_refuse_what_i
     config = RunConfig()
     with pytest.raises(ValueError, match=r"^PS_TRAINER_FLAGS: --steps_per_run=3 with --local_steps=4"):
         run_config.step_path(config, config.cluster)
+    # Dynamic tables: trainer.py's settings, a shard per ps of the program's cluster unless it says otherwise.
+    monkeypatch.setenv(settings.VARIABLE, "--embedding=dynamic --embedding_capacity=500 --embedding_steps_to_live=9")
+    ps = ("/job:ps/task:0",)
+    options = run_config.table_options(RunConfig(), ps)
+    assert (options.capacity, options.shards, options.steps_to_live, options.devices) == (500, 1, 9, ps)
     monkeypatch.delenv(settings.VARIABLE)
+    assert run_config.table_options(RunConfig()) is None
     config = RunConfig(session_creation_timeout_secs=50)
     assert (config.startup_timeout_secs, config.serving_checks) == (50, (False, False))
     for text, refusal in (("--sync_replicas", "--sync_replicas is not taken by an Estimator program's tasks"),
+                          ("--embedding_growth", "--embedding_growth is for --embedding=dynamic"),
+                          ("--incremental_save_secs=5", "--incremental_save_secs is not taken"),
                           ("--startup_timeout_secs=0", "--startup_timeout_secs=0"),
                           ("--no_such_flag", "no_such_flag"),
                           ("startup_timeout_secs=5", "'startup_timeout_secs=5' is not a flag")):
@@ -771,3 +781,131 @@ def test_a_deepctr_estimator_program_trains_evaluates_predicts_and_exports_with_
     assert float(found.group(1)) > 0.8, found.group(0)  # the labels allow about 0.85; chance is 0.5
     assert int(found.group(2)) == 235  # 5 epochs of 3,000 examples at 64: until the input ends
     assert (tmp_path / "model" / "export").is_dir() and any((tmp_path / "model" / "export").glob("*/saved_model.pb"))
+
+
+@pytest.mark.inprocess
+def test_a_programs_dynamic_embedding_columns_train_on_the_runtimes_tables_evaluate_and_export_raw_ids(tmp_path,
+                                                                                                       monkeypatch):
+    # PS_TRAINER_FLAGS gives the tables and the update: each user ID gets a row of its own as training meets
+    # it, and its label is learnable from that row alone (no hash can share it). What cannot be is refused.
+    import numpy as np
+    import tensorflow as tf
+
+    from ps_trainer import estimator
+    from ps_trainer.estimator.feature_column import dynamic_embedding_column
+    v1 = tf.compat.v1
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    monkeypatch.setenv("PS_TRAINER_FLAGS", "--embedding=dynamic --embedding_growth --embedding_capacity=1000 "
+                                           "--embedding_steps_to_live=100000 --optimizer=adagrad --learning_rate=0.5")
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 300, size=4000)
+    users, labels = np.array([f"u{i}".encode() for i in ids]), (ids * 7919 % 2).astype(np.int64)
+
+    def model_fn(features, labels, mode):
+        net = v1.feature_column.input_layer(features, [dynamic_embedding_column("user", 4)])
+        logits = tf.matmul(net, v1.get_variable("weights", [4, 2]))
+        if mode == estimator.ModeKeys.PREDICT:
+            return estimator.EstimatorSpec(mode, predictions={"logits": logits})
+        loss = v1.losses.sparse_softmax_cross_entropy(labels, logits)
+        return estimator.EstimatorSpec(mode, loss=loss, predictions={"logits": logits}, eval_metric_ops={
+            "accuracy": v1.metrics.accuracy(labels, tf.argmax(logits, 1))})
+
+    def input_fn():
+        return tf.data.Dataset.from_tensor_slices(({"user": users[:3000]}, labels[:3000])).repeat().batch(32)
+
+    def held_out():  # other examples of the same users
+        return tf.data.Dataset.from_tensor_slices(({"user": users[3000:]}, labels[3000:])).batch(500)
+
+    model = estimator.Estimator(model_fn, str(tmp_path / "run"))
+    model.train(input_fn, max_steps=400)
+    assert model.get_variable_value("global_step") == 400
+    assert model.evaluate(held_out)["accuracy"] > 0.95
+    # The checkpoint holds the table as the runtime's saver writes it: each of the 300 users met, its row and
+    # the runtime optimizer's slot of it.
+    shapes = tf.train.load_checkpoint(model.latest_checkpoint()).get_variable_to_shape_map()
+    table = "input_layer/user_dynamic_embedding/shard0/"
+    assert shapes[table + "rows_of_ids-keys"] == [len(set(ids[:3000]))], shapes
+    assert shapes[table + "embedding/Adagrad"] == shapes[table + "embedding"], shapes
+    # The export serves raw IDs: a known one its row's score, as predict gives it; an unseen one the default row.
+    raw = np.array([b"u1", b"u2", b"never met in training"])
+    predicted = [row["logits"] for row in model.predict(
+        lambda: tf.data.Dataset.from_tensor_slices({"user": raw}).batch(3))]
+    receiver = estimator.export.build_raw_serving_input_receiver_fn({"user": tf.constant([b"an id"])})
+    exported = model.export_saved_model(str(tmp_path / "export"), receiver)
+    with tf.Graph().as_default(), v1.Session() as sess:
+        signature = v1.saved_model.loader.load(sess, ["serve"], exported).signature_def["serving_default"]
+        served = sess.run(signature.outputs["logits"].name, {signature.inputs["user"].name: raw})
+    np.testing.assert_allclose(served, np.stack(predicted), rtol=1e-5)
+    assert np.argmax(served[0]) == 1 * 7919 % 2 and np.argmax(served[1]) == 2 * 7919 % 2
+    # With a lever too: the tables read and updated a step at a time, the dense weights pushed every 5 steps.
+    monkeypatch.setenv("PS_TRAINER_FLAGS", "--embedding=dynamic --embedding_capacity=1000 --optimizer=adagrad "
+                                           "--learning_rate=0.5 --local_steps=5")
+    lever = estimator.Estimator(model_fn, str(tmp_path / "lever"))
+    lever.train(input_fn, max_steps=400)
+    assert lever.evaluate(held_out)["accuracy"] > 0.95
+    # The tables need the runtime's update, and only its tables exist.
+    monkeypatch.setenv("PS_TRAINER_FLAGS", "--embedding=dynamic")
+    with pytest.raises(ValueError, match=r"^PS_TRAINER_FLAGS --embedding=dynamic: .*give PS_TRAINER_FLAGS --optimizer"):
+        estimator.Estimator(model_fn, str(tmp_path / "no_update")).train(input_fn, max_steps=10)
+    monkeypatch.delenv("PS_TRAINER_FLAGS")
+    with pytest.raises(ValueError, match=re.escape("dynamic_embedding_column('user'): its table is the runtime's "
+                                                   "dynamic tables': give --embedding=dynamic")):
+        estimator.Estimator(model_fn, str(tmp_path / "no_tables")).train(input_fn, max_steps=10)
+
+
+DYNAMIC_PROGRAM = ROOT / "tests" / "programs" / "clicks_dynamic_estimator.py"
+
+
+@pytest.mark.e2e
+@pytest.mark.drill
+def test_a_programs_dynamic_tables_train_on_two_ps_through_a_ps_restart_evaluate_and_export_raw_ids(tmp_path):
+    # train_and_evaluate on 2 ps + chief + worker + evaluator, its users' and items' tables (a table each, on
+    # a ps each) given by PS_TRAINER_FLAGS. ps 0, which holds the global step and a table, is killed and
+    # restarted once a checkpoint past step 0 is written: the chief restores it, and every task ends by itself.
+    import numpy as np
+    import tensorflow as tf
+    v1 = tf.compat.v1
+    flags = "--embedding=dynamic --embedding_capacity=2000 --optimizer=adagrad --learning_rate=0.1"
+    with TfConfigCluster(DYNAMIC_PROGRAM, tmp_path, "--train_steps=1200", env={"PS_TRAINER_FLAGS": flags},
+                         num_ps=2) as cluster:
+        for job, index in (("ps", 0), ("ps", 1), ("chief", 0), ("worker", 0), ("evaluator", 0)):
+            cluster.start(job, index)
+        model_dir = str(tmp_path / "model")
+
+        def a_checkpoint_past_step_0():
+            checkpoint = tf.train.latest_checkpoint(model_dir)
+            return bool(checkpoint and not checkpoint.endswith("-0"))
+
+        wait_for(a_checkpoint_past_step_0, 240, "a checkpoint past step 0", cluster)
+        at_kill = {column: saved_maps(tf.train.latest_checkpoint(model_dir), f"{column}_dynamic_embedding")
+                   for column in ("user", "item")}  # read now: the checkpoint is gone by the end (5 are kept)
+        os.killpg(cluster.procs["ps"].pid, signal.SIGKILL)
+        cluster.procs["ps"].wait(timeout=30)
+        cluster.start("ps", 0)
+        codes, logs = cluster.wait()
+    assert codes == {"ps": 0, "ps:1": 0, "chief": 0, "worker": 0, "evaluator": 0}, {
+        job: log[-2000:] for job, log in logs.items()}
+    assert log_lines.sessions_again(logs["chief"]), logs["chief"][-3000:]
+    again = logs["chief"].split("training session made again")[0].split("An error was raised", 1)[-1]
+    assert re.search(r"Restoring parameters from .*model\.ckpt-\d+", again), logs["chief"][-3000:]
+    # Each table whole on a ps of its own, and every ID with a row at the kill keeps that row (the table on
+    # ps 0 was restored with its IDs).
+    per_ps = re.findall(r"per ps: ps 0 (\d+), ps 1 (\d+)", logs["chief"])[-1]
+    assert min(int(count) for count in per_ps) > 0, per_ps
+    final = tf.train.latest_checkpoint(model_dir)
+    for column, before in at_kill.items():
+        after = saved_maps(final, f"{column}_dynamic_embedding")
+        assert before and all(after[shard].get(key) == row for shard, rows in before.items()
+                              for key, row in rows.items()), column
+    # It learned: the evaluator's held-out AUC at the last step (chance 0.5; one process reaches 0.86 at 1,000).
+    metrics = last_evaluation(logs["evaluator"])
+    assert metrics["global_step"] >= 1200 and metrics["auc"] > 0.8, metrics
+    # The FinalExporter's export serves raw IDs, an unseen one included (it reads the default row).
+    [export_dir] = (tmp_path / "model" / "export" / "clicks").iterdir()
+    raw = {"user": [b"u1", b"u1", b"a user training never met"], "item": [b"i2", b"i3", b"i2"],
+           "category": [b"c2", b"c3", b"c2"], "hour": [3.0, 3.0, 3.0], "price": [0.0, 0.0, 0.0]}
+    with tf.Graph().as_default(), v1.Session() as sess:
+        signature = v1.saved_model.loader.load(sess, ["serve"], str(export_dir)).signature_def["serving_default"]
+        logits = sess.run(signature.outputs["logits"].name,
+                          {signature.inputs[name].name: value for name, value in raw.items()})
+    assert logits.shape == (3, 2) and np.isfinite(logits).all() and len({tuple(row) for row in logits}) == 3, logits

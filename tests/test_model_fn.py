@@ -113,10 +113,11 @@ def test_dynamic_columns_of_a_model_fn_are_the_runs_dynamic_tables_and_refuse_to
                 sess.run(train.step.train_op)
             rows = sess.run(live)
     assert all(0 < count <= 3 * 64 for count in rows), rows  # the IDs the 3 batches met, a row each
-    # Outside trainer.py (ps_trainer.estimator's Estimator, a plain graph) the column names itself.
+    # Without the runtime's tables (a plain graph) the column names itself.
     with tf.Graph().as_default(), pytest.raises(ValueError, match=re.escape(
-            "dynamic_embedding_column('user'): its table is the runtime's dynamic tables': train the model_fn "
-            "with trainer.py --model_fn=FILE.py:FUNCTION --embedding=dynamic")):
+            "dynamic_embedding_column('user'): its table is the runtime's dynamic tables': give "
+            "--embedding=dynamic (trainer.py --model_fn=FILE.py:FUNCTION --embedding=dynamic, or an Estimator "
+            "program's PS_TRAINER_FLAGS)")):
         tf.compat.v1.feature_column.input_layer({"user": tf.constant(["u1", "u2"])},
                                                 [dynamic_embedding_column("user", 4)])
 

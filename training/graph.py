@@ -5,7 +5,7 @@ What one session.run does (a single step, sync or not, or one of the levers) is 
 """
 
 import dataclasses
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import tensorflow as tf
 from absl import logging
@@ -35,6 +35,34 @@ def _eviction(slots_of, steps_to_live: int):
         logging.info("evicted the rows no step read in the last %d global steps: %s", steps_to_live,
                      ", ".join(f"{table} {int(count)}" for table, count in sorted(evicted.items())))
     return evict
+
+
+class Tables(NamedTuple):
+    """What a training graph's dynamic tables need once its update is built: the optimizer's slots of a
+    variable, their upkeep (growth; the chief's reconciliation after a restore) and the chief's eviction."""
+    slots_of: Callable  # (variable) -> the optimizer's (slot, start value) pairs
+    upkeep: table_upkeep.Upkeep
+    evict: Callable | None  # (session) before each save; None where no table evicts, or not the chief
+
+
+def tables_of(optimizer, is_chief: bool, steps_to_live: int) -> Tables:
+    """The Tables of the default graph's dynamic tables (none: an empty upkeep), updated by `optimizer`. Only
+    the chief restores and saves: a non-chief worker's graph has no reconciliation, no eviction. The rows-held
+    counters and the touched-row marks are left out of the checkpoints."""
+    def slots_of(variable):
+        return optimizers.slots_and_starts(optimizer, variable)
+
+    evict = _eviction(slots_of, steps_to_live) if is_chief else None
+    upkeep = table_upkeep.upkeep(slots_of, restores=is_chief)
+    for held in v1.get_collection(table_storage.ROWS_HELD) + v1.get_collection(touched_rows.MARKS):
+        v1.add_to_collection(checkpoints.NOT_SAVED, held)
+    return Tables(slots_of, upkeep, evict)
+
+
+def forget_critical_section_executions() -> None:
+    """Clears CriticalSection's record of its executions (the work queue's, dynamic tables'), kept for access
+    checks while the graph is built: a MetaGraphDef cannot hold it, and every checkpoint's save warns of it."""
+    v1.get_collection_ref("critical_section_executions").clear()
 
 
 class TrainGraph(NamedTuple):
@@ -114,18 +142,9 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
         built = lever.build(step.StepContext(forward, first, first_labels, optimizer, global_step, cluster, train,
                                              reader, stop_requested, next_batch))
         model.summarize(built.metrics)
-        def slots_of(variable):
-            return optimizers.slots_and_starts(optimizer, variable)
-
-        # Only the chief restores and saves: a non-chief worker's graph has no reconciliation, no eviction.
-        evict = _eviction(slots_of, cfg.model.embedding_steps_to_live) if cluster.is_chief else None
-        tables = table_upkeep.upkeep(slots_of, restores=cluster.is_chief)
-        for held in v1.get_collection(table_storage.ROWS_HELD) + v1.get_collection(touched_rows.MARKS):
-            v1.add_to_collection(checkpoints.NOT_SAVED, held)
+        slots_of, tables, evict = tables_of(optimizer, cluster.is_chief, cfg.model.embedding_steps_to_live)
         warm = warm_start.apply(train, cluster.task_name, cluster.is_chief, slots_of, tables.after_restore)
-    # CriticalSection's record of its executions (the work queue's, dynamic tables'), for access checks
-    # while the graph is built: a MetaGraphDef cannot hold it, and every checkpoint's save warns of it.
-    v1.get_collection_ref("critical_section_executions").clear()
+    forget_critical_section_executions()
     uninitialized = checkpoints.report_uninitialized()
     # As MonitoredTrainingSession's default saver (sharded: each ps saves its own variables), with
     # --keep_checkpoint_max.

@@ -70,8 +70,9 @@ def log_first_step(task: str, global_step: int, loss: float, log=logging.info) -
     log("%s first step done at global step %d, loss %.4f", task, global_step, loss)
 
 
-def log_session_again(task: str, global_step: int) -> None:
-    logging.warning("%s training session made again at global step %d (MonitoredSession does so after an error "
+def log_session_again(task: str, global_step: int, log=logging.warning) -> None:
+    """`log`: as log_first_step's."""
+    log("%s training session made again at global step %d (MonitoredSession does so after an error "
                     "it takes for a lost task: the error logged above)", task, global_step)
 
 

@@ -61,18 +61,22 @@ class Sessions(NamedTuple):
 class GlobalStepAtEnds(v1.train.SessionRunHook):
     """Sessions.progress for a front door that logs its own progress: the global step read when each
     session begins and when it ends, not each step (a read each step adds a round trip to the ps); and the
-    runtime's first-step line (training/log_lines.py), from the first run of this task's start, through
-    `log` (the front door's logger)."""
+    runtime's first-step line (training/log_lines.py), from the first run of this task's start, and its line
+    for each training session made again, through `log` (the front door's logger)."""
 
     def __init__(self, task_name: str, loss, log):
         self.global_step = 0
         self._task_name, self._loss, self._log, self._first = task_name, loss, log, True
+        self._sessions = 0  # training sessions made: more than one when MonitoredSession made one again
 
     def begin(self):
         self._global_step = v1.train.get_global_step()
 
     def after_create_session(self, session, coord):
         self.global_step = int(session.run(self._global_step))
+        self._sessions += 1
+        if self._sessions > 1:
+            log_lines.log_session_again(self._task_name, self.global_step, self._log)
 
     def before_run(self, run_context):
         if self._first:

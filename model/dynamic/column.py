@@ -9,9 +9,10 @@ SparseTensor (tf.io.VarLenFeature, which the column's parse spec is) or a dense 
 '' (strings) or -1 (integers) pad it. Each example's rows are combined by `combiner` (sum, mean or sqrtn,
 model/multi_valued.py); an example with no value gets zeros.
 
-The tables are the runtime's: the model_fn is built by trainer.py (`--model_fn`, model/user_fn.py), which
-says, while it builds the model_fn's graph, the run's table options and whether the graph trains
-(`building`). Outside it the column refuses in one line, naming itself.
+The tables are the runtime's: whoever calls the model_fn (trainer.py's `--model_fn`, model/user_fn.py, or an
+Estimator program's Estimator with PS_TRAINER_FLAGS --embedding=dynamic) says, while it builds the model_fn's
+graph, the run's table options and whether the graph trains (`building`). Without them the column refuses in
+one line, naming itself.
 """
 
 import contextlib
@@ -90,7 +91,8 @@ class DynamicEmbeddingColumn(fc_v1._DenseColumn):  # noqa: SLF001  (TF1's base c
         build = _BUILD.get()
         if build is None:
             raise ValueError(f"dynamic_embedding_column({self.key!r}): its table is the runtime's dynamic tables': "
-                             "train the model_fn with trainer.py --model_fn=FILE.py:FUNCTION --embedding=dynamic")
+                             "give --embedding=dynamic (trainer.py --model_fn=FILE.py:FUNCTION --embedding=dynamic, "
+                             "or an Estimator program's PS_TRAINER_FLAGS)")
         values = self._values(inputs.get(self))  # TF1's input_layer gives a raw [batch] feature as [batch, 1]
         # Whole tables spread over the ps tasks a column each in turn, as wide_deep's (TableOptions.part).
         turn = build.columns % max(len(build.options.devices), 1)

@@ -21,11 +21,17 @@ from ps_trainer.cluster import placement, spec as cluster_spec
 from ps_trainer.estimator import export, run_config
 from ps_trainer.estimator.run_config import RunConfig
 from ps_trainer.model import spec
+from ps_trainer.model.dynamic import column, storage as table_storage, upkeep as table_upkeep
 from ps_trainer.model.spec import EstimatorSpec, ModeKeys
 from ps_trainer.training import checkpoints, plan, session_loop, watchdog
+from ps_trainer.training import graph as graph_lib, hooks as training_hooks
 from ps_trainer.training.step import taken
 
 v1 = tf.compat.v1
+_TABLES_NEED_THE_RUNTIMES_UPDATE = (
+    "PS_TRAINER_FLAGS --embedding=dynamic: the dynamic tables evict and reconcile rows of the runtime optimizer's "
+    "slots, so the runtime makes the update: give PS_TRAINER_FLAGS --optimizer (and --learning_rate), with a "
+    "model_fn that returns the loss alone")
 _SYNC_REPLICAS_HOOK = sync_replicas_optimizer._SyncReplicasOptimizerHook  # noqa: SLF001  (the type of the hook a SyncReplicasOptimizer returns)
 
 
@@ -121,10 +127,18 @@ class Estimator:
             cluster = self._config.cluster if target else cluster_spec.ClusterConfig()
             path = run_config.step_path(self._config, cluster)
             placed = v1.device(placement.device_setter(cluster)) if cluster.is_distributed else contextlib.nullcontext()
+            tables = run_config.table_options(self._config) is not None
+            table_devices = cluster.ps_devices() if cluster.is_distributed else ()
+            runtime_optimizer = self._config.runtime_flags.optimizer is not None
+            if tables and not runtime_optimizer:
+                raise ValueError(_TABLES_NEED_THE_RUNTIMES_UPDATE)
+            if tables and self._warm_start:
+                raise ValueError("warm_start_from with PS_TRAINER_FLAGS --embedding=dynamic: a dynamic table's rows "
+                                 "load by ID, which Estimator's warm start does not do: train without one of the two "
+                                 "(trainer.py --warm_start_from loads dynamic tables by ID)")
             with placed:
                 global_step = v1.train.get_or_create_global_step()
                 source = _input_of(self._call_input_fn(input_fn, ModeKeys.TRAIN))
-                runtime_optimizer = self._config.runtime_flags.optimizer is not None
                 if path.name == plan.SINGLE and not runtime_optimizer:  # the model_fn's train_op, run as written
                     model = self._call_model_fn(*source.next_batch(), ModeKeys.TRAIN)
                     if model.train_op is None:
@@ -139,19 +153,26 @@ class Estimator:
                     runtime = run_config.runtime_settings(self._config, cluster, last, False, not saving_listeners,
                                                           path)
                     lever = taken.build(
-                        lambda features, labels: self._call_model_fn(features, labels, ModeKeys.TRAIN),
+                        lambda features, labels: self._call_model_fn(features, labels, ModeKeys.TRAIN, table_devices),
                         source.next_batch, source.dataset, global_step, cluster, runtime.train, runtime_optimizer)
                     logging.info("%s: %s", runtime.cluster.task_name, lever.said)
                     model, built = lever.spec, lever.step
                     trained = _Trained(model, built.train_op, built.metrics.loss, built.hooks, built.chief_only_hooks)
+                    if tables:
+                        trained = trained._replace(tables=graph_lib.tables_of(
+                            lever.optimizer, cluster.is_chief, self._config.runtime_flags.embedding_steps_to_live))
                 if self._warm_start:  # the initializers of the variables it names: a checkpoint in model_dir wins
                     logging.info("Warm-starting with WarmStartSettings: %s", self._warm_start)
                     v1.train.warm_start(*self._warm_start)
+            graph_lib.forget_critical_section_executions()
             uninitialized = checkpoints.report_uninitialized()
+            upkeep = trained.tables.upkeep if trained.tables else None
             scaffold = checkpoints.program_scaffold(model.scaffold, uninitialized,
                                                     self.model_dir if cluster.is_chief else None,
                                                     self._config.keep_checkpoint_max,
-                                                    self._config.keep_checkpoint_every_n_hours)
+                                                    self._config.keep_checkpoint_every_n_hours,
+                                                    before_save=trained.tables.evict if trained.tables else None,
+                                                    after_restore=upkeep.after_restore if upkeep else None)
             every = self._config.log_step_count_steps
             progress = session_loop.GlobalStepAtEnds(runtime.cluster.task_name, trained.loss, logging.info)
             all_hooks = [*source.hooks, progress, *([v1.train.StopAtStepHook(last_step=last)] if last else []),
@@ -159,8 +180,13 @@ class Estimator:
             if every:
                 all_hooks.append(v1.train.LoggingTensorHook({"loss": trained.loss, "step": global_step},
                                                             every_n_iter=every))
+            if upkeep and upkeep.needs:
+                all_hooks.append(training_hooks.TableUpkeepHook(upkeep, table_upkeep.UPKEEP_EVERY_N_RUNS))
             stall = watchdog.for_task(runtime.cluster, runtime.train) if cluster.is_distributed else None
             chief_hooks = [*trained.chief_hooks, *model.training_chief_hooks]
+            live_rows = v1.get_collection(table_storage.LIVE_ROWS)
+            if live_rows:
+                chief_hooks.append(training_hooks.LiveRowsHook(runtime.cluster.task_name, live_rows, every or 100))
             if saving_listeners:
                 chief_hooks.append(session_loop.checkpoint_saver_hook(
                     self.model_dir, self._config.save_checkpoints_secs, self._config.save_checkpoints_steps, scaffold,
@@ -284,10 +310,13 @@ class Estimator:
                   if spec.takes(input_fn, key)}
         return input_fn(**kwargs)
 
-    def _call_model_fn(self, features, labels, mode) -> EstimatorSpec:
+    def _call_model_fn(self, features, labels, mode, table_devices=()) -> EstimatorSpec:
+        """The model_fn's EstimatorSpec; its dynamic_embedding_columns' tables are PS_TRAINER_FLAGS's, on
+        table_devices (a training graph's ps tasks), admitting IDs in TRAIN mode only."""
         if labels is not None and not spec.takes(self._model_fn, "labels"):
             raise ValueError("model_fn does not take labels, but input_fn returns labels")
-        model = spec.call_model_fn(self._model_fn, features, labels, mode, self.params, self.config)
+        with column.building(run_config.table_options(self._config, table_devices), mode == ModeKeys.TRAIN):
+            model = spec.call_model_fn(self._model_fn, features, labels, mode, self.params, self.config)
         if not isinstance(model, EstimatorSpec):
             raise ValueError(f"model_fn must return an EstimatorSpec, not {type(model).__name__}")
         return model
@@ -360,3 +389,4 @@ class _Trained(NamedTuple):
     loss: tf.Tensor
     hooks: tuple = ()
     chief_hooks: tuple = ()
+    tables: graph_lib.Tables | None = None  # the dynamic tables' upkeep, where PS_TRAINER_FLAGS gives tables

@@ -1,6 +1,7 @@
 """RunConfig: TF1's settings of a run, and the cluster this task is in, read from TF_CONFIG as TF1 read it
 (cluster/resolve.py: chief or master, worker, ps, and an evaluator outside the training cluster)."""
 
+import dataclasses
 import json
 import os
 
@@ -12,6 +13,8 @@ from ps_trainer.cluster import resolve, spec
 from ps_trainer.estimator import settings
 from ps_trainer.training import config as runtime
 from ps_trainer.training import plan, roles
+from ps_trainer.model import dynamic
+from ps_trainer.model.dynamic.ids import TableOptions
 from ps_trainer.training.config import TrainConfig
 
 _USE_DEFAULT = object()
@@ -146,11 +149,13 @@ class RunConfig:
 
 def step_path(config: RunConfig, cluster: spec.ClusterConfig) -> plan.StepPath:
     """What one session.run of this task's training does (training/plan.py), from PS_TRAINER_FLAGS's levers:
-    the model_fn's variables are dense to the runtime (its tables are its own), so a round is one loop."""
+    the model_fn's own variables are dense to the runtime (its TF1 tables are its own), so a round is one loop;
+    the runtime's dynamic tables (--embedding=dynamic) are read and updated on the ps a step at a time."""
     given = config.runtime_flags
     try:
         return plan.step_path(plan.StepSettings(local_steps=given.local_steps, steps_per_run=given.steps_per_run,
                                                 steps_per_run_given=given.steps_per_run > 1,
+                                                has_tables=given.embedding == "dynamic", model="model_fn",
                                                 distributed=cluster.is_distributed))
     except plan.Conflict as conflict:
         raise ValueError(f"{settings.VARIABLE}: {conflict}") from None
@@ -174,7 +179,27 @@ def runtime_settings(config: RunConfig, cluster: spec.ClusterConfig, train_steps
                         step_path=path, local_steps=given.local_steps,
                         optimizer=given.optimizer or TrainConfig.optimizer, learning_rate=given.learning_rate,
                         momentum=given.momentum)
-    return runtime.RunConfig(cluster=cluster, model=model.ModelConfig(), data=inputs.DataConfig(), train=train)
+    return runtime.RunConfig(cluster=cluster, model=model_settings(config), data=inputs.DataConfig(), train=train)
+
+
+def model_settings(config: RunConfig) -> model.ModelConfig:
+    """The runtime's model settings of a program: its dynamic tables' (PS_TRAINER_FLAGS's --embedding=dynamic and
+    the rest; a shard per ps task of the program's cluster unless --embedding_partitions says), the same in
+    every task of the cluster, the evaluator's included."""
+    given = config.runtime_flags
+    return model.ModelConfig(embedding=given.embedding, embedding_capacity=given.embedding_capacity,
+                             embedding_growth=given.embedding_growth, embedding_min_count=given.embedding_min_count,
+                             embedding_steps_to_live=given.embedding_steps_to_live,
+                             embedding_partitions=given.embedding_partitions or max(1, config.cluster.num_ps))
+
+
+def table_options(config: RunConfig, devices: tuple[str, ...] = ()) -> TableOptions | None:
+    """The options of the program's dynamic tables, on `devices` (a training graph's ps tasks; none: a graph of
+    one process), or None where PS_TRAINER_FLAGS gives none (model/dynamic/column.py then refuses the column)."""
+    settings_of_model = model_settings(config)
+    if settings_of_model.embedding != "dynamic":
+        return None
+    return dynamic.options_of(dataclasses.replace(settings_of_model, table_devices=devices))
 
 
 def _cluster_of(env) -> tuple[spec.ClusterConfig, str, int]:

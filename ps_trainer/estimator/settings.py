@@ -11,12 +11,16 @@ from typing import NamedTuple
 from absl import flags
 
 from ps_trainer.flags import definitions
+from ps_trainer.model import ModelConfig, dynamic
 from ps_trainer.training.config import TrainConfig
 
 VARIABLE = "PS_TRAINER_FLAGS"
+# The dynamic tables of a model_fn's dynamic_embedding_columns (model/dynamic/column.py), as trainer.py's.
+TABLE_FLAGS = ("embedding", "embedding_capacity", "embedding_growth", "embedding_min_count", "embedding_steps_to_live",
+               "embedding_partitions")
 TAKEN = ("startup_timeout_secs", "stall_warning_secs", "stall_timeout_secs", "worker_gone_secs",
          "allow_public_addresses", "skip_own_address_check", "local_steps", "steps_per_run", "optimizer",
-         "learning_rate", "momentum")
+         "learning_rate", "momentum", *TABLE_FLAGS)
 
 
 class Settings(NamedTuple):
@@ -35,6 +39,13 @@ class Settings(NamedTuple):
     optimizer: str | None = None
     learning_rate: float = TrainConfig.learning_rate
     momentum: float = TrainConfig.momentum
+    # The dynamic tables (--embedding=dynamic); embedding_partitions None: a shard per ps task.
+    embedding: str = ModelConfig.embedding
+    embedding_capacity: int = ModelConfig.embedding_capacity
+    embedding_growth: bool = ModelConfig.embedding_growth
+    embedding_min_count: int = ModelConfig.embedding_min_count
+    embedding_steps_to_live: int = ModelConfig.embedding_steps_to_live
+    embedding_partitions: int | None = None
 
 
 def read(env=os.environ) -> Settings:
@@ -54,4 +65,9 @@ def read(env=os.environ) -> Settings:
     if not_taken:
         raise ValueError(f"{VARIABLE}: --{not_taken[0]} is not taken by an Estimator program's tasks; these are: "
                          + ", ".join(f"--{name}" for name in TAKEN))
+    if values.embedding != "dynamic":  # a table setting for no table would be believed on
+        for name in dynamic.OWN_FLAGS + ("embedding_partitions",):
+            if values[name].present:
+                raise ValueError(f"{VARIABLE}: --{name} is for --embedding=dynamic (the dynamic tables of the "
+                                 "model_fn's dynamic_embedding_columns): add --embedding=dynamic or drop the flag")
     return Settings(**{name: values[name].value for name in TAKEN if values[name].present})

@@ -115,6 +115,7 @@ class Lever(NamedTuple):
     step: Step  # what the lever built
     spec: object  # the model_fn's EstimatorSpec of its first call: its hooks and scaffold
     said: str  # what makes the update, as the logs say it
+    optimizer: v1.train.Optimizer  # the update's: the model_fn's, or the runtime's
 
 
 def build(call_model_fn: Callable, next_batch: Callable, from_dataset: bool, global_step, cluster, train,
@@ -162,4 +163,4 @@ def build(call_model_fn: Callable, next_batch: Callable, from_dataset: bool, glo
     if path != plan.SINGLE:  # the single step is the first forward pass: its summaries read the step's batch
         v1.get_collection_ref(v1.GraphKeys.SUMMARIES)[:] = summaries
     v1.summary.scalar("loss", built.metrics.loss)
-    return Lever(built, spec, said)
+    return Lever(built, spec, said, optimizer)
