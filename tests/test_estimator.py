@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from ps_trainer.launch.processes import LOOPBACK, free_ports
-from ps_trainer.training import log_lines
+from ps_trainer.training import incremental, log_lines
 from tests.support import ROOT, SCRIPTS, run_launcher, saved_maps, stop_process_group, wait_for
 
 PROGRAM = ROOT / "tests" / "programs" / "clicks_estimator.py"
@@ -575,7 +575,8 @@ def test_ps_trainer_flags_give_a_program_the_trainers_settings_and_refuse_what_i
     assert (config.startup_timeout_secs, config.serving_checks) == (50, (False, False))
     for text, refusal in (("--sync_replicas", "--sync_replicas is not taken by an Estimator program's tasks"),
                           ("--embedding_growth", "--embedding_growth is for --embedding=dynamic"),
-                          ("--incremental_save_secs=5", "--incremental_save_secs is not taken"),
+                          ("--incremental_save_secs=5", "--incremental_save_secs is for --embedding=dynamic"),
+                          ("--accumulate_batches=2", "--accumulate_batches is not taken"),
                           ("--startup_timeout_secs=0", "--startup_timeout_secs=0"),
                           ("--no_such_flag", "no_such_flag"),
                           ("startup_timeout_secs=5", "'startup_timeout_secs=5' is not a flag")):
@@ -860,23 +861,25 @@ DYNAMIC_PROGRAM = ROOT / "tests" / "programs" / "clicks_dynamic_estimator.py"
 @pytest.mark.drill
 def test_a_programs_dynamic_tables_train_on_two_ps_through_a_ps_restart_evaluate_and_export_raw_ids(tmp_path):
     # train_and_evaluate on 2 ps + chief + worker + evaluator, its users' and items' tables (a table each, on
-    # a ps each) given by PS_TRAINER_FLAGS. ps 0, which holds the global step and a table, is killed and
-    # restarted once a checkpoint past step 0 is written: the chief restores it, and every task ends by itself.
+    # a ps each) and deltas of their changed rows every second given by PS_TRAINER_FLAGS. ps 0, which holds the
+    # global step and a table, is killed and restarted once a checkpoint past step 0 and a delta of it are
+    # written: the chief restores both, and every task ends by itself.
     import numpy as np
     import tensorflow as tf
     v1 = tf.compat.v1
-    flags = "--embedding=dynamic --embedding_capacity=2000 --optimizer=adagrad --learning_rate=0.1"
+    flags = ("--embedding=dynamic --embedding_capacity=2000 --incremental_save_secs=1 --optimizer=adagrad "
+             "--learning_rate=0.1")
     with TfConfigCluster(DYNAMIC_PROGRAM, tmp_path, "--train_steps=1200", env={"PS_TRAINER_FLAGS": flags},
                          num_ps=2) as cluster:
         for job, index in (("ps", 0), ("ps", 1), ("chief", 0), ("worker", 0), ("evaluator", 0)):
             cluster.start(job, index)
         model_dir = str(tmp_path / "model")
 
-        def a_checkpoint_past_step_0():
+        def a_delta_of_a_checkpoint_past_step_0():
             checkpoint = tf.train.latest_checkpoint(model_dir)
-            return bool(checkpoint and not checkpoint.endswith("-0"))
+            return bool(checkpoint and not checkpoint.endswith("-0") and incremental.deltas_of(checkpoint))
 
-        wait_for(a_checkpoint_past_step_0, 240, "a checkpoint past step 0", cluster)
+        wait_for(a_delta_of_a_checkpoint_past_step_0, 240, "a delta of a checkpoint past step 0", cluster)
         at_kill = {column: saved_maps(tf.train.latest_checkpoint(model_dir), f"{column}_dynamic_embedding")
                    for column in ("user", "item")}  # read now: the checkpoint is gone by the end (5 are kept)
         os.killpg(cluster.procs["ps"].pid, signal.SIGKILL)
@@ -888,6 +891,8 @@ def test_a_programs_dynamic_tables_train_on_two_ps_through_a_ps_restart_evaluate
     assert log_lines.sessions_again(logs["chief"]), logs["chief"][-3000:]
     again = logs["chief"].split("training session made again")[0].split("An error was raised", 1)[-1]
     assert re.search(r"Restoring parameters from .*model\.ckpt-\d+", again), logs["chief"][-3000:]
+    restored = re.search(r"restored model\.ckpt-\d+ and its [1-9]\d* delta checkpoint", logs["chief"])
+    assert restored, logs["chief"][-3000:]
     # Each table whole on a ps of its own, and every ID with a row at the kill keeps that row (the table on
     # ps 0 was restored with its IDs).
     per_ps = re.findall(r"per ps: ps 0 (\d+), ps 1 (\d+)", logs["chief"])[-1]

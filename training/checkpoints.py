@@ -137,19 +137,20 @@ def report_uninitialized() -> tf.Tensor:
 
 
 def program_scaffold(scaffold, uninitialized, model_dir: str | None, keep_checkpoint_max: int,
-                     keep_checkpoint_every_n_hours: float, before_save=None, after_restore=None):
+                     keep_checkpoint_every_n_hours: float, before_save=None, after_restore=None, slots_of=None):
     """A program's Scaffold (an Estimator model_fn's) with the chief's LiveStateSaver (sharded: each ps writes
     its own part) where the program names no saver of its own, in the scaffold or, where TensorFlow's Scaffold
     also looks, the graph's SAVERS collection. It also restores a checkpoint TensorFlow 2.x's V1 canned
     estimators wrote in model_dir (tf2_slot_layout; model_dir None: a task that restores nothing).
-    before_save, after_restore: (session) -> None, the dynamic tables' eviction and reconciliation."""
+    before_save, after_restore: (session) -> None, the dynamic tables' eviction and reconciliation; slots_of: the
+    update's slots of a variable, where the chief saves deltas of the tables' changed rows (LiveStateSaver's)."""
     if (scaffold is not None and scaffold.saver is not None) or tf.compat.v1.get_collection(
             tf.compat.v1.GraphKeys.SAVERS):
         return scaffold or tf.compat.v1.train.Scaffold()
     saver = LiveStateSaver(uninitialized, sharded=True, max_to_keep=keep_checkpoint_max, save_relative_paths=True,
                            keep_checkpoint_every_n_hours=keep_checkpoint_every_n_hours,
                            renamed=tf2_slot_layout(model_dir, sharded=True), before_save=before_save,
-                           after_restore=after_restore)
+                           after_restore=after_restore, slots_of=slots_of)
     return tf.compat.v1.train.Scaffold(saver=saver, copy_from_scaffold=scaffold)
 
 

@@ -167,12 +167,14 @@ class Estimator:
             graph_lib.forget_critical_section_executions()
             uninitialized = checkpoints.report_uninitialized()
             upkeep = trained.tables.upkeep if trained.tables else None
+            deltas_every = runtime.train.incremental_save_secs if trained.tables and cluster.is_chief else 0
             scaffold = checkpoints.program_scaffold(model.scaffold, uninitialized,
                                                     self.model_dir if cluster.is_chief else None,
                                                     self._config.keep_checkpoint_max,
                                                     self._config.keep_checkpoint_every_n_hours,
                                                     before_save=trained.tables.evict if trained.tables else None,
-                                                    after_restore=upkeep.after_restore if upkeep else None)
+                                                    after_restore=upkeep.after_restore if upkeep else None,
+                                                    slots_of=trained.tables.slots_of if deltas_every else None)
             every = self._config.log_step_count_steps
             progress = session_loop.GlobalStepAtEnds(runtime.cluster.task_name, trained.loss, logging.info)
             all_hooks = [*source.hooks, progress, *([v1.train.StopAtStepHook(last_step=last)] if last else []),
@@ -184,6 +186,8 @@ class Estimator:
                 all_hooks.append(training_hooks.TableUpkeepHook(upkeep, table_upkeep.UPKEEP_EVERY_N_RUNS))
             stall = watchdog.for_task(runtime.cluster, runtime.train) if cluster.is_distributed else None
             chief_hooks = [*trained.chief_hooks, *model.training_chief_hooks]
+            if deltas_every and getattr(scaffold.saver, "deltas", None) is not None:
+                chief_hooks.append(training_hooks.DeltaSaverHook(scaffold.saver, self.model_dir, deltas_every))
             live_rows = v1.get_collection(table_storage.LIVE_ROWS)
             if live_rows:
                 chief_hooks.append(training_hooks.LiveRowsHook(runtime.cluster.task_name, live_rows, every or 100))
@@ -270,8 +274,9 @@ class Estimator:
     @contextlib.contextmanager
     def _model_of_checkpoint(self, input_fn, mode, checkpoint_path):
         """In a graph of its own: (the global step, model_fn's EstimatorSpec for `mode` over input_fn's data,
-        a session creator that restores the checkpoint, the input's hooks). The checkpoint is the latest by
-        default; with none, the model is initialized, as TF 1.15 did, saying so."""
+        a session creator that restores the checkpoint, the hooks: the input's, and the restore of the
+        checkpoint's deltas where it has any). The checkpoint is the latest by default; with none, the model is
+        initialized, as TF 1.15 did, saying so."""
         checkpoint_path = checkpoint_path or self.latest_checkpoint()
         if checkpoint_path is None:
             logging.info("Could not find trained model in model_dir: %s, running initialization to %s.",
@@ -282,10 +287,15 @@ class Estimator:
             source = _input_of(self._call_input_fn(input_fn, mode))
             features, labels = source.next_batch()
             model = self._call_model_fn(features, labels if mode == ModeKeys.EVAL else None, mode)
+            deltas = checkpoints.delta_restorer(checkpoint_path) if checkpoint_path else None
+            hooks = list(source.hooks)
+            if deltas is not None:  # restored with its deltas once the session is made, as the trainer's evaluator does
+                hooks.append(_RestoredWithDeltas(checkpoints.saver_for_restore(model.scaffold), deltas,
+                                                 checkpoint_path))
             creator = v1.train.ChiefSessionCreator(scaffold=model.scaffold or v1.train.Scaffold(),
-                                                   checkpoint_filename_with_path=checkpoint_path,
+                                                   checkpoint_filename_with_path=None if deltas else checkpoint_path,
                                                    config=self._config.session_config)
-            yield global_step, model, creator, source.hooks
+            yield global_step, model, creator, hooks
 
     # ---------------------------------------------------------------- export
     def export_saved_model(self, export_dir_base, serving_input_receiver_fn, assets_extra=None, as_text=False,
@@ -344,6 +354,16 @@ class _StopAfterRuns(v1.train.SessionRunHook):
         self._done += 1
         if self._done >= self._runs:
             run_context.request_stop()
+
+
+class _RestoredWithDeltas(v1.train.SessionRunHook):
+    """Restores a full checkpoint and then its deltas (the dynamic tables' changed rows) in each new session."""
+
+    def __init__(self, saver, deltas, path: str):
+        self._saver, self._deltas, self._path = saver, deltas, path
+
+    def after_create_session(self, session, coord):
+        checkpoints.restore_with_deltas(session, self._saver.restore, self._deltas, self._path)
 
 
 class _IteratorInitializer(v1.train.SessionRunHook):

@@ -85,9 +85,10 @@ def save(estimator, export_dir_base, serving_input_receiver_fn, assets_extra=Non
         signatures = export_utils.build_all_signature_defs(receiver.receiver_tensors, outputs,
                                                            receiver.receiver_tensors_alternatives, serving_only=True)
         saver = checkpoints.saver_for_restore(model.scaffold)
+        deltas = checkpoints.delta_restorer(checkpoint_path)  # the dynamic tables' changed rows since, if any
         local_init_op = (model.scaffold and model.scaffold.local_init_op) or v1.train.Scaffold.default_local_init_op()
         with v1.Session(config=estimator.config.session_config) as session:
-            saver.restore(session, checkpoint_path)
+            checkpoints.restore_with_deltas(session, saver.restore, deltas, checkpoint_path)
             builder = v1.saved_model.Builder(temporary)
             builder.add_meta_graph_and_variables(
                 session, [tf.saved_model.SERVING], signature_def_map=signatures,

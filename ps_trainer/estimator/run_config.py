@@ -178,7 +178,7 @@ def runtime_settings(config: RunConfig, cluster: spec.ClusterConfig, train_steps
                         save_summaries_steps=config.save_summary_steps, keep_checkpoint_max=config.keep_checkpoint_max,
                         step_path=path, local_steps=given.local_steps,
                         optimizer=given.optimizer or TrainConfig.optimizer, learning_rate=given.learning_rate,
-                        momentum=given.momentum)
+                        momentum=given.momentum, incremental_save_secs=given.incremental_save_secs)
     return runtime.RunConfig(cluster=cluster, model=model_settings(config), data=inputs.DataConfig(), train=train)
 
 
@@ -190,7 +190,8 @@ def model_settings(config: RunConfig) -> model.ModelConfig:
     return model.ModelConfig(embedding=given.embedding, embedding_capacity=given.embedding_capacity,
                              embedding_growth=given.embedding_growth, embedding_min_count=given.embedding_min_count,
                              embedding_steps_to_live=given.embedding_steps_to_live,
-                             embedding_partitions=given.embedding_partitions or max(1, config.cluster.num_ps))
+                             embedding_partitions=given.embedding_partitions or max(1, config.cluster.num_ps),
+                             mark_touched_rows=given.incremental_save_secs > 0)
 
 
 def table_options(config: RunConfig, devices: tuple[str, ...] = ()) -> TableOptions | None:

@@ -17,7 +17,7 @@ from ps_trainer.training.config import TrainConfig
 VARIABLE = "PS_TRAINER_FLAGS"
 # The dynamic tables of a model_fn's dynamic_embedding_columns (model/dynamic/column.py), as trainer.py's.
 TABLE_FLAGS = ("embedding", "embedding_capacity", "embedding_growth", "embedding_min_count", "embedding_steps_to_live",
-               "embedding_partitions")
+               "embedding_partitions", "incremental_save_secs")
 TAKEN = ("startup_timeout_secs", "stall_warning_secs", "stall_timeout_secs", "worker_gone_secs",
          "allow_public_addresses", "skip_own_address_check", "local_steps", "steps_per_run", "optimizer",
          "learning_rate", "momentum", *TABLE_FLAGS)
@@ -46,6 +46,7 @@ class Settings(NamedTuple):
     embedding_min_count: int = ModelConfig.embedding_min_count
     embedding_steps_to_live: int = ModelConfig.embedding_steps_to_live
     embedding_partitions: int | None = None
+    incremental_save_secs: int = TrainConfig.incremental_save_secs  # the chief's deltas of the tables' changed rows
 
 
 def read(env=os.environ) -> Settings:
@@ -66,7 +67,7 @@ def read(env=os.environ) -> Settings:
         raise ValueError(f"{VARIABLE}: --{not_taken[0]} is not taken by an Estimator program's tasks; these are: "
                          + ", ".join(f"--{name}" for name in TAKEN))
     if values.embedding != "dynamic":  # a table setting for no table would be believed on
-        for name in dynamic.OWN_FLAGS + ("embedding_partitions",):
+        for name in dynamic.OWN_FLAGS + ("embedding_partitions", "incremental_save_secs"):
             if values[name].present:
                 raise ValueError(f"{VARIABLE}: --{name} is for --embedding=dynamic (the dynamic tables of the "
                                  "model_fn's dynamic_embedding_columns): add --embedding=dynamic or drop the flag")
