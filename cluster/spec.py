@@ -177,21 +177,29 @@ def session_config(cluster: ClusterConfig) -> tf.compat.v1.ConfigProto:
     return config
 
 
-# gRPC keepalive for the channels a task opens to the others. A call that waits on a connection
-# whose other end is gone (a ps that dropped it while a link was down, its reset lost) would wait
-# forever: TCP sends nothing on a quiet connection and gRPC's client pings are off by default. With
-# a ping after 10 s of quiet, such a call fails (UNAVAILABLE) within about 20 s and the session is
-# re-created. gRPC's default of 2 pings per quiet spell stays: a TF server (no way to configure it)
-# takes pings more often than every 5 minutes without data for abuse and closes after 2 strikes.
+# gRPC options of the channels a task opens to the others, where the user set none of their own:
+# - Keepalive. A call that waits on a connection whose other end is gone (a ps that dropped it while a
+#   link was down, its reset lost) would wait forever: TCP sends nothing on a quiet connection and gRPC's
+#   client pings are off by default. With a ping after 10 s of quiet, such a call fails (UNAVAILABLE)
+#   within about 20 s and the session is re-created. gRPC's default of 2 pings per quiet spell stays: a
+#   TF server (no way to configure it) takes pings more often than every 5 minutes without data for abuse
+#   and closes after 2 strikes.
+# - Reconnection at most 1 s apart. Closing a session whose ps died waits until the ps's address answers
+#   again (the call that ends the session on each task waits for its connection), and gRPC tries to
+#   reconnect after 1 s, 1.6 s, 2.6 s, ... up to 120 s: a ps back after 7 s was found 8 s later, one back
+#   after a minute up to half a minute later. Capped at 1 s, the session is made again within about a
+#   second of the ps's return (docs/faults.md); a task that is down costs a connection attempt a second.
 GRPC_OPTIONS_ENV = "TF_GRPC_DEFAULT_OPTIONS"
-KEEPALIVE = {"grpc.keepalive_time_ms": "10000", "grpc.keepalive_timeout_ms": "10000"}
+DEFAULT_GRPC_OPTIONS = {"grpc.keepalive_time_ms": "10000", "grpc.keepalive_timeout_ms": "10000",
+                        "grpc.max_reconnect_backoff_ms": "1000"}
 
 
 def grpc_options(current: str | None) -> str:
-    """TF_GRPC_DEFAULT_OPTIONS ('name=value,...') with KEEPALIVE added where the user set nothing."""
+    """TF_GRPC_DEFAULT_OPTIONS ('name=value,...') with DEFAULT_GRPC_OPTIONS added where the user set nothing."""
     options = [option for option in (current or "").split(",") if option]
     named = {option.split("=", 1)[0].strip() for option in options}
-    return ",".join(options + [f"{name}={value}" for name, value in KEEPALIVE.items() if name not in named])
+    return ",".join(options + [f"{name}={value}" for name, value in DEFAULT_GRPC_OPTIONS.items()
+                               if name not in named])
 
 
 def start_server(cluster: ClusterConfig, environ=os.environ) -> tf.distribute.Server:

@@ -171,7 +171,9 @@ def test_bfloat16_wire_casts_on_the_ps_both_ways():
     assert kernel.get_attr("dtype") == tf.float32  # the master copy
 
 
-def test_every_task_pings_quiet_grpc_connections_unless_told_otherwise():
-    assert spec.grpc_options(None) == "grpc.keepalive_time_ms=10000,grpc.keepalive_timeout_ms=10000"
+def test_every_task_pings_quiet_grpc_connections_and_reconnects_within_a_second_unless_told_otherwise():
+    assert spec.grpc_options(None) == ("grpc.keepalive_time_ms=10000,grpc.keepalive_timeout_ms=10000,"
+                                       "grpc.max_reconnect_backoff_ms=1000")
     assert spec.grpc_options("grpc.keepalive_time_ms=60000,grpc.http2.max_pings_without_data=0") == (
-        "grpc.keepalive_time_ms=60000,grpc.http2.max_pings_without_data=0,grpc.keepalive_timeout_ms=10000")
+        "grpc.keepalive_time_ms=60000,grpc.http2.max_pings_without_data=0,grpc.keepalive_timeout_ms=10000,"
+        "grpc.max_reconnect_backoff_ms=1000")
