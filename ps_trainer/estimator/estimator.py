@@ -4,12 +4,13 @@ the runtime (placement.device_setter on a ps cluster); training runs in the trai
 restarts) with the chief's saver (training/checkpoints.LiveStateSaver: each save checked, an unreadable
 newest checkpoint passed over) and, on a cluster, the stall watchdog. A session.run is the model_fn's train_op,
 or with a lever from PS_TRAINER_FLAGS the lever's step, updating with the optimizer the model_fn built
-(training/step/taken.py)."""
+(training/step/taken.py). With PS_TRAINER_FLAGS --embedding=dynamic the model_fn's dynamic_embedding_columns
+are the runtime's dynamic tables, with trainer.py's upkeep (training/graph.tables_of), saver and deltas."""
 
 import contextlib
 import os
 import tempfile
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -18,7 +19,7 @@ from tensorflow.python.training import sync_replicas_optimizer  # the type of it
 
 from ps_trainer.cluster import model_dir as layout
 from ps_trainer.cluster import placement, spec as cluster_spec
-from ps_trainer.estimator import export, run_config
+from ps_trainer.estimator import export, input_fn_result, run_config
 from ps_trainer.estimator.run_config import RunConfig
 from ps_trainer.model import spec
 from ps_trainer.model.dynamic import column, storage as table_storage, upkeep as table_upkeep
@@ -138,7 +139,7 @@ class Estimator:
                                  "(trainer.py --warm_start_from loads dynamic tables by ID)")
             with placed:
                 global_step = v1.train.get_or_create_global_step()
-                source = _input_of(self._call_input_fn(input_fn, ModeKeys.TRAIN))
+                source = input_fn_result.of(self._call_input_fn(input_fn, ModeKeys.TRAIN))
                 if path.name == plan.SINGLE and not runtime_optimizer:  # the model_fn's train_op, run as written
                     model = self._call_model_fn(*source.next_batch(), ModeKeys.TRAIN)
                     if model.train_op is None:
@@ -284,7 +285,7 @@ class Estimator:
         with tf.Graph().as_default():
             self._seed()
             global_step = v1.train.get_or_create_global_step()
-            source = _input_of(self._call_input_fn(input_fn, mode))
+            source = input_fn_result.of(self._call_input_fn(input_fn, mode))
             features, labels = source.next_batch()
             model = self._call_model_fn(features, labels if mode == ModeKeys.EVAL else None, mode)
             deltas = checkpoints.delta_restorer(checkpoint_path) if checkpoint_path else None
@@ -364,41 +365,6 @@ class _RestoredWithDeltas(v1.train.SessionRunHook):
 
     def after_create_session(self, session, coord):
         checkpoints.restore_with_deltas(session, self._saver.restore, self._deltas, self._path)
-
-
-class _IteratorInitializer(v1.train.SessionRunHook):
-    """Initializes input_fn's dataset iterator in each new session."""
-
-    def __init__(self, iterator):
-        self._iterator = iterator
-
-    def after_create_session(self, session, coord):
-        session.run(self._iterator.initializer)
-
-
-class _Input(NamedTuple):
-    """What input_fn gave: () -> (features, labels) of its next batch (a tf.data.Dataset's next element, built
-    anew at each call; else its tensors), and the hooks it needs."""
-    next_batch: Callable
-    hooks: list
-    dataset: bool  # input_fn returned a tf.data.Dataset
-
-
-def _input_of(result) -> _Input:
-    """input_fn's result, a tf.data.Dataset or (features, labels) or features."""
-    if isinstance(result, tf.data.Dataset):
-        iterator = v1.data.make_initializable_iterator(result)
-        return _Input(lambda: _features_and_labels(iterator.get_next()), [_IteratorInitializer(iterator)], True)
-    return _Input(lambda: _features_and_labels(result), [], False)
-
-
-def _features_and_labels(result):
-    """(features, labels) of one element of input_fn's data: (features, labels) or features alone."""
-    if isinstance(result, (tuple, list)):
-        if len(result) != 2:
-            raise ValueError(f"input_fn must give features or (features, labels), not {len(result)} items")
-        return result[0], result[1]
-    return result, None
 
 
 class _Trained(NamedTuple):
