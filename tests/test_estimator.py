@@ -862,28 +862,39 @@ DYNAMIC_PROGRAM = ROOT / "tests" / "programs" / "clicks_dynamic_estimator.py"
 def test_a_programs_dynamic_tables_train_on_two_ps_through_a_ps_restart_evaluate_and_export_raw_ids(tmp_path):
     # train_and_evaluate on 2 ps + chief + worker + evaluator, its users' and items' tables (a table each, on
     # a ps each) and deltas of their changed rows every second given by PS_TRAINER_FLAGS. ps 0, which holds the
-    # global step and a table, is killed and restarted once a checkpoint past step 0 and a delta of it are
-    # written: the chief restores both, and every task ends by itself.
+    # global step and a table, is killed and restarted once a checkpoint past step 0 and two deltas of it are
+    # written (the chief held still meanwhile, so that no newer checkpoint comes between: the restore below
+    # is of that one): the chief restores both, and every task ends by itself.
     import numpy as np
     import tensorflow as tf
     v1 = tf.compat.v1
     flags = ("--embedding=dynamic --embedding_capacity=2000 --incremental_save_secs=1 --optimizer=adagrad "
              "--learning_rate=0.1")
-    with TfConfigCluster(DYNAMIC_PROGRAM, tmp_path, "--train_steps=1200", env={"PS_TRAINER_FLAGS": flags},
-                         num_ps=2) as cluster:
+    with TfConfigCluster(DYNAMIC_PROGRAM, tmp_path, "--train_steps=1200", "--save_checkpoints_steps=600",
+                         env={"PS_TRAINER_FLAGS": flags}, num_ps=2) as cluster:
         for job, index in (("ps", 0), ("ps", 1), ("chief", 0), ("worker", 0), ("evaluator", 0)):
             cluster.start(job, index)
         model_dir = str(tmp_path / "model")
 
-        def a_delta_of_a_checkpoint_past_step_0():
-            checkpoint = tf.train.latest_checkpoint(model_dir)
-            return bool(checkpoint and not checkpoint.endswith("-0") and incremental.deltas_of(checkpoint))
+        chief = cluster.procs["chief"]
 
-        wait_for(a_delta_of_a_checkpoint_past_step_0, 240, "a delta of a checkpoint past step 0", cluster)
-        at_kill = {column: saved_maps(tf.train.latest_checkpoint(model_dir), f"{column}_dynamic_embedding")
-                   for column in ("user", "item")}  # read now: the checkpoint is gone by the end (5 are kept)
-        os.killpg(cluster.procs["ps"].pid, signal.SIGKILL)
-        cluster.procs["ps"].wait(timeout=30)
+        def the_chief_held_with_two_deltas_of_a_checkpoint_past_step_0():
+            os.killpg(chief.pid, signal.SIGSTOP)
+            checkpoint = tf.train.latest_checkpoint(model_dir)
+            if checkpoint and not checkpoint.endswith("-0") and len(incremental.deltas_of(checkpoint)) >= 2:
+                return True
+            os.killpg(chief.pid, signal.SIGCONT)
+            return False
+
+        try:
+            wait_for(the_chief_held_with_two_deltas_of_a_checkpoint_past_step_0, 240,
+                     "two deltas of a checkpoint past step 0", cluster)
+            at_kill = {column: saved_maps(tf.train.latest_checkpoint(model_dir), f"{column}_dynamic_embedding")
+                       for column in ("user", "item")}  # read now: the checkpoint is gone by the end (5 are kept)
+            os.killpg(cluster.procs["ps"].pid, signal.SIGKILL)
+            cluster.procs["ps"].wait(timeout=30)
+        finally:
+            os.killpg(chief.pid, signal.SIGCONT)
         cluster.start("ps", 0)
         codes, logs = cluster.wait()
     assert codes == {"ps": 0, "ps:1": 0, "chief": 0, "worker": 0, "evaluator": 0}, {

@@ -17,6 +17,7 @@ import clicks_dynamic_model_fn  # noqa: E402  (beside this file)
 
 flags.DEFINE_string("model_dir", None, "Where the checkpoints go.")
 flags.DEFINE_integer("train_steps", 1000, "The global step to train to.")
+flags.DEFINE_integer("save_checkpoints_steps", 200, "Global steps between the chief's checkpoints.")
 FLAGS = flags.FLAGS
 USERS, ITEMS = 400, 100
 
@@ -63,7 +64,8 @@ def serving_input_receiver_fn():
 
 def main(argv):
     del argv
-    config = tf.estimator.RunConfig(model_dir=FLAGS.model_dir, save_checkpoints_steps=200, tf_random_seed=7)
+    config = tf.estimator.RunConfig(model_dir=FLAGS.model_dir, save_checkpoints_steps=FLAGS.save_checkpoints_steps,
+                                    tf_random_seed=7)
     estimator = tf.estimator.Estimator(model_fn, config=config, params={"batch_size": 64, "dimension": 8})
     exporter = tf.estimator.FinalExporter("clicks", serving_input_receiver_fn)
     tf.estimator.train_and_evaluate(
