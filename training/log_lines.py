@@ -72,8 +72,8 @@ def log_first_step(task: str, global_step: int, loss: float, log=logging.info) -
 
 def log_session_again(task: str, global_step: int, log=logging.warning) -> None:
     """`log`: as log_first_step's."""
-    log("%s training session made again at global step %d (MonitoredSession does so after an error "
-                    "it takes for a lost task: the error logged above)", task, global_step)
+    log("%s training session made again at global step %d (MonitoredSession does so after an error it takes for "
+        "a lost task: the error logged above)", task, global_step)
 
 
 def log_progress(task: str, global_step: int, train_steps: int | None, loss: float, accuracy: float,

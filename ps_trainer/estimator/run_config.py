@@ -11,10 +11,10 @@ from ps_trainer import input as inputs
 from ps_trainer import model
 from ps_trainer.cluster import resolve, spec
 from ps_trainer.estimator import settings
-from ps_trainer.training import config as runtime
-from ps_trainer.training import plan, roles
 from ps_trainer.model import dynamic
 from ps_trainer.model.dynamic.ids import TableOptions
+from ps_trainer.training import config as runtime
+from ps_trainer.training import plan, roles
 from ps_trainer.training.config import TrainConfig
 
 _USE_DEFAULT = object()
