@@ -3,6 +3,7 @@ model_fn of its own; a canned wide & deep with numpy_input_fn and a FinalExporte
 trains, evaluates, predicts and exports in one process, and as a TF_CONFIG cluster of processes (ps,
 chief, worker, evaluator) in which every task, the ps included, exits 0 by itself."""
 
+import contextlib
 import json
 import os
 import re
@@ -14,7 +15,7 @@ import pytest
 
 from ps_trainer.launch.processes import LOOPBACK, free_ports
 from ps_trainer.training import incremental, log_lines
-from tests.support import ROOT, SCRIPTS, run_launcher, saved_maps, stop_process_group, wait_for
+from tests.support import ROOT, SCRIPTS, describe, run_launcher, saved_maps, stop_process_group, wait_for
 
 PROGRAM = ROOT / "tests" / "programs" / "clicks_estimator.py"
 TIMEOUT = 240
@@ -862,9 +863,9 @@ DYNAMIC_PROGRAM = ROOT / "tests" / "programs" / "clicks_dynamic_estimator.py"
 def test_a_programs_dynamic_tables_train_on_two_ps_through_a_ps_restart_evaluate_and_export_raw_ids(tmp_path):
     # train_and_evaluate on 2 ps + chief + worker + evaluator, its users' and items' tables (a table each, on
     # a ps each) and deltas of their changed rows every second given by PS_TRAINER_FLAGS. ps 0, which holds the
-    # global step and a table, is killed and restarted once a checkpoint past step 0 and two deltas of it are
-    # written (the chief held still meanwhile, so that no newer checkpoint comes between: the restore below
-    # is of that one): the chief restores both, and every task ends by itself.
+    # global step and a table, is killed and restarted once a checkpoint past step 0 and a delta of it are
+    # written (the chief held still between that check and the kill, so that no newer checkpoint comes
+    # between: the restore below is of that one): the chief restores both, and every task ends by itself.
     import numpy as np
     import tensorflow as tf
     v1 = tf.compat.v1
@@ -878,23 +879,31 @@ def test_a_programs_dynamic_tables_train_on_two_ps_through_a_ps_restart_evaluate
 
         chief = cluster.procs["chief"]
 
-        def the_chief_held_with_two_deltas_of_a_checkpoint_past_step_0():
-            os.killpg(chief.pid, signal.SIGSTOP)
+        def a_delta_of_a_checkpoint_past_step_0():  # deltas_of lists finished deltas only
             checkpoint = tf.train.latest_checkpoint(model_dir)
-            if checkpoint and not checkpoint.endswith("-0") and len(incremental.deltas_of(checkpoint)) >= 2:
+            return bool(checkpoint and not checkpoint.endswith("-0") and incremental.deltas_of(checkpoint))
+
+        def the_chief_held_with_a_delta_of_a_checkpoint_past_step_0():
+            assert chief.poll() is None, "the chief ended before a delta of a checkpoint past step 0:\n" + describe(
+                cluster)
+            if not a_delta_of_a_checkpoint_past_step_0():  # checked first with the chief running, which saves
+                return False
+            os.killpg(chief.pid, signal.SIGSTOP)
+            if a_delta_of_a_checkpoint_past_step_0():  # still, now that nothing newer can come
                 return True
             os.killpg(chief.pid, signal.SIGCONT)
             return False
 
         try:
-            wait_for(the_chief_held_with_two_deltas_of_a_checkpoint_past_step_0, 240,
-                     "two deltas of a checkpoint past step 0", cluster)
+            wait_for(the_chief_held_with_a_delta_of_a_checkpoint_past_step_0, 240,
+                     "a delta of a checkpoint past step 0", cluster)
             at_kill = {column: saved_maps(tf.train.latest_checkpoint(model_dir), f"{column}_dynamic_embedding")
                        for column in ("user", "item")}  # read now: the checkpoint is gone by the end (5 are kept)
             os.killpg(cluster.procs["ps"].pid, signal.SIGKILL)
             cluster.procs["ps"].wait(timeout=30)
         finally:
-            os.killpg(chief.pid, signal.SIGCONT)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(chief.pid, signal.SIGCONT)
         cluster.start("ps", 0)
         codes, logs = cluster.wait()
     assert codes == {"ps": 0, "ps:1": 0, "chief": 0, "worker": 0, "evaluator": 0}, {
