@@ -186,9 +186,10 @@ def session_config(cluster: ClusterConfig) -> tf.compat.v1.ConfigProto:
 #   and closes after 2 strikes.
 # - Reconnection at most 1 s apart. Closing a session whose ps died waits until the ps's address answers
 #   again (the call that ends the session on each task waits for its connection), and gRPC tries to
-#   reconnect after 1 s, 1.6 s, 2.6 s, ... up to 120 s: a ps back after 7 s was found 8 s later, one back
-#   after a minute up to half a minute later. Capped at 1 s, the session is made again within about a
-#   second of the ps's return (docs/faults.md); a task that is down costs a connection attempt a second.
+#   reconnect after 1 s, 1.6 s, 2.6 s, ... up to 120 s apart: a ps back after 6 s was found 8.8 s later, and
+#   the longer a ps is down the longer the wait after its return. Capped at 1 s, the session is made again
+#   within about a second of the ps's return (docs/faults.md); a task that is down costs a connection
+#   attempt a second.
 GRPC_OPTIONS_ENV = "TF_GRPC_DEFAULT_OPTIONS"
 DEFAULT_GRPC_OPTIONS = {"grpc.keepalive_time_ms": "10000", "grpc.keepalive_timeout_ms": "10000",
                         "grpc.max_reconnect_backoff_ms": "1000"}

@@ -161,7 +161,7 @@ class Estimator:
                     trained = _Trained(model, built.train_op, built.metrics.loss, built.hooks, built.chief_only_hooks)
                     if tables:
                         trained = trained._replace(tables=graph_lib.tables_of(
-                            lever.optimizer, cluster.is_chief, self._config.runtime_flags.embedding_steps_to_live))
+                            lever.optimizer, cluster.is_chief, runtime.model.embedding_steps_to_live))
                 if self._warm_start:  # the initializers of the variables it names: a checkpoint in model_dir wins
                     logging.info("Warm-starting with WarmStartSettings: %s", self._warm_start)
                     v1.train.warm_start(*self._warm_start)
