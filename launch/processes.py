@@ -7,7 +7,10 @@ and is stopped by that group's id: SIGTERM first, SIGKILL after a grace period.
 With preload=True a task is forked from a server process that has imported trainer.py, and
 TensorFlow with it, once (multiprocessing's forkserver), instead of starting a Python of its own: it
 skips the 3-4 s of CPU that `import tensorflow` costs each process, which is most of what a short
-test cluster spends on two cores. It then runs trainer.py's main as `python trainer.py` would.
+test cluster spends on two cores. It then runs trainer.py's main as `python trainer.py` would. A
+user's program is forked from a second server that has run `import tensorflow` alone, as the program's
+own first line does (no ps_trainer module, no flag, Keras as TensorFlow loads it), and runs as
+`python program.py` would.
 A script that forks its tasks does its own TensorFlow work in a helper forked the same way
 (call_with_tensorflow) and never imports TensorFlow itself.
 """
@@ -17,10 +20,13 @@ import contextlib
 import importlib
 import json
 import multiprocessing
+import multiprocessing.context
 import multiprocessing.forkserver
+import multiprocessing.popen_forkserver
 import os
 import pathlib
 import random
+import runpy
 import signal
 import subprocess
 import sys
@@ -31,8 +37,10 @@ import portpicker
 
 TRAINER = pathlib.Path(__file__).resolve().parent.parent / "trainer.py"
 LOOPBACK = "127.0.0.1"
-# What a forked task's server imports before it forks: the trainer and TensorFlow.
+# What a forked task's server imports before it forks: the trainer and TensorFlow; a program's server,
+# TensorFlow alone.
 PRELOADED_MODULES = ["ps_trainer.trainer"]
+PROGRAM_PRELOADED_MODULES = ["tensorflow"]
 # Every task's output: unbuffered, as it happens, and no INFO from TensorFlow's C++ side.
 TASK_OUTPUT = {"PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "1"}
 
@@ -133,9 +141,9 @@ class ProcessCluster:
             raise RuntimeError(f"{job} {index} is still running (pid {old.pid})")
         command, env = self.command(job, index, extra_args), self.task_env(job, index)
         # A variable of one task (LD_PRELOAD for a shifted clock) acts as its process starts: exec it.
-        if (self.preload and command[:2] == [sys.executable, str(TRAINER)] and self.stdin == subprocess.DEVNULL
-                and not self.env_of_task.get((job, index))):
-            proc = ForkedTask(command[1:], env, self.log_path(job, index))
+        if (self.preload and command[0] == sys.executable and command[1] in (str(TRAINER), self.program)
+                and self.stdin == subprocess.DEVNULL and not self.env_of_task.get((job, index))):
+            proc = ForkedTask(command[1:], env, self.log_path(job, index), program=command[1] == self.program)
         else:
             with open(self.log_path(job, index), "ab") as log:
                 proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=self.stdin, env=env,
@@ -204,10 +212,9 @@ class ProcessCluster:
                 proc.wait(timeout=30)
 
 
-def _run_trainer_here(argv, env, log_path, err_path, cwd) -> None:
-    """A forked task's body: a session of its own, its log as stdout and stderr (or stderr to a file of
-    its own), its environment and directory, then trainer.py's main on argv, whose exit code it exits
-    with, as `python trainer.py` does."""
+def _become_task(argv, env, log_path, err_path, cwd) -> None:
+    """A forked task's start: a session of its own, its log as stdout and stderr (or stderr to a file of
+    its own), its environment, directory and command line."""
     os.setsid()
     for fd, path in ((1, log_path), (2, err_path or log_path)):
         opened = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -217,8 +224,41 @@ def _run_trainer_here(argv, env, log_path, err_path, cwd) -> None:
     os.environ.update(env)
     os.chdir(cwd)
     sys.argv = list(argv)
+
+
+def _run_trainer_here(argv, env, log_path, err_path, cwd) -> None:
+    """A forked task's body: trainer.py's main on argv, whose exit code it exits with, as `python
+    trainer.py` does."""
+    _become_task(argv, env, log_path, err_path, cwd)
     from ps_trainer import trainer  # noqa: PLC0415  (preloaded: already imported)
     trainer.app.run(trainer.main, argv=argv, flags_parser=trainer.parse_flags)
+
+
+def _run_program_here(argv, env, log_path, err_path, cwd) -> None:
+    """A forked program's body: the file argv[0] run as __main__ with its folder first on sys.path, its
+    uncaught exception or sys.exit() reported and turned into the exit code, the atexit functions run, as
+    `python program.py` does."""
+    _become_task(argv, env, log_path, err_path, cwd)
+    # This module, which the fork imported to find this function: the program imports what it imports.
+    for name in [name for name in sys.modules if name == "ps_trainer" or name.startswith("ps_trainer.")]:
+        del sys.modules[name]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+    code = 0
+    try:
+        runpy.run_path(argv[0], run_name="__main__")
+    except SystemExit as exit_:
+        if exit_.code is None or isinstance(exit_.code, int):
+            code = exit_.code or 0
+        else:
+            print(exit_.code, file=sys.stderr)
+            code = 1
+    except BaseException:  # noqa: B036  (Python's own exit: report whatever ended the program)
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    atexit._run_exitfuncs()  # noqa: SLF001  (what Python runs at exit; os._exit below skips it)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 @contextlib.contextmanager
@@ -269,17 +309,19 @@ def _call(module: str, function: str, args):
 
 class ForkedTask:
     """A task forked from the preloaded server, with the part of subprocess.Popen's interface that
-    ProcessCluster and its callers use: pid, poll, wait and returncode (negative: killed by that signal)."""
+    ProcessCluster and its callers use: pid, poll, wait and returncode (negative: killed by that signal).
+    program=True: argv[0] is a user's program, forked from the program server (ProgramProcess)."""
 
     stdin = None
 
     _server_started = False
 
-    def __init__(self, argv, env, log_path, err_path=None, cwd=None):
+    def __init__(self, argv, env, log_path, err_path=None, cwd=None, program=False):
         context = multiprocessing.get_context("forkserver")
-        if not ForkedTask._server_started:
+        if not program and not ForkedTask._server_started:
             self._start_server(context)
-        self._process = context.Process(target=_run_trainer_here, name=str(argv[0]), args=(
+        process = ProgramProcess if program else context.Process
+        self._process = process(target=_run_program_here if program else _run_trainer_here, name=str(argv[0]), args=(
             list(argv), dict(env), str(log_path), err_path and str(err_path), str(cwd or os.getcwd())))
         with _main_hidden():
             self._process.start()
@@ -323,6 +365,45 @@ class ForkedTask:
         if self._process.exitcode is None:
             raise subprocess.TimeoutExpired(self._process.name, timeout)
         return self._process.exitcode
+
+
+class _ProgramServer(multiprocessing.forkserver.ForkServer):
+    """multiprocessing's forkserver, a second one: preloaded with PROGRAM_PRELOADED_MODULES, started
+    with the tasks' output settings (TASK_OUTPUT) as the trainer's is."""
+
+    def ensure_running(self):
+        self.set_forkserver_preload(PROGRAM_PRELOADED_MODULES)
+        own = dict(os.environ)
+        os.environ.update(TASK_OUTPUT)
+        try:
+            super().ensure_running()
+        finally:
+            os.environ.clear()
+            os.environ.update(own)
+
+
+_program_server = _ProgramServer()
+
+
+class _ProgramPopen(multiprocessing.popen_forkserver.Popen):
+    """The forkserver's Popen, on the program server: it asks the forkserver module for a new process, which
+    the module hands to its own server; while it launches, the module hands it to the program server."""
+
+    def _launch(self, process_obj):
+        own = multiprocessing.forkserver.connect_to_new_process
+        multiprocessing.forkserver.connect_to_new_process = _program_server.connect_to_new_process
+        try:
+            super()._launch(process_obj)
+        finally:
+            multiprocessing.forkserver.connect_to_new_process = own
+
+
+class ProgramProcess(multiprocessing.context.ForkServerProcess):
+    """A multiprocessing Process forked from the program server."""
+
+    @staticmethod
+    def _Popen(process_obj):  # multiprocessing's name
+        return _ProgramPopen(process_obj)
 
 
 class SingleProcess(ProcessCluster):

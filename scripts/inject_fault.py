@@ -58,7 +58,8 @@ flags.DEFINE_integer("num_epochs", 0, "Chaos mode: train with --input_queue to t
                      lower_bound=0)
 flags.DEFINE_integer("save_checkpoint_steps", 100, "Checkpoint interval of the run.", lower_bound=1)
 flags.DEFINE_bool("preload", True, "Fork every task, and every restart, from one process that has imported the "
-                  "trainer (3-4 s of CPU less each); --nopreload starts each as `python trainer.py`.")
+                  "trainer (a --program's from one that has imported TensorFlow alone): 3-4 s of CPU less each; "
+                  "--nopreload starts each as `python trainer.py` (or `python PROGRAM`).")
 flags.DEFINE_string("program", None, "Chaos mode: a TF1 Estimator program (train_and_evaluate from TF_CONFIG, "
                     "`import ps_trainer.estimator`, flags --model_dir and --train_steps) in place of trainer.py.")
 flags.DEFINE_string("report_json", None, "Also write the report to this file as JSON.")
@@ -108,7 +109,7 @@ def chaos_cluster(trainer_args, run_dir, model_dir) -> LocalCluster:
             raise app.UsageError(f"--program={FLAGS.program}: no such file")
         return LocalCluster(run_dir, FLAGS.num_ps, FLAGS.num_workers - 1,
                             [f"--model_dir={model_dir}", f"--train_steps={FLAGS.train_steps}", *trainer_args],
-                            chief=True, program=FLAGS.program, evaluator=True)
+                            chief=True, preload=FLAGS.preload, program=FLAGS.program, evaluator=True)
     epochs = ["--input_queue", "--input_queue_audit", f"--num_epochs={FLAGS.num_epochs}"] if FLAGS.num_epochs else []
     return LocalCluster(run_dir, FLAGS.num_ps, FLAGS.num_workers,
                         [*trainer_flags(trainer_args, model_dir), f"--train_steps={FLAGS.train_steps}",
@@ -127,7 +128,7 @@ def run(trainer_args, run_dir):
         raise app.UsageError(f"--program={FLAGS.program} runs in chaos mode only: give --chaos_kills or --chaos_secs")
     if FLAGS.chaos_secs or FLAGS.chaos_kills:
         cluster = chaos_cluster(trainer_args, run_dir, model_dir)
-        if FLAGS.program:  # its tasks are not forked from a preloaded trainer: this process reads the checkpoints
+        if FLAGS.program:  # its tasks are not forked from the preloaded trainer: this process reads the checkpoints
             faults.registered_step(model_dir)  # itself, so TensorFlow loads now, not while the first kill is due
         at_steps = chaos.kill_steps(FLAGS.train_steps, FLAGS.chaos_kills, FLAGS.seed) if FLAGS.chaos_kills else None
         when = f"at global steps {at_steps}" if at_steps else f"for {FLAGS.chaos_secs:g} s"

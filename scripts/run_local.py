@@ -22,8 +22,9 @@ from ps_trainer.launch.processes import LocalCluster
 
 flags.DEFINE_integer("num_ps", 1, "Number of ps tasks.", lower_bound=1)
 flags.DEFINE_integer("num_workers", 2, "Number of worker tasks.", lower_bound=1)
-flags.DEFINE_bool("preload", True, "Fork every task from one process that has imported the trainer (3-4 s of CPU "
-                  "less each, and a first step sooner); --nopreload starts each as `python trainer.py`.")
+flags.DEFINE_bool("preload", True, "Fork every task from one process that has imported the trainer (a --program's "
+                  "from one that has imported TensorFlow alone): 3-4 s of CPU less each, and a first step sooner; "
+                  "--nopreload starts each as `python trainer.py` (or `python PROGRAM`).")
 flags.DEFINE_string("program", None, "A TF1 Estimator program (train_and_evaluate from TF_CONFIG, with "
                     "`import ps_trainer.estimator`) to run in place of trainer.py.")
 terminal.define_flags("runs/<timestamp> (model_dir goes there too)", timeout_secs=1800, ps_exit_secs=30)
@@ -50,7 +51,7 @@ def main(argv):
         raise app.UsageError(f"--program={FLAGS.program}: no such file")
     if FLAGS.program:  # the chief is one of the workers, as trainer.py's worker 0 is
         cluster = LocalCluster(run_dir, FLAGS.num_ps, FLAGS.num_workers - 1, trainer_args, chief=True,
-                               program=FLAGS.program, evaluator=True)
+                               preload=FLAGS.preload, program=FLAGS.program, evaluator=True)
     else:
         cluster = LocalCluster(run_dir, FLAGS.num_ps, FLAGS.num_workers, trainer_args, preload=FLAGS.preload)
     code = terminal.launch(cluster, FLAGS.timeout_secs, FLAGS.ps_exit_secs)

@@ -216,6 +216,52 @@ def test_a_forked_task_fails_serves_and_dies_as_a_started_one(make_cluster):
     assert proc.returncode == -signal.SIGKILL
 
 
+FORKED_PROGRAM = """
+import atexit, os, sys
+from absl import flags
+print("main:", __name__, "path0:", sys.path[0] == os.path.dirname(os.path.abspath(__file__)),
+      "ps_trainer:", sorted(name for name in sys.modules if name.startswith("ps_trainer")),
+      "trainer flags:", "ps_hosts" in flags.FLAGS, "argv:", sys.argv[1:], "env:", os.environ.get("FORKED_CASE"),
+      flush=True)
+atexit.register(lambda: print("atexit ran", flush=True))
+case = sys.argv[1]
+if case == "raise":
+    raise ValueError("a program's own error")
+sys.exit(int(case) if case.isdigit() else case)
+"""
+
+
+@pytest.mark.parametrize("case, code, line", [("0", 0, None), ("3", 3, None), ("a reason", 1, "a reason"),
+                                              ("raise", 1, "ValueError: a program's own error")])
+def test_a_forked_program_runs_exits_and_reports_as_python_program_py_does(tmp_path, case, code, line):
+    # An Estimator program's tasks in the tests and under scripts/run_local.py are forked from a process that
+    # has imported TensorFlow alone (ForkedTask with program=True): the program sees what `python program.py`
+    # shows it (__main__, its folder first on the path, no ps_trainer module, no absl flag), and its end
+    # reads as Python's: the exit code, sys.exit's message or the traceback, the atexit functions run.
+    program = tmp_path / "program.py"
+    program.write_text(FORKED_PROGRAM)
+    results = {}
+    for forked in (True, False):
+        log = tmp_path / f"{forked}.log"
+        env = {**os.environ, "FORKED_CASE": case}
+        if forked:
+            proc = ForkedTask([str(program), case], env, log, cwd=tmp_path, program=True)
+            assert os.getpgid(proc.pid) == proc.pid
+            returncode = proc.wait(timeout=120)
+        else:
+            with open(log, "w") as out:
+                returncode = subprocess.run([sys.executable, str(program), case], stdout=out, stderr=subprocess.STDOUT,
+                                            env=env, cwd=tmp_path, timeout=120, stdin=subprocess.DEVNULL).returncode
+        text = log.read_text()
+        seen = [row for row in text.splitlines() if row.startswith("main:")]
+        results[forked] = (returncode, seen, "atexit ran" in text)
+        assert line is None or line in text, text[-2000:]
+    assert results[True] == results[False], results
+    returncode, [seen], atexit_ran = results[True]
+    assert returncode == code and atexit_ran, results
+    assert seen == f"main: __main__ path0: True ps_trainer: [] trainer flags: False argv: ['{case}'] env: {case}", seen
+
+
 def test_download_only_needs_a_directory():
     result = run_trainer("--download_only")
     assert result.returncode == exit_codes.FAILED and "--download_only needs --data_dir" in result.stderr

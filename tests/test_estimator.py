@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from ps_trainer.launch.processes import LOOPBACK, free_ports
+from ps_trainer.launch.processes import LOOPBACK, ForkedTask, free_ports
 from ps_trainer.training import incremental, log_lines
 from tests.support import ROOT, SCRIPTS, describe, run_launcher, saved_maps, stop_process_group, wait_for
 
@@ -61,7 +61,9 @@ def test_a_tf1_program_with_one_line_added_trains_evaluates_and_predicts_in_one_
 class TfConfigCluster:
     """`program` as the ps tasks, chief, worker and evaluator processes of one TF_CONFIG cluster on loopback
     ports, each started by job name (and index: a task other than the first is named "job:index"), its output
-    appended to <name>.log; every process still running at the end is stopped by its group."""
+    appended to <name>.log; every process still running at the end is stopped by its group. Each is forked
+    from a process that has imported TensorFlow alone (launch.processes.ForkedTask with program=True), and
+    runs as `python program.py` does; the tests of the program's own imports start a new Python."""
 
     def __init__(self, program, tmp_path, *args, chief_job="chief", env=None, num_ps=1):
         *ps, chief, worker = (f"{LOOPBACK}:{port}" for port in free_ports(num_ps + 2))
@@ -72,10 +74,8 @@ class TfConfigCluster:
     def start(self, job, index=0):
         env = {**self.env, "TF_CONFIG": json.dumps({"cluster": self.cluster, "task": {"type": job, "index": index}})}
         name = job if index == 0 else f"{job}:{index}"
-        with open(self.dir / f"{name}.log", "a") as log:
-            self.procs[name] = subprocess.Popen(
-                [sys.executable, str(self.program), f"--model_dir={self.dir / 'model'}", *self.args], stdout=log,
-                stderr=subprocess.STDOUT, env=env, cwd=ROOT, stdin=subprocess.DEVNULL, start_new_session=True)
+        self.procs[name] = ForkedTask([str(self.program), f"--model_dir={self.dir / 'model'}", *self.args], env,
+                                      self.dir / f"{name}.log", cwd=ROOT, program=True)
 
     def tasks(self):
         """((job, 0), process) of each task, as support.wait_for reads a cluster's."""
