@@ -6,9 +6,11 @@ interval (never one batch), with chance: the cross-entropy of always predicting 
 frequencies it saw in that interval (their entropy; ln 10 for 10 balanced classes). After a warm-up,
 PATIENCE intervals in a row at or above THRESHOLD times chance, and either above chance or with
 no fall of more than 1 - TREND across them, mean the model is not learning: the worker logs why and what to change and,
-with --not_learning=stop (the default), stops with an error instead of training on. A loss that is
-still falling, however slowly, is learning: a sparse model on weak signal can sit a few percent
-below chance for a long time (docs/learning.md gives a measured case).
+with --not_learning=stop (the default), stops with an error instead of training on. No constant prediction
+does better than chance (the entropy of the interval's own labels), so a loss held more than 1 - THRESHOLD
+under it is the features at work: a sparse model on weak signal can sit a few percent below chance for a
+long time, falling slowly or settled (a click model's loss a few percent under the labels' entropy can be
+all its data allows), and is learning (docs/learning.md gives a measured case).
 """
 
 import math
@@ -20,7 +22,7 @@ from absl import logging
 
 v1 = tf.compat.v1
 PATIENCE = 3
-THRESHOLD = 0.97
+THRESHOLD = 0.99
 TREND = 0.97  # the last of the PATIENCE intervals at least this share of the first: not falling
 WARMUP_FRACTION = 0.2  # of --train_steps, in global steps ...
 WARMUP_MIN_STEPS = 300  # ... and at least this many
