@@ -372,6 +372,9 @@ class _ProgramServer(multiprocessing.forkserver.ForkServer):
     with the tasks' output settings (TASK_OUTPUT) as the trainer's is."""
 
     def ensure_running(self):
+        if self._forkserver_pid is not None:  # started: ForkServer checks it is alive, and starts it again if not
+            super().ensure_running()
+            return
         self.set_forkserver_preload(PROGRAM_PRELOADED_MODULES)
         own = dict(os.environ)
         os.environ.update(TASK_OUTPUT)
