@@ -14,7 +14,7 @@ import signal
 import time
 
 from ps_trainer.launch import faults
-from ps_trainer.launch.processes import call_with_tensorflow
+from ps_trainer.launch.forked import call_with_tensorflow
 from ps_trainer.training import log_lines
 
 POLL_SECS = 0.1

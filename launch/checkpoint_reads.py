@@ -1,6 +1,6 @@
 """What the fault drills read from a run's model directory with TensorFlow: the registered checkpoint,
 whether it restores, the files of a save in progress, the input queue's audit. launch/faults.py and
-launch/chaos.py call them through launch.processes.call_with_tensorflow, so that a drill script that
+launch/chaos.py call them through launch.forked.call_with_tensorflow, so that a drill script that
 forks its tasks from the preloaded server never imports TensorFlow itself."""
 
 import glob

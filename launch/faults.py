@@ -15,7 +15,7 @@ import re
 import signal
 import time
 
-from ps_trainer.launch.processes import call_with_tensorflow
+from ps_trainer.launch.forked import call_with_tensorflow
 from ps_trainer.training import log_lines
 
 

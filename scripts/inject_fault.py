@@ -30,7 +30,8 @@ import random
 from absl import app, flags
 
 from ps_trainer.launch import chaos, faults, terminal
-from ps_trainer.launch.processes import HelperTimeout, LocalCluster
+from ps_trainer.launch.forked import HelperTimeout
+from ps_trainer.launch.processes import LocalCluster
 
 flags.DEFINE_string("kill", "worker:1", "Task to kill: job:index (worker:1, ps:0), 'chief', or 'random'.")
 flags.DEFINE_string("at_step", "random", "Global step at which to kill it, or 'random' (10%..60% of "

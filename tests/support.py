@@ -24,7 +24,8 @@ from ps_trainer.flags import config as flag_config
 from ps_trainer.flags import definitions
 from ps_trainer.input import synthetic, tfrecord
 from ps_trainer.launch import faults
-from ps_trainer.launch.processes import ForkedTask, free_ports
+from ps_trainer.launch.forked import ForkedTask
+from ps_trainer.launch.processes import free_ports
 from ps_trainer.training import graph as train_graph
 from ps_trainer.training import hooks as training_hooks
 from ps_trainer.training import evaluator, log_lines, plan, start
@@ -54,7 +55,7 @@ def read_flags(*args):
 def run_trainer(*args, timeout: float = 120, env=None, preload=True) -> subprocess.CompletedProcess:
     """trainer.py in a process of its own, run to its end (env: variables added to this one's).
 
-    The process is forked from one that has imported the trainer (launch.processes.ForkedTask);
+    The process is forked from one that has imported the trainer (launch.forked.ForkedTask);
     preload=False starts a new Python, as a user's shell does, for what happens before main runs."""
     command = [sys.executable, str(TRAINER), *args]
     env = {**os.environ, **(env or {})}

@@ -11,7 +11,8 @@ import sys
 import pytest
 import tensorflow as tf
 
-from ps_trainer.launch.processes import ForkedTask, free_ports
+from ps_trainer.launch.forked import ForkedTask
+from ps_trainer.launch.processes import free_ports
 from tests.support import (
     SCRIPTS,
     describe,
@@ -196,7 +197,7 @@ def test_a_bad_flag_exits_non_zero_with_its_message():
 
 
 def test_a_forked_task_fails_serves_and_dies_as_a_started_one(make_cluster):
-    # The tests fork their tasks from a process that has imported the trainer (launch.processes.
+    # The tests fork their tasks from a process that has imported the trainer (launch.forked.
     # ForkedTask). The same bad command line, forked and started: the same exit code and error line.
     bad = ("--ps_hosts=ps0", "--worker_hosts=w0:2222", "--job_name=ps")
     forked, started = run_trainer(*bad), run_trainer(*bad, preload=False)

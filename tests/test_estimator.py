@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from ps_trainer.launch.processes import LOOPBACK, ForkedTask, free_ports
+from ps_trainer.launch.forked import ForkedTask
+from ps_trainer.launch.processes import LOOPBACK, free_ports
 from ps_trainer.training import incremental, log_lines
 from tests.support import ROOT, SCRIPTS, describe, run_launcher, saved_maps, stop_process_group, wait_for
 
@@ -62,7 +63,7 @@ class TfConfigCluster:
     """`program` as the ps tasks, chief, worker and evaluator processes of one TF_CONFIG cluster on loopback
     ports, each started by job name (and index: a task other than the first is named "job:index"), its output
     appended to <name>.log; every process still running at the end is stopped by its group. Each is forked
-    from a process that has imported TensorFlow alone (launch.processes.ForkedTask with program=True), and
+    from a process that has imported TensorFlow alone (launch.forked.ForkedTask with program=True), and
     runs as `python program.py` does; the tests of the program's own imports start a new Python."""
 
     def __init__(self, program, tmp_path, *args, chief_job="chief", env=None, num_ps=1):

@@ -168,15 +168,15 @@ def test_the_fault_script_imports_no_tensorflow_of_its_own():
 
 HELPER_PROBE = """
 import multiprocessing, sys, time
-from ps_trainer.launch import processes
-processes.ForkedTask._start_server(multiprocessing.get_context("forkserver"))  # as the first forked task does
-print(processes.call_with_tensorflow("ps_trainer.launch.checkpoint_reads", "registered_step", sys.argv[1]))
+from ps_trainer.launch import forked
+forked.ForkedTask._start_server(multiprocessing.get_context("forkserver"))  # as the first forked task does
+print(forked.call_with_tensorflow("ps_trainer.launch.checkpoint_reads", "registered_step", sys.argv[1]))
 print("tensorflow here:", "tensorflow" in sys.modules)
-processes.HELPER_CALL_SECS = 2
+forked.HELPER_CALL_SECS = 2
 started = time.monotonic()
 try:
-    processes.call_with_tensorflow("time", "sleep", 30)
-except processes.HelperTimeout as err:
+    forked.call_with_tensorflow("time", "sleep", 30)
+except forked.HelperTimeout as err:
     print(f"after {time.monotonic() - started:.0f} s: {err}")
 """
 
