@@ -129,7 +129,7 @@ def run(trainer_args, run_dir):
         raise app.UsageError(f"--program={FLAGS.program} runs in chaos mode only: give --chaos_kills or --chaos_secs")
     if FLAGS.chaos_secs or FLAGS.chaos_kills:
         cluster = chaos_cluster(trainer_args, run_dir, model_dir)
-        if FLAGS.program:  # its tasks are not forked from the preloaded trainer: this process reads the checkpoints
+        if FLAGS.program:  # no trainer server, so no TensorFlow helper to ask: this process reads the checkpoints
             faults.registered_step(model_dir)  # itself, so TensorFlow loads now, not while the first kill is due
         at_steps = chaos.kill_steps(FLAGS.train_steps, FLAGS.chaos_kills, FLAGS.seed) if FLAGS.chaos_kills else None
         when = f"at global steps {at_steps}" if at_steps else f"for {FLAGS.chaos_secs:g} s"

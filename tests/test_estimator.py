@@ -887,9 +887,9 @@ def test_a_programs_dynamic_tables_train_on_two_ps_through_a_ps_restart_evaluate
         def the_chief_held_with_a_delta_of_a_checkpoint_past_step_0():
             assert chief.poll() is None, "the chief ended before a delta of a checkpoint past step 0:\n" + describe(
                 cluster)
-            # The chief saves at its own steps: on a loaded machine the worker once trained from step 458 to the
-            # end while the chief made none, and no checkpoint past step 0 came. From its step 400 the worker
-            # holds still until the chief has saved one and a delta of it.
+            # The chief saves at its own steps, and on a loaded machine the worker can train to the end while the
+            # chief makes none: from its step 400 the worker holds still until the chief has saved a checkpoint
+            # past step 0 and a delta of it.
             if not held and max(map(int, re.findall(r"step = (\d+)", cluster.log("worker"))), default=0) >= 400:
                 os.killpg(worker.pid, signal.SIGSTOP)
                 held.append(worker)
