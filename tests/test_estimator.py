@@ -229,6 +229,27 @@ def test_an_unmodified_program_trains_with_local_steps_given_outside_its_code_an
     assert "dense/kernel" in names and "global_step" in names and not [name for name in names if "local_copy" in name]
 
 
+PREMADE_V2 = ROOT / "tests" / "programs" / "premade_v2.py"
+
+
+@pytest.mark.e2e
+def test_a_tf2_programs_v2_canned_class_trains_on_a_tf_config_cluster_with_its_keras_optimizer(tmp_path):
+    # tf.estimator.DNNClassifier is TF 2.x's V2 class: its Keras optimizer's slots and hyper-parameters live on the
+    # ps beside the weights, the first optimizer's iterations is the global step, the loss is the batch's mean.
+    codes, logs = run_tf_config_cluster(PREMADE_V2, tmp_path, "--train_steps=300")
+    assert codes == {"ps": 0, "chief": 0, "worker": 0, "evaluator": 0}, {job: log[-2000:] for job, log in logs.items()}
+    metrics = last_evaluation(logs["evaluator"])
+    # One process reaches 0.963 at 300 steps, on TF 2.15's V2 class as here (scripts/estimator_parity.py).
+    assert metrics["global_step"] >= 300 and metrics["accuracy"] > 0.9, metrics
+    assert metrics["loss"] < 1.0, metrics  # a mean over the batch (a sum over 32 examples would be ~30x)
+    import tensorflow as tf
+    names = tf.train.load_checkpoint(str(tmp_path / "model")).get_variable_to_shape_map()
+    assert {"training/Adagrad/dnn/hiddenlayer_0/kernel/accumulator", "training/Adagrad/learning_rate",
+            "dnn/logits/kernel", "global_step"} <= set(names), sorted(names)
+    [export_dir] = (tmp_path / "model" / "export" / "iris").iterdir()
+    assert (export_dir / "saved_model.pb").is_file()
+
+
 SYNC_CNN = ROOT / "tests" / "programs" / "sync_cnn_estimator.py"
 
 
@@ -261,7 +282,10 @@ before = set(flags.FLAGS)
 import ps_trainer.estimator
 from ps_trainer import estimator
 assert set(flags.FLAGS) == before, set(flags.FLAGS) - before
-assert tf.estimator is tf.compat.v1.estimator is estimator and tf.estimator.Estimator is estimator.Estimator
+from ps_trainer.estimator import canned, canned_v2, v2
+assert tf.compat.v1.estimator is estimator and tf.estimator is tf.compat.v2.estimator is v2
+assert tf.estimator.Estimator is estimator.Estimator and tf.estimator.RunConfig is estimator.RunConfig
+assert tf.estimator.DNNClassifier is canned_v2.DNNClassifier and estimator.DNNClassifier is canned.DNNClassifier
 try:
     tf.estimator.BoostedTreesClassifier
 except AttributeError as err:
@@ -290,11 +314,13 @@ assert Dense.__module__.startswith("tf_keras."), Dense.__module__
 assert tf.keras.layers.Dense is Dense
 import keras
 import tensorflow.compat.v1 as v1_imported
+from ps_trainer.estimator import v2
 for name in estimator.__all__:
-    for spelled, module in (("tf", tf.estimator), ("tf.compat.v1", tf.compat.v1.estimator),
-                            ("tf.compat.v2", tf.compat.v2.estimator),
-                            ("import tensorflow.compat.v1", v1_imported.estimator)):
-        assert getattr(module, name) is getattr(estimator, name), (spelled, name)
+    for spelled, module, face in (("tf", tf.estimator, v2), ("tf.compat.v1", tf.compat.v1.estimator, estimator),
+                                  ("tf.compat.v2", tf.compat.v2.estimator, v2),
+                                  ("import tensorflow.compat.v1", v1_imported.estimator, estimator)):
+        assert getattr(module, name) is getattr(face, name), (spelled, name)
+assert tf.estimator.DNNClassifier is not tf.compat.v1.estimator.DNNClassifier  # TF 2.x's V2 class, TF1's V1 class
 
 def model_fn(features, labels, mode):
     logits = dense(features["x"], 1, name="logits")
@@ -695,6 +721,13 @@ def test_a_lever_given_outside_the_program_trains_with_the_model_fns_own_optimiz
     model = estimator.Estimator(lever_model_fn(lambda: v1.train.GradientDescentOptimizer(0.1)), str(tmp_path / "np"))
     with pytest.raises(ValueError, match="the input_fn must return a tf.data.Dataset"):
         model.train(estimator.inputs.numpy_input_fn({"x": x}, y, shuffle=False), max_steps=10)
+    # TF 2.x's V2 canned class updates with a Keras optimizer, which a lever cannot take: refused before it builds.
+    from ps_trainer.estimator import v2
+    v2_class = v2.LinearClassifier([tf.feature_column.numeric_column("x", shape=[4])], str(tmp_path / "v2"))
+    with pytest.raises(ValueError, match=r"^PS_TRAINER_FLAGS's lever .*TF 2.x's V2 canned classes") as refused:
+        v2_class.train(input_fn, max_steps=10)
+    assert "tf.compat.v1.estimator" in str(refused.value) and "\n" not in str(refused.value)
+    assert optimizer_lib.Optimizer.minimize is minimize
     # A model_fn that leaves the update to the runtime (no train_op, as under trainer.py --model_fn) trains in
     # the program too once PS_TRAINER_FLAGS says how, with a lever or without; without, it is TF1's refusal.
     runtime_update = lever_model_fn(lambda: None, "left to the runtime")
@@ -749,16 +782,21 @@ def test_the_module_paths_estimator_code_imports_from_resolve_to_this_implementa
     import importlib
 
     from ps_trainer import estimator
-    from ps_trainer.estimator import canned
+    from ps_trainer.estimator import canned, canned_v2, v2
     tfe = importlib.import_module("tensorflow_estimator")
-    assert tfe.estimator is estimator
+    assert tfe.estimator is v2  # TF 2.x's API: its V2 canned classes
     for prefix in ("tensorflow_estimator.python.estimator", "tensorflow.python.estimator"):
         assert importlib.import_module(f"{prefix}.estimator_lib") is estimator
         assert importlib.import_module(f"{prefix}.model_fn").EstimatorSpec is estimator.EstimatorSpec
         assert importlib.import_module(f"{prefix}.export.export").ServingInputReceiver is (
             estimator.export.ServingInputReceiver)
-        assert importlib.import_module(f"{prefix}.canned.optimizers").get_optimizer_instance is (
-            canned.get_optimizer_instance)
+        optimizers = importlib.import_module(f"{prefix}.canned.optimizers")
+        assert optimizers.get_optimizer_instance is canned.get_optimizer_instance
+        assert optimizers.get_optimizer_instance_v2 is canned_v2.get_optimizer_instance_v2
+        dnn = importlib.import_module(f"{prefix}.canned.dnn")  # TF's module: the V1 class, and the V2 as <name>V2
+        assert dnn.DNNClassifier is canned.DNNClassifier and dnn.DNNClassifierV2 is canned_v2.DNNClassifier
+        baseline = importlib.import_module(f"{prefix}.canned.baseline")
+        assert baseline.BaselineRegressorV2 is canned_v2.BaselineRegressor
         head = importlib.import_module(f"{prefix}.canned.head")
         with pytest.raises(TypeError):  # TF1's interface: abstract until a library's head implements it
             head._Head()
@@ -769,6 +807,12 @@ def test_the_module_paths_estimator_code_imports_from_resolve_to_this_implementa
     assert isinstance(canned.get_optimizer_instance("Adam", 0.1), tf.compat.v1.train.AdamOptimizer)
     with pytest.raises(ValueError, match="learning_rate must be given"):
         canned.get_optimizer_instance("Adam")
+    import tf_keras
+    adam = canned_v2.get_optimizer_instance_v2("Adam", 0.1)
+    assert isinstance(adam, tf_keras.optimizers.legacy.Adam) and float(adam.learning_rate) == pytest.approx(0.1)
+    # A V2 class refuses TF1's optimizer as TF 2.15's did: the program's class is tf.compat.v1.estimator's.
+    with pytest.raises(ValueError, match="not a tf.keras.optimizers.Optimizer instance"):
+        canned_v2.get_optimizer_instance_v2(tf.compat.v1.train.AdamOptimizer(0.1))
 
 
 @pytest.mark.e2e

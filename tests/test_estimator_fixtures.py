@@ -1,7 +1,10 @@
 """Checkpoints the real Estimator wrote on TensorFlow 2.15 (tests/data/tf215/, made by
-scripts/make_tf215_fixtures.py from tests/programs/tf215_cases.py) continue here: a program moved with its
-model_dir trains on from the global step and the optimizer state it had, and evaluates."""
+scripts/make_tf215_fixtures.py from tests/programs/tf215_cases.py) continue here, for each canned class as the V2
+class (`tf.estimator.<Canned>`) and as TF1's V1 class (`tf.compat.v1.estimator.<Canned>`) and a custom model_fn:
+a program moved with its model_dir evaluates its checkpoint to the figures TF 2.15 gave, trains on from the
+global step and the optimizer state it had, and exports the signatures TF 2.15 exported."""
 
+import json
 import shutil
 import sys
 
@@ -12,33 +15,47 @@ from tests.support import ROOT
 
 FIXTURES = ROOT / "tests" / "data" / "tf215"
 sys.path.insert(0, str(ROOT / "tests" / "programs"))
+CASES = sorted(path.name for path in FIXTURES.iterdir() if path.is_dir())
+SLOTS = ("Adagrad", "Ftrl", "accumulator")  # V1's slots are <variable>/<Optimizer>, V2's <variable>/accumulator
 
 
 def slots(model_dir) -> dict[str, np.ndarray]:
-    """The optimizer's accumulators in the latest checkpoint (Adagrad's; Ftrl's first), by their variable."""
+    """The optimizer's accumulators in the latest checkpoint (Adagrad's; Ftrl's first), by their name in TF1's
+    layout (TF 2.x's V1 classes wrote <variable>/t_0/<slot> and <variable>/part_0/<slot>, which the chief reads
+    and saves as <variable>/<slot>)."""
     import tensorflow as tf
     reader = tf.train.load_checkpoint(str(model_dir))
-    found = {}
-    for name in reader.get_variable_to_shape_map():
-        parts = name.split("/")
-        if parts[-1] in ("Adagrad", "Ftrl"):
-            found["/".join(part for part in parts[:-1] if part not in ("t_0", "part_0"))] = reader.get_tensor(name)
-    return found
+    return {"/".join(part for part in name.split("/") if part not in ("t_0", "part_0")): reader.get_tensor(name)
+            for name in reader.get_variable_to_shape_map() if name.split("/")[-1] in SLOTS}
+
+
+@pytest.mark.pure
+def test_the_fixtures_cover_every_canned_class_in_both_spellings_and_a_custom_model_fn():
+    kinds = ("dnn_classifier", "dnn_regressor", "linear_classifier", "linear_regressor",
+             "dnn_linear_combined_classifier", "dnn_linear_combined_regressor", "baseline_classifier",
+             "baseline_regressor")
+    assert CASES == sorted([f"v{version}_{kind}" for version in (1, 2) for kind in kinds] + ["custom_model_fn"])
 
 
 @pytest.mark.inprocess
-@pytest.mark.parametrize("case", ["v1_dnn_classifier", "v1_dnn_regressor", "v1_linear_classifier",
-                                  "v1_linear_regressor", "v1_dnn_linear_combined_classifier",
-                                  "v1_dnn_linear_combined_regressor", "custom_model_fn"])
-def test_a_tf215_checkpoint_trains_on_from_its_step_and_optimizer_state_and_evaluates(case, tmp_path):
+@pytest.mark.parametrize("case", CASES)
+def test_a_tf215_checkpoint_evaluates_as_there_trains_on_from_its_state_and_exports_its_signatures(case, tmp_path):
     import ps_trainer.estimator  # noqa: F401  (the one line a program adds)
     import tf215_cases
 
     model_dir = tmp_path / "model"
     shutil.copytree(FIXTURES / case, model_dir)
-    before = slots(model_dir)
     regression, make = tf215_cases.CASES[case]
     estimator = make(str(model_dir))
+    # TF 2.15's evaluation of the same checkpoint on the same data: the same keys and figures (the V2 classes'
+    # loss is the batch's mean, the V1 classes' its sum).
+    reference = json.loads((FIXTURES / case / "metrics.json").read_text())
+    evaluated = estimator.evaluate(tf215_cases.input_fn(regression, epochs=1))
+    assert sorted(evaluated) == sorted(reference)
+    for key, value in reference.items():
+        assert evaluated[key] == pytest.approx(value, rel=1e-3, abs=1e-4), key
+
+    before = slots(model_dir)
     estimator.train(tf215_cases.input_fn(regression), max_steps=tf215_cases.STEPS + 10)
     assert estimator.get_variable_value("global_step") == tf215_cases.STEPS + 10
     # The accumulators went on from TF 2.15's: each only grows, so every one is at least what it was (a
@@ -50,3 +67,6 @@ def test_a_tf215_checkpoint_trains_on_from_its_step_and_optimizer_state_and_eval
         assert np.any(after[name] > value), name  # and it trained on
     metrics = estimator.evaluate(tf215_cases.input_fn(regression, epochs=1))
     assert metrics["global_step"] == tf215_cases.STEPS + 10 and np.isfinite(metrics["loss"])
+
+    exported = estimator.export_saved_model(str(tmp_path / "export"), tf215_cases.serving_input_receiver_fn)
+    assert tf215_cases.signatures(exported.decode()) == json.loads((FIXTURES / case / "signatures.json").read_text())

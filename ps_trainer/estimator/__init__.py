@@ -3,8 +3,10 @@
 
     import ps_trainer.estimator
 
-and the program's `tf.estimator.X` and `tf.compat.v1.estimator.X` are this module's X; it is also
-importable by name (`from ps_trainer import estimator`). It defines no absl flags and parses nothing.
+and the program's `tf.compat.v1.estimator.X` is this module's X (`from ps_trainer import estimator`), and its
+`tf.estimator.X` and `tf.compat.v2.estimator.X` are ps_trainer.estimator.v2's: the same names, but for the canned
+classes, which are TF 2.x's V2 classes there (canned_v2.py) as TF1's V1 classes are here (canned.py). It defines
+no absl flags and parses nothing.
 docs/estimator.md lists the names it covers; any other name fails where the program uses it, naming it.
 """
 
@@ -20,8 +22,8 @@ from tensorflow.python.tools import module_util as _module_util  # noqa: E402  (
 
 from ps_trainer.estimator import export, feature_column, inputs  # noqa: E402
 from ps_trainer.estimator.canned import (  # noqa: E402
-    DNNClassifier, DNNLinearCombinedClassifier, DNNLinearCombinedRegressor, DNNRegressor, LinearClassifier,
-    LinearRegressor)
+    BaselineClassifier, BaselineRegressor, DNNClassifier, DNNLinearCombinedClassifier, DNNLinearCombinedRegressor,
+    DNNRegressor, LinearClassifier, LinearRegressor)
 from ps_trainer.estimator.distribute import EvalSpec, TrainSpec, train_and_evaluate  # noqa: E402
 from ps_trainer.estimator.estimator import Estimator, WarmStartSettings  # noqa: E402
 from ps_trainer.estimator.exporters import BestExporter, Exporter, FinalExporter, LatestExporter  # noqa: E402
@@ -29,10 +31,10 @@ from ps_trainer.estimator import module_paths  # noqa: E402
 from ps_trainer.estimator.run_config import RunConfig  # noqa: E402
 from ps_trainer.model.spec import EstimatorSpec, ModeKeys  # noqa: E402
 
-__all__ = ["BestExporter", "DNNClassifier", "DNNLinearCombinedClassifier", "DNNLinearCombinedRegressor",
-           "DNNRegressor", "Estimator", "EstimatorSpec", "EvalSpec", "Exporter", "FinalExporter", "LatestExporter",
-           "LinearClassifier", "LinearRegressor", "ModeKeys", "RunConfig", "TrainSpec", "export", "inputs",
-           "VocabInfo", "WarmStartSettings", "feature_column", "train_and_evaluate"]
+__all__ = ["BaselineClassifier", "BaselineRegressor", "BestExporter", "DNNClassifier", "DNNLinearCombinedClassifier",
+           "DNNLinearCombinedRegressor", "DNNRegressor", "Estimator", "EstimatorSpec", "EvalSpec", "Exporter",
+           "FinalExporter", "LatestExporter", "LinearClassifier", "LinearRegressor", "ModeKeys", "RunConfig",
+           "TrainSpec", "export", "inputs", "VocabInfo", "WarmStartSettings", "feature_column", "train_and_evaluate"]
 
 VocabInfo = tf.compat.v1.train.VocabInfo  # WarmStartSettings.var_name_to_vocab_info's values, as TF1's
 
@@ -44,9 +46,9 @@ def __getattr__(name):
 
 
 
-def _install(estimator_module) -> None:
-    """Makes this module tf.estimator, tf.compat.v1.estimator and tf.compat.v2.estimator for good, and tf.keras
-    Keras 2 for `from tensorflow.keras... import`.
+def _install(v1_module, v2_module) -> None:
+    """Makes this module tf.compat.v1.estimator and its v2 module tf.estimator and tf.compat.v2.estimator for
+    good, and tf.keras Keras 2 for `from tensorflow.keras... import`.
 
     TensorFlow's API modules load as tensorflow._api.v2.*: the first `import tensorflow.compat.v1` (Keras and
     tf_keras make one as they load) would load fresh copies under the public names and rebind tf.compat to
@@ -55,11 +57,11 @@ def _install(estimator_module) -> None:
     for name, module in list(sys.modules.items()):
         if name.startswith(api) and module is not None:
             sys.modules.setdefault("tensorflow." + name[len(api):], module)
-    tf.estimator = estimator_module
-    module_paths.install(estimator_module)
+    tf.estimator = v2_module
+    module_paths.install(v1_module, v2_module)
     for name, module in list(sys.modules.items()):
         if name.startswith("tensorflow") and name.endswith(("compat.v1", "compat.v2")) and module is not None:
-            module.estimator = estimator_module
+            module.estimator = v1_module if name.endswith("compat.v1") else v2_module
     # `from tensorflow.keras.layers import Dense` is found through tensorflow.__path__, which TensorFlow set at
     # its import for the Keras chosen then: Keras 3 where TF_USE_LEGACY_KERAS came later (this module sets it).
     if os.environ.get("TF_USE_LEGACY_KERAS") not in ("1", "true", "True"):  # the program chose Keras 3
@@ -70,4 +72,6 @@ def _install(estimator_module) -> None:
         tf.__path__[:] = [legacy, *(path for path in tf.__path__ if path != keras_3)]
 
 
-_install(sys.modules[__name__])
+from ps_trainer.estimator import v2  # noqa: E402  (made of the names above)
+
+_install(sys.modules[__name__], v2)

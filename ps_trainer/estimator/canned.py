@@ -1,12 +1,17 @@
-"""TF1's canned estimators (the V1 classes TF1 programs meant): DNN, linear and wide & deep, classifier
-and regressor, with TF1's defaults. Each is an Estimator whose model_fn is built here from feature
-columns (tf.compat.v1.feature_column), a head (loss, predictions, metrics, export outputs) and TF1's
-optimizers; variables are named as TF1 named them (dnn/hiddenlayer_0/kernel, linear/linear_model/...),
-and the input layer's and the linear model's variables are partitioned over the ps tasks as TF1's were
+"""The canned estimators: DNN, linear, wide & deep and baseline, classifier and regressor. This module holds
+TF1's V1 classes (`tf.compat.v1.estimator.<Canned>`, TF1's defaults) and the model_fn both versions share
+(canned_v2.py holds TF 2.x's V2 classes, `tf.estimator.<Canned>`). Each is an Estimator whose model_fn is built
+here from feature columns, a head (loss, predictions, metrics, export outputs) and optimizers; variables are
+named as TensorFlow named them (dnn/hiddenlayer_0/kernel, linear/linear_model/..., baseline/bias). The V1
+classes partition the input layer's and the linear model's variables over the ps tasks as TF1's did
 (min_max_variable_partitioner: at most one shard per ps, shards of at least 64 MB; wide & deep's linear
-part, of at least 256 KB)."""
+part, of at least 256 KB) and update with tf.compat.v1.train optimizers, the loss summed over the batch; the
+V2 classes partition nothing and update with Keras optimizers in the `training` name scope, the loss
+averaged over the batch."""
 
 import math
+from collections.abc import Callable
+from typing import NamedTuple
 
 import tensorflow as tf
 from tensorflow.python.saved_model.model_utils import export_output  # TF's own ExportOutput classes
@@ -23,6 +28,7 @@ DNN_LEARNING_RATE = 0.05  # DNNClassifier, DNNRegressor
 LINEAR_LEARNING_RATE = 0.2  # LinearClassifier, LinearRegressor: at most this, and 1/sqrt(feature columns)
 COMBINED_DNN_LEARNING_RATE = 0.001  # DNNLinearCombined*
 COMBINED_LINEAR_LEARNING_RATE = 0.005
+BASELINE_LEARNING_RATE = 0.3  # BaselineClassifier, BaselineRegressor
 MIN_SLICE_BYTES = 64 << 20
 
 
@@ -71,14 +77,16 @@ def _linear_logits(features, columns, units, sparse_combiner):
     return fc.linear_model(features, columns, units=units, sparse_combiner=sparse_combiner)
 
 
-class _Head:
-    """What TF1's heads gave a canned model_fn: the loss (summed over the batch, TF1's default
-    reduction), the predictions, the eval metrics and the export outputs, from logits and labels."""
+class Head:
+    """What TensorFlow's heads gave a canned model_fn: the loss (a tf.compat.v1.losses.Reduction of the
+    batch's: TF1's default sums it), the predictions, the eval metrics and the export outputs, from logits
+    and labels. `auc_summation`: v1.metrics.auc's summation_method (the V2 heads' Keras AUC interpolates)."""
 
     def __init__(self, n_classes=None, label_dimension=None, weight_column=None, label_vocabulary=None,
-                 loss_reduction=v1.losses.Reduction.SUM):
+                 loss_reduction=v1.losses.Reduction.SUM, auc_summation="trapezoidal"):
         self.n_classes, self.label_dimension = n_classes, label_dimension
         self.weight_column, self.label_vocabulary, self.loss_reduction = weight_column, label_vocabulary, loss_reduction
+        self.auc_summation = auc_summation
         if n_classes is not None and n_classes < 2:
             raise ValueError(f"n_classes must be at least 2, not {n_classes}")
         if label_vocabulary is not None and len(label_vocabulary) != n_classes:
@@ -177,9 +185,10 @@ class _Head:
                 "label/mean": label_mean,
                 "prediction/mean": v1.metrics.mean(logistic, weights=weights),
                 "accuracy_baseline": (tf.maximum(label_mean[0], 1 - label_mean[0]), label_mean[1]),
-                "auc": v1.metrics.auc(label_floats, logistic, weights=weights, num_thresholds=200),
+                "auc": v1.metrics.auc(label_floats, logistic, weights=weights, num_thresholds=200,
+                                      summation_method=self.auc_summation),
                 "auc_precision_recall": v1.metrics.auc(label_floats, logistic, weights=weights, curve="PR",
-                                                       num_thresholds=200),
+                                                       num_thresholds=200, summation_method=self.auc_summation),
                 "precision": v1.metrics.precision(class_ids, predictions["class_ids"], weights=weights),
                 "recall": v1.metrics.recall(class_ids, predictions["class_ids"], weights=weights)})
         return unreduced, metrics
@@ -206,39 +215,65 @@ def _scope_variables(scope):
     return v1.get_collection(v1.GraphKeys.TRAINABLE_VARIABLES, scope=scope + "/")
 
 
-def _model_fn(head, dnn=None, linear=None):
-    """A canned model_fn: the sum of a DNN's and a linear model's logits (either may be absent)."""
+class Version(NamedTuple):
+    """What differs between the V1 and the V2 classes' model_fn."""
+    partitions: bool  # the input layer's and the linear model's variables are partitioned over the ps tasks
+    optimizer: Callable  # (the optimizer given: a name, an instance or a callable; default learning rate) -> one
+    update: Callable  # (loss, [(optimizer, variables)]) -> the train op, which steps the global step once
+
+
+V1 = Version(partitions=True, optimizer=get_optimizer_instance, update=_minimize)
+
+
+def _baseline_logits(features, units):
+    """A bias per output, for every example of the batch (its size: any feature's first dimension)."""
+    if not features:
+        raise ValueError("a baseline needs at least one feature to know the batch's size")
+    first = next(iter(features.values())) if isinstance(features, dict) else features
+    size = first.dense_shape[0] if isinstance(first, tf.SparseTensor) else tf.shape(first, out_type=tf.int64)[0]
+    with v1.variable_scope("baseline"):
+        bias = v1.get_variable("bias", [units], initializer=v1.zeros_initializer())
+    return bias * tf.ones(tf.stack([size, units]))
+
+
+def model_fn_of(head, dnn=None, linear=None, baseline=None, version=V1):
+    """A canned model_fn: the sum of a DNN's and a linear model's logits (either may be absent), or a
+    baseline's bias."""
 
     def model_fn(features, labels, mode, config):
         training = mode == ModeKeys.TRAIN
         logits, parts = 0, []
         if dnn is not None:
-            partitioner = dnn["input_layer_partitioner"] or _partitioner(config)
+            partitioner = (dnn["input_layer_partitioner"] or _partitioner(config)) if version.partitions else None
             with v1.variable_scope("dnn"):
                 logits += _dnn_logits(features, dnn["feature_columns"], dnn["hidden_units"], head.logits_dimension,
                                       dnn["activation_fn"], dnn["dropout"], partitioner, training)
         if linear is not None:
-            partitioner = linear["partitioner"] or (
-                v1.min_max_variable_partitioner(max_partitions=max(1, config.num_ps_replicas)) if dnn is not None
-                else _partitioner(config))  # wide & deep's linear part: TF1's default smallest shard (256 KB)
+            partitioner = None
+            if version.partitions:  # wide & deep's linear part: TF1's default smallest shard (256 KB)
+                partitioner = linear["partitioner"] or (
+                    v1.min_max_variable_partitioner(max_partitions=max(1, config.num_ps_replicas))
+                    if dnn is not None else _partitioner(config))
             with v1.variable_scope("linear", partitioner=partitioner):
                 logits += _linear_logits(features, linear["feature_columns"], head.logits_dimension,
                                          linear["sparse_combiner"])
+        if baseline is not None:
+            logits = _baseline_logits(features, head.logits_dimension)
 
         def train_op_fn(loss):
-            if dnn is not None:
-                parts.append((get_optimizer_instance(dnn["optimizer"], dnn["learning_rate"]), _scope_variables("dnn")))
-            if linear is not None:
-                parts.append((get_optimizer_instance(linear["optimizer"], linear["learning_rate"]),
-                              _scope_variables("linear")))
-            return _minimize(loss, parts)
+            for scope, part in (("dnn", dnn), ("linear", linear), ("baseline", baseline)):
+                if part is not None:
+                    parts.append((version.optimizer(part["optimizer"], part["learning_rate"]),
+                                  _scope_variables(scope)))
+            return version.update(loss, parts)
 
         return head.spec(features, mode, logits, labels, train_op_fn)
 
     return model_fn
 
 
-def _dnn(hidden_units, feature_columns, optimizer, activation_fn, dropout, input_layer_partitioner, learning_rate):
+def dnn_part(hidden_units, feature_columns, optimizer, activation_fn, dropout, input_layer_partitioner,
+             learning_rate):
     if not feature_columns:
         raise ValueError("a DNN needs feature_columns")
     return dict(hidden_units=tuple(hidden_units), feature_columns=list(feature_columns), optimizer=optimizer,
@@ -246,14 +281,17 @@ def _dnn(hidden_units, feature_columns, optimizer, activation_fn, dropout, input
                 learning_rate=learning_rate)
 
 
-def _linear(feature_columns, optimizer, partitioner, sparse_combiner, most):
+def linear_part(feature_columns, optimizer, partitioner, sparse_combiner, learning_rate=None, most=None):
+    """A linear part; its default learning rate is `learning_rate`, or at most `most` and 1/sqrt(columns)."""
     if not feature_columns:
         raise ValueError("a linear model needs feature_columns")
+    if learning_rate is None:
+        learning_rate = _linear_learning_rate(len(feature_columns), most)
     return dict(feature_columns=list(feature_columns), optimizer=optimizer, partitioner=partitioner,
-                sparse_combiner=sparse_combiner, learning_rate=_linear_learning_rate(len(feature_columns), most))
+                sparse_combiner=sparse_combiner, learning_rate=learning_rate)
 
 
-def _refuse(**given):
+def refuse(**given):
     for name, value in given.items():
         if value:
             raise NotImplementedError(f"{name}=... is not covered by ps_trainer.estimator's canned estimators")
@@ -264,58 +302,59 @@ class DNNClassifier(Estimator):
                  label_vocabulary=None, optimizer="Adagrad", activation_fn=tf.nn.relu, dropout=None,
                  input_layer_partitioner=None, config=None, warm_start_from=None,
                  loss_reduction=v1.losses.Reduction.SUM, batch_norm=False):
-        _refuse(batch_norm=batch_norm)
-        head = _Head(n_classes=n_classes, weight_column=weight_column, label_vocabulary=label_vocabulary,
-                     loss_reduction=loss_reduction)
-        dnn = _dnn(hidden_units, feature_columns, optimizer, activation_fn, dropout, input_layer_partitioner,
-                   DNN_LEARNING_RATE)
-        super().__init__(_model_fn(head, dnn=dnn), model_dir, config, warm_start_from=warm_start_from)
+        refuse(batch_norm=batch_norm)
+        head = Head(n_classes=n_classes, weight_column=weight_column, label_vocabulary=label_vocabulary,
+                    loss_reduction=loss_reduction)
+        dnn = dnn_part(hidden_units, feature_columns, optimizer, activation_fn, dropout, input_layer_partitioner,
+                       DNN_LEARNING_RATE)
+        super().__init__(model_fn_of(head, dnn=dnn), model_dir, config, warm_start_from=warm_start_from)
 
 
 class DNNRegressor(Estimator):
     def __init__(self, hidden_units, feature_columns, model_dir=None, label_dimension=1, weight_column=None,
                  optimizer="Adagrad", activation_fn=tf.nn.relu, dropout=None, input_layer_partitioner=None,
                  config=None, warm_start_from=None, loss_reduction=v1.losses.Reduction.SUM, batch_norm=False):
-        _refuse(batch_norm=batch_norm)
-        head = _Head(label_dimension=label_dimension, weight_column=weight_column, loss_reduction=loss_reduction)
-        dnn = _dnn(hidden_units, feature_columns, optimizer, activation_fn, dropout, input_layer_partitioner,
-                   DNN_LEARNING_RATE)
-        super().__init__(_model_fn(head, dnn=dnn), model_dir, config, warm_start_from=warm_start_from)
+        refuse(batch_norm=batch_norm)
+        head = Head(label_dimension=label_dimension, weight_column=weight_column, loss_reduction=loss_reduction)
+        dnn = dnn_part(hidden_units, feature_columns, optimizer, activation_fn, dropout, input_layer_partitioner,
+                       DNN_LEARNING_RATE)
+        super().__init__(model_fn_of(head, dnn=dnn), model_dir, config, warm_start_from=warm_start_from)
 
 
 class LinearClassifier(Estimator):
     def __init__(self, feature_columns, model_dir=None, n_classes=2, weight_column=None, label_vocabulary=None,
                  optimizer="Ftrl", config=None, partitioner=None, warm_start_from=None,
                  loss_reduction=v1.losses.Reduction.SUM, sparse_combiner="sum"):
-        head = _Head(n_classes=n_classes, weight_column=weight_column, label_vocabulary=label_vocabulary,
-                     loss_reduction=loss_reduction)
-        linear = _linear(feature_columns, optimizer, partitioner, sparse_combiner, LINEAR_LEARNING_RATE)
-        super().__init__(_model_fn(head, linear=linear), model_dir, config, warm_start_from=warm_start_from)
+        head = Head(n_classes=n_classes, weight_column=weight_column, label_vocabulary=label_vocabulary,
+                    loss_reduction=loss_reduction)
+        linear = linear_part(feature_columns, optimizer, partitioner, sparse_combiner, most=LINEAR_LEARNING_RATE)
+        super().__init__(model_fn_of(head, linear=linear), model_dir, config, warm_start_from=warm_start_from)
 
 
 class LinearRegressor(Estimator):
     def __init__(self, feature_columns, model_dir=None, label_dimension=1, weight_column=None, optimizer="Ftrl",
                  config=None, partitioner=None, warm_start_from=None, loss_reduction=v1.losses.Reduction.SUM,
                  sparse_combiner="sum"):
-        head = _Head(label_dimension=label_dimension, weight_column=weight_column, loss_reduction=loss_reduction)
-        linear = _linear(feature_columns, optimizer, partitioner, sparse_combiner, LINEAR_LEARNING_RATE)
-        super().__init__(_model_fn(head, linear=linear), model_dir, config, warm_start_from=warm_start_from)
+        head = Head(label_dimension=label_dimension, weight_column=weight_column, loss_reduction=loss_reduction)
+        linear = linear_part(feature_columns, optimizer, partitioner, sparse_combiner, most=LINEAR_LEARNING_RATE)
+        super().__init__(model_fn_of(head, linear=linear), model_dir, config, warm_start_from=warm_start_from)
 
 
-def _combined(head, linear_feature_columns, linear_optimizer, dnn_feature_columns, dnn_optimizer,
-              dnn_hidden_units, dnn_activation_fn, dnn_dropout, input_layer_partitioner, linear_sparse_combiner):
+def combined_model_fn(head, linear_feature_columns, linear_optimizer, dnn_feature_columns, dnn_optimizer,
+                      dnn_hidden_units, dnn_activation_fn, dnn_dropout, input_layer_partitioner, linear_sparse_combiner,
+                      version=V1):
     if not linear_feature_columns and not dnn_feature_columns:
         raise ValueError("Either linear_feature_columns or dnn_feature_columns must be defined.")
     if dnn_feature_columns and not dnn_hidden_units:
         raise ValueError("dnn_hidden_units must be defined when dnn_feature_columns is specified.")
     dnn = linear = None
     if dnn_feature_columns:
-        dnn = _dnn(dnn_hidden_units, dnn_feature_columns, dnn_optimizer, dnn_activation_fn, dnn_dropout,
-                   input_layer_partitioner, COMBINED_DNN_LEARNING_RATE)
+        dnn = dnn_part(dnn_hidden_units, dnn_feature_columns, dnn_optimizer, dnn_activation_fn, dnn_dropout,
+                       input_layer_partitioner, COMBINED_DNN_LEARNING_RATE)
     if linear_feature_columns:
-        linear = _linear(linear_feature_columns, linear_optimizer, None, linear_sparse_combiner,
-                         COMBINED_LINEAR_LEARNING_RATE)
-    return _model_fn(head, dnn=dnn, linear=linear)
+        linear = linear_part(linear_feature_columns, linear_optimizer, None, linear_sparse_combiner,
+                             most=COMBINED_LINEAR_LEARNING_RATE)
+    return model_fn_of(head, dnn=dnn, linear=linear, version=version)
 
 
 class DNNLinearCombinedClassifier(Estimator):
@@ -324,12 +363,13 @@ class DNNLinearCombinedClassifier(Estimator):
                  dnn_activation_fn=tf.nn.relu, dnn_dropout=None, n_classes=2, weight_column=None,
                  label_vocabulary=None, input_layer_partitioner=None, config=None, warm_start_from=None,
                  loss_reduction=v1.losses.Reduction.SUM, batch_norm=False, linear_sparse_combiner="sum"):
-        _refuse(batch_norm=batch_norm)
-        head = _Head(n_classes=n_classes, weight_column=weight_column, label_vocabulary=label_vocabulary,
-                     loss_reduction=loss_reduction)
-        super().__init__(_combined(head, linear_feature_columns, linear_optimizer, dnn_feature_columns, dnn_optimizer,
-                                   dnn_hidden_units, dnn_activation_fn, dnn_dropout, input_layer_partitioner,
-                                   linear_sparse_combiner), model_dir, config, warm_start_from=warm_start_from)
+        refuse(batch_norm=batch_norm)
+        head = Head(n_classes=n_classes, weight_column=weight_column, label_vocabulary=label_vocabulary,
+                    loss_reduction=loss_reduction)
+        model_fn = combined_model_fn(head, linear_feature_columns, linear_optimizer, dnn_feature_columns,
+                                     dnn_optimizer, dnn_hidden_units, dnn_activation_fn, dnn_dropout,
+                                     input_layer_partitioner, linear_sparse_combiner)
+        super().__init__(model_fn, model_dir, config, warm_start_from=warm_start_from)
 
 
 class DNNLinearCombinedRegressor(Estimator):
@@ -338,8 +378,32 @@ class DNNLinearCombinedRegressor(Estimator):
                  dnn_activation_fn=tf.nn.relu, dnn_dropout=None, label_dimension=1, weight_column=None,
                  input_layer_partitioner=None, config=None, warm_start_from=None,
                  loss_reduction=v1.losses.Reduction.SUM, batch_norm=False, linear_sparse_combiner="sum"):
-        _refuse(batch_norm=batch_norm)
-        head = _Head(label_dimension=label_dimension, weight_column=weight_column, loss_reduction=loss_reduction)
-        super().__init__(_combined(head, linear_feature_columns, linear_optimizer, dnn_feature_columns, dnn_optimizer,
-                                   dnn_hidden_units, dnn_activation_fn, dnn_dropout, input_layer_partitioner,
-                                   linear_sparse_combiner), model_dir, config, warm_start_from=warm_start_from)
+        refuse(batch_norm=batch_norm)
+        head = Head(label_dimension=label_dimension, weight_column=weight_column, loss_reduction=loss_reduction)
+        model_fn = combined_model_fn(head, linear_feature_columns, linear_optimizer, dnn_feature_columns,
+                                     dnn_optimizer, dnn_hidden_units, dnn_activation_fn, dnn_dropout,
+                                     input_layer_partitioner, linear_sparse_combiner)
+        super().__init__(model_fn, model_dir, config, warm_start_from=warm_start_from)
+
+
+def baseline_part(optimizer):
+    return dict(optimizer=optimizer, learning_rate=BASELINE_LEARNING_RATE)
+
+
+class BaselineClassifier(Estimator):
+    """Learns each class's share of the labels and predicts it for every example, whatever its features."""
+
+    def __init__(self, model_dir=None, n_classes=2, weight_column=None, label_vocabulary=None, optimizer="Ftrl",
+                 config=None, loss_reduction=v1.losses.Reduction.SUM):
+        head = Head(n_classes=n_classes, weight_column=weight_column, label_vocabulary=label_vocabulary,
+                    loss_reduction=loss_reduction)
+        super().__init__(model_fn_of(head, baseline=baseline_part(optimizer)), model_dir, config)
+
+
+class BaselineRegressor(Estimator):
+    """Learns the labels' mean and predicts it for every example, whatever its features."""
+
+    def __init__(self, model_dir=None, label_dimension=1, weight_column=None, optimizer="Ftrl", config=None,
+                 loss_reduction=v1.losses.Reduction.SUM):
+        head = Head(label_dimension=label_dimension, weight_column=weight_column, loss_reduction=loss_reduction)
+        super().__init__(model_fn_of(head, baseline=baseline_part(optimizer)), model_dir, config)

@@ -11,10 +11,14 @@ import types
 
 import tensorflow.python as tensorflow_python
 
-from ps_trainer.estimator import canned, distribute, estimator, export, exporters, inputs, run_config
+from ps_trainer.estimator import canned, canned_v2, distribute, estimator, export, exporters, inputs, run_config
 from ps_trainer.model import spec
 
 PREFIXES = ("tensorflow_estimator.python.estimator", "tensorflow.python.estimator")
+# The modules of TF's canned estimators and what they held: the V1 class by its name, the V2 class as <name>V2.
+CANNED = {"dnn": ("DNNClassifier", "DNNRegressor"), "linear": ("LinearClassifier", "LinearRegressor"),
+          "dnn_linear_combined": ("DNNLinearCombinedClassifier", "DNNLinearCombinedRegressor"),
+          "baseline": ("BaselineClassifier", "BaselineRegressor")}
 
 
 class _Head(abc.ABC):
@@ -55,10 +59,14 @@ def _module(name: str, doc: str, **attributes) -> types.ModuleType:
 def _internals(prefix: str, public) -> dict[str, types.ModuleType]:
     """The internal modules under `prefix`, by their full names."""
     head = _module(f"{prefix}.canned.head", "TF1's head interface.", _Head=_Head)
-    optimizers = _module(f"{prefix}.canned.optimizers", "TF1's optimizer lookup.",
-                         get_optimizer_instance=canned.get_optimizer_instance)
-    canned_ = _module(f"{prefix}.canned", "TF1's canned estimators.", head=head, optimizers=optimizers,
-                      dnn=canned, linear=canned, dnn_linear_combined=canned)
+    optimizers = _module(f"{prefix}.canned.optimizers", "TF's optimizer lookups, V1's and V2's.",
+                         get_optimizer_instance=canned.get_optimizer_instance,
+                         get_optimizer_instance_v2=canned_v2.get_optimizer_instance_v2)
+    kinds = {kind: _module(f"{prefix}.canned.{kind}", f"TF's canned {kind} estimators, V1 and V2.",
+                           **{name: getattr(canned, name) for name in names},
+                           **{name + "V2": getattr(canned_v2, name) for name in names})
+             for kind, names in CANNED.items()}
+    canned_ = _module(f"{prefix}.canned", "TF's canned estimators.", head=head, optimizers=optimizers, **kinds)
     model_fn = _module(f"{prefix}.model_fn", "TF1's EstimatorSpec.", EstimatorSpec=spec.EstimatorSpec,
                        ModeKeys=spec.ModeKeys)
     export_ = _module(f"{prefix}.export", "TF1's export package.",
@@ -73,19 +81,19 @@ def _internals(prefix: str, public) -> dict[str, types.ModuleType]:
                f"{prefix}.estimator": estimator, f"{prefix}.estimator_lib": public,
                f"{prefix}.run_config": run_config, f"{prefix}.training": distribute,
                f"{prefix}.exporter": exporters, f"{prefix}.inputs": inputs}
-    for suffix in ("canned.dnn", "canned.linear", "canned.dnn_linear_combined"):
-        modules[f"{prefix}.{suffix}"] = canned
+    modules.update({f"{prefix}.canned.{kind}": module for kind, module in kinds.items()})
     return modules
 
 
-def install(public) -> None:
-    """Registers every path for `public`, the ps_trainer.estimator module (tf.estimator)."""
+def install(public, public_v2) -> None:
+    """Registers every path for `public`, the ps_trainer.estimator module (tf.compat.v1.estimator), and
+    `public_v2`, its V2 face (tf.estimator): the `tensorflow_estimator.estimator` of a TF 2.x program."""
     modules = {}
     for prefix in PREFIXES:
         modules.update(_internals(prefix, public))
     python = _module("tensorflow_estimator.python", "", estimator=modules[PREFIXES[0]])
-    package = _module("tensorflow_estimator", "TF1's Estimator, as the tensorflow_estimator package.",
-                      estimator=public, python=python)
+    package = _module("tensorflow_estimator", "TF's Estimator, as the tensorflow_estimator package.",
+                      estimator=public_v2, python=python)
     modules["tensorflow_estimator"] = package
     modules["tensorflow_estimator.python"] = package.python
     for name, module in modules.items():

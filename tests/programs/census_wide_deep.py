@@ -1,6 +1,7 @@
-"""A TF1-era canned wide & deep program, as census-style programs were written
-(DNNLinearCombinedClassifier over feature columns, numpy_input_fn, train_and_evaluate from TF_CONFIG, a
-FinalExporter of a parsing serving input), with one line added: `import ps_trainer.estimator`."""
+"""A TF1-era canned wide & deep program, as census-style programs were written and kept running on TF 2.x
+(TF1's DNNLinearCombinedClassifier, `tf.compat.v1.estimator`'s, with tf.compat.v1.train optimizers, over feature
+columns, numpy_input_fn, train_and_evaluate from TF_CONFIG, a FinalExporter of a parsing serving input), with one
+line added: `import ps_trainer.estimator`."""
 
 import numpy as np
 import tensorflow as tf
@@ -47,13 +48,14 @@ def main(argv):
     del argv
     wide, deep = columns()
     config = tf.estimator.RunConfig(model_dir=FLAGS.model_dir, save_checkpoints_steps=100, tf_random_seed=7)
-    estimator = tf.estimator.DNNLinearCombinedClassifier(
+    estimator = tf.compat.v1.estimator.DNNLinearCombinedClassifier(
         config=config, linear_feature_columns=wide, dnn_feature_columns=deep, dnn_hidden_units=[32, 16],
         linear_optimizer=tf.compat.v1.train.FtrlOptimizer(0.1), dnn_optimizer=tf.compat.v1.train.AdagradOptimizer(0.1))
     x, y = make_data(8000, 0)
     held_x, held_y = make_data(2000, 1)
-    train_input = tf.estimator.inputs.numpy_input_fn(x, y, batch_size=64, num_epochs=None, shuffle=True)
-    eval_input = tf.estimator.inputs.numpy_input_fn(held_x, held_y, batch_size=500, num_epochs=1, shuffle=False)
+    inputs = tf.compat.v1.estimator.inputs
+    train_input = inputs.numpy_input_fn(x, y, batch_size=64, num_epochs=None, shuffle=True)
+    eval_input = inputs.numpy_input_fn(held_x, held_y, batch_size=500, num_epochs=1, shuffle=False)
     feature_spec = fc.make_parse_example_spec(wide + deep)
     exporter = tf.estimator.FinalExporter(
         "census", tf.estimator.export.build_parsing_serving_input_receiver_fn(feature_spec))

@@ -1,8 +1,11 @@
-"""Estimators spelled as TF 2.x programs spelled TF1's V1 classes (`tf.compat.v1.estimator.<Canned>`) and a
-custom model_fn, on one small numeric dataset: the cases whose checkpoints the real Estimator wrote on
-TF 2.15 (`scripts/make_tf215_fixtures.py`, into tests/data/tf215/) and this project continues
-(tests/test_estimator_fixtures.py). The module imports nothing of the project's: it runs on either side.
+"""Estimators spelled as TF 2.x programs spelled them: each canned class as the V2 class (`tf.estimator.<Canned>`)
+and as TF1's V1 class (`tf.compat.v1.estimator.<Canned>`), and a custom model_fn, on one small numeric dataset:
+the cases whose checkpoints and exports the real Estimator wrote on TF 2.15 (`scripts/make_tf215_fixtures.py`,
+into tests/data/tf215/) and this project continues (tests/test_estimator_fixtures.py). The module imports nothing
+of the project's: it runs on either side.
 """
+
+import json
 
 import numpy as np
 import tensorflow as tf
@@ -27,12 +30,46 @@ def input_fn(regression: bool, epochs=None):
 
 def custom_model_fn(features, labels, mode):
     logits = v1.layers.dense(features["x"], 2, name="logits")
+    if mode == v1.estimator.ModeKeys.PREDICT:
+        return v1.estimator.EstimatorSpec(mode, predictions={"class_ids": tf.argmax(logits, 1),
+                                                             "probabilities": tf.nn.softmax(logits)})
     loss = v1.losses.sparse_softmax_cross_entropy(labels, logits)
     if mode == v1.estimator.ModeKeys.EVAL:
         return v1.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops={
             "accuracy": v1.metrics.accuracy(labels, tf.argmax(logits, 1))})
     train_op = v1.train.AdagradOptimizer(0.1).minimize(loss, v1.train.get_global_step())
     return v1.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+def serving_input_receiver_fn():
+    """Serialized tf.Examples, as a model is served: every canned signature (classify, regress, predict)."""
+    return v1.estimator.export.build_parsing_serving_input_receiver_fn(
+        tf.feature_column.make_parse_example_spec(COLUMNS))()
+
+
+def signatures(export_dir: str) -> dict:
+    """Each signature of a SavedModel: its method and the keys of its inputs and outputs."""
+    with tf.Graph().as_default(), v1.Session() as session:
+        meta_graph = v1.saved_model.loader.load(session, [v1.saved_model.tag_constants.SERVING], export_dir)
+    return {name: {"method": signature.method_name, "inputs": sorted(signature.inputs),
+                   "outputs": sorted(signature.outputs)}
+            for name, signature in sorted(meta_graph.signature_def.items())}
+
+
+def write_signatures(export_dir: str, path: str) -> None:
+    with open(path, "w") as out:
+        json.dump(signatures(export_dir), out, indent=1, sort_keys=True)
+        out.write("\n")
+
+
+def write_metrics(metrics: dict, path: str) -> None:
+    with open(path, "w") as out:
+        json.dump({key: float(value) for key, value in metrics.items()}, out, indent=1, sort_keys=True)
+        out.write("\n")
+
+
+def _v2(name: str, regression: bool, **kwargs):
+    return regression, lambda d: getattr(tf.estimator, name)(model_dir=d, **kwargs)
 
 
 # name: (whether its labels are numbers to regress, estimator of a model_dir)
@@ -45,5 +82,17 @@ CASES = {
         model_dir=d, linear_feature_columns=COLUMNS, dnn_feature_columns=COLUMNS, dnn_hidden_units=[8])),
     "v1_dnn_linear_combined_regressor": (True, lambda d: v1.estimator.DNNLinearCombinedRegressor(
         model_dir=d, linear_feature_columns=COLUMNS, dnn_feature_columns=COLUMNS, dnn_hidden_units=[8])),
+    "v1_baseline_classifier": (False, lambda d: v1.estimator.BaselineClassifier(model_dir=d)),
+    "v1_baseline_regressor": (True, lambda d: v1.estimator.BaselineRegressor(model_dir=d)),
     "custom_model_fn": (False, lambda d: v1.estimator.Estimator(custom_model_fn, model_dir=d)),
+    "v2_dnn_classifier": _v2("DNNClassifier", False, hidden_units=[8], feature_columns=COLUMNS),
+    "v2_dnn_regressor": _v2("DNNRegressor", True, hidden_units=[8], feature_columns=COLUMNS),
+    "v2_linear_classifier": _v2("LinearClassifier", False, feature_columns=COLUMNS),
+    "v2_linear_regressor": _v2("LinearRegressor", True, feature_columns=COLUMNS),
+    "v2_dnn_linear_combined_classifier": _v2("DNNLinearCombinedClassifier", False, linear_feature_columns=COLUMNS,
+                                             dnn_feature_columns=COLUMNS, dnn_hidden_units=[8]),
+    "v2_dnn_linear_combined_regressor": _v2("DNNLinearCombinedRegressor", True, linear_feature_columns=COLUMNS,
+                                            dnn_feature_columns=COLUMNS, dnn_hidden_units=[8]),
+    "v2_baseline_classifier": _v2("BaselineClassifier", False),
+    "v2_baseline_regressor": _v2("BaselineRegressor", True),
 }

@@ -67,11 +67,18 @@ def recording():
         record.applied.append(type(self).__name__)
         return tf.no_op(name="apply_gradients_taken_by_the_runtime")
 
+    record_minimize.taken_by_a_lever = True  # is_recording's mark
     base.minimize, base.apply_gradients = record_minimize, record_apply
     try:
         yield record
     finally:
         base.minimize, base.apply_gradients = minimize, apply_gradients
+
+
+def is_recording() -> bool:
+    """A lever is recording the model_fn's update (recording() is open): an update of another kind, which it cannot
+    take, refuses itself with LeverRefusal (TF 2.x's V2 canned classes, ps_trainer/estimator/canned_v2.py)."""
+    return getattr(optimizer_lib.Optimizer.minimize, "taken_by_a_lever", False)
 
 
 def _the_update(record: Recorded, spec, lever_flag: str, runtime_optimizer: bool) -> Minimized:

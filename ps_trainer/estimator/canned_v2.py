@@ -1,0 +1,194 @@
+"""TF 2.x's V2 canned estimators, `tf.estimator.<Canned>` in a TF 2.x program (canned.py holds TF1's V1 classes,
+`tf.compat.v1.estimator.<Canned>`, and the model_fn both share). As tensorflow-estimator 2.15 built them: Keras
+optimizers (tf_keras.optimizers.legacy, by name or instance) that update in the `training` name scope, the first
+one stepping the global step as its `iterations`; the loss averaged over the batch (SUM_OVER_BATCH_SIZE);
+TF 2.x's feature columns; no partitioned variables. A checkpoint of TensorFlow 2.15's V2 class restores here:
+the weights, the global step and the optimizer's slots and hyper-parameters
+(`training/Adagrad/<variable>/accumulator`, `training/Adagrad/learning_rate`)."""
+
+import tensorflow as tf
+from tensorflow.python.feature_column import feature_column_v2  # is_feature_column_v2: the V2 classes' check
+
+from ps_trainer.estimator import canned
+from ps_trainer.estimator.canned import Head
+from ps_trainer.estimator.estimator import Estimator
+from ps_trainer.training.step import taken
+
+v1 = tf.compat.v1
+OPTIMIZERS = ("Adagrad", "Adam", "Ftrl", "RMSProp", "SGD")  # names of tf_keras.optimizers.legacy classes
+_CLASS_OF_NAME = {"RMSProp": "RMSprop"}
+DNN_LEARNING_RATE = 0.05  # DNNClassifier, DNNRegressor
+LINEAR_LEARNING_RATE = 0.2  # LinearClassifier, LinearRegressor (the V1 classes' 1/sqrt(columns) cap is not applied)
+# Keras's loss reductions, as the V2 heads take them, and the tf.compat.v1.losses reduction that computes each.
+REDUCTIONS = {"sum_over_batch_size": v1.losses.Reduction.SUM_OVER_BATCH_SIZE, "sum": v1.losses.Reduction.SUM,
+              "auto": v1.losses.Reduction.SUM_OVER_BATCH_SIZE}
+SUM_OVER_BATCH_SIZE = "sum_over_batch_size"
+
+
+def get_optimizer_instance_v2(optimizer, learning_rate=None):
+    """An optimizer as the V2 classes take one (TF 2.x's canned/optimizers.get_optimizer_instance_v2): a name
+    (with `learning_rate`, or the optimizer's own default), a tf_keras.optimizers.legacy instance, or a callable
+    that returns one."""
+    # tf_keras loads only for a V2 class's training: programs of V1 classes and model_fns do not pay its import.
+    import tf_keras  # noqa: PLC0415
+    legacy = tf_keras.optimizers.legacy
+    if isinstance(optimizer, str):
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"Unsupported optimizer name: {optimizer}. Supported names are: {OPTIMIZERS}")
+        make = getattr(legacy, _CLASS_OF_NAME.get(optimizer, optimizer))
+        return make(learning_rate=learning_rate) if learning_rate else make()
+    if callable(optimizer) and not isinstance(optimizer, tf_keras.optimizers.Optimizer | legacy.Optimizer):
+        optimizer = optimizer()
+    if isinstance(optimizer, legacy.Optimizer):
+        return optimizer
+    if isinstance(optimizer, tf_keras.optimizers.Optimizer):
+        raise ValueError("Please set your optimizer as an instance of `tf.keras.optimizers.legacy.Optimizer`, e.g., "
+                         f"`tf.keras.optimizers.legacy.{type(optimizer).__name__}`. Received optimizer type: "
+                         f"{type(optimizer)}.")
+    hint = (": a tf.compat.v1.train optimizer goes with TF1's V1 classes, tf.compat.v1.estimator.<Canned>"
+            if isinstance(optimizer, v1.train.Optimizer) else "")
+    raise ValueError(f"The given object is not a tf.keras.optimizers.Optimizer instance. Given: {optimizer}{hint}")
+
+
+def _keras_updates(loss, parts):
+    """The train op of (Keras optimizer, variables) parts, in the `training` name scope at the graph's top (as
+    TF 2.x's heads made it, so its slots are `training/<Optimizer>/<variable>/<slot>`): the first optimizer's
+    `iterations` is the global step, which its update steps; a second counts its own (`training/Ftrl/iter`)."""
+    if taken.is_recording():
+        raise taken.LeverRefusal("PS_TRAINER_FLAGS's lever makes the update with the tf.compat.v1.train optimizer a "
+                                 "model_fn builds, and TF 2.x's V2 canned classes (tf.estimator.<Canned>) update with "
+                                 "a Keras optimizer: train without the lever, or with TF1's V1 class "
+                                 "(tf.compat.v1.estimator.<Canned>)")
+    parts = [(optimizer, variables) for optimizer, variables in parts if variables]
+    parts[0][0].iterations = v1.train.get_or_create_global_step()
+    with v1.get_default_graph().name_scope(None), v1.name_scope("training"):
+        return tf.group(*(update for optimizer, variables in parts
+                          for update in optimizer.get_updates(loss, variables)))
+
+
+V2 = canned.Version(partitions=False, optimizer=get_optimizer_instance_v2, update=_keras_updates)
+
+
+def _head(loss_reduction, **head):
+    """A V2 head: Keras's loss reduction (SUM_OVER_BATCH_SIZE or SUM), its AUC's interpolating summation."""
+    if loss_reduction not in REDUCTIONS:
+        raise ValueError(f"Invalid loss_reduction: {loss_reduction}. If you need to use NONE reduction, you may use "
+                         "a custom head and write your own model_fn; the V2 classes take "
+                         f"{', '.join(sorted(REDUCTIONS))}")
+    return Head(loss_reduction=REDUCTIONS[loss_reduction], auc_summation="careful_interpolation", **head)
+
+
+def _v2_columns(feature_columns):
+    if feature_columns and not feature_column_v2.is_feature_column_v2(feature_columns):
+        raise ValueError("Received a feature column from TensorFlow v1, but this is a TensorFlow v2 Estimator. Please "
+                         "either use v2 feature columns (accessible via tf.feature_column.* in TF 2.x) with this "
+                         "Estimator, or switch to a v1 Estimator for use with v1 feature columns (accessible via "
+                         "tf.compat.v1.estimator.* and tf.compat.v1.feature_column.*, respectively.")
+    return feature_columns
+
+
+def _dnn(hidden_units, feature_columns, optimizer, activation_fn, dropout, learning_rate=DNN_LEARNING_RATE):
+    return canned.dnn_part(hidden_units, _v2_columns(feature_columns), optimizer, activation_fn, dropout, None,
+                       learning_rate)
+
+
+def _linear(feature_columns, optimizer, sparse_combiner, **learning_rate):
+    return canned.linear_part(_v2_columns(feature_columns), optimizer, None, sparse_combiner, **learning_rate)
+
+
+class DNNClassifier(Estimator):
+    def __init__(self, hidden_units, feature_columns, model_dir=None, n_classes=2, weight_column=None,
+                 label_vocabulary=None, optimizer="Adagrad", activation_fn=tf.nn.relu, dropout=None, config=None,
+                 warm_start_from=None, loss_reduction=SUM_OVER_BATCH_SIZE, batch_norm=False):
+        canned.refuse(batch_norm=batch_norm)
+        head = _head(loss_reduction, n_classes=n_classes, weight_column=weight_column,
+                     label_vocabulary=label_vocabulary)
+        dnn = _dnn(hidden_units, feature_columns, optimizer, activation_fn, dropout)
+        super().__init__(canned.model_fn_of(head, dnn=dnn, version=V2), model_dir, config,
+                         warm_start_from=warm_start_from)
+
+
+class DNNRegressor(Estimator):
+    def __init__(self, hidden_units, feature_columns, model_dir=None, label_dimension=1, weight_column=None,
+                 optimizer="Adagrad", activation_fn=tf.nn.relu, dropout=None, config=None, warm_start_from=None,
+                 loss_reduction=SUM_OVER_BATCH_SIZE, batch_norm=False):
+        canned.refuse(batch_norm=batch_norm)
+        head = _head(loss_reduction, label_dimension=label_dimension, weight_column=weight_column)
+        dnn = _dnn(hidden_units, feature_columns, optimizer, activation_fn, dropout)
+        super().__init__(canned.model_fn_of(head, dnn=dnn, version=V2), model_dir, config,
+                         warm_start_from=warm_start_from)
+
+
+class LinearClassifier(Estimator):
+    def __init__(self, feature_columns, model_dir=None, n_classes=2, weight_column=None, label_vocabulary=None,
+                 optimizer="Ftrl", config=None, warm_start_from=None, loss_reduction=SUM_OVER_BATCH_SIZE,
+                 sparse_combiner="sum"):
+        head = _head(loss_reduction, n_classes=n_classes, weight_column=weight_column,
+                     label_vocabulary=label_vocabulary)
+        linear = _linear(feature_columns, optimizer, sparse_combiner, learning_rate=LINEAR_LEARNING_RATE)
+        super().__init__(canned.model_fn_of(head, linear=linear, version=V2), model_dir, config,
+                         warm_start_from=warm_start_from)
+
+
+class LinearRegressor(Estimator):
+    def __init__(self, feature_columns, model_dir=None, label_dimension=1, weight_column=None, optimizer="Ftrl",
+                 config=None, warm_start_from=None, loss_reduction=SUM_OVER_BATCH_SIZE, sparse_combiner="sum"):
+        head = _head(loss_reduction, label_dimension=label_dimension, weight_column=weight_column)
+        linear = _linear(feature_columns, optimizer, sparse_combiner, learning_rate=LINEAR_LEARNING_RATE)
+        super().__init__(canned.model_fn_of(head, linear=linear, version=V2), model_dir, config,
+                         warm_start_from=warm_start_from)
+
+
+def _combined(head, linear_feature_columns, linear_optimizer, dnn_feature_columns, dnn_optimizer,
+              dnn_hidden_units, dnn_activation_fn, dnn_dropout, linear_sparse_combiner):
+    return canned.combined_model_fn(head, _v2_columns(linear_feature_columns), linear_optimizer,
+                            _v2_columns(dnn_feature_columns), dnn_optimizer, dnn_hidden_units, dnn_activation_fn,
+                            dnn_dropout, None, linear_sparse_combiner, version=V2)
+
+
+class DNNLinearCombinedClassifier(Estimator):
+    def __init__(self, model_dir=None, linear_feature_columns=None, linear_optimizer="Ftrl",
+                 dnn_feature_columns=None, dnn_optimizer="Adagrad", dnn_hidden_units=None,
+                 dnn_activation_fn=tf.nn.relu, dnn_dropout=None, n_classes=2, weight_column=None,
+                 label_vocabulary=None, config=None, warm_start_from=None, loss_reduction=SUM_OVER_BATCH_SIZE,
+                 batch_norm=False, linear_sparse_combiner="sum"):
+        canned.refuse(batch_norm=batch_norm)
+        head = _head(loss_reduction, n_classes=n_classes, weight_column=weight_column,
+                     label_vocabulary=label_vocabulary)
+        super().__init__(_combined(head, linear_feature_columns, linear_optimizer, dnn_feature_columns, dnn_optimizer,
+                                   dnn_hidden_units, dnn_activation_fn, dnn_dropout, linear_sparse_combiner),
+                         model_dir, config, warm_start_from=warm_start_from)
+
+
+class DNNLinearCombinedRegressor(Estimator):
+    def __init__(self, model_dir=None, linear_feature_columns=None, linear_optimizer="Ftrl",
+                 dnn_feature_columns=None, dnn_optimizer="Adagrad", dnn_hidden_units=None,
+                 dnn_activation_fn=tf.nn.relu, dnn_dropout=None, label_dimension=1, weight_column=None, config=None,
+                 warm_start_from=None, loss_reduction=SUM_OVER_BATCH_SIZE, batch_norm=False,
+                 linear_sparse_combiner="sum"):
+        canned.refuse(batch_norm=batch_norm)
+        head = _head(loss_reduction, label_dimension=label_dimension, weight_column=weight_column)
+        super().__init__(_combined(head, linear_feature_columns, linear_optimizer, dnn_feature_columns, dnn_optimizer,
+                                   dnn_hidden_units, dnn_activation_fn, dnn_dropout, linear_sparse_combiner),
+                         model_dir, config, warm_start_from=warm_start_from)
+
+
+class BaselineClassifier(Estimator):
+    """Learns each class's share of the labels and predicts it for every example, whatever its features."""
+
+    def __init__(self, model_dir=None, n_classes=2, weight_column=None, label_vocabulary=None, optimizer="Ftrl",
+                 config=None, loss_reduction=SUM_OVER_BATCH_SIZE):
+        head = _head(loss_reduction, n_classes=n_classes, weight_column=weight_column,
+                     label_vocabulary=label_vocabulary)
+        model_fn = canned.model_fn_of(head, baseline=canned.baseline_part(optimizer), version=V2)
+        super().__init__(model_fn, model_dir, config)
+
+
+class BaselineRegressor(Estimator):
+    """Learns the labels' mean and predicts it for every example, whatever its features."""
+
+    def __init__(self, model_dir=None, label_dimension=1, weight_column=None, optimizer="Ftrl", config=None,
+                 loss_reduction=SUM_OVER_BATCH_SIZE):
+        head = _head(loss_reduction, label_dimension=label_dimension, weight_column=weight_column)
+        model_fn = canned.model_fn_of(head, baseline=canned.baseline_part(optimizer), version=V2)
+        super().__init__(model_fn, model_dir, config)

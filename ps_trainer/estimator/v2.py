@@ -1,0 +1,15 @@
+"""`tf.estimator` and `tf.compat.v2.estimator` in a program with the one line: ps_trainer.estimator's names (which
+are `tf.compat.v1.estimator`'s), with TF 2.x's V2 canned classes (canned_v2.py) where TF 2.x had them."""
+
+from ps_trainer.estimator import *  # noqa: F403  (the package's names; the canned classes below replace its V1 ones)
+from ps_trainer.estimator import __all__ as _package_names
+from ps_trainer.estimator.canned_v2 import (  # noqa: F401  (this module's names)
+    BaselineClassifier, BaselineRegressor, DNNClassifier, DNNLinearCombinedClassifier, DNNLinearCombinedRegressor,
+    DNNRegressor, LinearClassifier, LinearRegressor)
+
+__all__ = list(_package_names)
+
+
+def __getattr__(name):
+    raise AttributeError(f"tf.estimator.{name} is not covered by ps_trainer.estimator (docs/estimator.md lists "
+                         "what is)")
