@@ -15,10 +15,10 @@ and fourth way: its model_fn under `trainer.py --model_fn` on the same files, wi
 final held-out AUC and their speed the global step's rate over the chief's progress lines; and a fifth: the
 program unmodified on a cluster with the lever given outside its code (PS_TRAINER_FLAGS="--local_steps=N"); and
 a sixth: its graph in a bare `session.run((train_op, loss))` loop on the same cluster (scripts/bare_loop.py). In the
-reference venv the one added line, `import ps_trainer.estimator`, imports a shim that sets
-`tf.estimator = tf.compat.v1.estimator`: the V1 classes TF1 programs were written for. The reference
-ps never exits by itself; it is stopped (by its process group) once the other tasks have ended, and
-reported so.
+reference venv the one added line, `import ps_trainer.estimator`, imports an empty shim: each program gets
+TF 2.15's own `tf.estimator` (its V2 canned classes) and `tf.compat.v1.estimator` (TF1's V1 classes), as it
+gets this project's here. The reference ps never exits by itself; it is stopped (by its process group)
+once the other tasks have ended, and reported so.
 """
 
 import json
@@ -39,7 +39,8 @@ sys.path.insert(0, str(ROOT))
 from ps_trainer.launch.processes import LOOPBACK, free_ports  # noqa: E402
 
 flags.DEFINE_string("reference_venv", "/tmp/tf215-venv", "The reference venv (made here if missing).")
-flags.DEFINE_list("programs", ["clicks", "census", "sync_cnn", "clicks_csv"], "Programs to run (PROGRAMS).")
+flags.DEFINE_list("programs", ["clicks", "census", "sync_cnn", "clicks_csv", "premade_v2"],
+                  "Programs to run (PROGRAMS).")
 flags.DEFINE_integer("lever_local_steps", 10, "clicks_csv's lever: trainer.py --model_fn's --local_steps.")
 flags.DEFINE_integer("timeout_secs", 600, "A job still going after this long is stopped and reported.")
 flags.DEFINE_boolean("evaluator", True, "Start the cluster's evaluator. Without it the training speed of the two "
@@ -54,9 +55,10 @@ PROGRAMS = {
     "census": ("census_wide_deep.py", 64, "auc", ["--train_steps=600"]),
     "sync_cnn": ("sync_cnn_estimator.py", 32, "accuracy", ["--train_steps=200"]),
     "clicks_csv": ("clicks_csv_estimator.py", 64, "auc", ["--train_steps=3000", "--batch_size=64"]),
+    "premade_v2": ("premade_v2.py", 32, "accuracy", ["--train_steps=300"]),
 }
 CLICKS_CSV_EXAMPLES = 60000  # training examples of the trainer's clicks data, in 4 files
-SHIM = "import tensorflow as tf\ntf.estimator = tf.compat.v1.estimator  # TF1's V1 classes\n"
+SHIM = "# The one line a program adds, on TensorFlow 2.15: tf.estimator is TensorFlow's own there.\n"
 JOBS = ("ps", "chief", "worker", "evaluator")
 LEVER_VARIABLE = "PS_TRAINER_FLAGS"  # ps_trainer/estimator/settings.py: the trainer's settings for a program
 
