@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 from absl import logging
+from tensorflow.python.training import training_util  # GLOBAL_STEP_READ_KEY: the collection of TF's cached read
 
 from ps_trainer.cluster import shutdown
 from ps_trainer.input import work_queue
@@ -105,6 +106,7 @@ def train_to_the_end(cfg, target, sessions: Sessions, stop=None) -> Ended:
     cluster, train_cfg, progress = cfg.cluster, cfg.train, sessions.progress
     early_ends = 0
     reached = progress.global_step
+    plain_global_step_read()
     while True:
         start_step = reached
         session = _one_session(cfg, target, sessions)
@@ -136,6 +138,23 @@ def train_to_the_end(cfg, target, sessions: Sessions, stop=None) -> Ended:
         logging.warning("%s: the session ended at global step %s, short of --train_steps=%d; starting a "
                         "new one", cluster.task_name, reached, train_cfg.train_steps)
         time.sleep(CHIEF_POLL_SECS)
+
+
+def plain_global_step_read(graph=None) -> None:
+    """Makes the default graph's cached read of the global step (training_util's, which StopAtStepHook,
+    CheckpointSaverHook, StepCounterHook and SummarySaverHook fetch with every run) a plain read of the variable.
+
+    Left to TensorFlow, the read is a cond on the variable being initialized, under TF 2.x's control flow an If
+    op whose branch reads the variable on its ps: a function run across the worker and the ps at every step,
+    ~1 ms of the ps's CPU a step on a small model (docs/estimator.md). A training session runs only once the
+    variables are initialized (the chief initialized or restored them; a non-chief waited for it), so the
+    cond has nothing to guard. A graph already finalized, or whose read is made, is left as it is."""
+    graph = graph or v1.get_default_graph()
+    global_step = v1.train.get_global_step(graph)
+    if global_step is None or graph.finalized or graph.get_collection(training_util.GLOBAL_STEP_READ_KEY):
+        return
+    with graph.as_default(), graph.name_scope(None), graph.name_scope(global_step.op.name + "/"):
+        graph.add_to_collection(training_util.GLOBAL_STEP_READ_KEY, global_step.read_value() + 0)
 
 
 def checkpoint_saver_hook(model_dir, save_secs, save_steps, scaffold, listeners=None,
