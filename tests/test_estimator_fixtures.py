@@ -67,3 +67,33 @@ def test_a_tf215_checkpoint_evaluates_as_there_trains_on_from_its_state_and_expo
         assert np.any(after[name] > value), name  # and it trained on
     exported = estimator.export_saved_model(str(tmp_path / "export"), tf215_cases.serving_input_receiver_fn)
     assert tf215_cases.signatures(exported.decode()) == json.loads((FIXTURES / case / "signatures.json").read_text())
+
+
+@pytest.mark.inprocess
+@pytest.mark.parametrize("case", ["v2_dnn_linear_combined_classifier", "v1_dnn_linear_combined_classifier"])
+def test_warm_start_from_a_tf215_checkpoint_loads_its_weights_into_a_new_model_dir(case, tmp_path):
+    import tensorflow as tf
+
+    import ps_trainer.estimator  # noqa: F401  (the one line a program adds)
+    import tf215_cases
+    v1 = tf.compat.v1
+    # The fixture's class with plain gradient descent at a learning rate of 0: the weights stay as warm start
+    # loaded them, so the evaluation after a step is TF 2.15's of its checkpoint.
+    if case.startswith("v2_"):
+        import tf_keras
+        make = tf.estimator.DNNLinearCombinedClassifier
+        optimizers = {"linear_optimizer": tf_keras.optimizers.legacy.SGD(0.0),
+                      "dnn_optimizer": tf_keras.optimizers.legacy.SGD(0.0)}
+    else:
+        make = v1.estimator.DNNLinearCombinedClassifier
+        optimizers = {"linear_optimizer": v1.train.GradientDescentOptimizer(0.0),
+                      "dnn_optimizer": v1.train.GradientDescentOptimizer(0.0)}
+    estimator = make(model_dir=str(tmp_path / "new"), linear_feature_columns=tf215_cases.COLUMNS,
+                     dnn_feature_columns=tf215_cases.COLUMNS, dnn_hidden_units=[8],
+                     warm_start_from=str(FIXTURES / case), **optimizers)
+    estimator.train(tf215_cases.input_fn(False), max_steps=1)
+    assert estimator.get_variable_value("global_step") == 1  # warm start loads weights, not the run's step
+    reference = json.loads((FIXTURES / case / "metrics.json").read_text())
+    evaluated = estimator.evaluate(tf215_cases.input_fn(False, epochs=1))
+    for key in ("accuracy", "auc", "average_loss"):
+        assert evaluated[key] == pytest.approx(reference[key], rel=1e-3, abs=1e-4), key
