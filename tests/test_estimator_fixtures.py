@@ -97,3 +97,25 @@ def test_warm_start_from_a_tf215_checkpoint_loads_its_weights_into_a_new_model_d
     evaluated = estimator.evaluate(tf215_cases.input_fn(False, epochs=1))
     for key in ("accuracy", "auc", "average_loss"):
         assert evaluated[key] == pytest.approx(reference[key], rel=1e-3, abs=1e-4), key
+
+
+@pytest.mark.inprocess
+def test_a_v2_class_refuses_in_one_line_what_tf215s_refused():
+    import tensorflow as tf
+
+    import ps_trainer.estimator  # noqa: F401  (the one line a program adds)
+    v1 = tf.compat.v1
+    numeric = [tf.feature_column.numeric_column("x")]
+    with tf.Graph().as_default():  # TF1's shared embedding columns are made in a graph only
+        tf1_only = v1.feature_column.shared_embedding_columns([v1.feature_column.categorical_column_with_identity(
+            "a", 10)], 4)
+    refusals = {
+        "Invalid loss_reduction: none": lambda: tf.estimator.LinearClassifier(numeric, loss_reduction="none"),
+        "Received a feature column from TensorFlow v1, but this is a TensorFlow v2 Estimator":
+            lambda: tf.estimator.DNNClassifier([4], tf1_only),
+        "batch_norm=... is not covered": lambda: tf.estimator.DNNRegressor([4], numeric, batch_norm=True)}
+    for said, make in refusals.items():
+        with pytest.raises((ValueError, NotImplementedError)) as refused:
+            make()
+        assert said in str(refused.value) and "\n" not in str(refused.value), str(refused.value)
+    tf.estimator.DNNClassifier([4], numeric, loss_reduction="sum")  # Keras's other reduction is taken
