@@ -15,7 +15,10 @@ A worker takes a file (take), reads it, and gives it back as done (finish) only 
 read from it has been trained: the step that used it returned. When a worker (re)creates its
 session (its own restart, or a ps restarted and the chief restored the checkpoint) it gives back
 every file it held (release) and starts its input again. A worker silent for longer than
---input_queue_lease_secs (a live one heartbeats) loses its files to the next worker that takes one.
+--input_queue_lease_secs (a live one heartbeats) loses its files to the next worker that takes one; a
+worker that was silent for more than half of it (paused, or stopped by SIGSTOP) renews its lease before
+its next step, and if a file it held went to another worker, it trains none of that file's batches it had
+read: its session is made again, as after a restart.
 The heartbeats are wall-clock times, one slot per worker up to cluster.spec.MAX_REPLICAS (so that a
 worker joining a running job has one): no checkpoint holds them, and a restore starts them at 0, which
 makes each restored lease a silent worker's (its holder gives it back as its session is re-created).
@@ -41,9 +44,9 @@ prefixes only.
 The guarantee: each file of each epoch is finished exactly once, and only when every example read
 from it has been trained: none is lost. Beyond what a restore rolls back, an example is trained
 twice only when it was trained and not yet reported before its file went to another reader: the
-examples of the last step a killed worker ran (its report was to ride on the next), or those a ring
-overwrote (it keeps the newest 8 x --shuffle_buffer of its worker's). The logs count the examples
-skipped as an earlier reader's.
+examples of the last steps of a worker killed, or paused past its lease (the step it was running, and
+the one before, whose report was to ride on it), or those a ring overwrote (it keeps the newest 8 x
+--shuffle_buffer of its worker's). The logs count the examples skipped as an earlier reader's.
 """
 
 import collections
@@ -70,6 +73,9 @@ POLL_SECS = 0.2
 FILES_PER_PASS = 4
 # How long one call to the queue may take before it is retried (a ps restarting, a network fault).
 CALL_TIMEOUT_MS = 10000
+# The part of --input_queue_lease_secs a worker may go without a call that tells ps 0 it is alive before its
+# next step renews its lease first (a live one heartbeats at a quarter of it).
+RENEW_AFTER = 0.5
 # FailedPrecondition and NotFound: the queue's variables are not on ps 0 (restarted, not restored yet).
 RETRYABLE = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError,
              tf.errors.DeadlineExceededError, tf.errors.FailedPreconditionError, tf.errors.NotFoundError)
@@ -205,6 +211,8 @@ class WorkQueue:
     finish(key, examples) -> (the lease was still this worker's, [epochs completed, -1 for none],
                               [examples trained of each], the global step).
     release -> files this worker held, now TODO again.   heartbeat: this worker is alive.
+    renew -> (the oldest open epoch, the owners [OPEN_EPOCHS, num_files]) as this worker's heartbeat is
+            written, under the lock: a take that reclaims a silent worker's files comes before it or after.
     now: the time (seconds since the epoch) the calls above judge leases by; tf.timestamp() unless fed.
     report (fed report_keys, report_counts, report_step, report_ahead) -> raises those files' trained
             prefixes to the counts and logs the examples trained past them (key * 2^32 + ordinal) in this
@@ -262,6 +270,7 @@ class WorkQueue:
             self.examples = v1.placeholder(tf.int64, [], "finished_examples")
             finished = section.execute(self._finish)
             self.release = section.execute(self._release)
+            self.renew = section.execute(self._renew)
             self.heartbeat = self._seen(self.now)
             self.over = self.state.read_value()[0] >= num_epochs if num_epochs else tf.constant(False)
         with tf.control_dependencies(tf.nest.flatten(finished)):  # read where the global step lives
@@ -342,6 +351,11 @@ class WorkQueue:
         with tf.control_dependencies(self._write(epoch, examples, owners, now)):
             return tf.identity(mine), tf.stack(completed), tf.stack(completed_examples)
 
+    def _renew(self):
+        epoch, _, owners = unpack(self.state.read_value(), self.num_files)
+        with tf.control_dependencies([self._seen(self.now)]):
+            return tf.identity(epoch), tf.identity(owners)
+
     def _release(self):
         now = self.now
         epoch, examples, owners = unpack(self.state.read_value(), self.num_files)
@@ -382,8 +396,12 @@ class ItemFeed:
     """
 
     def __init__(self, queue: WorkQueue, task_name: str, empty_batches: bool = False,
-                 files_per_pass: int = FILES_PER_PASS):
+                 files_per_pass: int = FILES_PER_PASS, clock=time.monotonic):
+        """clock: the time (seconds) renew_lease() judges this worker's silences by."""
         self.queue, self.task_name = queue, task_name
+        self._clock = clock
+        self._seen_at = clock()  # when the last call that tells ps 0 this worker is alive began
+        self._silence = 0.0  # the longest time between two such calls since the lease was last renewed
         self.files_per_pass = files_per_pass
         self.empty_batches = empty_batches
         self.end_op = None
@@ -405,15 +423,17 @@ class ItemFeed:
         self._prefix, self._skipped, self._ahead, self._moved = {}, {}, collections.defaultdict(set), set()
         self._moved_ahead, self._skip_ahead = [], {}
         self._moved_at = 0  # the global step the moves since the last report were trained by
+        self._unsent = None  # a report not known to have reached ps 0 (its step failed): sent with the next
         self.finished_files = collections.deque()  # (key, examples, still ours, epochs completed, ..., step)
 
     def connect(self, make_session) -> None:
         """make_session() -> a session on the cluster, for the feed's own calls to the queue."""
         self._session_factory = make_session
 
-    def _call(self, fetches, feed_dict=None, pipeline: bool = False):
+    def _call(self, fetches, feed_dict=None, pipeline: bool = False, seen: bool = False):
         """Runs fetches on the queue, once; after a failure the hook's thread opens a new session at its
-        next call (pipeline: the caller is the input pipeline, which never opens one).
+        next call (pipeline: the caller is the input pipeline, which never opens one; seen: the call writes
+        this worker's heartbeat).
 
         A call that fails for a reason a new session can mend (RETRYABLE) raises AbortedError, which
         MonitoredSession takes for a preemption: it makes its session again, and this worker gives back
@@ -423,11 +443,16 @@ class ItemFeed:
         if self._session is None and (pipeline or self._stopping()):
             raise tf.errors.AbortedError(None, None, f"{self.task_name}: the input queue's session was lost with "
                                          "an earlier call; the next training session makes it again")
-        start = time.monotonic()
+        start, began = time.monotonic(), self._clock()
         try:
             if self._session is None:
                 self._session = self._session_factory()
-            return self._session.run(fetches, feed_dict=feed_dict, options=v1.RunOptions(timeout_in_ms=CALL_TIMEOUT_MS))
+            result = self._session.run(fetches, feed_dict=feed_dict,
+                                       options=v1.RunOptions(timeout_in_ms=CALL_TIMEOUT_MS))
+            if seen:
+                self._silence = max(self._silence, self._clock() - self._seen_at)
+                self._seen_at = max(self._seen_at, began)
+            return result
         except RETRYABLE as err:
             self._close_session()
             raise tf.errors.AbortedError(
@@ -496,7 +521,7 @@ class ItemFeed:
                 if generation != self.generation or self._stopping():
                     return
                 try:
-                    result = self._call(self.queue.take, pipeline=True)
+                    result = self._call(self.queue.take, pipeline=True, seen=True)
                 except RETRYABLE as err:
                     self._lost(err)
                     return
@@ -606,7 +631,8 @@ class ItemFeed:
             self._forget_prefixes()
             if len(report[self.queue.report_keys]) or len(report[self.queue.report_ahead]):
                 self._call(self.queue.report, report)
-            return int(self._call(self.queue.release))
+            self._unsent = None
+            return int(self._call(self.queue.release, seen=True))
 
     def _forget_prefixes(self):
         self._moved_at = 0
@@ -629,7 +655,8 @@ class ItemFeed:
                 # the report, and read the file's prefix without this worker's last steps (seen: the
                 # elastic test's joiner trained the last batch of a worker that left a second time).
                 self._call(self.queue.report, report)
-                self._call(self.queue.release)
+                self._unsent = None
+                self._call(self.queue.release, seen=True)
             except RETRYABLE:  # ps 0 is down: the lease lapses, or the restore brings the files back
                 pass
             self._forget_prefixes()
@@ -637,7 +664,29 @@ class ItemFeed:
         self._close_session()
 
     def heartbeat(self) -> None:
-        self._call(self.queue.heartbeat)
+        self._call(self.queue.heartbeat, seen=True)
+
+    def renew_lease(self) -> None:
+        """Before a step: if this worker told ps 0 nothing for more than RENEW_AFTER of its lease at some time
+        since the last renewal (now, or between two calls: a take of its pipeline's may be the first call
+        after a pause), renews it, and raises AbortedError (MonitoredSession makes the session again:
+        restart()) if a file it holds was reclaimed meanwhile by a worker that took it, or finished by one: the
+        batches read of it here would train its examples a second time."""
+        silent = max(self._silence, self._clock() - self._seen_at)
+        if silent <= RENEW_AFTER * self.queue.lease_secs:
+            return
+        epoch, owners = self._call(self.queue.renew, seen=True)
+        self._silence = 0.0
+        with self._lock:
+            held = list(self._prefix)
+        num_files = self.queue.num_files
+        lost = [key for key in held if not 0 <= key // num_files - epoch < OPEN_EPOCHS
+                or owners[key // num_files - epoch, key % num_files] != self.queue.worker]
+        if lost:
+            raise tf.errors.AbortedError(None, None, (
+                f"{self.task_name}: input queue: silent for {silent:.0f} s (its lease: {self.queue.lease_secs:.0f} s), "
+                f"and {len(lost)} file(s) it held went to another worker meanwhile: its input starts afresh, "
+                "training none of what it had read of them"))
 
     def trained(self, keys: np.ndarray, ordinals: np.ndarray | None = None, generation=None, step: int = 0) -> None:
         """Counts one step's examples by file (ordinals: each one's in its file, which move the files'
@@ -700,12 +749,25 @@ class ItemFeed:
 
     def report(self) -> dict:
         """The feed of the queue's report op: the files whose trained prefix moved since the last report,
-        their prefixes, and the global step they were trained by; each move is reported once."""
+        their prefixes, and the global step they were trained by; each move is reported once it reached
+        ps 0 (delivered()): until then each report carries the last one's too. A step that failed lost the
+        report it carried, and the next reader of those files would train their examples again. Merged
+        reports are safe: prefixes merge by max, and a take skips a logged ordinal however often it is logged."""
+        queue = self.queue
         with self._lock:
             keys = sorted(self._moved)
             step, self._moved_at = self._moved_at, 0
             self._moved.clear()
             ahead, self._moved_ahead = np.array(self._moved_ahead, np.int64), []
-            return {self.queue.report_keys: np.array(keys, np.int64),
-                    self.queue.report_counts: np.array([self._prefix[key] for key in keys], np.int64),
-                    self.queue.report_step: step, self.queue.report_ahead: ahead}
+            report = {queue.report_keys: np.array(keys, np.int64),
+                      queue.report_counts: np.array([self._prefix[key] for key in keys], np.int64),
+                      queue.report_step: step, queue.report_ahead: ahead}
+            if self._unsent is not None:
+                report = {name: max(self._unsent[name], value) if name is queue.report_step
+                          else np.concatenate([self._unsent[name], value]) for name, value in report.items()}
+            self._unsent = report
+            return report
+
+    def delivered(self) -> None:
+        """The step that carried the last report() returned: ps 0 has it."""
+        self._unsent = None

@@ -24,7 +24,7 @@ def test_a_worker_joins_a_running_async_job_and_one_leaves_it_for_good(make_clus
         "--dataset=csv", f"--data_dir={data_dir}", "--numeric_columns=x1,x2", "--model=wide_deep",
         "--hidden_units=16", "--input_queue_audit", f"--batch_size={BATCH}", "--shuffle_buffer=1",
         f"--train_steps={STEPS}", "--log_every_n_steps=20", "--save_checkpoint_steps=100000",
-        "--worker_gone_secs=5"])
+        "--worker_gone_secs=5", "--input_queue_lease_secs=600"])
     cluster.start_all()
     deadline = time.monotonic() + 200
 
@@ -34,8 +34,9 @@ def test_a_worker_joins_a_running_async_job_and_one_leaves_it_for_good(make_clus
     wait_for(lambda: global_step("worker", 0) >= 100, deadline - time.monotonic(), "global step 100", cluster)
     # The job holds still until the joining worker's first step: on a loaded machine its start (importing
     # TensorFlow, building its graph) took longer than the job's remaining steps. Paused for less than
-    # their lease (--input_queue_lease_secs, 120 s), the workers keep their files; one that resumes inside
-    # a call to the queue whose deadline passed makes its session again (tests/test_work_queue.py).
+    # their lease (--input_queue_lease_secs, longer than the test's deadline), the workers keep their files;
+    # one that resumes inside a call to the queue whose deadline passed makes its session again, and one
+    # paused past its lease trains none of the files it lost (both: tests/test_work_queue.py).
     for index in (0, 1):
         cluster.kill("worker", index, signal.SIGSTOP)
     joined_at = global_step("worker", 0)

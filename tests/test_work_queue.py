@@ -530,15 +530,15 @@ class _OneWorkerQueue:
     pass, each read in order) and a step that reads a batch of 16; the feed's sessions are `sessions`
     (a _FaultyFeedSessions class). train() records what each step trained and each session made."""
 
-    def __init__(self, target, data_dir, files, per_file, sessions):
+    def __init__(self, target, data_dir, files, per_file, sessions, clock=time.monotonic, num_workers=1):
         self.target, self.files, self.per_file = target, files, per_file
         write_embedded_as_tfrecord(data_dir, examples=files * per_file, num_files=files)
         self.graph = tf.Graph()
         with self.graph.as_default():
             with v1.device("/job:ps/task:0"):
                 global_step = v1.train.get_or_create_global_step()
-            queue = work_queue.WorkQueue(files, 0, 1, 1, 60.0, "/job:ps/task:0", global_step)
-            self.feed = work_queue.ItemFeed(queue, "worker:0", files_per_pass=1)
+            queue = work_queue.WorkQueue(files, 0, num_workers, 1, 60.0, "/job:ps/task:0", global_step)
+            self.feed = work_queue.ItemFeed(queue, "worker:0", files_per_pass=1, clock=clock)
             cfg = inputs.DataConfig(name="tfrecord", data_dir=str(data_dir), input_queue=True, shuffle_buffer=1)
             batches = v1.data.make_initializable_iterator(inputs.queued_batches(cfg, inputs.Shard(0, 1, self.feed), 16))
             _, _, self.keys, self.ordinals = batches.get_next()
@@ -551,11 +551,12 @@ class _OneWorkerQueue:
         self.sessions = sessions(target, self.graph, queue, self.made)
         self.feed.connect(self.sessions)
 
-    def train(self, timeout_secs: float) -> bool:
+    def train(self, timeout_secs: float, after_step=lambda step: None) -> bool:
         """Trains the epoch in a worker's MonitoredSession (made again, it finds the queue's state as ps 0 holds
-        it); False if it did not end in timeout_secs. In a daemon thread, so that a pipeline waiting for good
-        fails the test instead of hanging it."""
+        it); False if it did not end in timeout_secs. after_step(steps trained) runs after each step. In a
+        daemon thread, so that a pipeline waiting for good fails the test instead of hanging it."""
         made, trained, keys, ordinals = self.made, self.trained, self.keys, self.ordinals
+        steps = []
 
         class Recorder(v1.train.SessionRunHook):
             def after_create_session(self, session, coord):
@@ -566,6 +567,8 @@ class _OneWorkerQueue:
 
             def after_run(self, run_context, run_values):
                 trained.extend(zip(*(values.tolist() for values in run_values.results)))
+                steps.append(len(trained))
+                after_step(len(steps))
 
         def train():
             with self.graph.as_default(), v1.train.MonitoredSession(
@@ -610,6 +613,76 @@ def test_a_take_that_fails_until_the_session_is_made_again_ends_the_pipeline_and
     assert worker.trained_each_example()
     # Read twice: at most the first file's batches trained before the new session gave it back.
     assert len(worker.trained) - 3 * 40 <= 40
+
+
+@pytest.mark.servers
+def test_a_worker_silent_past_its_lease_trains_none_of_the_file_another_worker_took_meanwhile(cluster, tmp_path):
+    # The elastic test paused two workers (SIGSTOP) for longer than their lease while a third joined: it took
+    # their files, and as they resumed they trained the batches they had read of them, 1,264 examples of an
+    # epoch trained twice.
+    class Clock:
+        now = 0.0
+
+        def __call__(self):
+            return self.now
+
+    clock = Clock()
+    worker = _OneWorkerQueue(cluster[0].target, tmp_path, 3, 40, _FaultyFeedSessions, clock=clock, num_workers=2)
+    with tf.Graph().as_default() as graph:  # a second worker's queue: the same state on ps 0
+        with v1.device("/job:ps/task:0"):
+            global_step = v1.train.get_or_create_global_step()
+        other = work_queue.WorkQueue(3, 1, 2, 1, 60.0, "/job:ps/task:0", global_step)
+        other_session = v1.Session(cluster[1].target, graph=graph)
+    taken = []
+
+    def pause_past_the_lease(step):
+        if step == 1:  # the first worker is silent for 61 s: the second reclaims its file, trains it, finishes it
+            key, _, reclaimed, start, _ = other_session.run(other.take, {other.now: time.time() + 61})
+            other_session.run(other.finish, {other.key: key, other.examples: 40})
+            taken.append((int(key), int(reclaimed), int(start)))
+            clock.now += 61
+
+    assert worker.train(timeout_secs=60, after_step=pause_past_the_lease), "the epoch did not end in 60 s"
+    [(key, reclaimed, start)] = taken
+    assert key == 0 and reclaimed >= 1 and start == 0, taken  # file 0, held by the first worker, 16 trained unreported
+    # Resumed, the first worker trained none of file 0 beyond its first step: its session was made again and
+    # its input started afresh on the files still to take.
+    assert sorted(o for k, o in worker.trained if k == 0) == list(range(16)), worker.trained
+    assert len(worker.made) == 2 and worker.feed.finished
+    assert {(k, o) for k, o in worker.trained if k} == {(k, o) for k in (1, 2) for o in range(40)}
+
+
+@pytest.mark.servers
+def test_the_report_of_a_step_that_failed_rides_on_the_next_call(cluster, tmp_path):
+    # A step carries the trained prefixes its predecessors moved; one that failed (a ps lost mid-step) lost
+    # them, and the next reader of those files trained their examples again.
+    write_embedded_as_tfrecord(tmp_path, examples=80, num_files=2)
+    cfg = inputs.DataConfig(name="tfrecord", data_dir=str(tmp_path), input_queue=True, shuffle_buffer=1)
+    graph = tf.Graph()
+    with graph.as_default():
+        with v1.device("/job:ps/task:0"):
+            global_step = v1.train.get_or_create_global_step()
+        queue = work_queue.WorkQueue(2, 0, 1, 1, 60.0, "/job:ps/task:0", global_step)
+        feed = work_queue.ItemFeed(queue, "worker:0", files_per_pass=1)
+        batches = v1.data.make_initializable_iterator(inputs.queued_batches(cfg, inputs.Shard(0, 1, feed), 8))
+        _, _, keys, ordinals = batches.get_next()
+        init = v1.global_variables_initializer()
+    feed.connect(lambda: v1.Session(cluster[0].target, graph=graph))
+    with v1.Session(cluster[0].target, graph=graph) as session:
+        session.run(init)
+        feed.restart()
+        session.run(batches.initializer)
+        for _ in range(3):  # three steps of file 0, each reporting what the one before moved
+            session.run(queue.report, feed.report())
+            feed.delivered()
+            step_keys, step_ordinals = session.run([keys, ordinals])
+            feed.trained(step_keys, step_ordinals)
+        assert step_keys.tolist() == [0] * 8
+        feed.report()  # the fourth step carries the third's move, and fails before ps 0 has it
+        feed.restart()  # the session made again: file 0 goes back to the queue
+        key, _, _, start, _ = session.run(queue.take)
+        feed.stop()
+    assert (key, start) == (0, 24)  # the next reader skips the 24 examples trained
 
 
 @pytest.mark.inprocess

@@ -59,12 +59,14 @@ class InputQueueHook(v1.train.SessionRunHook):
                          "afresh; each goes on from its reported trained prefix)", self.feed.task_name, released)
 
     def before_run(self, run_context):
+        self.feed.renew_lease()  # after a long silence: none of a file another worker has now is trained here
         # The trained prefixes that the steps before this one moved ride on its call to ps 0.
         return v1.train.SessionRunArgs([self._keys, self._ordinals, self.feed.queue.report, self._global_step],
                                        feed_dict=self.feed.report())
 
     def after_run(self, run_context, run_values):
         keys, ordinals, _, step = run_values.results
+        self.feed.delivered()
         if self._audit:  # written before the files are finished: a kill loses no line of a finished file
             num_files = self.feed.queue.num_files
             self._audit.write(np.stack([keys // num_files, keys % num_files, ordinals], 1).astype("<i8").tobytes())
