@@ -151,8 +151,9 @@ class Estimator:
                     runtime = run_config.runtime_settings(self._config, cluster, last, syncing, not saving_listeners)
                     trained = _Trained(model, model.train_op, model.loss)
                 else:  # a lever's step, or the runtime's update (training/step/taken.py)
-                    runtime = run_config.runtime_settings(self._config, cluster, last, False, not saving_listeners,
-                                                          path)
+                    runtime = run_config.runtime_settings(self._config, cluster, last,
+                                                          self._config.runtime_flags.sync_replicas,
+                                                          not saving_listeners, path)
                     lever = taken.build(
                         lambda features, labels: self._call_model_fn(features, labels, ModeKeys.TRAIN, table_devices),
                         source.next_batch, source.dataset, global_step, cluster, runtime.train, runtime_optimizer)

@@ -155,6 +155,7 @@ def step_path(config: RunConfig, cluster: spec.ClusterConfig) -> plan.StepPath:
     try:
         return plan.step_path(plan.StepSettings(local_steps=given.local_steps, steps_per_run=given.steps_per_run,
                                                 steps_per_run_given=given.steps_per_run > 1,
+                                                accumulate_batches=given.accumulate_batches, sync=given.sync_replicas,
                                                 has_tables=given.embedding == "dynamic", model="model_fn",
                                                 distributed=cluster.is_distributed))
     except plan.Conflict as conflict:
@@ -176,7 +177,7 @@ def runtime_settings(config: RunConfig, cluster: spec.ClusterConfig, train_steps
                         save_checkpoint_steps=config.save_checkpoints_steps if saves else None,
                         save_checkpoint_secs=config.save_checkpoints_secs if saves else None,
                         save_summaries_steps=config.save_summary_steps, keep_checkpoint_max=config.keep_checkpoint_max,
-                        step_path=path, local_steps=given.local_steps,
+                        step_path=path, local_steps=given.local_steps, accumulate_batches=given.accumulate_batches,
                         optimizer=given.optimizer or TrainConfig.optimizer, learning_rate=given.learning_rate,
                         momentum=given.momentum, incremental_save_secs=given.incremental_save_secs)
     return runtime.RunConfig(cluster=cluster, model=model_settings(config), data=inputs.DataConfig(), train=train)

@@ -19,7 +19,8 @@ VARIABLE = "PS_TRAINER_FLAGS"
 TABLE_FLAGS = ("embedding", "embedding_capacity", "embedding_growth", "embedding_min_count", "embedding_steps_to_live",
                "embedding_partitions", "incremental_save_secs")
 TAKEN = ("startup_timeout_secs", "stall_warning_secs", "stall_timeout_secs", "worker_gone_secs",
-         "allow_public_addresses", "skip_own_address_check", "local_steps", "steps_per_run", "optimizer",
+         "allow_public_addresses", "skip_own_address_check", "local_steps", "steps_per_run", "accumulate_batches",
+         "sync_replicas", "optimizer",
          "learning_rate", "momentum", *TABLE_FLAGS)
 
 
@@ -35,6 +36,10 @@ class Settings(NamedTuple):
     # The levers (training/step/taken.py: the runtime makes the update with the optimizer the model_fn built).
     local_steps: int = TrainConfig.local_steps
     steps_per_run: int = TrainConfig.step_path.steps_per_run
+    # Synchronous rounds the runtime makes (its SyncReplicasOptimizer over the model_fn's optimizer), each worker
+    # sending one gradient per --accumulate_batches batches.
+    accumulate_batches: int = TrainConfig.accumulate_batches
+    sync_replicas: bool = False
     # The runtime's update, for a model_fn that leaves it to the runtime (no train_op); None: the model_fn's.
     optimizer: str | None = None
     learning_rate: float = TrainConfig.learning_rate
@@ -66,6 +71,13 @@ def read(env=os.environ) -> Settings:
     if not_taken:
         raise ValueError(f"{VARIABLE}: --{not_taken[0]} is not taken by an Estimator program's tasks; these are: "
                          + ", ".join(f"--{name}" for name in TAKEN))
+    if values.accumulate_batches > 1 and not values.sync_replicas:
+        raise ValueError(f"{VARIABLE}: --accumulate_batches={values.accumulate_batches} is for --sync_replicas (the "
+                         "runtime's synchronous rounds); asynchronous workers send one update per several batches "
+                         "with --local_steps")
+    if values.sync_replicas and values.accumulate_batches == 1:
+        raise ValueError(f"{VARIABLE}: --sync_replicas is taken with --accumulate_batches; without it, a program "
+                         "trains synchronously with its own SyncReplicasOptimizer")
     if values.embedding != "dynamic":  # a table setting for no table would be believed on
         for name in dynamic.OWN_FLAGS + ("embedding_partitions", "incremental_save_secs"):
             if values[name].present:

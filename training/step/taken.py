@@ -11,7 +11,8 @@ the runtime (no train_op, as under `trainer.py --model_fn`) is trained the same 
 
 What a lever cannot take is refused in one line, naming it: an update that is not one minimize of the
 whole model (several optimizers, a var_list of some variables, apply_gradients of gradients the model_fn
-computed, an optimizer of another kind), a synchronous optimizer (a lever is asynchronous), batch
+computed, an optimizer of another kind), a SyncReplicasOptimizer (--local_steps is asynchronous; with
+--sync_replicas --accumulate_batches the runtime makes the rounds with its own), batch
 normalization's UPDATE_OPS (the update would leave them out), an input_fn that gives tensors rather than a
 tf.data.Dataset (a lever reads several batches a run).
 
@@ -108,6 +109,10 @@ def _the_update(record: Recorded, spec, lever_flag: str, runtime_optimizer: bool
                            f"train without {lever_flag}")
     taken = record.minimized[0]
     if isinstance(taken.optimizer, v1.train.SyncReplicasOptimizer):
+        if lever_flag.endswith(plan.ACCUMULATE):
+            raise LeverRefusal(f"{lever_flag} with --sync_replicas: the runtime makes the synchronous rounds, and the "
+                               "model_fn's optimizer is a SyncReplicasOptimizer of its own: give its minimize the "
+                               "optimizer it wraps")
         raise LeverRefusal(f"{lever_flag} is for asynchronous training, and the model_fn's optimizer is a "
                            "SyncReplicasOptimizer: drop one of the two")
     if taken.var_list is not None:
@@ -164,7 +169,9 @@ def build(call_model_fn: Callable, next_batch: Callable, from_dataset: bool, glo
         optimizer = taken.optimizer
         said = f"the lever makes the update with the model_fn's {type(optimizer).__name__}"
     if path != plan.SINGLE:
-        said = f"{lever_flag}={max(train.local_steps, train.step_path.steps_per_run)}: {said}"
+        value = train.accumulate_batches if path == plan.ACCUMULATE else max(train.local_steps,
+                                                                               train.step_path.steps_per_run)
+        said = f"{lever_flag}={value}: {said}"
     built: Step = lever.build(StepContext(forward, first, no_labels, optimizer, global_step, cluster, train,
                                           reader, None, next_batch))
     if path != plan.SINGLE:  # the single step is the first forward pass: its summaries read the step's batch
