@@ -230,18 +230,21 @@ def test_an_unmodified_program_trains_with_local_steps_given_outside_its_code_an
 
 
 @pytest.mark.e2e
-def test_an_unmodified_program_trains_in_sync_rounds_of_accumulated_batches_given_outside_its_code(tmp_path):
-    # PS_TRAINER_FLAGS gives the program's tasks the trainer's synchronous rounds with --accumulate_batches: the
-    # runtime takes the Adagrad the model_fn built, wraps it in its SyncReplicasOptimizer, and each worker sends
-    # one gradient per 4 batches to each round, on 1 ps + chief + worker.
-    codes, logs = run_tf_config_cluster(PROGRAM, tmp_path, "--train_steps=300",
-                                        env={"PS_TRAINER_FLAGS": "--sync_replicas --accumulate_batches=4"})
+@pytest.mark.parametrize("flags, said", [
+    ("--sync_replicas", "PS_TRAINER_FLAGS --sync_replicas: the lever makes the update with the model_fn's "
+                        "AdagradOptimizer, in the runtime's synchronous rounds"),
+    ("--sync_replicas --accumulate_batches=4", "PS_TRAINER_FLAGS --accumulate_batches=4: the lever makes the update "
+                                               "with the model_fn's AdagradOptimizer")], ids=["sync", "accumulate"])
+def test_an_unmodified_asynchronous_program_trains_in_the_runtimes_synchronous_rounds(tmp_path, flags, said):
+    # PS_TRAINER_FLAGS gives the program's tasks the trainer's synchronous rounds: the runtime takes the Adagrad the
+    # model_fn built and wraps it in its SyncReplicasOptimizer, on 1 ps + chief + worker; with --accumulate_batches
+    # each worker sends one gradient per 4 batches to each round.
+    codes, logs = run_tf_config_cluster(PROGRAM, tmp_path, "--train_steps=300", env={"PS_TRAINER_FLAGS": flags})
     assert codes == {"ps": 0, "chief": 0, "worker": 0, "evaluator": 0}, {job: log[-2000:] for job, log in logs.items()}
     for job in ("chief", "worker"):
-        assert (f"{job}:0: PS_TRAINER_FLAGS --accumulate_batches=4: the lever makes the update with the model_fn's "
-                "AdagradOptimizer") in logs[job], logs[job][-3000:]
+        assert f"{job}:0: {said}" in logs[job], logs[job][-3000:]
         assert "SyncReplicasV2: replicas_to_aggregate=2; total_num_replicas=2" in logs[job], logs[job][-3000:]
-    # 300 rounds of 2 x 4 batches: past the AUC the program reaches plain in one process at 300 steps (0.877).
+    # 300 rounds: past the AUC the program reaches plain in one process at 300 steps (0.877) less a margin.
     metrics = last_evaluation(logs["evaluator"])
     assert metrics["global_step"] == 300 and metrics["auc"] > 0.8, metrics
 
@@ -623,8 +626,7 @@ def test_ps_trainer_flags_give_a_program_the_trainers_settings_and_refuse_what_i
     assert run_config.table_options(RunConfig()) is None
     config = RunConfig(session_creation_timeout_secs=50)
     assert (config.startup_timeout_secs, config.serving_checks) == (50, (False, False))
-    for text, refusal in (("--sync_replicas", "--sync_replicas is taken with --accumulate_batches"),
-                          ("--embedding_growth", "--embedding_growth is for --embedding=dynamic"),
+    for text, refusal in (("--embedding_growth", "--embedding_growth is for --embedding=dynamic"),
                           ("--incremental_save_secs=5", "--incremental_save_secs is for --embedding=dynamic"),
                           ("--accumulate_batches=2", "--accumulate_batches=2 is for --sync_replicas"),
                           ("--worker_hosts=a:1", "--worker_hosts is not taken"),
@@ -741,6 +743,14 @@ def test_a_lever_given_outside_the_program_trains_with_the_model_fns_own_optimiz
             model.train(input_fn, max_steps=10)
         assert refusal in str(refused.value) and "\n" not in str(refused.value), (update, str(refused.value))
         assert optimizer_lib.Optimizer.minimize is minimize  # the recording ended with the model_fn's call
+    # The runtime's synchronous rounds wrap the optimizer the model_fn built: not a SyncReplicasOptimizer of its own.
+    monkeypatch.setenv("PS_TRAINER_FLAGS", "--sync_replicas")
+    model = estimator.Estimator(lever_model_fn(
+        lambda: v1.train.SyncReplicasOptimizer(v1.train.GradientDescentOptimizer(0.1), 1)), str(tmp_path / "sync"))
+    with pytest.raises(ValueError, match=r"^PS_TRAINER_FLAGS --sync_replicas: the runtime makes the synchronous "
+                                         r"rounds, and the model_fn's optimizer is a SyncReplicasOptimizer"):
+        model.train(input_fn, max_steps=10)
+    monkeypatch.setenv("PS_TRAINER_FLAGS", "--local_steps=5")
     model = estimator.Estimator(lever_model_fn(lambda: v1.train.GradientDescentOptimizer(0.1)), str(tmp_path / "np"))
     with pytest.raises(ValueError, match="the input_fn must return a tf.data.Dataset"):
         model.train(estimator.inputs.numpy_input_fn({"x": x}, y, shuffle=False), max_steps=10)

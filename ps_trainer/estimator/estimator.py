@@ -140,7 +140,8 @@ class Estimator:
             with placed:
                 global_step = v1.train.get_or_create_global_step()
                 source = input_fn_result.of(self._call_input_fn(input_fn, ModeKeys.TRAIN))
-                if path.name == plan.SINGLE and not runtime_optimizer:  # the model_fn's train_op, run as written
+                runtime_sync = self._config.runtime_flags.sync_replicas
+                if path.name == plan.SINGLE and not runtime_optimizer and not runtime_sync:  # its train_op, as written
                     model = self._call_model_fn(*source.next_batch(), ModeKeys.TRAIN)
                     if model.train_op is None:
                         raise ValueError(spec.TRAIN_NEEDS)
@@ -151,8 +152,7 @@ class Estimator:
                     runtime = run_config.runtime_settings(self._config, cluster, last, syncing, not saving_listeners)
                     trained = _Trained(model, model.train_op, model.loss)
                 else:  # a lever's step, or the runtime's update (training/step/taken.py)
-                    runtime = run_config.runtime_settings(self._config, cluster, last,
-                                                          self._config.runtime_flags.sync_replicas,
+                    runtime = run_config.runtime_settings(self._config, cluster, last, runtime_sync,
                                                           not saving_listeners, path)
                     lever = taken.build(
                         lambda features, labels: self._call_model_fn(features, labels, ModeKeys.TRAIN, table_devices),

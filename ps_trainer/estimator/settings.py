@@ -37,7 +37,7 @@ class Settings(NamedTuple):
     local_steps: int = TrainConfig.local_steps
     steps_per_run: int = TrainConfig.step_path.steps_per_run
     # Synchronous rounds the runtime makes (its SyncReplicasOptimizer over the model_fn's optimizer), each worker
-    # sending one gradient per --accumulate_batches batches.
+    # sending one gradient per --accumulate_batches batches (one by default).
     accumulate_batches: int = TrainConfig.accumulate_batches
     sync_replicas: bool = False
     # The runtime's update, for a model_fn that leaves it to the runtime (no train_op); None: the model_fn's.
@@ -75,9 +75,6 @@ def read(env=os.environ) -> Settings:
         raise ValueError(f"{VARIABLE}: --accumulate_batches={values.accumulate_batches} is for --sync_replicas (the "
                          "runtime's synchronous rounds); asynchronous workers send one update per several batches "
                          "with --local_steps")
-    if values.sync_replicas and values.accumulate_batches == 1:
-        raise ValueError(f"{VARIABLE}: --sync_replicas is taken with --accumulate_batches; without it, a program "
-                         "trains synchronously with its own SyncReplicasOptimizer")
     if values.embedding != "dynamic":  # a table setting for no table would be believed on
         for name in dynamic.OWN_FLAGS + ("embedding_partitions", "incremental_save_secs"):
             if values[name].present:

@@ -82,7 +82,7 @@ def is_recording() -> bool:
     return getattr(optimizer_lib.Optimizer.minimize, "taken_by_a_lever", False)
 
 
-def _the_update(record: Recorded, spec, lever_flag: str, runtime_optimizer: bool) -> Minimized:
+def _the_update(record: Recorded, spec, lever_flag: str, runtime_optimizer: bool, sync: bool) -> Minimized:
     """The one minimize of the whole model the model_fn called (runtime_optimizer: none, its loss the update's
     with the runtime's optimizer), or LeverRefusal."""
     train_op = spec.train_op
@@ -109,8 +109,8 @@ def _the_update(record: Recorded, spec, lever_flag: str, runtime_optimizer: bool
                            f"train without {lever_flag}")
     taken = record.minimized[0]
     if isinstance(taken.optimizer, v1.train.SyncReplicasOptimizer):
-        if lever_flag.endswith(plan.ACCUMULATE):
-            raise LeverRefusal(f"{lever_flag} with --sync_replicas: the runtime makes the synchronous rounds, and the "
+        if sync:
+            raise LeverRefusal(f"{lever_flag}: the runtime makes the synchronous rounds, and the "
                                "model_fn's optimizer is a SyncReplicasOptimizer of its own: give its minimize the "
                                "optimizer it wraps")
         raise LeverRefusal(f"{lever_flag} is for asynchronous training, and the model_fn's optimizer is a "
@@ -137,7 +137,8 @@ def build(call_model_fn: Callable, next_batch: Callable, from_dataset: bool, glo
     call_model_fn(features, labels) -> EstimatorSpec in TRAIN mode; next_batch() -> (features, labels) of the
     input_fn's next batch (from_dataset: a tf.data.Dataset's, made anew at each call; else the same tensors)."""
     path = train.step_path.name
-    lever_flag = "PS_TRAINER_FLAGS --" + {plan.ROUNDS: plan.LOCAL_STEPS, plan.SINGLE: "optimizer"}.get(path, path)
+    single = "sync_replicas" if train.sync_replicas and not runtime_optimizer else "optimizer"
+    lever_flag = "PS_TRAINER_FLAGS --" + {plan.ROUNDS: plan.LOCAL_STEPS, plan.SINGLE: single}.get(path, path)
     if not from_dataset and path != plan.SINGLE:
         raise LeverRefusal(f"{lever_flag} reads several batches a session.run: the input_fn must return a "
                            "tf.data.Dataset, and this one returns tensors")
@@ -151,7 +152,7 @@ def build(call_model_fn: Callable, next_batch: Callable, from_dataset: bool, glo
         with v1.variable_scope(v1.get_variable_scope(), custom_getter=getter, reuse=v1.AUTO_REUSE), \
                 recording() as record:
             spec = call_model_fn(features, labels)
-        taken = _the_update(record, spec, lever_flag, runtime_optimizer)
+        taken = _the_update(record, spec, lever_flag, runtime_optimizer, train.sync_replicas)
         specs.append((spec, taken))
         # The program's labels are its own: the runtime's not-learning check reads none.
         return model.ModelOutput(None, None, taken.loss, None, None), tf.zeros([0], tf.int64)
@@ -168,7 +169,9 @@ def build(call_model_fn: Callable, next_batch: Callable, from_dataset: bool, glo
     else:
         optimizer = taken.optimizer
         said = f"the lever makes the update with the model_fn's {type(optimizer).__name__}"
-    if path != plan.SINGLE:
+    if path == plan.SINGLE and train.sync_replicas and not runtime_optimizer:
+        said = f"{lever_flag}: {said}, in the runtime's synchronous rounds"
+    elif path != plan.SINGLE:
         value = train.accumulate_batches if path == plan.ACCUMULATE else max(train.local_steps,
                                                                                train.step_path.steps_per_run)
         said = f"{lever_flag}={value}: {said}"
