@@ -68,6 +68,22 @@ def cluster_fixture():
     return workers
 
 
+def _one_feed(cluster, cfg, num_files, files_per_pass=work_queue.FILES_PER_PASS):
+    """(graph, queue, feed, batches of 8, their keys and ordinals, the variables' initializer) of worker 0's queue
+    of one epoch over `num_files` files of cfg on ps 0, the feed's sessions connected."""
+    graph = tf.Graph()
+    with graph.as_default():
+        with v1.device("/job:ps/task:0"):
+            global_step = v1.train.get_or_create_global_step()
+        queue = work_queue.WorkQueue(num_files, 0, 1, 1, 60.0, "/job:ps/task:0", global_step)
+        feed = work_queue.ItemFeed(queue, "worker:0", files_per_pass=files_per_pass)
+        batches = v1.data.make_initializable_iterator(inputs.queued_batches(cfg, inputs.Shard(0, 1, feed), 8))
+        _, _, keys, ordinals = batches.get_next()
+        init = v1.global_variables_initializer()
+    feed.connect(lambda: v1.Session(cluster[0].target, graph=graph))
+    return graph, queue, feed, batches, (keys, ordinals), init
+
+
 @pytest.mark.servers
 def test_every_file_of_the_open_epochs_is_handed_out_once(cluster):
     first, second = Worker(cluster[0], 0), Worker(cluster[1], 1)
@@ -305,16 +321,7 @@ def test_an_empty_file_is_finished_and_a_file_cut_short_is_named_or_skipped_as_c
     for path, content in zip(paths, (data, b"", data[:3 * record + 20])):
         path.write_bytes(content)
     cfg = inputs.DataConfig(name="tfrecord", data_dir=str(tmp_path), skip_bad_records=skip, input_queue=True)
-    graph = tf.Graph()
-    with graph.as_default():
-        with v1.device("/job:ps/task:0"):
-            global_step = v1.train.get_or_create_global_step()
-        queue = work_queue.WorkQueue(3, 0, 1, 1, 60.0, "/job:ps/task:0", global_step)
-        feed = work_queue.ItemFeed(queue, "worker:0")
-        batches = v1.data.make_initializable_iterator(inputs.queued_batches(cfg, inputs.Shard(0, 1, feed), 8))
-        features, labels, keys, ordinals = batches.get_next()
-        init = v1.global_variables_initializer()
-    feed.connect(lambda: v1.Session(cluster[0].target, graph=graph))
+    graph, _, feed, batches, (keys, ordinals), init = _one_feed(cluster, cfg, 3)
     with v1.Session(cluster[0].target, graph=graph) as session:
         session.run(init)
         feed.restart()
@@ -658,16 +665,7 @@ def test_the_report_of_a_step_that_failed_rides_on_the_next_call(cluster, tmp_pa
     # them, and the next reader of those files trained their examples again.
     write_embedded_as_tfrecord(tmp_path, examples=80, num_files=2)
     cfg = inputs.DataConfig(name="tfrecord", data_dir=str(tmp_path), input_queue=True, shuffle_buffer=1)
-    graph = tf.Graph()
-    with graph.as_default():
-        with v1.device("/job:ps/task:0"):
-            global_step = v1.train.get_or_create_global_step()
-        queue = work_queue.WorkQueue(2, 0, 1, 1, 60.0, "/job:ps/task:0", global_step)
-        feed = work_queue.ItemFeed(queue, "worker:0", files_per_pass=1)
-        batches = v1.data.make_initializable_iterator(inputs.queued_batches(cfg, inputs.Shard(0, 1, feed), 8))
-        _, _, keys, ordinals = batches.get_next()
-        init = v1.global_variables_initializer()
-    feed.connect(lambda: v1.Session(cluster[0].target, graph=graph))
+    graph, queue, feed, batches, (keys, ordinals), init = _one_feed(cluster, cfg, 2, files_per_pass=1)
     with v1.Session(cluster[0].target, graph=graph) as session:
         session.run(init)
         feed.restart()
