@@ -259,7 +259,7 @@ def test_a_tf2_programs_v2_canned_class_trains_on_a_tf_config_cluster_with_its_k
     codes, logs = run_tf_config_cluster(PREMADE_V2, tmp_path, "--train_steps=300")
     assert codes == {"ps": 0, "chief": 0, "worker": 0, "evaluator": 0}, {job: log[-2000:] for job, log in logs.items()}
     metrics = last_evaluation(logs["evaluator"])
-    # One process reaches 0.963 at 300 steps, on TF 2.15's V2 class as here (scripts/estimator_parity.py).
+    # One process reaches 0.950 at 300 steps, on TF 2.15's V2 class as here (scripts/estimator_parity.py).
     assert metrics["global_step"] >= 300 and metrics["accuracy"] > 0.9, metrics
     assert metrics["loss"] < 1.0, metrics  # a mean over the batch (a sum over 32 examples would be ~30x)
     import tensorflow as tf

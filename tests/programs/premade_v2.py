@@ -35,8 +35,10 @@ def main(argv):
     tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
     columns = [tf.feature_column.numeric_column(name) for name in MEASUREMENTS]
     config = tf.estimator.RunConfig(model_dir=FLAGS.model_dir, save_checkpoints_steps=100, tf_random_seed=3)
+    # The canned DNN's own rate (0.05): at 0.3, two asynchronous workers leave a final checkpoint between 0.31 and
+    # 0.97 accuracy from run to run, on TF 2.15's real Estimator as here; at 0.05, 0.94-0.95 in every run.
     classifier = tf.estimator.DNNClassifier(feature_columns=columns, hidden_units=[10, 10], n_classes=3,
-                                            optimizer=tf.keras.optimizers.legacy.Adagrad(learning_rate=0.3),
+                                            optimizer=tf.keras.optimizers.legacy.Adagrad(learning_rate=0.05),
                                             config=config)
     x, y = make_data(3000, 0)
     held_x, held_y = make_data(600, 1)
