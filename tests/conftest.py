@@ -11,6 +11,11 @@ import subprocess
 
 import pytest
 
+from ps_trainer.tf_loading import keras_hidden
+
+with keras_hidden():  # as a trainer task loads it: each test process saves the seconds Keras costs
+    import tensorflow  # noqa: F401
+
 TIERS = ("pure", "inprocess", "servers", "e2e")
 # The order tests start in: the longest first, so that with two processes (pytest -n 2) they end
 # together on short tests instead of one waiting on a drill started last.
