@@ -13,6 +13,7 @@ from typing import NamedTuple, Protocol
 import tensorflow as tf
 
 from ps_trainer.model import cnn, mlp, spec, user_fn, wide_deep
+from ps_trainer.model.graph_tables import GraphTables
 from ps_trainer.model.needs import Needs
 
 
@@ -77,6 +78,8 @@ class ModelOutput(NamedTuple):
     accuracy: tf.Tensor
     auc: tf.Tensor | None  # for two classes: the batch's ROC AUC of class 1
     own_update: spec.OwnUpdate | None = None  # a model_fn's own train_op (model/user_fn.py), run as written
+    # Its embedding tables (model/graph_tables.py): for the optimizer's update, the checkpoints and the upkeep.
+    graph_tables: GraphTables | None = None
 
 
 def needs_of(name: str) -> Needs:
@@ -95,27 +98,31 @@ def check(model_cfg: ModelConfig, data_spec) -> str | None:
     return MODELS[model_cfg.name].check(data_spec)
 
 
-def logits_of(features, model_cfg: ModelConfig, data_spec) -> tf.Tensor:
+def logits_of(features, model_cfg: ModelConfig, data_spec, graph_tables: GraphTables) -> tf.Tensor:
     """The model alone in PREDICT mode, features to logits: what is exported (it only reads dynamic
-    tables)."""
+    tables), its tables recorded in `graph_tables`."""
     model_fn = MODELS[model_cfg.name].model_fn
-    return spec.logits_of(model_fn(features, None, spec.ModeKeys.PREDICT, spec.Params(model_cfg, data_spec)))
+    return spec.logits_of(model_fn(features, None, spec.ModeKeys.PREDICT,
+                                   spec.Params(model_cfg, data_spec, graph_tables)))
 
 
 def build(features, labels, model_cfg: ModelConfig, data_spec, summaries: bool = True,
-          training: bool = False) -> ModelOutput:
+          training: bool = False, graph_tables: GraphTables | None = None) -> ModelOutput:
     """The model's spec in TRAIN mode (`training`: it may add rows to dynamic tables) or EVAL mode, its
-    loss, and batch metrics (0 for an empty batch), with their summaries unless told not to."""
+    loss, and batch metrics (0 for an empty batch), with their summaries unless told not to. Its tables go
+    in `graph_tables` (a model built again into one graph shares its first build's), or in new ones."""
+    graph_tables = graph_tables or GraphTables()
     count = tf.cast(tf.size(labels), tf.float32)
     mode = spec.ModeKeys.TRAIN if training else spec.ModeKeys.EVAL
-    model_spec = MODELS[model_cfg.name].model_fn(features, labels, mode, spec.Params(model_cfg, data_spec))
+    model_spec = MODELS[model_cfg.name].model_fn(features, labels, mode,
+                                                 spec.Params(model_cfg, data_spec, graph_tables))
     logits = spec.logits_of(model_spec)
     probabilities = tf.nn.softmax(logits, name="probabilities")
     correct = tf.equal(tf.argmax(logits, axis=1, output_type=labels.dtype), labels)
     accuracy = tf.math.divide_no_nan(tf.reduce_sum(tf.cast(correct, tf.float32)), count, name="batch_accuracy")
     auc = batch_auc(labels, probabilities[:, 1]) if data_spec.num_classes == 2 else None
     output = ModelOutput(logits, probabilities, model_spec.loss, accuracy, auc,
-                         spec.own_update(model_spec) if training else None)
+                         spec.own_update(model_spec) if training else None, graph_tables)
     if summaries:
         summarize(output)
     return output

@@ -25,7 +25,8 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from ps_trainer.model import multi_valued, registry
+from ps_trainer.model import multi_valued
+from ps_trainer.model.graph_tables import GraphTables
 
 v1 = tf.compat.v1
 
@@ -46,7 +47,7 @@ class Resolved(NamedTuple):
     ids: object
 
 
-def lookup(families, ids) -> list:
+def lookup(families, ids, graph_tables: GraphTables | None = None) -> list:
     """For each family of tables, the rows of ids[:, c] in its table of column c: [batch, columns, width].
 
     families: lists of tables, a table per column, each list of one width: variables or
@@ -56,10 +57,10 @@ def lookup(families, ids) -> list:
     int64 [batch, columns], each a row of its column's tables; or model/multi_valued.ColumnIds of such rows,
     whose rows come back [ids, width], in its flat() order.
 
-    Inside rows_from(source), the source answers instead (training/step/row_copies.py: a round's rows
-    held on the worker), for Resolved IDs too.
+    Inside rows_from(graph_tables, source), the source answers instead (training/step/row_copies.py: a round's
+    rows held on the worker), for Resolved IDs too.
     """
-    source = current_source()
+    source = current_source(graph_tables) if graph_tables is not None else None
     if source is not None:
         return source.lookup(families, ids)
     family_shards, num_cells = cut_alike(families)
@@ -81,23 +82,24 @@ def shaped(rows, ids, columns: int) -> tf.Tensor:
 
 
 @contextlib.contextmanager
-def rows_from(source):
-    """Inside, lookup() in the default graph returns source.lookup(families, ids)."""
-    registered = registry.of()
-    registered.rows_source = source
+def rows_from(graph_tables: GraphTables, source):
+    """Inside, lookup() of the tables of `graph_tables` in the default graph returns source.lookup(families,
+    ids)."""
+    recorded = graph_tables.of()
+    recorded.rows_source = source
     try:
         yield source
     finally:
-        registered.rows_source = None
+        recorded.rows_source = None
 
 
-def current_source():
+def current_source(graph_tables: GraphTables):
     """The source of the rows_from() the default graph is in, or in a loop body's graph, the graph it is
     built in; None outside any."""
     graph = v1.get_default_graph()
-    while graph is not None and registry.of(graph).rows_source is None:
+    while graph is not None and graph_tables.of(graph).rows_source is None:
         graph = getattr(graph, "outer_graph", None)
-    return registry.of(graph).rows_source if graph is not None else None
+    return graph_tables.of(graph).rows_source if graph is not None else None
 
 
 def cut_alike(families) -> tuple[list, int]:

@@ -32,7 +32,7 @@ def resumed_shards(saved: dict) -> None:
     del saved
 
 
-def columns(features, names, model_cfg, num_classes, training, initializer):
+def columns(features, names, model_cfg, num_classes, training, initializer, graph_tables):
     """(embeddings, wide weights) of every categorical column, each [batch, columns, width] (a multi-valued
     column's rows combined: model/multi_valued.py). On the ps tasks every column's tables are gathered from
     at once, one call per ps (model/grouped_lookup.py); alone, each with embedding_lookup ("div":
@@ -40,11 +40,11 @@ def columns(features, names, model_cfg, num_classes, training, initializer):
     tables = []
     for name in names:
         with v1.variable_scope(name):
-            tables.append(_tables(model_cfg, num_classes, training, initializer))
+            tables.append(_tables(model_cfg, num_classes, training, initializer, graph_tables))
     ids = multi_valued.ids_of([_bucket(features[name], model_cfg.hash_buckets) for name in names])
     deep, wide = zip(*tables)
     if model_cfg.table_devices:
-        rows = grouped_lookup.lookup([deep, wide], ids)
+        rows = grouped_lookup.lookup([deep, wide], ids, graph_tables)
     elif isinstance(ids, multi_valued.ColumnIds):
         rows = [tf.concat([v1.nn.embedding_lookup(table, values, partition_strategy="div")
                            for table, values in zip(column_tables, ids.values)], 0) for column_tables in (deep, wide)]
@@ -62,7 +62,7 @@ def _bucket(values, buckets: int):
     return tf.strings.to_hash_bucket_fast(values, buckets)
 
 
-def _tables(model_cfg, num_classes, training, initializer):
+def _tables(model_cfg, num_classes, training, initializer, graph_tables):
     """(embedding table, wide weight table) of the current column: --hash_buckets rows each."""
     shards = model_cfg.embedding_partitions
     partitioner = v1.fixed_size_partitioner(shards) if shards > 1 else None
@@ -74,8 +74,8 @@ def _tables(model_cfg, num_classes, training, initializer):
                                       initializer=v1.zeros_initializer())
     for shard in [*grouped_lookup.shards(table), *grouped_lookup.shards(weights)]:
         # Each shard and its optimizer slots: a group of rows that incremental checkpoints save.
-        marker = touched_rows.group(shard.op.name, shard.device, lambda slots_of, p=shard: [
+        marker = touched_rows.group(graph_tables, shard.op.name, shard.device, lambda slots_of, p=shard: [
             (p, None), *((slot, None) for slot, _ in slots_of(p))], shard.shape[0],
             mark=training and model_cfg.mark_touched_rows)
-        touched_rows.marks_rows_of(shard, marker)
+        touched_rows.marks_rows_of(graph_tables, shard, marker)
     return table, weights

@@ -92,18 +92,21 @@ class Params(NamedTuple):
     """What the trainer gives one of its own models' model_fns as `params`."""
     model_cfg: object  # model.ModelConfig
     data_spec: object  # input.DataSpec: the features' names, dtypes and shapes, and the classes
+    graph_tables: object  # model/graph_tables.GraphTables: where the model's embedding tables are recorded
 
 
 def classifier(logits):
     """The model_fn of one of the trainer's own classifiers, from its forward pass
-    `logits(features, model_cfg, data_spec, training)`, built inside the model's variable scope (its name,
+    `logits(features, model_cfg, data_spec, training)` (and `graph_tables=`, params.graph_tables, if it takes
+    it: a model with embedding tables records them there), built inside the model's variable scope (its name,
     which its checkpoints' variables carry). Its predictions are the logits and, given labels, its loss is
     the mean cross-entropy: 0 for an empty batch, with no gradient (a sync worker with nothing to read in a
     round sends one, input/work_queue.py: a share that adds nothing)."""
 
     def model_fn(features, labels, mode: str, params: Params) -> EstimatorSpec:
+        tables = {"graph_tables": params.graph_tables} if takes(logits, "graph_tables") else {}
         with v1.variable_scope(params.model_cfg.name):
-            logits_ = logits(features, params.model_cfg, params.data_spec, mode == ModeKeys.TRAIN)
+            logits_ = logits(features, params.model_cfg, params.data_spec, mode == ModeKeys.TRAIN, **tables)
         loss = None
         if labels is not None:
             count = tf.cast(tf.size(labels), tf.float32)

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from ps_trainer.model import dynamic, grouped_lookup, hashed, touched_rows
 from ps_trainer.model.dynamic import table as dynamic_table
+from ps_trainer.model.graph_tables import GraphTables
 
 
 class TableKind(Protocol):
@@ -16,10 +17,11 @@ class TableKind(Protocol):
     def misplaced(self, flag: str, embedding: str) -> str:
         """The refusal of one of OWN_FLAGS given for another kind, --embedding=`embedding`."""
 
-    def columns(self, features, names, model_cfg, num_classes: int, training: bool,
-                initializer) -> tuple[tf.Tensor, ...]:
+    def columns(self, features, names, model_cfg, num_classes: int, training: bool, initializer,
+                graph_tables: GraphTables) -> tuple[tf.Tensor, ...]:
         """(embeddings [batch, columns, model_cfg.embedding_dim], wide weights [batch, columns, num_classes]) of
-        the categorical columns `names` (`training`: a kind may add rows as it meets IDs)."""
+        the categorical columns `names` (`training`: a kind may add rows as it meets IDs), their tables recorded
+        in `graph_tables`."""
 
     def restore_refusal(self, saved: dict, now) -> str | None:
         """Why a checkpoint of this kind (`saved`: its run's model settings, run.json's) cannot restore into
@@ -34,7 +36,7 @@ KINDS: dict[str, TableKind] = {"hashed": hashed, "dynamic": dynamic}
 
 
 class RowUpdate(NamedTuple):
-    """How an optimizer's update of a variable's rows runs, as the tables built in its graph ask: `lock`,
+    """How an optimizer's update of a variable's rows runs, as the model's tables ask: `lock`,
     the lock of the dynamic table's shard whose rows it holds, when they grow (model/dynamic/upkeep.py
     replaces the row variable and its slots one by one inside it: an update in between would meet a
     variable and a slot of different lengths); `marker`, the marks of the rows incremental checkpoints
@@ -43,6 +45,7 @@ class RowUpdate(NamedTuple):
     lock: tf.CriticalSection | None = None
     marker: tf.Variable | None = None
     distinct: bool = False
+    graph_tables: GraphTables | None = None  # where the marker's generation counters are
 
     def of_rows(self, apply, indices) -> tf.Operation:
         """apply(), the update of rows `indices`, marked once written, inside the lock if there is one (taken
@@ -52,7 +55,7 @@ class RowUpdate(NamedTuple):
             if self.marker is None:
                 return applied
             with tf.control_dependencies([applied]):
-                return touched_rows.mark(self.marker, indices)
+                return touched_rows.mark(self.graph_tables, self.marker, indices)
 
         if self.lock is None:
             return update()
@@ -71,10 +74,15 @@ class RowUpdate(NamedTuple):
         if self.marker is None:
             return applied
         with tf.control_dependencies([applied]):
-            return touched_rows.mark_all(self.marker)
+            return touched_rows.mark_all(self.graph_tables, self.marker)
 
 
-def row_update(variable, indices=None) -> RowUpdate:
-    """The RowUpdate of `variable` (a resource handle or variable), for a gradient at `indices` (None: dense)."""
-    return RowUpdate(lock=dynamic_table.rows_lock(variable), marker=touched_rows.marker_of(variable),
-                     distinct=indices is not None and grouped_lookup.rows_are_distinct(indices))
+def row_update(graph_tables: GraphTables | None, variable, indices=None) -> RowUpdate:
+    """The RowUpdate of `variable` (a resource variable), for a gradient at `indices` (None: dense), as the tables
+    of `graph_tables` ask (None: a model with no tables)."""
+    distinct = indices is not None and grouped_lookup.rows_are_distinct(indices)
+    if graph_tables is None:
+        return RowUpdate(distinct=distinct)
+    return RowUpdate(lock=dynamic_table.rows_lock(graph_tables, variable),
+                     marker=touched_rows.marker_of(graph_tables, variable), distinct=distinct,
+                     graph_tables=graph_tables)

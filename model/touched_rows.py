@@ -3,8 +3,8 @@ checkpoint saves (training/incremental.py).
 
 A table's rows come in groups that share row numbers: a hashed table's shard with its optimizer
 slots; a dynamic table's shard (its trained variables, their slots, its last-read steps and its
-ID -> row map). The model registers each group (`group()`), in every graph it builds, so that a
-graph that only restores (the evaluator's, the export's) can apply a delta too. When the run saves
+ID -> row map). The model records each group (`group()`) in its GraphTables, in every graph it builds, so
+that a graph that only restores (the evaluator's, the export's) can apply a delta too. When the run saves
 deltas, each group of the training graph also has a marker on its ps: per row, the generation in
 which the row last changed (int32, 4 bytes a row).
 
@@ -23,7 +23,7 @@ import dataclasses
 
 import tensorflow as tf
 
-from ps_trainer.model import registry
+from ps_trainer.model.graph_tables import GraphTables
 
 v1 = tf.compat.v1
 
@@ -60,12 +60,13 @@ class Generation:
     since: tf.Variable
 
 
-def group(name: str, device: str, row_variables, rows: int, mark: bool, grow: bool = False, table_map=None):
-    """Registers a group of the default graph (once by name); with `mark`, gives it a marker of `rows`
-    rows on `device` (its length unknown to the graph if the group's rows `grow`). Returns its marker,
+def group(graph_tables: GraphTables, name: str, device: str, row_variables, rows: int, mark: bool, grow: bool = False,
+          table_map=None):
+    """Records a group of the default graph in `graph_tables` (once by name); with `mark`, gives it a marker of
+    `rows` rows on `device` (its length unknown to the graph if the group's rows `grow`). Returns its marker,
     or None."""
     graph = _root(v1.get_default_graph())
-    groups = registry.of(graph).row_groups
+    groups = graph_tables.of(graph).row_groups
     if name in groups:
         return groups[name].marker
     marker = None
@@ -74,39 +75,39 @@ def group(name: str, device: str, row_variables, rows: int, mark: bool, grow: bo
             marker = v1.Variable(tf.zeros([rows], MARK_DTYPE), trainable=False, use_resource=True, name="touched",
                                  shape=tf.TensorShape([None]) if grow else tf.TensorShape([rows]),
                                  collections=[v1.GraphKeys.GLOBAL_VARIABLES, MARKS])
-        generation_of(marker.device)  # where current() and changed_rows() look for it
+        generation_of(graph_tables, marker.device)  # where current() and changed_rows() look for it
     groups[name] = RowGroup(name, device, row_variables, marker, table_map)
     return marker
 
 
 def _root(graph):
     """The graph a loop body's graph is built in (its outer graphs'), or the graph itself: a model built
-    in a loop (--local_steps' rounds) finds the groups and counters its first build registered."""
+    in a loop (--local_steps' rounds) finds the groups and counters its first build recorded."""
     while getattr(graph, "outer_graph", None) is not None:
         graph = graph.outer_graph
     return graph
 
 
-def marks_rows_of(variable, marker) -> None:
+def marks_rows_of(graph_tables: GraphTables, variable, marker) -> None:
     """Says that `marker` marks the rows of `variable`: the optimizers mark the rows they update
     (model/tables.RowUpdate)."""
     if marker is not None:
-        registry.of(variable.graph).markers[variable.op.name] = marker
+        graph_tables.of(variable.graph).markers[variable.ref()] = marker
 
 
-def groups(graph=None) -> list[RowGroup]:
-    return list(registry.of(_root(graph or v1.get_default_graph())).row_groups.values())
+def groups(graph_tables: GraphTables, graph=None) -> list[RowGroup]:
+    return list(graph_tables.of(_root(graph or v1.get_default_graph())).row_groups.values())
 
 
-def marker_of(variable) -> tf.Variable | None:
+def marker_of(graph_tables: GraphTables, variable) -> tf.Variable | None:
     """The marker of the rows of `variable` (a table's row variable), or None."""
-    return registry.of(variable.graph).markers.get(variable.op.name)
+    return graph_tables.of(variable.graph).markers.get(variable.ref())
 
 
-def generation_of(device: str) -> Generation:
+def generation_of(graph_tables: GraphTables, device: str) -> Generation:
     """The default graph's generation counters on `device`, made the first time."""
     graph = _root(v1.get_default_graph())
-    found = registry.of(graph).generations
+    found = graph_tables.of(graph).generations
     if device not in found:
         with v1.device(device), v1.name_scope(None), v1.name_scope(f"touched_rows/generation{len(found)}/"):
             found[device] = Generation(*(
@@ -116,40 +117,40 @@ def generation_of(device: str) -> Generation:
     return found[device]
 
 
-def generations(graph=None) -> dict[str, Generation]:
-    return dict(registry.of(_root(graph or v1.get_default_graph())).generations)
+def generations(graph_tables: GraphTables, graph=None) -> dict[str, Generation]:
+    return dict(graph_tables.of(_root(graph or v1.get_default_graph())).generations)
 
 
-def current(marker) -> tf.Tensor:
+def current(graph_tables: GraphTables, marker) -> tf.Tensor:
     """The generation to mark rows of `marker` with, read on its ps (after what the caller made it wait for)."""
-    return generation_of(marker.device).current.read_value()
+    return generation_of(graph_tables, marker.device).current.read_value()
 
 
-def mark(marker, rows) -> tf.Operation:
+def mark(graph_tables: GraphTables, marker, rows) -> tf.Operation:
     """Marks `rows` of `marker` as changed in the current generation."""
     with v1.colocate_with(marker):
         rows = tf.reshape(rows, [-1])
-        return v1.scatter_update(marker, rows, tf.fill(tf.shape(rows), current(marker))).op
+        return v1.scatter_update(marker, rows, tf.fill(tf.shape(rows), current(graph_tables, marker))).op
 
 
-def mark_all(marker) -> tf.Operation:
+def mark_all(graph_tables: GraphTables, marker) -> tf.Operation:
     """Marks every row of `marker` (a dense update of the whole table)."""
     with v1.colocate_with(marker):
-        return marker.assign(tf.fill(tf.shape(marker), current(marker)), read_value=False)
+        return marker.assign(tf.fill(tf.shape(marker), current(graph_tables, marker)), read_value=False)
 
 
-def changed_rows(marker) -> tf.Tensor:
+def changed_rows(graph_tables: GraphTables, marker) -> tf.Tensor:
     """The rows marked since the last save that succeeded: int64, in order."""
     with v1.colocate_with(marker):
-        since = generation_of(marker.device).since.read_value()
+        since = generation_of(graph_tables, marker.device).since.read_value()
         return tf.reshape(tf.where(marker >= since), [-1])
 
 
-def bump() -> list:
+def bump(graph_tables: GraphTables) -> list:
     """Ops that start a save: each ps's generation moves on (rows changed from here on go in the next save)."""
-    return [g.bumped.assign(g.current.assign_add(1)).op for g in generations().values()]
+    return [g.bumped.assign(g.current.assign_add(1)).op for g in generations(graph_tables).values()]
 
 
-def commit() -> list:
+def commit(graph_tables: GraphTables) -> list:
     """Ops that end a save that succeeded: each ps's `since` becomes the generation it bumped to."""
-    return [g.since.assign(g.bumped).op for g in generations().values()]
+    return [g.since.assign(g.bumped).op for g in generations(graph_tables).values()]

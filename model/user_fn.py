@@ -100,7 +100,8 @@ def model_fn(features, labels, mode: str, params: spec.Params) -> spec.Estimator
     separators = params.data_spec.separators
     features = {name: multi_valued.split(value, separators[name]).to_sparse() if name in separators else value
                 for name, value in features.items()}
-    with tf.compat.v1.variable_scope(model_cfg.name), column.building(options, mode == spec.ModeKeys.TRAIN):
+    with tf.compat.v1.variable_scope(model_cfg.name), column.building(params.graph_tables, options,
+                                                                      mode == spec.ModeKeys.TRAIN):
         found = spec.call_model_fn(function, features, labels, mode, params_of(model_cfg.model_fn_params), None)
     loss = getattr(found, "loss", None)
     if mode != spec.ModeKeys.PREDICT and loss is None:

@@ -64,7 +64,7 @@ def categorical_columns(data_spec) -> list[str]:
     return sorted(n for n, s in data_spec.features.items() if s.dtype == tf.string)
 
 
-def logits(features, model_cfg, data_spec, training):
+def logits(features, model_cfg, data_spec, training, graph_tables):
     features = multi_valued.split_columns(features, data_spec.separators)
     categorical = categorical_columns(data_spec)
     numeric = sorted(n for n, s in data_spec.features.items() if s.dtype == tf.float32)
@@ -72,7 +72,7 @@ def logits(features, model_cfg, data_spec, training):
     deep_inputs, wide_terms = [], []
     if categorical:
         deep, wide = tables.KINDS[model_cfg.embedding].columns(features, categorical, model_cfg, num_classes, training,
-                                                         _embedding_initializer(model_cfg))
+                                                               _embedding_initializer(model_cfg), graph_tables)
         deep_inputs.append(tf.reshape(deep, [-1, len(categorical) * model_cfg.embedding_dim]))
         wide_terms.append(tf.reduce_sum(wide, axis=1))
     if numeric:

@@ -37,6 +37,7 @@ from ps_trainer.launch import faults  # noqa: E402
 from ps_trainer.launch.processes import LocalCluster  # noqa: E402
 from ps_trainer.model.dynamic import ids as table_ids, storage as table_storage  # noqa: E402
 from ps_trainer.model.dynamic import table as dynamic_table, upkeep as table_upkeep  # noqa: E402
+from ps_trainer.model.graph_tables import GraphTables  # noqa: E402
 
 flags.DEFINE_integer("ids", 10_000_000, "Distinct IDs admitted (live rows at the end).", lower_bound=1000)
 flags.DEFINE_integer("num_ps", 2, "ps tasks the table is sharded over.", lower_bound=1)
@@ -77,15 +78,16 @@ def build(cfg, capacity: int):
     options = table_ids.TableOptions(capacity=capacity, shards=FLAGS.num_ps, devices=cfg.ps_devices(), grow=True)
     with v1.device(cfg.worker_device()):
         global_step = v1.train.get_or_create_global_step()
-    table = dynamic_table.DynamicTable("scale", ids, options, training=True)
+    graph_tables = GraphTables()
+    table = dynamic_table.DynamicTable(graph_tables, "scale", ids, options, training=True)
     rows = table.rows("embedding", FLAGS.width, v1.random_normal_initializer(stddev=0.01))
     with v1.device(cfg.worker_device()):
         loss = tf.reduce_mean(tf.square(rows - 1.0))
-    optimizer = optimizers.AdagradOptimizer(0.1)
+    optimizer = optimizers.AdagradOptimizer(0.1, graph_tables=graph_tables)
     train = optimizer.minimize(loss, global_step=global_step)
     slots_of = lambda variable: optimizers.slots_and_starts(optimizer, variable)  # noqa: E731
     held = tf.add_n([shard.held for shard in table._shards])  # noqa: SLF001  (the table's shards, measured)
-    return ids, train, table_upkeep.upkeep(slots_of), rows, held
+    return ids, train, table_upkeep.upkeep(graph_tables, slots_of), rows, held
 
 
 def main(argv):

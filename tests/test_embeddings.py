@@ -18,6 +18,7 @@ from ps_trainer.cluster import spec
 from ps_trainer.launch import chaos, measure
 from ps_trainer.model.dynamic import ids as table_ids, storage as table_storage
 from ps_trainer.model.dynamic import table as dynamic_table, upkeep as table_upkeep
+from ps_trainer.model.graph_tables import GraphTables
 from tests.support import (ROOT, describe, finished, in_process_cluster, join_all, logged_step, read_flags,
                            run_trainer, saved_maps, serve_in_fresh_process, wait_for, write_criteo_shaped_tsvs)
 from ps_trainer.training import export, incremental, log_lines, run_record
@@ -36,7 +37,7 @@ def table_graph(ids_dtype=tf.string, capacity=40, shards=2, min_count=1, trainin
     options = table_ids.TableOptions(capacity=capacity, shards=shards, devices=devices, min_count=min_count,
                                       steps_to_live=steps_to_live, grow=grow)
     with v1.variable_scope("user"):
-        table = dynamic_table.DynamicTable("user", ids, options, training)
+        table = dynamic_table.DynamicTable(GraphTables(), "user", ids, options, training)
         rows = table.rows("embedding", WIDTH, initializer or v1.random_normal_initializer(seed=1))
     return ids, rows, table
 
@@ -162,9 +163,9 @@ def test_storage_grows_with_the_ids_met_keeping_every_row_value_and_slot_and_nev
     batch = 3000
     with tf.Graph().as_default():
         ids, rows, table = table_graph(tf.int64, capacity=200_000, shards=2, grow=True)
-        optimizer = optimizers.AdagradOptimizer(0.1)
+        optimizer = optimizers.AdagradOptimizer(0.1, graph_tables=table.graph_tables)
         train = optimizer.minimize(tf.reduce_sum(rows))
-        upkeep = table_upkeep.upkeep(lambda variable: optimizers.slots_and_starts(optimizer, variable))
+        upkeep = table_upkeep.upkeep(table.graph_tables, lambda v: optimizers.slots_and_starts(optimizer, v))
         storages = sorted((v for v in v1.global_variables() if v.op.name.endswith("/embedding")),
                           key=lambda v: v.op.name)
         slots = [optimizer.get_slot(v, "accumulator") for v in storages]
@@ -213,7 +214,7 @@ def test_storage_grows_with_the_ids_met_keeping_every_row_value_and_slot_and_nev
 def test_a_full_table_resumes_from_its_checkpoint_with_a_higher_capacity(tmp_path):
     def graph(capacity):
         ids, rows, table = table_graph(capacity=capacity, shards=1, grow=True)
-        return ids, rows, table, table_upkeep.upkeep(lambda variable: [])
+        return ids, rows, table, table_upkeep.upkeep(table.graph_tables, lambda variable: [])
 
     with tf.Graph().as_default():
         ids, rows, table, _ = graph(capacity=4)
@@ -281,10 +282,10 @@ def test_a_restore_of_a_save_caught_mid_growth_gives_every_row_variable_the_rows
     rows, or a map naming rows past next_row. The upkeep after the restore mends both."""
     with tf.Graph().as_default():
         ids, rows, table = table_graph(tf.int64, capacity=100_000, shards=1, grow=True)
-        optimizer = optimizers.AdagradOptimizer(0.1)
+        optimizer = optimizers.AdagradOptimizer(0.1, graph_tables=table.graph_tables)
         train = optimizer.minimize(tf.reduce_sum(rows))
         slots_of = lambda variable: optimizers.slots_and_starts(optimizer, variable)  # noqa: E731
-        upkeep = table_upkeep.upkeep(slots_of)
+        upkeep = table_upkeep.upkeep(table.graph_tables, slots_of)
         shard = table._shards[0]
         storage = [v for v in v1.global_variables() if v.op.name == "user/shard0/embedding"][0]
         accumulator = optimizer.get_slot(storage, "accumulator")
@@ -334,10 +335,11 @@ def test_a_restored_table_serves_raw_ids_and_stores_none_it_does_not_know(tmp_pa
 def test_eviction_frees_the_rows_untouched_for_steps_to_live_resets_them_and_their_slots_and_reuses_them():
     with tf.Graph().as_default():
         global_step = v1.train.get_or_create_global_step()
-        ids, rows, _ = table_graph(capacity=6, shards=1, steps_to_live=3, initializer=v1.zeros_initializer())
+        ids, rows, user = table_graph(capacity=6, shards=1, steps_to_live=3, initializer=v1.zeros_initializer())
         optimizer = v1.train.AdagradOptimizer(0.5, initial_accumulator_value=0.1)
         train = optimizer.minimize(tf.reduce_sum(rows), global_step=global_step)
-        evict = table_upkeep.eviction(lambda variable: [(optimizer.get_slot(variable, "accumulator"), 0.1)])
+        evict = table_upkeep.eviction(user.graph_tables,
+                                      lambda variable: [(optimizer.get_slot(variable, "accumulator"), 0.1)])
         table = [v for v in v1.global_variables() if v.op.name == "user/shard0/embedding"][0]
         accumulator = optimizer.get_slot(table, "accumulator")
         live = v1.get_collection(table_storage.LIVE_ROWS)
@@ -422,9 +424,10 @@ def test_workers_training_while_the_storage_grows_under_them_never_meet_a_slot_o
 
     def graph():
         ids, rows, table = table_graph(tf.int64, capacity=100_000, shards=1, devices=devices, grow=True)
-        optimizer = optimizers.OPTIMIZERS["adagrad"](0.1, None)
+        optimizer = optimizers.OPTIMIZERS["adagrad"](0.1, None, table.graph_tables)
         train = optimizer.minimize(tf.reduce_sum(tf.square(rows)))
-        return ids, train, table_upkeep.upkeep(lambda v: optimizers.slots_and_starts(optimizer, v)), table, optimizer
+        upkeep = table_upkeep.upkeep(table.graph_tables, lambda v: optimizers.slots_and_starts(optimizer, v))
+        return ids, train, upkeep, table, optimizer
 
     with tf.Graph().as_default():
         graph()
@@ -463,12 +466,13 @@ def test_workers_training_while_the_storage_grows_under_them_never_meet_a_slot_o
 def test_rows_a_table_adds_start_their_slots_where_the_optimizer_starts_them(name):
     with tf.Graph().as_default():
         ids, rows, table = table_graph(tf.int64, capacity=100_000, shards=1, grow=True)
-        make = optimizers.OPTIMIZERS.get(name, lambda lr, cfg: optimizers.GrowableFtrlOptimizer(lr))  # wide_deep's
-        optimizer = make(0.1, TrainConfig(momentum=0.9))
+        make = optimizers.OPTIMIZERS.get(name, lambda lr, cfg, graph_tables: optimizers.GrowableFtrlOptimizer(
+            lr, graph_tables=graph_tables))  # wide_deep's
+        optimizer = make(0.1, TrainConfig(momentum=0.9), table.graph_tables)
         train = optimizer.minimize(tf.reduce_sum(rows))
         storage = [v for v in v1.global_variables() if v.op.name == "user/shard0/embedding"][0]
         slots = optimizers.slots_and_starts(optimizer, storage)
-        upkeep = table_upkeep.upkeep(lambda v: optimizers.slots_and_starts(optimizer, v))
+        upkeep = table_upkeep.upkeep(table.graph_tables, lambda v: optimizers.slots_and_starts(optimizer, v))
         with v1.Session() as sess:
             sess.run(v1.global_variables_initializer())
             for slot, start in slots:  # as the optimizer made them
@@ -512,10 +516,10 @@ def test_the_tables_of_several_columns_cross_to_each_ps_in_one_tensor_and_read_t
     batch = np.array([["a", "x", "a"], ["b", "x", "q"], ["a", "y", "r"], ["c", "z", "a"]], object)
     with tf.Graph().as_default():
         ids = v1.placeholder(tf.string, [None, 3])
-        tables = []
+        tables, graph_tables = [], GraphTables()
         for column, name in enumerate(("user", "item", "query")):
             with v1.variable_scope(name):
-                tables.append(dynamic_table.DynamicTable(name, ids, options, True, column))
+                tables.append(dynamic_table.DynamicTable(graph_tables, name, ids, options, True, column))
         rows = dynamic_table.rows_of_columns(tables, "embedding", WIDTH, v1.random_normal_initializer(seed=1))
         contents = [table.contents() for table in tables]
         values = {v.op.name: v for v in v1.global_variables() if v.op.name.endswith("/embedding")}

@@ -474,6 +474,7 @@ def test_canned_wide_and_deep_is_tf1s_summed_loss_names_and_optimizers_and_steps
     import tensorflow as tf
 
     from ps_trainer import estimator
+    from ps_trainer.model.graph_tables import GraphTables
 
     v1, fc = tf.compat.v1, tf.compat.v1.feature_column
     education = fc.categorical_column_with_vocabulary_list("education", ["school", "college"])
@@ -486,7 +487,7 @@ def test_canned_wide_and_deep_is_tf1s_summed_loss_names_and_optimizers_and_steps
                     "education": tf.constant([["school"], ["college"], ["x"]])}
         labels = tf.constant([[1], [0], [1]])
         v1.train.get_or_create_global_step()
-        spec = model._call_model_fn(features, labels, estimator.ModeKeys.TRAIN)
+        spec = model._call_model_fn(features, labels, estimator.ModeKeys.TRAIN, GraphTables())
         names = {variable.op.name for variable in v1.global_variables()}
         with v1.Session() as session:
             session.run((v1.global_variables_initializer(), v1.tables_initializer()))

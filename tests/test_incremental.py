@@ -13,7 +13,6 @@ import tensorflow as tf
 from ps_trainer import input as inputs
 from ps_trainer import model
 from ps_trainer.cluster import spec
-from ps_trainer.model import registry
 from ps_trainer.model.dynamic import storage as table_storage
 from ps_trainer.training import checkpoints, evaluator, export, incremental
 from ps_trainer.training import graph as train_graph
@@ -72,7 +71,7 @@ def restored(trainer, *prefixes) -> list[dict[str, np.ndarray]]:
     """Every saved variable and each map's (ID, row) pairs, as the chief's saver restores each prefix (and
     its deltas) into the trainer's graph in a new session (where nothing is initialized yet)."""
     with trainer.graph.as_default():
-        trained = registry.of(trainer.graph).trained_shards
+        trained = trainer.train.graph_tables.of(trainer.graph).trained_shards
         maps = {shard.map.full_name: shard.map.pairs() for _, shard in trained}
         variables = {variable.op.name: variable for variable in checkpoints.saved_variables()
                      if isinstance(variable, tf.Variable)}

@@ -400,9 +400,9 @@ def test_a_round_marks_the_rows_it_changed_for_the_next_incremental_checkpoint()
     with tf.Graph().as_default():
         graph = train_graph.build_graph(cfg)
         shards = v1.get_collection(needs.TABLE_VARIABLES)  # each shard of each table
-        markers = [touched_rows.marker_of(shard) for shard in shards]
+        markers = [touched_rows.marker_of(graph.graph_tables, shard) for shard in shards]
         assert len(shards) >= 8 and all(marker is not None for marker in markers)
-        changed = [touched_rows.changed_rows(marker) for marker in markers]
+        changed = [touched_rows.changed_rows(graph.graph_tables, marker) for marker in markers]
         with v1.Session(servers[0].target) as sess:
             sess.run(v1.global_variables_initializer())
             sess.run(v1.local_variables_initializer())

@@ -13,7 +13,8 @@ from absl import app
 
 from ps_trainer import input as inputs
 from ps_trainer import model
-from ps_trainer.model import registry, user_fn
+from ps_trainer.model import user_fn
+from ps_trainer.model.graph_tables import GraphTables
 from ps_trainer.model.dynamic import storage as table_storage
 from ps_trainer.training import graph as train_graph
 from tests.support import ROOT, describe, finished, read_flags, stop_process_group, write_click_csvs
@@ -104,7 +105,7 @@ def test_dynamic_columns_of_a_model_fn_are_the_runs_dynamic_tables_and_refuse_to
     monkeypatch.setattr(user_fn, "load", lambda location: model_fn)
     with tf.Graph().as_default() as graph:
         train = train_graph.build_graph(cfg)
-        trained = sorted({name for name, _ in registry.of(graph).trained_shards})
+        trained = sorted({name for name, _ in train.graph_tables.of(graph).trained_shards})
         assert trained == ["model_fn/input_layer/item_dynamic_embedding", "model_fn/input_layer/user_dynamic_embedding"]
         live = graph.get_collection(table_storage.LIVE_ROWS)
         with tf.compat.v1.Session() as sess:
@@ -130,7 +131,7 @@ def test_a_dynamic_column_of_several_values_per_example_combines_each_examples_r
     from ps_trainer.model.dynamic.ids import TableOptions
     histories = [["a", "b"], ["a"], ["b"], [], ["a", "a", "b"]]  # per example; the last names "a" twice
     outputs = {}
-    with tf.Graph().as_default(), dynamic_column.building(TableOptions(capacity=100), training=True):
+    with tf.Graph().as_default(), dynamic_column.building(GraphTables(), TableOptions(capacity=100), training=True):
         dense = tf.constant([row + [""] * (3 - len(row)) for row in histories])
         integers = tf.constant([[{"a": 7, "b": 9}[v] for v in row] + [-1] * (3 - len(row)) for row in histories])
         features = {"sparse": tf.sparse.from_dense(dense), "dense": dense, "integers": integers}

@@ -137,20 +137,22 @@ def report_uninitialized() -> tf.Tensor:
 
 
 def program_scaffold(scaffold, uninitialized, model_dir: str | None, keep_checkpoint_max: int,
-                     keep_checkpoint_every_n_hours: float, before_save=None, after_restore=None, slots_of=None):
+                     keep_checkpoint_every_n_hours: float, before_save=None, after_restore=None, slots_of=None,
+                     graph_tables=None):
     """A program's Scaffold (an Estimator model_fn's) with the chief's LiveStateSaver (sharded: each ps writes
     its own part) where the program names no saver of its own, in the scaffold or, where TensorFlow's Scaffold
     also looks, the graph's SAVERS collection. It also restores a checkpoint TensorFlow 2.x's V1 canned
     estimators wrote in model_dir (tf2_slot_layout; model_dir None: a task that restores nothing).
     before_save, after_restore: (session) -> None, the dynamic tables' eviction and reconciliation; slots_of: the
-    update's slots of a variable, where the chief saves deltas of the tables' changed rows (LiveStateSaver's)."""
+    update's slots of a variable, where the chief saves deltas of the changed rows of the tables of
+    `graph_tables` (LiveStateSaver's)."""
     if (scaffold is not None and scaffold.saver is not None) or tf.compat.v1.get_collection(
             tf.compat.v1.GraphKeys.SAVERS):
         return scaffold or tf.compat.v1.train.Scaffold()
     saver = LiveStateSaver(uninitialized, sharded=True, max_to_keep=keep_checkpoint_max, save_relative_paths=True,
                            keep_checkpoint_every_n_hours=keep_checkpoint_every_n_hours,
                            renamed=tf2_slot_layout(model_dir, sharded=True), before_save=before_save,
-                           after_restore=after_restore, slots_of=slots_of)
+                           after_restore=after_restore, slots_of=slots_of, graph_tables=graph_tables)
     return tf.compat.v1.train.Scaffold(saver=saver, copy_from_scaffold=scaffold)
 
 
@@ -237,12 +239,12 @@ def restore_with_deltas(sess, restore_full, deltas: incremental.Deltas | None, p
     return chain
 
 
-def delta_restorer(checkpoint: str) -> incremental.Deltas | None:
-    """For a graph that only restores (the evaluator's, the export's): what restores the deltas of the
-    full checkpoint `checkpoint`, or None when it has none (built only then: a Saver of every table
-    takes seconds to build)."""
-    return incremental.Deltas(saved_variables()) if touched_rows.groups() and incremental.deltas_of(
-        checkpoint) else None
+def delta_restorer(graph_tables, checkpoint: str) -> incremental.Deltas | None:
+    """For a graph that only restores (the evaluator's, the export's), whose model recorded its tables in
+    `graph_tables`: what restores the deltas of the full checkpoint `checkpoint`, or None when it has none
+    (built only then: a Saver of every table takes seconds to build)."""
+    return incremental.Deltas(graph_tables, saved_variables()) if touched_rows.groups(
+        graph_tables) and incremental.deltas_of(checkpoint) else None
 
 
 class OlderLayout(NamedTuple):
@@ -356,7 +358,7 @@ class LiveStateSaver(tf.compat.v1.train.Saver):
     """
 
     def __init__(self, uninitialized, *args, before_save=None, after_restore=None, older: OlderLayout | None = None,
-                 slots_of=None, renamed: RenamedLayout | None = None, **kwargs):
+                 slots_of=None, graph_tables=None, renamed: RenamedLayout | None = None, **kwargs):
         """uninitialized: report_uninitialized() of this graph; before_save(session), if given, runs
         before each save (the eviction of embedding rows, which the checkpoint then leaves out);
         after_restore(session), if given, runs after each restore, once the NOT_SAVED variables are
@@ -374,7 +376,7 @@ class LiveStateSaver(tf.compat.v1.train.Saver):
         self._older = older
         self._renamed = renamed
         self._global_step = tf.compat.v1.train.get_global_step()
-        self.deltas = incremental.Deltas(saved_variables(), slots_of) if slots_of else None
+        self.deltas = incremental.Deltas(graph_tables, saved_variables(), slots_of) if slots_of else None
         # The full checkpoint that this run's deltas build on: the last saved or restored (None: the
         # newest registered, which a chief restarted over live ps tasks continues).
         self._base = None

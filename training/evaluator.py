@@ -49,7 +49,7 @@ def evaluate(cfg, checkpoint: str, max_examples: int | None = None) -> tuple[int
         grouped = ((features[cfg.data.group_column], labels, output.probabilities[:, 1])
                    if cfg.data.group_column else None)
         saver = v1.train.Saver()  # the variables and the tables (model/dynamic/storage.py's ID -> row maps)
-        deltas = checkpoints.delta_restorer(checkpoint)
+        deltas = checkpoints.delta_restorer(output.graph_tables, checkpoint)
         init_metrics = v1.local_variables_initializer()
         updates = [update for _, update in metrics.values()]
         results = {name: value for name, (value, _) in metrics.items()}

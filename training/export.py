@@ -15,6 +15,7 @@ from absl import logging
 from ps_trainer import input as inputs
 from ps_trainer import model
 from ps_trainer.cluster import model_dir as layout
+from ps_trainer.model.graph_tables import GraphTables
 from ps_trainer.training import checkpoints
 
 v1 = tf.compat.v1
@@ -22,27 +23,29 @@ SIGNATURE = "serving_default"
 
 
 def serving_graph(cfg):
-    """(graph, raw feature placeholders, outputs) of the model alone, on no particular device."""
+    """(graph, raw feature placeholders, outputs, the model's GraphTables) of the model alone, on no particular
+    device."""
     data_spec = inputs.spec(cfg.data)
     graph = tf.Graph()
     with graph.as_default():
         features = {name: v1.placeholder(s.dtype, [None, *s.shape], name=name)
                     for name, s in data_spec.features.items()}
-        logits = model.logits_of(features, cfg.model, data_spec)
+        graph_tables = GraphTables()
+        logits = model.logits_of(features, cfg.model, data_spec, graph_tables)
         outputs = {
             "probabilities": tf.nn.softmax(logits, name="probabilities"),
             "classes": tf.argmax(logits, axis=1, name="classes"),
             "logits": logits,
         }
-    return graph, features, outputs
+    return graph, features, outputs, graph_tables
 
 
 def predict(cfg, checkpoint: str, features: dict) -> dict:
     """The outputs of `checkpoint` for a batch of raw features (numpy), in this process."""
-    graph, placeholders, outputs = serving_graph(cfg)
+    graph, placeholders, outputs, graph_tables = serving_graph(cfg)
     with graph.as_default(), v1.Session(graph=graph) as sess:
-        checkpoints.restore_with_deltas(sess, v1.train.Saver().restore, checkpoints.delta_restorer(checkpoint),
-                                        checkpoint)
+        checkpoints.restore_with_deltas(sess, v1.train.Saver().restore,
+                                        checkpoints.delta_restorer(graph_tables, checkpoint), checkpoint)
         return sess.run(outputs, {placeholders[name]: value for name, value in features.items()})
 
 
@@ -53,10 +56,10 @@ def export(cfg, checkpoint: str) -> str:
     partial = export_dir + ".incomplete"
     if tf.io.gfile.exists(partial):
         tf.io.gfile.rmtree(partial)
-    graph, features, outputs = serving_graph(cfg)
+    graph, features, outputs, graph_tables = serving_graph(cfg)
     with graph.as_default(), v1.Session(graph=graph) as sess:
-        checkpoints.restore_with_deltas(sess, v1.train.Saver().restore, checkpoints.delta_restorer(checkpoint),
-                                        checkpoint)
+        checkpoints.restore_with_deltas(sess, v1.train.Saver().restore,
+                                        checkpoints.delta_restorer(graph_tables, checkpoint), checkpoint)
         builder = v1.saved_model.Builder(partial)
         signature = v1.saved_model.predict_signature_def(inputs=features, outputs=outputs)
         builder.add_meta_graph_and_variables(sess, [v1.saved_model.tag_constants.SERVING],

@@ -13,6 +13,7 @@ from absl import logging
 from ps_trainer import input as inputs
 from ps_trainer import model
 from ps_trainer.model import touched_rows
+from ps_trainer.model.graph_tables import GraphTables
 from ps_trainer.model.dynamic import storage as table_storage, upkeep as table_upkeep
 from ps_trainer.cluster import model_dir as layout
 from ps_trainer.cluster import placement, spec
@@ -24,9 +25,9 @@ from ps_trainer.training import optimizers, schedules
 v1 = tf.compat.v1
 
 
-def _eviction(slots_of, steps_to_live: int):
+def _eviction(graph_tables, slots_of, steps_to_live: int):
     """What the chief runs before each save when dynamic tables evict: the eviction, then a log line."""
-    counts = table_upkeep.eviction(slots_of)
+    counts = table_upkeep.eviction(graph_tables, slots_of)
     if counts is None:
         return None
 
@@ -38,25 +39,27 @@ def _eviction(slots_of, steps_to_live: int):
 
 
 class Tables(NamedTuple):
-    """What a training graph's dynamic tables need once its update is built: the optimizer's slots of a
-    variable, their upkeep (growth; the chief's reconciliation after a restore) and the chief's eviction."""
+    """What a training graph's tables need once its update is built: the tables (their GraphTables), the
+    optimizer's slots of a variable, the dynamic tables' upkeep (growth; the chief's reconciliation after a
+    restore) and the chief's eviction."""
+    graph_tables: GraphTables
     slots_of: Callable  # (variable) -> the optimizer's (slot, start value) pairs
     upkeep: table_upkeep.Upkeep
     evict: Callable | None  # (session) before each save; None where no table evicts, or not the chief
 
 
-def tables_of(optimizer, is_chief: bool, steps_to_live: int) -> Tables:
-    """The Tables of the default graph's dynamic tables (none: an empty upkeep), updated by `optimizer`. Only
-    the chief restores and saves: a non-chief worker's graph has no reconciliation, no eviction. The rows-held
-    counters and the touched-row marks are left out of the checkpoints."""
+def tables_of(graph_tables: GraphTables, optimizer, is_chief: bool, steps_to_live: int) -> Tables:
+    """The Tables of the model's tables, `graph_tables` (no dynamic table: an empty upkeep), updated by
+    `optimizer`. Only the chief restores and saves: a non-chief worker's graph has no reconciliation, no
+    eviction. The rows-held counters and the touched-row marks are left out of the checkpoints."""
     def slots_of(variable):
         return optimizers.slots_and_starts(optimizer, variable)
 
-    evict = _eviction(slots_of, steps_to_live) if is_chief else None
-    upkeep = table_upkeep.upkeep(slots_of, restores=is_chief)
+    evict = _eviction(graph_tables, slots_of, steps_to_live) if is_chief else None
+    upkeep = table_upkeep.upkeep(graph_tables, slots_of, restores=is_chief)
     for held in v1.get_collection(table_storage.ROWS_HELD) + v1.get_collection(touched_rows.MARKS):
         v1.add_to_collection(checkpoints.NOT_SAVED, held)
-    return Tables(slots_of, upkeep, evict)
+    return Tables(graph_tables, slots_of, upkeep, evict)
 
 
 def forget_critical_section_executions() -> None:
@@ -80,6 +83,8 @@ class TrainGraph(NamedTuple):
     warm_load: warm_start.DynamicLoad | None = None
     # A --model_fn's own train_op is the update (model/user_fn.py): the optimizer flags do not apply.
     own_update: bool = False
+    # The model's tables (model/graph_tables.py).
+    graph_tables: GraphTables | None = None
 
 
 def _work_queue(cfg, global_step) -> work_queue.ItemFeed:
@@ -119,6 +124,7 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
         reader, getter = step.reader_and_getter(lever, cluster, train)
         data_spec = inputs.spec(cfg.data)
         model_cfg = dataclasses.replace(cfg.model, table_devices=cluster.ps_devices())
+        graph_tables = GraphTables()  # the model's tables, however many times a lever builds it
 
         def next_batch():
             features, labels, *example_tags = batches.get_next()
@@ -128,7 +134,8 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
         def forward(batch=None):
             features, labels = batch or next_batch()
             with v1.variable_scope(v1.get_variable_scope(), custom_getter=getter, reuse=v1.AUTO_REUSE):
-                return model.build(features, labels, model_cfg, data_spec, summaries=False, training=True), labels
+                return model.build(features, labels, model_cfg, data_spec, summaries=False, training=True,
+                                   graph_tables=graph_tables), labels
 
         if cfg.model.model_fn:
             _refuse_own_update(cfg, model_cfg, data_spec)
@@ -138,12 +145,13 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
                          "--learning_rate and --clip_gradient_norm do not apply", cluster.task_name)
         learning_rate = schedules.learning_rate(global_step, train)
         v1.summary.scalar("learning_rate", learning_rate)
-        optimizer = optimizers.make_optimizer(learning_rate, train)
+        optimizer = optimizers.make_optimizer(learning_rate, train, graph_tables)
         built = lever.build(step.StepContext(forward, first, first_labels, optimizer, global_step, cluster, train,
                                              reader, stop_requested, next_batch))
         model.summarize(built.metrics)
-        slots_of, tables, evict = tables_of(optimizer, cluster.is_chief, cfg.model.embedding_steps_to_live)
-        warm = warm_start.apply(train, cluster.task_name, cluster.is_chief, slots_of, tables.after_restore)
+        tables = tables_of(graph_tables, optimizer, cluster.is_chief, cfg.model.embedding_steps_to_live)
+        warm = warm_start.apply(train, cluster.task_name, cluster.is_chief, graph_tables, tables.slots_of,
+                                tables.upkeep.after_restore)
     forget_critical_section_executions()
     uninitialized = checkpoints.report_uninitialized()
     # As MonitoredTrainingSession's default saver (sharded: each ps saves its own variables), with
@@ -151,10 +159,11 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
     # A checkpoint whose input queue has no trained prefixes restores without them (checkpoints.OlderLayout).
     older = checkpoints.older_layout(train.model_dir, [feed.queue.prefixes] if feed else [], sharded=True)
     saver = checkpoints.LiveStateSaver(uninitialized, sharded=True, max_to_keep=train.keep_checkpoint_max,
-                                       save_relative_paths=True, before_save=evict, after_restore=tables.after_restore,
-                                       older=older,
+                                       save_relative_paths=True, before_save=tables.evict,
+                                       after_restore=tables.upkeep.after_restore, older=older,
                                        # The chief alone saves and restores: the others need no delta saver.
-                                       slots_of=slots_of if train.incremental_save_secs and cluster.is_chief else None)
+                                       slots_of=tables.slots_of if train.incremental_save_secs and cluster.is_chief
+                                       else None, graph_tables=graph_tables)
     queue = None
     if feed:
         if built.end_op is not None:
@@ -164,7 +173,8 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
                                           cfg.data.input_queue_lease_secs,
                                           drops_first_step=built.drops_next_push,
                                           audit_path=audit)
-    return TrainGraph(saver, built, uninitialized, queue, tables, warm, own_update=first.own_update is not None)
+    return TrainGraph(saver, built, uninitialized, queue, tables.upkeep, warm, own_update=first.own_update is not None,
+                      graph_tables=graph_tables)
 
 
 def _refuse_own_update(cfg, model_cfg, data_spec) -> None:

@@ -77,13 +77,13 @@ class _DeltaRows(saveable_object.SaveableObject):
     """A group's part of a delta: its changed rows, their values in each of its variables, and (a
     dynamic table's shard) the IDs its map gives them. Restoring it scatters them in."""
 
-    def __init__(self, group: touched_rows.RowGroup, members: list):
+    def __init__(self, graph_tables, group: touched_rows.RowGroup, members: list):
         self._members, self._map = members, group.map
         marker = group.marker
 
         @functools.cache  # read once when the Saver builds its save ops, on the group's ps
         def rows():
-            return touched_rows.changed_rows(marker) if marker is not None else tf.zeros([0], tf.int64)
+            return touched_rows.changed_rows(graph_tables, marker) if marker is not None else tf.zeros([0], tf.int64)
 
         @functools.cache
         def pairs():
@@ -131,23 +131,24 @@ class _DeltaRows(saveable_object.SaveableObject):
 
 
 class Deltas:
-    """The default graph's delta checkpoints: a Saver of them (`saver`), the ops that open and close a
-    save's generation on every ps (`bump`, `commit`), and the rows the tables hold in all (`rows`).
+    """The default graph's delta checkpoints of the tables of `graph_tables` (model/graph_tables.py): a Saver of
+    them (`saver`), the ops that open and close a save's generation on every ps (`bump`, `commit`), and the
+    rows the tables hold in all (`rows`).
 
     saved: what a full checkpoint of this graph saves (checkpoints.saved_variables()); slots_of(variable):
     the optimizer's (slot, start) pairs, whose rows go with the variable's (none in a graph that only
     restores)."""
 
-    def __init__(self, saved: list, slots_of=lambda variable: []):
-        groups = touched_rows.groups()
+    def __init__(self, graph_tables, saved: list, slots_of=lambda variable: []):
+        groups = touched_rows.groups(graph_tables)
         members = {group.name: group.members(slots_of) for group in groups}
         in_groups = {id(member) for group_members in members.values() for member in group_members}
         maps = [group.map for group in groups if group.map is not None]
         whole = [item for item in saved if id(item) not in in_groups
                  and not any(getattr(item, "op", None) is table_map for table_map in maps)]
-        self.saver = v1.train.Saver(whole + [_DeltaRows(group, members[group.name]) for group in groups],
+        self.saver = v1.train.Saver(whole + [_DeltaRows(graph_tables, group, members[group.name]) for group in groups],
                                     sharded=True, save_relative_paths=True)
-        self.bump, self.commit = touched_rows.bump(), touched_rows.commit()
+        self.bump, self.commit = touched_rows.bump(graph_tables), touched_rows.commit(graph_tables)
         sizes = [tf.shape(members[group.name][0], out_type=tf.int64)[0] for group in groups if members[group.name]]
         self.rows = tf.add_n(sizes) if sizes else tf.constant(0, tf.int64)
 

@@ -15,17 +15,23 @@ class RowUpdates:
     """Mixed into an optimizer: its update of a table's rows runs as the table asks (model/tables.RowUpdate:
     inside the lock of a growing dynamic table's shard, marking the rows incremental checkpoints save, and
     without TensorFlow's unique and segment sum for rows a grouped lookup read, which name no row twice).
-    Other variables' updates are TensorFlow's."""
+    The tables are the model's, handed to the optimizer as `graph_tables` (model/graph_tables.py; None: a
+    model without tables). Other variables' updates are TensorFlow's."""
+
+    def __init__(self, *args, graph_tables=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.graph_tables = graph_tables
 
     def _resource_apply_sparse_duplicate_indices(self, grad, handle, indices):
-        update = tables.row_update(handle, indices)
+        update = tables.row_update(self.graph_tables, handle, indices)
         apply = super()._resource_apply_sparse_duplicate_indices
         if update.distinct and apply.__func__ is _v1.Optimizer._resource_apply_sparse_duplicate_indices:  # noqa: SLF001  (TensorFlow's own sparse update, to tell whether a subclass overrides it)
             apply = self._resource_apply_sparse  # gradients summed on the worker already: applied as they come
         return update.of_rows(lambda: apply(grad, handle, indices), indices)
 
     def _resource_apply_dense(self, grad, handle):
-        return tables.row_update(handle).of_all(lambda: super(RowUpdates, self)._resource_apply_dense(grad, handle))
+        return tables.row_update(self.graph_tables, handle).of_all(
+            lambda: super(RowUpdates, self)._resource_apply_dense(grad, handle))
 
 
 class SgdOptimizer(RowUpdates, _v1.GradientDescentOptimizer):
@@ -54,9 +60,10 @@ class WideAndDeepOptimizer(_v1.Optimizer):
     rate. The wide part's weights are sparse and per id: FTRL's per-coordinate rates suit them. The
     wide part is what the model declared (model/needs.py: the variables made in wide_part())."""
 
-    def __init__(self, learning_rate):
+    def __init__(self, learning_rate, graph_tables=None):
         super().__init__(use_locking=False, name="WideAndDeep")
-        self._deep = AdagradOptimizer(learning_rate)
+        self._graph_tables = graph_tables
+        self._deep = AdagradOptimizer(learning_rate, graph_tables=graph_tables)
         self._wide = None
 
     def compute_gradients(self, *args, **kwargs):
@@ -68,7 +75,8 @@ class WideAndDeepOptimizer(_v1.Optimizer):
         deep = [(g, v) for g, v in grads_and_vars if v.op.name not in wide_names]
         wide_tables = {PARTITION_SUFFIX.sub("", v.op.name) for _, v in wide}
         if self._wide is None:
-            self._wide = GrowableFtrlOptimizer(min(0.2, 1 / math.sqrt(max(1, len(wide_tables)))))
+            self._wide = GrowableFtrlOptimizer(min(0.2, 1 / math.sqrt(max(1, len(wide_tables)))),
+                                               graph_tables=self._graph_tables)
         updates = ([self._wide.apply_gradients(wide)] if wide else []) + (
             [self._deep.apply_gradients(deep)] if deep else [])
         with tf.control_dependencies(updates):
@@ -128,8 +136,8 @@ class LazyAdamOptimizer(RowUpdates, _v1.AdamOptimizer):
     keeps its old moments, as in TF-Addons' LazyAdam; the bias correction is the global one. Dense
     gradients get Adam's own update."""
 
-    def __init__(self, learning_rate):
-        super().__init__(learning_rate, name="LazyAdam")
+    def __init__(self, learning_rate, graph_tables=None):
+        super().__init__(learning_rate, name="LazyAdam", graph_tables=graph_tables)
 
     def _resource_apply_sparse(self, grad, var, indices):
         # Called with indices made unique and their gradients summed (Optimizer's
@@ -148,14 +156,17 @@ class LazyAdamOptimizer(RowUpdates, _v1.AdamOptimizer):
         return tf.group(*updates)
 
 
+# Each by name: (learning rate, TrainConfig, the model's GraphTables) -> the optimizer.
 OPTIMIZERS = {
-    "sgd": lambda lr, cfg: SgdOptimizer(lr),
-    "momentum": lambda lr, cfg: MomentumOptimizer(lr, momentum=cfg.momentum),
-    "adam": lambda lr, cfg: AdamOptimizer(lr),
-    "lazy_adam": lambda lr, cfg: LazyAdamOptimizer(lr),
-    "adagrad": lambda lr, cfg: AdagradOptimizer(lr),
-    "rmsprop": lambda lr, cfg: RMSPropOptimizer(lr, momentum=cfg.momentum),
-    "ftrl_adagrad": lambda lr, cfg: WideAndDeepOptimizer(lr),
+    "sgd": lambda lr, cfg, graph_tables=None: SgdOptimizer(lr, graph_tables=graph_tables),
+    "momentum": lambda lr, cfg, graph_tables=None: MomentumOptimizer(lr, momentum=cfg.momentum,
+                                                                     graph_tables=graph_tables),
+    "adam": lambda lr, cfg, graph_tables=None: AdamOptimizer(lr, graph_tables=graph_tables),
+    "lazy_adam": lambda lr, cfg, graph_tables=None: LazyAdamOptimizer(lr, graph_tables=graph_tables),
+    "adagrad": lambda lr, cfg, graph_tables=None: AdagradOptimizer(lr, graph_tables=graph_tables),
+    "rmsprop": lambda lr, cfg, graph_tables=None: RMSPropOptimizer(lr, momentum=cfg.momentum,
+                                                                   graph_tables=graph_tables),
+    "ftrl_adagrad": lambda lr, cfg, graph_tables=None: WideAndDeepOptimizer(lr, graph_tables=graph_tables),
 }
 
 
@@ -171,5 +182,6 @@ def slots_and_starts(optimizer, variable) -> list:
             if (slot := optimizer.get_slot(variable, name)) is not None]
 
 
-def make_optimizer(learning_rate, cfg) -> tf.compat.v1.train.Optimizer:
-    return OPTIMIZERS[cfg.optimizer](learning_rate, cfg)
+def make_optimizer(learning_rate, cfg, graph_tables=None) -> tf.compat.v1.train.Optimizer:
+    """The optimizer --optimizer names, updating the rows of the tables of `graph_tables` as they ask."""
+    return OPTIMIZERS[cfg.optimizer](learning_rate, cfg, graph_tables)

@@ -28,7 +28,6 @@ import tensorflow as tf
 from absl import logging
 from tensorflow.python.ops import resources  # the shared resources Scaffold's default init_op initializes
 
-from ps_trainer.model import registry
 from ps_trainer.model.dynamic import ids as dynamic_ids
 from ps_trainer.model.dynamic import storage, upkeep
 from ps_trainer.training import checkpoints, exit_codes, incremental
@@ -52,10 +51,11 @@ def checkpoint_of(path: str) -> str | None:
     return path if tf.io.gfile.exists(path + ".index") else None
 
 
-def model_variables(with_slots: bool = False) -> dict:
-    """The graph's trainable variables by full name: {name: (shape, variable or its parts)}; `with_slots`:
-    also the global variables kept under one of their names (the optimizer's slots, "<variable>/Adagrad")."""
-    shards = tuple(scope + "/" for scope in _dynamic_shards())
+def model_variables(graph_tables, with_slots: bool = False) -> dict:
+    """The graph's trainable variables by full name but the dynamic tables' of `graph_tables`: {name: (shape,
+    variable or its parts)}; `with_slots`: also the global variables kept under one of their names (the
+    optimizer's slots, "<variable>/Adagrad")."""
+    shards = tuple(scope + "/" for scope in _dynamic_shards(graph_tables))
     found = {name: value for name, value in _by_full_name(v1.trainable_variables()).items()
              if not name.startswith(shards)}
     if with_slots:
@@ -65,9 +65,12 @@ def model_variables(with_slots: bool = False) -> dict:
     return found
 
 
-def _dynamic_shards() -> dict:
-    """The dynamic tables' shards trained in the default graph, by scope."""
-    return {shard.scope: shard for _, shard in registry.of().trained_shards}
+def _dynamic_shards(graph_tables) -> dict:
+    """The shards of the dynamic tables of `graph_tables` (None: a model without tables) trained in the default
+    graph, by scope."""
+    if graph_tables is None:
+        return {}
+    return {shard.scope: shard for _, shard in graph_tables.of().trained_shards}
 
 
 def _by_full_name(variables) -> dict:
@@ -157,14 +160,15 @@ class TableLoad(NamedTuple):
     fresh: list
 
 
-def dynamic_entries(checkpoint: str, renames, with_slots: bool, slots_of, loads: bool = True) -> TableLoad:
+def dynamic_entries(graph_tables, checkpoint: str, renames, with_slots: bool, slots_of,
+                    loads: bool = True) -> TableLoad:
     """What the dynamic tables load from `checkpoint` (`loads`: the re-cut tables' loads built too, for the
     chief, which loads them); Failure (bad flags) naming a variable whose rows are of another width."""
     reader = tf.train.load_checkpoint(checkpoint)
     saved, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
     unsaved = {variable.op.name for variable in v1.get_collection(checkpoints.NOT_SAVED)}
     by_table = {}
-    for scope, shard in sorted(_dynamic_shards().items(), key=lambda item: item[1].shard):
+    for scope, shard in sorted(_dynamic_shards(graph_tables).items(), key=lambda item: item[1].shard):
         by_table.setdefault(scope.rpartition("/shard")[0], []).append((scope, shard))
     load = TableLoad([], [], [], [], [])
     for table, shards in sorted(by_table.items()):
@@ -271,11 +275,12 @@ def recut(checkpoint: str, table: str, source_table: str, count: int, shards: li
     return ops
 
 
-def apply(train_cfg, task_name: str, is_chief: bool, slots_of=None, after_restore=None) -> DynamicLoad | None:
+def apply(train_cfg, task_name: str, is_chief: bool, graph_tables=None, slots_of=None,
+          after_restore=None) -> DynamicLoad | None:
     """Before the saver is built, in the graph of the model and its optimizer: sets the initializers of the
     variables --warm_start_from loads (every worker checks; the chief's initialize them), unless model_dir
-    holds a checkpoint to resume. With dynamic tables, the chief's graph gets their load, returned for its
-    Scaffold, and every worker's the `done` variable it waits for."""
+    holds a checkpoint to resume. With dynamic tables (those of `graph_tables`), the chief's graph gets their
+    load, returned for its Scaffold, and every worker's the `done` variable it waits for."""
     if not train_cfg.warm_start_from:
         return None
     resumed = train_cfg.model_dir and tf.train.latest_checkpoint(train_cfg.model_dir)
@@ -288,10 +293,10 @@ def apply(train_cfg, task_name: str, is_chief: bool, slots_of=None, after_restor
     if checkpoint is None:
         raise exit_codes.Failure(f"--warm_start_from={train_cfg.warm_start_from}: no checkpoint there",
                                  exit_codes.BAD_FLAGS)
-    variables = model_variables(train_cfg.warm_start_slots)
-    shards = _dynamic_shards()
-    tables = (dynamic_entries(checkpoint, train_cfg.warm_start_map, train_cfg.warm_start_slots, slots_of, is_chief)
-              if shards else TableLoad([], [], [], [], []))
+    variables = model_variables(graph_tables, train_cfg.warm_start_slots)
+    shards = _dynamic_shards(graph_tables)
+    tables = (dynamic_entries(graph_tables, checkpoint, train_cfg.warm_start_map, train_cfg.warm_start_slots, slots_of,
+                              is_chief) if shards else TableLoad([], [], [], [], []))
     loaded = plan(checkpoint, variables, train_cfg.warm_start_map, tuple(shards), loads_tables=bool(tables.loaded))
     for source, variable in loaded.assignment:
         v1.train.init_from_checkpoint(checkpoint, {source: variable})

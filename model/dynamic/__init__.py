@@ -70,23 +70,23 @@ def options_of(model_cfg) -> TableOptions:
                         mark_changes=model_cfg.mark_touched_rows)
 
 
-def columns(features, names, model_cfg, num_classes, training, initializer):
+def columns(features, names, model_cfg, num_classes, training, initializer, graph_tables):
     """(embeddings, wide weights) of every categorical column, each [batch, columns, width] (a multi-valued
     column's rows combined: model/multi_valued.py), from rows of their own; each ps is sent the batch's
     distinct IDs of every column at once and sends one tensor of rows back per trained value, a row per
-    distinct ID."""
+    distinct ID. The tables go in `graph_tables`."""
     options = options_of(model_cfg)
     ids = multi_valued.ids_of([features[name] for name in names])
-    rounds = grouped_lookup.current_source()  # training/step/row_copies.py: rounds of rows on the worker
+    rounds = grouped_lookup.current_source(graph_tables)  # training/step/row_copies.py: rounds of rows on the worker
     if rounds is not None and not rounds.names_round:  # a step of a round: its rows are the round's copies
-        deep, wide = grouped_lookup.lookup(None, ids)
+        deep, wide = grouped_lookup.lookup(None, ids, graph_tables)
     else:
         tables = []
         with table_part():
             for column, name in enumerate(names):
                 with v1.variable_scope(name):
-                    tables.append(dynamic_table.DynamicTable(v1.get_variable_scope().name, ids, options, training,
-                                                             column))
+                    tables.append(dynamic_table.DynamicTable(graph_tables, v1.get_variable_scope().name, ids, options,
+                                                             training, column))
             if rounds is None:
                 deep = dynamic_table.rows_of_columns(tables, "embedding", model_cfg.embedding_dim, initializer)
                 with wide_part():
@@ -97,6 +97,7 @@ def columns(features, names, model_cfg, num_classes, training, initializer):
                     weights = [table.storage("wide", num_classes, v1.zeros_initializer()) for table in tables]
                 rounds.guard(tables)
                 deep, wide = grouped_lookup.lookup(
-                    [embeddings, weights], grouped_lookup.Resolved(dynamic_table.pairs_of_columns(tables), ids))
+                    [embeddings, weights], grouped_lookup.Resolved(dynamic_table.pairs_of_columns(tables), ids),
+                    graph_tables)
     return (multi_valued.combined(deep, ids, model_cfg.combiner),
             multi_valued.combined(wide, ids, multi_valued.WIDE_COMBINER))

@@ -11,8 +11,11 @@ model/multi_valued.py); an example with no value gets zeros.
 
 The tables are the runtime's: whoever calls the model_fn (trainer.py's `--model_fn`, model/user_fn.py, or an
 Estimator program's Estimator with PS_TRAINER_FLAGS --embedding=dynamic) says, while it builds the model_fn's
-graph, the run's table options and whether the graph trains (`building`). Without them the column refuses in
-one line, naming itself.
+graph, the GraphTables the tables go in, the run's table options and whether the graph trains (`building`).
+Without them the column refuses in one line, naming itself.
+
+`building` is a context variable because nothing else reaches the column: TF1's input_layer calls it with the
+features alone, inside a user's model_fn that the runtime cannot pass anything through.
 """
 
 import contextlib
@@ -25,6 +28,7 @@ from tensorflow.python.feature_column import feature_column as fc_v1  # TF1's co
 from ps_trainer.model import multi_valued
 from ps_trainer.model.dynamic import table as dynamic_table
 from ps_trainer.model.dynamic.ids import TableOptions
+from ps_trainer.model.graph_tables import GraphTables
 from ps_trainer.model.needs import table_part
 
 v1 = tf.compat.v1
@@ -32,6 +36,7 @@ v1 = tf.compat.v1
 
 @dataclasses.dataclass
 class _Build:
+    graph_tables: GraphTables
     options: TableOptions
     training: bool
     columns: int = 0  # the dynamic columns built so far in this forward pass
@@ -41,10 +46,10 @@ _BUILD: contextvars.ContextVar = contextvars.ContextVar("dynamic_columns", defau
 
 
 @contextlib.contextmanager
-def building(options: TableOptions | None, training: bool):
-    """While a model_fn builds its graph: the run's table options (None: the run has no dynamic tables)
-    and whether the graph trains (admits IDs) or only reads."""
-    token = _BUILD.set(_Build(options, training) if options is not None else None)
+def building(graph_tables: GraphTables, options: TableOptions | None, training: bool):
+    """While a model_fn builds its graph: the GraphTables its dynamic tables go in, the run's table options
+    (None: the run has no dynamic tables) and whether the graph trains (admits IDs) or only reads."""
+    token = _BUILD.set(_Build(graph_tables, options, training) if options is not None else None)
     try:
         yield
     finally:
@@ -102,10 +107,10 @@ class DynamicEmbeddingColumn(fc_v1._DenseColumn):  # noqa: SLF001  (TF1's base c
         scope = v1.get_variable_scope().name
         with table_part():
             if not isinstance(values, tf.RaggedTensor):
-                table = dynamic_table.DynamicTable(scope, values, options, build.training)
+                table = dynamic_table.DynamicTable(build.graph_tables, scope, values, options, build.training)
                 return table.rows("embedding", self.dimension, self.initializer)
             ids = multi_valued.ColumnIds.of([values])
-            table = dynamic_table.DynamicTable(scope, ids, options, build.training, column=0)
+            table = dynamic_table.DynamicTable(build.graph_tables, scope, ids, options, build.training, column=0)
             rows = dynamic_table.rows_of_columns([table], "embedding", self.dimension, self.initializer)
             return tf.reshape(ids.combined(rows, self.combiner), [-1, self.dimension])
 

@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-from ps_trainer.model import multi_valued, registry
+from ps_trainer.model import multi_valued
 
 v1 = tf.compat.v1
 
@@ -127,11 +127,11 @@ class DistinctIds:
         return tf.dynamic_stitch(places, list(rows.values()))
 
 
-def distinct_ids(ids, options: TableOptions) -> DistinctIds:
+def distinct_ids(graph_tables, ids, options: TableOptions) -> DistinctIds:
     """The DistinctIds of ids [batch, columns] (or model/multi_valued.ColumnIds) for tables of `options`, on
     the caller's device; each built once per tensor of IDs and cut into parts, which every table of its
-    columns shares."""
-    built = registry.of(ids.graph).distinct_ids
+    columns shares (recorded in `graph_tables`, model/graph_tables.py)."""
+    built = graph_tables.of(ids.graph).distinct_ids
     names = tuple(values.name for values in ids.values) if isinstance(ids, multi_valued.ColumnIds) else ids.name
     key = (names, options.shards, options.devices)
     if key not in built:

@@ -26,7 +26,7 @@ import re
 import tensorflow as tf
 from tensorflow.python.training.saving import saveable_object  # the Saver's interface for a table
 
-from ps_trainer.model import layers, registry, touched_rows
+from ps_trainer.model import layers, touched_rows
 from ps_trainer.model.dynamic.ids import DELETED_KEY, EMPTY_KEY, NO_ID, TableOptions
 
 v1 = tf.compat.v1
@@ -49,8 +49,8 @@ class Shard:
     lock on its ps), so that workers admitting IDs at once, and the chief evicting, never hand one row
     to two IDs and never lose one."""
 
-    def __init__(self, key_dtype, options: TableOptions, shard: int, training: bool, device: str | None):
-        self.options, self.shard = options, shard
+    def __init__(self, graph_tables, key_dtype, options: TableOptions, shard: int, training: bool, device: str | None):
+        self.graph_tables, self.options, self.shard = graph_tables, options, shard
         self.scope = v1.get_variable_scope().name  # its name: a table built twice shares it
         self.capacity = options.shard_capacity()
         self.start_rows = min(self.capacity, GROWTH_ROWS) if options.grow else self.capacity
@@ -79,11 +79,11 @@ class Shard:
                                            trainable=False, grow=options.grow)
         # The rows changed since the last checkpoint (None unless training marks them), and the group
         # an incremental checkpoint saves them by.
-        self.marker = touched_rows.group(self.scope, device or "", self.row_variables, self.start_rows,
+        self.marker = touched_rows.group(graph_tables, self.scope, device or "", self.row_variables, self.start_rows,
                                          mark=training and options.mark_changes, grow=options.grow,
                                          table_map=self.map)
         if self.last_seen is not None:
-            touched_rows.marks_rows_of(self.last_seen, self.marker)
+            touched_rows.marks_rows_of(graph_tables, self.last_seen, self.marker)
 
     def locked(self, work):
         """work() inside the shard's lock. The generation counter that marks changed rows is read under
@@ -144,7 +144,7 @@ class Shard:
         changes.append(self.map.insert(admitted, rows))
         if self.marker is not None:  # the map changed: the next delta holds these rows' IDs
             with tf.control_dependencies(changes[-1:]):
-                changes.append(touched_rows.mark(self.marker, rows))
+                changes.append(touched_rows.mark(self.graph_tables, self.marker, rows))
         if self.sightings is not None:  # counted until admitted, no longer
             changes.append(self.sightings.remove(admitted))
         with tf.control_dependencies(changes):
@@ -167,7 +167,8 @@ class Shard:
                 return tf.fill(tf.reshape(n, [1]), latest)
             found.append((self.last_seen, newest))
         if self.marker is not None:  # rows added, or reset by an eviction, are changed rows
-            found.append((self.marker, lambda n, m=self.marker: tf.fill(tf.reshape(n, [1]), touched_rows.current(m))))
+            found.append((self.marker, lambda n, m=self.marker: tf.fill(tf.reshape(n, [1]),
+                                                                      touched_rows.current(self.graph_tables, m))))
         return found
 
 
@@ -177,14 +178,14 @@ class Shard:
 
 
 
-def shard_here(key_dtype, options: TableOptions, shard: int, training: bool, device: str | None) -> Shard:
-    """The Shard of the current variable scope, made the first time a table is built in the graph: a table
-    built again (training/step/row_copies.py builds it for a round's batches) reads and admits into the same
-    map (a map built twice would be two resources, its node name made unique)."""
-    shards = registry.of().shards
+def shard_here(graph_tables, key_dtype, options: TableOptions, shard: int, training: bool, device: str | None) -> Shard:
+    """The Shard of the current variable scope, made the first time a table of `graph_tables` is built in the
+    graph: a table built again (training/step/row_copies.py builds it for a round's batches) reads and admits
+    into the same map (a map built twice would be two resources, its node name made unique)."""
+    shards = graph_tables.of().shards
     scope = v1.get_variable_scope().name
     if scope not in shards:
-        shards[scope] = Shard(key_dtype, options, shard, training, device)
+        shards[scope] = Shard(graph_tables, key_dtype, options, shard, training, device)
     return shards[scope]
 
 

@@ -9,7 +9,8 @@ lookup, its gradient and its update all run on that shard's ps, where the shard'
 
 import tensorflow as tf
 
-from ps_trainer.model import grouped_lookup, registry, touched_rows
+from ps_trainer.model import grouped_lookup, touched_rows
+from ps_trainer.model.graph_tables import GraphTables
 from ps_trainer.model.dynamic.ids import TableOptions, distinct_ids
 from ps_trainer.model.dynamic.storage import DEFAULT_ROW, LIVE_ROWS, Shard, row_variable, shard_here
 
@@ -17,7 +18,8 @@ v1 = tf.compat.v1
 
 
 class DynamicTable:
-    """The rows of a batch of raw IDs: `DynamicTable(name, ids, options, training).rows(...)`.
+    """The rows of a batch of raw IDs: `DynamicTable(graph_tables, name, ids, options, training).rows(...)`, its
+    shards recorded in the model's GraphTables (model/graph_tables.py).
 
     Built once per batch of IDs; each rows() call is one more trained value per ID (an embedding, a
     wide weight) sharing the same ID -> row map. With `training`, an ID not in the map is admitted
@@ -32,15 +34,16 @@ class DynamicTable:
     tensor per ps for all the tables.
     """
 
-    def __init__(self, name: str, ids: tf.Tensor, options: TableOptions, training: bool, column: int | None = None):
-        self.name, self.options, self._training = name, options, training
+    def __init__(self, graph_tables: GraphTables, name: str, ids: tf.Tensor, options: TableOptions, training: bool,
+                 column: int | None = None):
+        self.graph_tables, self.name, self.options, self._training = graph_tables, name, options, training
         self._scope = v1.get_variable_scope()
-        self.distinct = distinct_ids(ids if column is not None else tf.reshape(ids, [-1, 1]), options)
+        self.distinct = distinct_ids(graph_tables, ids if column is not None else tf.reshape(ids, [-1, 1]), options)
         self.column = column or 0
         self._shards, self._found_rows, self._devices, live_rows = [], [], [], []
         self.keys = []  # each shard's part of the column's distinct IDs, on its device
         # A table built again (a round's batches, training/step/row_copies.py) counts its live rows once.
-        built = {shard.scope for _, shard in registry.of().trained_shards}
+        built = {shard.scope for _, shard in graph_tables.of().trained_shards}
         # The part of the distinct IDs that each shard reads (and the ps it lives on).
         self.parts = [options.part(self.column, shard) for shard in range(options.shards)]
         for shard, part in enumerate(self.parts):
@@ -52,7 +55,7 @@ class DynamicTable:
                 keys = distinct[start:end]  # the column's IDs that this shard holds
                 # Each ID's occurrences in the batch, for admission (only counted with min_count > 1).
                 counts = self.distinct.counts_of(part)[start:end] if options.min_count > 1 else None
-                rows = shard_here(ids.dtype, options, shard, training, device)
+                rows = shard_here(graph_tables, ids.dtype, options, shard, training, device)
                 self._shards.append(rows)
                 self.keys.append(keys)
                 self._found_rows.append(rows.rows_of(keys, counts, training, name))
@@ -62,7 +65,7 @@ class DynamicTable:
         if training and live_rows:
             v1.summary.scalar("live_rows", tf.add_n(live_rows))
         if training:
-            registry.of().trained_shards.extend((name, s) for s in self._shards)
+            graph_tables.of().trained_shards.extend((name, s) for s in self._shards)
 
     def contents(self) -> list[tuple[tf.Tensor, tf.Tensor]]:
         """(IDs, their rows) of each shard, read from its map on its ps."""
@@ -88,8 +91,8 @@ class DynamicTable:
                     values = row_variable(storage, [rows.start_rows, width], initializer, grow=self.options.grow)
                     rows.storages.append((values, initializer))
                     if self.options.grow:
-                        registry.of().row_locks[values.op.name] = rows.lock
-                    touched_rows.marks_rows_of(values, rows.marker)
+                        self.graph_tables.of().row_locks[values.ref()] = rows.lock
+                    touched_rows.marks_rows_of(self.graph_tables, values, rows.marker)
                     variables.append(values)
         return variables
 
@@ -189,7 +192,8 @@ def _check_columns(tables: list[DynamicTable]) -> None:
         raise ValueError("the tables are not the columns of one tensor of IDs, in order")
 
 
-def rows_lock(variable) -> tf.CriticalSection | None:
-    """The lock of the shard whose rows `variable` holds, if it is a dynamic table's row variable: an
-    optimizer updates it inside (model/tables.RowUpdate), as model/dynamic/upkeep.py changes it there."""
-    return registry.of(variable.graph).row_locks.get(variable.op.name)
+def rows_lock(graph_tables: GraphTables, variable) -> tf.CriticalSection | None:
+    """The lock of the shard whose rows `variable` holds, if it is a row variable of a dynamic table of
+    `graph_tables`: an optimizer updates it inside (model/tables.RowUpdate), as model/dynamic/upkeep.py
+    changes it there."""
+    return graph_tables.of(variable.graph).row_locks.get(variable.ref())

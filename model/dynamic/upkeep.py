@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from ps_trainer.model import layers, registry
+from ps_trainer.model import layers
 from ps_trainer.model.dynamic import storage
 from ps_trainer.model.dynamic.storage import Shard
 
@@ -123,11 +123,11 @@ def evict(shard: Shard, slots_of) -> tf.Tensor:
     return shard.locked(evict_stale)
 
 
-def trained_shards(graph=None, evicting=False):
-    """(table, shard) of the tables trained in the graph that grow (or, `evicting`, that evict), each
-    shard once (a table built twice shares them)."""
+def trained_shards(graph_tables, graph=None, evicting=False):
+    """(table, shard) of the tables of `graph_tables` trained in the graph that grow (or, `evicting`, that
+    evict), each shard once (a table built twice shares them)."""
     unique = {}
-    for table, shard in registry.of(graph).trained_shards:
+    for table, shard in graph_tables.of(graph).trained_shards:
         if shard.options.steps_to_live if evicting else shard.options.grow:
             unique.setdefault(shard.scope, (table, shard))
     return list(unique.values())
@@ -154,12 +154,13 @@ class Upkeep(NamedTuple):
             session.run(list(self.reconciles))
 
 
-def upkeep(slots_of, restores: bool = True) -> Upkeep:
-    """The Upkeep of the default graph's trained tables. `slots_of(variable)`: the optimizer's (slot,
-    start value) pairs, whose rows grow with the variable's. restores=False (a graph that never restores
-    a checkpoint: a non-chief worker's) builds no reconciliation: a third of a dynamic model's graph."""
+def upkeep(graph_tables, slots_of, restores: bool = True) -> Upkeep:
+    """The Upkeep of the trained tables of `graph_tables` in the default graph. `slots_of(variable)`: the
+    optimizer's (slot, start value) pairs, whose rows grow with the variable's. restores=False (a graph that
+    never restores a checkpoint: a non-chief worker's) builds no reconciliation: a third of a dynamic model's
+    graph."""
     by_device = {}
-    for _, shard in trained_shards():
+    for _, shard in trained_shards(graph_tables):
         by_device.setdefault(shard.map.resource_handle.device, []).append(shard)
     needs, grows, reconciles = [], [], []
     for device, shards in by_device.items():
@@ -172,11 +173,11 @@ def upkeep(slots_of, restores: bool = True) -> Upkeep:
     return Upkeep(tuple(needs), tuple(grows), tuple(reconciles))
 
 
-def eviction(slots_of) -> dict[str, tf.Tensor] | None:
-    """{table: rows evicted} ops of the default graph's tables with steps_to_live, each shard in its lock;
-    `slots_of(variable)`: the optimizer's (slot, start value) pairs to reset with a row. None if no
-    table evicts."""
-    evictable = trained_shards(evicting=True)
+def eviction(graph_tables, slots_of) -> dict[str, tf.Tensor] | None:
+    """{table: rows evicted} ops of the tables of `graph_tables` in the default graph with steps_to_live, each
+    shard in its lock; `slots_of(variable)`: the optimizer's (slot, start value) pairs to reset with a row. None
+    if no table evicts."""
+    evictable = trained_shards(graph_tables, evicting=True)
     if not evictable:
         return None
     counts = {}

@@ -23,6 +23,7 @@ from ps_trainer.estimator import export, input_fn_result, run_config
 from ps_trainer.estimator.run_config import RunConfig
 from ps_trainer.model import spec
 from ps_trainer.model.dynamic import column, storage as table_storage, upkeep as table_upkeep
+from ps_trainer.model.graph_tables import GraphTables
 from ps_trainer.model.spec import EstimatorSpec, ModeKeys
 from ps_trainer.training import checkpoints, plan, session_loop, watchdog
 from ps_trainer.training import graph as graph_lib, hooks as training_hooks
@@ -130,6 +131,7 @@ class Estimator:
             placed = v1.device(placement.device_setter(cluster)) if cluster.is_distributed else contextlib.nullcontext()
             tables = run_config.table_options(self._config) is not None
             table_devices = cluster.ps_devices() if cluster.is_distributed else ()
+            graph_tables = GraphTables()  # the model_fn's dynamic tables, however many times a lever calls it
             runtime_optimizer = self._config.runtime_flags.optimizer is not None
             if tables and not runtime_optimizer:
                 raise ValueError(_TABLES_NEED_THE_RUNTIMES_UPDATE)
@@ -142,7 +144,7 @@ class Estimator:
                 source = input_fn_result.of(self._call_input_fn(input_fn, ModeKeys.TRAIN))
                 runtime_sync = self._config.runtime_flags.sync_replicas
                 if path.name == plan.SINGLE and not runtime_optimizer and not runtime_sync:  # its train_op, as written
-                    model = self._call_model_fn(*source.next_batch(), ModeKeys.TRAIN)
+                    model = self._call_model_fn(*source.next_batch(), ModeKeys.TRAIN, graph_tables)
                     if model.train_op is None:
                         raise ValueError(spec.TRAIN_NEEDS)
                     # A SyncReplicasOptimizer's chief thread stays blocked on gradients that never come once
@@ -155,14 +157,16 @@ class Estimator:
                     runtime = run_config.runtime_settings(self._config, cluster, last, runtime_sync,
                                                           not saving_listeners, path)
                     lever = taken.build(
-                        lambda features, labels: self._call_model_fn(features, labels, ModeKeys.TRAIN, table_devices),
-                        source.next_batch, source.dataset, global_step, cluster, runtime.train, runtime_optimizer)
+                        lambda features, labels: self._call_model_fn(features, labels, ModeKeys.TRAIN, graph_tables,
+                                                                     table_devices),
+                        source.next_batch, source.dataset, global_step, cluster, runtime.train, runtime_optimizer,
+                        graph_tables)
                     logging.info("%s: %s", runtime.cluster.task_name, lever.said)
                     model, built = lever.spec, lever.step
                     trained = _Trained(model, built.train_op, built.metrics.loss, built.hooks, built.chief_only_hooks)
                     if tables:
                         trained = trained._replace(tables=graph_lib.tables_of(
-                            lever.optimizer, cluster.is_chief, runtime.model.embedding_steps_to_live))
+                            graph_tables, lever.optimizer, cluster.is_chief, runtime.model.embedding_steps_to_live))
                 if self._warm_start:  # the initializers of the variables it names: a checkpoint in model_dir wins
                     logging.info("Warm-starting with WarmStartSettings: %s", self._warm_start)
                     v1.train.warm_start(*self._warm_start)
@@ -176,7 +180,8 @@ class Estimator:
                                                     self._config.keep_checkpoint_every_n_hours,
                                                     before_save=trained.tables.evict if trained.tables else None,
                                                     after_restore=upkeep.after_restore if upkeep else None,
-                                                    slots_of=trained.tables.slots_of if deltas_every else None)
+                                                    slots_of=trained.tables.slots_of if deltas_every else None,
+                                                    graph_tables=graph_tables)
             every = self._config.log_step_count_steps
             progress = session_loop.GlobalStepAtEnds(runtime.cluster.task_name, trained.loss, logging.info)
             all_hooks = [*source.hooks, progress, *([v1.train.StopAtStepHook(last_step=last)] if last else []),
@@ -288,8 +293,9 @@ class Estimator:
             global_step = v1.train.get_or_create_global_step()
             source = input_fn_result.of(self._call_input_fn(input_fn, mode))
             features, labels = source.next_batch()
-            model = self._call_model_fn(features, labels if mode == ModeKeys.EVAL else None, mode)
-            deltas = checkpoints.delta_restorer(checkpoint_path) if checkpoint_path else None
+            graph_tables = GraphTables()
+            model = self._call_model_fn(features, labels if mode == ModeKeys.EVAL else None, mode, graph_tables)
+            deltas = checkpoints.delta_restorer(graph_tables, checkpoint_path) if checkpoint_path else None
             hooks = list(source.hooks)
             if deltas is not None:  # restored with its deltas once the session is made, as the trainer's evaluator does
                 hooks.append(_RestoredWithDeltas(checkpoints.saver_for_restore(model.scaffold), deltas,
@@ -322,12 +328,13 @@ class Estimator:
                   if spec.takes(input_fn, key)}
         return input_fn(**kwargs)
 
-    def _call_model_fn(self, features, labels, mode, table_devices=()) -> EstimatorSpec:
-        """The model_fn's EstimatorSpec; its dynamic_embedding_columns' tables are PS_TRAINER_FLAGS's, on
-        table_devices (a training graph's ps tasks), admitting IDs in TRAIN mode only."""
+    def _call_model_fn(self, features, labels, mode, graph_tables: GraphTables, table_devices=()) -> EstimatorSpec:
+        """The model_fn's EstimatorSpec; its dynamic_embedding_columns' tables are PS_TRAINER_FLAGS's, recorded in
+        `graph_tables`, on table_devices (a training graph's ps tasks), admitting IDs in TRAIN mode only."""
         if labels is not None and not spec.takes(self._model_fn, "labels"):
             raise ValueError("model_fn does not take labels, but input_fn returns labels")
-        with column.building(run_config.table_options(self._config, table_devices), mode == ModeKeys.TRAIN):
+        with column.building(graph_tables, run_config.table_options(self._config, table_devices),
+                             mode == ModeKeys.TRAIN):
             model = spec.call_model_fn(self._model_fn, features, labels, mode, self.params, self.config)
         if not isinstance(model, EstimatorSpec):
             raise ValueError(f"model_fn must return an EstimatorSpec, not {type(model).__name__}")

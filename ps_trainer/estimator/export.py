@@ -7,6 +7,7 @@ import os
 import tensorflow as tf
 from tensorflow.python.saved_model.model_utils import export_output, export_utils
 
+from ps_trainer.model.graph_tables import GraphTables
 from ps_trainer.training import checkpoints
 
 v1 = tf.compat.v1
@@ -79,13 +80,15 @@ def save(estimator, export_dir_base, serving_input_receiver_fn, assets_extra=Non
         estimator._seed()  # noqa: SLF001  (the Estimator's own graph-building steps, as train and evaluate use them)
         v1.train.get_or_create_global_step()
         receiver = serving_input_receiver_fn()
-        model = estimator._call_model_fn(receiver.features, None, "infer")  # noqa: SLF001  (the Estimator's own graph-building steps, as train and evaluate use them)
+        graph_tables = GraphTables()
+        model = estimator._call_model_fn(receiver.features, None, "infer", graph_tables)  # noqa: SLF001  (the Estimator's own graph-building steps, as train and evaluate use them)
         outputs = export_utils.export_outputs_for_mode("infer", serving_export_outputs=model.export_outputs or None,
                                                        predictions=model.predictions)
         signatures = export_utils.build_all_signature_defs(receiver.receiver_tensors, outputs,
                                                            receiver.receiver_tensors_alternatives, serving_only=True)
         saver = checkpoints.saver_for_restore(model.scaffold)
-        deltas = checkpoints.delta_restorer(checkpoint_path)  # the dynamic tables' changed rows since, if any
+        # The dynamic tables' changed rows since, if any.
+        deltas = checkpoints.delta_restorer(graph_tables, checkpoint_path)
         local_init_op = (model.scaffold and model.scaffold.local_init_op) or v1.train.Scaffold.default_local_init_op()
         with v1.Session(config=estimator.config.session_config) as session:
             checkpoints.restore_with_deltas(session, saver.restore, deltas, checkpoint_path)

@@ -182,13 +182,13 @@ def build_rounds(ctx: StepContext) -> Step:
     rows and of the dense variables (cut at --train_steps as read at the round's start, and at the
     batches read: the input's last read can be short), pushes both, and counts the steps taken."""
     copies, rows, train = ctx.reader, ctx.reader.rows, ctx.train
-    size = train.batch_size
+    size, graph_tables = train.batch_size, ctx.first.graph_tables
     with v1.variable_creator_scope(slots_stay_local), v1.variable_creator_scope(rows.slots_start_empty):
         # Never run: it makes the optimizer's slots of the tables (on the ps) and of the dense copies.
         update.apply_update(ctx.first.loss, ctx.optimizer, None, train.clip_gradient_norm, summaries=False,
                             var_list=copies.local_variables + copies.table_variables)
         features, labels = ctx.next_batch()
-        with grouped_lookup.rows_from(rows.naming()):
+        with grouped_lookup.rows_from(graph_tables, rows.naming()):
             ctx.forward((features, labels))  # builds the model on the round's batches: it names their rows
         if rows.family_shards is None:
             raise ValueError("--local_steps: the model declares grouped lookups of its tables (model/needs.py) "
@@ -200,7 +200,7 @@ def build_rounds(ctx: StepContext) -> Step:
             return tf.nest.map_structure(lambda column: column[i * size:(i + 1) * size], (features, labels))
 
         variables = copies.local_variables + rows.copies
-        with grouped_lookup.rows_from(rows):
+        with grouped_lookup.rows_from(graph_tables, rows):
             # Never run either: it makes the slots of the rows' copies, which a loop body cannot.
             output, _ = ctx.forward(batch(0))
             update.apply_update(output.loss, ctx.optimizer, None, train.clip_gradient_norm, summaries=False,
@@ -219,7 +219,7 @@ def build_rounds(ctx: StepContext) -> Step:
             with tf.control_dependencies([loaded]):
                 result = training_loop("local_steps", lambda done, _: done < budget, local_step, ctx.figures,
                                        carried=[tf.constant(0)], carried_shapes=[tf.TensorShape([])])
-    return _pushed_and_counted(ctx, result, [copies.push_and_fetch, rows.push])
+    return _pushed_and_counted(ctx, result, [copies.push_and_fetch, lambda: rows.push(graph_tables)])
 
 
 def _budget(ctx: StepContext) -> tf.Tensor:

@@ -69,8 +69,8 @@ SCOPE = "local_copy/rows"
 
 class RowCopies:
     """The model's one grouped lookup (model/grouped_lookup.py), answered from worker-side copies of
-    the rows of a round's batches. Used as grouped_lookup.rows_from(copies.naming()) on the round's
-    batches (to learn their rows), then grouped_lookup.rows_from(copies) for each step's batch."""
+    the rows of a round's batches. Used as grouped_lookup.rows_from(graph_tables, copies.naming()) on the round's
+    batches (to learn their rows), then grouped_lookup.rows_from(graph_tables, copies) for each step's batch."""
 
     names_round = False  # a step's source (lookup), not the round's (naming())
 
@@ -226,10 +226,10 @@ class RowCopies:
             return tf.group(*(local.assign(value, read_value=False)
                               for local, value in zip(self._locals, self.fetched)), name="load_round_rows")
 
-    def push(self) -> tf.Operation:
+    def push(self, graph_tables) -> tf.Operation:
         """Adds what the round changed, row by row, to the ps's rows and slots (one tensor to each ps);
         sets the rows whose values follow from their slots (FTRL's) from the slots that result; marks
-        the rows for incremental checkpoints."""
+        the rows for incremental checkpoints (the markers of the tables of `graph_tables`)."""
         ops = []
         for placed in self._placements:
             sent = [e for e in placed.families if e not in self._derived]  # what crosses: all but derived rows
@@ -239,7 +239,7 @@ class RowCopies:
                 with v1.device(self.device):
                     part = tf.gather(change, placed.positions[index])
                 if any(cell in self._guards for cell in here):
-                    ops += self._push_guarded(placed, index, here, sent, part)
+                    ops += self._push_guarded(graph_tables, placed, index, here, sent, part)
                     continue
                 with v1.colocate_with(self._extended_shards(placed.families[0], here)[0]):
                     rows, adds = grouped_lookup.scatter_add_here(
@@ -250,14 +250,14 @@ class RowCopies:
                         if e in self._derived:
                             written += self._set_derived(e, here, rows, {sent[i]: adds[i] for i in range(len(sent))})
                     with tf.control_dependencies(written):  # marked once written, slots included
-                        marks = [touched_rows.mark(marker, shard_rows)
+                        marks = [touched_rows.mark(graph_tables, marker, shard_rows)
                                  for e in placed.families if self._members[e][1] is None
                                  for shard, shard_rows in zip(self._extended_shards(e, here), rows)
-                                 if (marker := touched_rows.marker_of(shard)) is not None]
+                                 if (marker := touched_rows.marker_of(graph_tables, shard)) is not None]
                     ops += written + marks
         return tf.group(*ops, name="push_round_rows")
 
-    def _push_guarded(self, placed, index, here, sent, part) -> list:
+    def _push_guarded(self, graph_tables, placed, index, here, sent, part) -> list:
         """push() on one device whose cells include guarded ones (dynamic tables that grow or evict): each
         cell's adds, derived rows and marks run inside its shard's lock, and with eviction only into rows
         that still belong to the IDs the round read them for, whose last-read steps it sets."""
@@ -291,9 +291,10 @@ class RowCopies:
                         if e in self._derived:
                             written += self._set_derived(e, [cell], [cell_rows], adds)
                     with tf.control_dependencies(written):
-                        markers = [touched_rows.marker_of(self._extended_shards(e, [cell])[0])
+                        markers = [touched_rows.marker_of(graph_tables, self._extended_shards(e, [cell])[0])
                                    for e in placed.families if self._members[e][1] is None]
-                        marks = [touched_rows.mark(marker, cell_rows) for marker in markers if marker is not None]
+                        marks = [touched_rows.mark(graph_tables, marker, cell_rows)
+                                 for marker in markers if marker is not None]
                     with tf.control_dependencies(written + marks):
                         return tf.constant(True)
 

@@ -131,11 +131,13 @@ class Lever(NamedTuple):
 
 
 def build(call_model_fn: Callable, next_batch: Callable, from_dataset: bool, global_step, cluster, train,
-          runtime_optimizer: bool = False) -> Lever:
+          runtime_optimizer: bool = False, graph_tables=None) -> Lever:
     """The step of the path train.step_path names, with the update the model_fn built (runtime_optimizer: with
     train.optimizer's, over the loss of a model_fn that leaves the update to the runtime).
-    call_model_fn(features, labels) -> EstimatorSpec in TRAIN mode; next_batch() -> (features, labels) of the
-    input_fn's next batch (from_dataset: a tf.data.Dataset's, made anew at each call; else the same tensors)."""
+    call_model_fn(features, labels) -> EstimatorSpec in TRAIN mode, its dynamic tables recorded in
+    `graph_tables` (model/graph_tables.py), which the runtime's update is handed; next_batch() -> (features,
+    labels) of the input_fn's next batch (from_dataset: a tf.data.Dataset's, made anew at each call; else the
+    same tensors)."""
     path = train.step_path.name
     single = "sync_replicas" if train.sync_replicas and not runtime_optimizer else "optimizer"
     lever_flag = "PS_TRAINER_FLAGS --" + {plan.ROUNDS: plan.LOCAL_STEPS, plan.SINGLE: single}.get(path, path)
@@ -155,7 +157,7 @@ def build(call_model_fn: Callable, next_batch: Callable, from_dataset: bool, glo
         taken = _the_update(record, spec, lever_flag, runtime_optimizer, train.sync_replicas)
         specs.append((spec, taken))
         # The program's labels are its own: the runtime's not-learning check reads none.
-        return model.ModelOutput(None, None, taken.loss, None, None), tf.zeros([0], tf.int64)
+        return model.ModelOutput(None, None, taken.loss, None, None, graph_tables=graph_tables), tf.zeros([0], tf.int64)
 
     first, no_labels = forward()
     if v1.get_collection(v1.GraphKeys.UPDATE_OPS):
@@ -163,7 +165,7 @@ def build(call_model_fn: Callable, next_batch: Callable, from_dataset: bool, glo
                            "which the runtime's update would leave out: train without it")
     spec, taken = specs[0]
     if runtime_optimizer:
-        optimizer = optimizers.make_optimizer(schedules.learning_rate(global_step, train), train)
+        optimizer = optimizers.make_optimizer(schedules.learning_rate(global_step, train), train, graph_tables)
         said = (f"PS_TRAINER_FLAGS --optimizer={train.optimizer} --learning_rate={train.learning_rate}: the runtime "
                 "makes the update")
     else:
