@@ -7,11 +7,11 @@ gives up after a timeout with a message naming them.
 """
 
 import socket
-import time
 
 from absl import logging
 
 from ps_trainer.cluster import spec
+from ps_trainer.cluster.clock import SYSTEM
 
 FIRST_BACKOFF_SECS = 0.2
 MAX_BACKOFF_SECS = 5.0
@@ -32,9 +32,10 @@ def is_listening(address: str, timeout_secs: float = 1.0) -> bool:
 
 
 def wait_for_peers(peers: dict[str, str], timeout_secs: float, task_name: str, probe=is_listening,
-                   clock=time.monotonic, sleep=time.sleep, timeout_setting: str = "--startup_timeout_secs") -> None:
+                   clock=SYSTEM, timeout_setting: str = "--startup_timeout_secs") -> None:
     """Returns once every peer ({'ps 0': 'host:port'}) accepts connections; raises PeersUnreachable
-    naming the missing ones after timeout_secs (timeout_setting: the user's name for it)."""
+    naming the missing ones after timeout_secs (timeout_setting: the user's name for it), on `clock`
+    (cluster/clock.py)."""
     start = last_log = clock()
     backoff = FIRST_BACKOFF_SECS
     missing = dict(peers)
@@ -54,5 +55,5 @@ def wait_for_peers(peers: dict[str, str], timeout_secs: float, task_name: str, p
             logging.info("%s: waiting for %s (retrying for up to %.0f s more)", task_name, names,
                          timeout_secs - waited)
             last_log = clock()
-        sleep(min(backoff, max(0.0, timeout_secs - waited)))
+        clock.sleep(min(backoff, max(0.0, timeout_secs - waited)))
         backoff = min(backoff * 2, MAX_BACKOFF_SECS)

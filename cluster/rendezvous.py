@@ -8,16 +8,17 @@ are told only the main node's address.
 import os
 import pathlib
 import socket
-import time
 
 from absl import logging
 
+from ps_trainer.cluster.clock import SYSTEM
 from ps_trainer.cluster.resolve import ClusterError
 
 
 class DirectoryRendezvous:
-    def __init__(self, root, own_address: str, timeout_secs: float = 600, poll_secs: float = 0.5):
+    def __init__(self, root, own_address: str, timeout_secs: float = 600, poll_secs: float = 0.5, clock=SYSTEM):
         self.root = pathlib.Path(root)
+        self.clock = clock  # cluster/clock.py
         self.own_address = own_address
         self.timeout_secs = timeout_secs
         self.poll_secs = poll_secs
@@ -29,17 +30,17 @@ class DirectoryRendezvous:
         staging.write_text(self.own_address)
         staging.replace(folder / str(index))
         logging.info("rendezvous: node %d of %d published %s in %s", index, count, self.own_address, folder)
-        deadline = time.monotonic() + self.timeout_secs
+        deadline = self.clock() + self.timeout_secs
         while True:
             present = {i for i in range(count) if (folder / str(i)).exists()}
             if len(present) == count:
                 return [(folder / str(i)).read_text().strip() for i in range(count)]
-            if time.monotonic() > deadline:
+            if self.clock() > deadline:
                 missing = sorted(set(range(count)) - present)
                 raise ClusterError(
                     f"rendezvous: after {self.timeout_secs:.0f} s nodes {missing} of {count} have not "
                     f"published their address in {folder}; is it a directory shared by every node?")
-            time.sleep(self.poll_secs)
+            self.clock.sleep(self.poll_secs)
 
 
 def own_address(peer: str | None = None) -> str:

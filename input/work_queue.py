@@ -53,12 +53,12 @@ import collections
 import json
 import os
 import threading
-import time
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from ps_trainer.cluster.clock import SYSTEM
 from ps_trainer.input import storage
 
 v1 = tf.compat.v1
@@ -396,8 +396,9 @@ class ItemFeed:
     """
 
     def __init__(self, queue: WorkQueue, task_name: str, empty_batches: bool = False,
-                 files_per_pass: int = FILES_PER_PASS, clock=time.monotonic):
-        """clock: the time (seconds) renew_lease() judges this worker's silences by."""
+                 files_per_pass: int = FILES_PER_PASS, clock=SYSTEM):
+        """clock (cluster/clock.py): the time renew_lease() judges this worker's silences by, and what a take
+        that found no file waits on."""
         self.queue, self.task_name = queue, task_name
         self._clock = clock
         self._seen_at = clock()  # when the last call that tells ps 0 this worker is alive began
@@ -443,7 +444,7 @@ class ItemFeed:
         if self._session is None and (pipeline or self._stopping()):
             raise tf.errors.AbortedError(None, None, f"{self.task_name}: the input queue's session was lost with "
                                          "an earlier call; the next training session makes it again")
-        start, began = time.monotonic(), self._clock()
+        began = self._clock()
         try:
             if self._session is None:
                 self._session = self._session_factory()
@@ -457,7 +458,7 @@ class ItemFeed:
             self._close_session()
             raise tf.errors.AbortedError(
                 None, None, f"{self.task_name}: the input queue on ps 0 did not answer ({type(err).__name__} after "
-                f"{time.monotonic() - start:.1f} s: {_first_line(err.message)})") from err
+                f"{self._clock() - began:.1f} s: {_first_line(err.message)})") from err
 
     def _stopping(self) -> bool:
         """The training session is being closed, or a call of the pipeline's failed."""
@@ -548,7 +549,7 @@ class ItemFeed:
                 break
         self._took_nothing = not taken
         if not taken and not self.empty_batches:
-            time.sleep(POLL_SECS)
+            self._clock.sleep(POLL_SECS)
 
     def took_nothing(self) -> bool:
         """The pass that just ended took no file (the pipeline reads it after the pass's batches)."""

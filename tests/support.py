@@ -144,6 +144,22 @@ def describe(cluster) -> str:
     return "\n".join(parts)
 
 
+class FakeClock:
+    """A clock (cluster/clock.py) that a test drives: its time moves only when a wait sleeps on it, so a
+    timeout is reached at once, after exactly the polls the wait makes."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.sleeps = []
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, secs):
+        self.sleeps.append(secs)
+        self.now += secs
+
+
 class _NoTasks:
     """A cluster of no tasks, for launch.faults.wait_until's check of failed tasks."""
 

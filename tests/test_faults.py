@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from ps_trainer.cluster import peers, shutdown
 from ps_trainer.launch import faults
-from tests.support import ROOT, SCRIPTS, describe, finished, logged_step, run_launcher, wait_for
+from tests.support import ROOT, SCRIPTS, FakeClock, describe, finished, logged_step, run_launcher, wait_for
 from ps_trainer.training import checkpoints, exit_codes, log_lines, session_loop, watchdog
 
 TRAIN_STEPS = 300
@@ -320,17 +320,6 @@ def test_a_ps_restarted_after_the_workers_finished_exits_on_their_marks(make_clu
 
 # ---------------------------------------------------------------- the pieces, without processes
 
-class FakeClock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, secs):
-        self.now += secs
-
-
 @pytest.mark.pure
 def test_wait_for_peers_backs_off_and_gives_up_naming_the_missing():
     clock, probes = FakeClock(), []
@@ -341,10 +330,27 @@ def test_wait_for_peers_backs_off_and_gives_up_naming_the_missing():
         return up["ps 0" if address == "a:1" else "ps 1"]
 
     with pytest.raises(peers.PeersUnreachable, match=r"ps 1 at b:2 not reachable after 30 s"):
-        peers.wait_for_peers({"ps 0": "a:1", "ps 1": "b:2"}, 30, "worker:0", probe, clock, clock.sleep)
+        peers.wait_for_peers({"ps 0": "a:1", "ps 1": "b:2"}, 30, "worker:0", probe, clock)
     gaps = [b - a for (a, _), (b, _) in zip(probes[1:], probes[2:])]
     assert gaps[:3] == pytest.approx([0.2, 0.4, 0.8]) and max(gaps) == peers.MAX_BACKOFF_SECS  # doubling, capped
     assert [address for _, address in probes].count("a:1") == 1  # a peer that is up is not probed again
+
+
+@pytest.mark.inprocess
+def test_a_worker_whose_chief_never_initializes_the_variables_exits_chief_not_ready_at_its_startup_timeout(caplog):
+    caplog.set_level("INFO", logger="absl")
+    clock = FakeClock()
+    with tf.Graph().as_default():
+        tf.compat.v1.get_variable("weights", [2], initializer=tf.compat.v1.zeros_initializer())
+        uninitialized = checkpoints.report_uninitialized()
+        with pytest.raises(exit_codes.Failure, match=re.escape(
+                "worker:1: the chief did not initialize the variables within 30 s (--startup_timeout_secs); "
+                "is the chief task running?")) as raised:
+            session_loop.wait_for_chief_ready("", None, 30, "worker:1", uninitialized, clock=clock)
+    assert raised.value.outcome is exit_codes.CHIEF_NOT_READY
+    # It polled every CHIEF_POLL_SECS until the timeout had passed, saying so every 10 s.
+    assert set(clock.sleeps) == {session_loop.CHIEF_POLL_SECS} and 30 < clock.now <= 30 + session_loop.CHIEF_POLL_SECS
+    assert caplog.text.count("worker:1: waiting for the chief to initialize 1 variables") == 3, caplog.text
 
 
 @pytest.mark.pure

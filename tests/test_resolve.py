@@ -14,6 +14,7 @@ from ps_trainer.cluster.resolve import (
     from_tf_config,
     resolve,
 )
+from tests.support import FakeClock
 
 pytestmark = pytest.mark.pure
 
@@ -190,9 +191,11 @@ def test_a_retried_aws_batch_job_does_not_read_the_last_attempts_addresses(tmp_p
 
 
 def test_aws_batch_rendezvous_times_out_naming_the_missing_nodes(tmp_path):
-    meet = rendezvous.DirectoryRendezvous(tmp_path, "172.31.0.11", timeout_secs=0.5, poll_secs=0.05)
-    with pytest.raises(ClusterError, match=r"nodes \[0, 2\] of 3 have not published"):
+    clock = FakeClock()  # the default timeout, reached without waiting for it
+    meet = rendezvous.DirectoryRendezvous(tmp_path, "172.31.0.11", clock=clock)
+    with pytest.raises(ClusterError, match=r"after 600 s nodes \[0, 2\] of 3 have not published"):
         resolve(None, batch_env(1, "172.31.0.10"), ResolveOptions(rendezvous=meet))
+    assert 600 < clock.now <= 600.5 and set(clock.sleeps) == {0.5}  # it looked every poll_secs until then
 
 
 def test_aws_batch_without_a_rendezvous_dir_says_so():

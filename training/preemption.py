@@ -14,12 +14,12 @@ would otherwise try to reconnect to it until the deadline, past the orchestrator
 import os
 import signal
 import threading
-import time
 
 import tensorflow as tf
 from absl import logging
 
 from ps_trainer.cluster import peers
+from ps_trainer.cluster.clock import SYSTEM
 from ps_trainer.training import exit_codes
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -28,8 +28,9 @@ PS_PROBE_SECS = 0.5  # after a stop request: how often a worker checks that its 
 
 
 class Preemption:
-    def __init__(self, task_name: str, deadline_secs: float = DEADLINE_SECS, ps_hosts=(), probe=peers.is_listening):
-        self.task_name = task_name
+    def __init__(self, task_name: str, deadline_secs: float = DEADLINE_SECS, ps_hosts=(), probe=peers.is_listening,
+                 clock=SYSTEM):
+        self.task_name, self.clock = task_name, clock  # cluster/clock.py
         self.deadline_secs = deadline_secs
         self.ps_hosts, self.probe = tuple(ps_hosts), probe
         self.requested = threading.Event()
@@ -52,9 +53,9 @@ class Preemption:
         logging.warning("%s: %s received: stopping after the current step (the chief saves a checkpoint)",
                         self.task_name, signal.Signals(signum).name)
         self.requested.set()
-        deadline = time.monotonic() + self.deadline_secs
-        while time.monotonic() < deadline:
-            time.sleep(PS_PROBE_SECS)
+        deadline = self.clock() + self.deadline_secs
+        while self.clock() < deadline:
+            self.clock.sleep(PS_PROBE_SECS)
             gone = [address for address in self.ps_hosts if not self.probe(address, timeout_secs=PS_PROBE_SECS)]
             if gone:
                 logging.warning("%s: stopping, and ps %s no longer listens (the job is ending); exiting now",

@@ -6,7 +6,6 @@ The worker role (training/worker.py) and an Estimator program's train (ps_traine
 sessions (Sessions) and call train_to_the_end, which returns where training ended (Ended).
 """
 
-import time
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -15,6 +14,7 @@ from absl import logging
 from tensorflow.python.training import training_util  # GLOBAL_STEP_READ_KEY: the collection of TF's cached read
 
 from ps_trainer.cluster import shutdown
+from ps_trainer.cluster.clock import SYSTEM
 from ps_trainer.input import work_queue
 from ps_trainer.training import exit_codes, log_lines
 from ps_trainer.training.step import sync
@@ -100,16 +100,17 @@ class _Session(NamedTuple):
     cancelled: bool = False  # a step was cancelled: the session ended for a failure, not at its end
 
 
-def train_to_the_end(cfg, target, sessions: Sessions, stop=None) -> Ended:
+def train_to_the_end(cfg, target, sessions: Sessions, stop=None, clock=SYSTEM) -> Ended:
     """Sessions one after another until the global step reaches --train_steps, a stop is requested or
-    the run is found not learning: a session ends early when a ps restarts or the input ends."""
+    the run is found not learning: a session ends early when a ps restarts or the input ends. Its waits
+    are on `clock` (cluster/clock.py)."""
     cluster, train_cfg, progress = cfg.cluster, cfg.train, sessions.progress
     early_ends = 0
     reached = progress.global_step
     plain_global_step_read()
     while True:
         start_step = reached
-        session = _one_session(cfg, target, sessions)
+        session = _one_session(cfg, target, sessions, clock)
         if not session.ready:
             logging.info("%s: the variables on the ps are not initialized (did a ps task restart?); "
                          "waiting for the chief to restore them", cluster.task_name)
@@ -137,7 +138,7 @@ def train_to_the_end(cfg, target, sessions: Sessions, stop=None) -> Ended:
                 "(an input that ends, or a queue closed); giving up", exit_codes.INPUT_ENDED)
         logging.warning("%s: the session ended at global step %s, short of --train_steps=%d; starting a "
                         "new one", cluster.task_name, reached, train_cfg.train_steps)
-        time.sleep(CHIEF_POLL_SECS)
+        clock.sleep(CHIEF_POLL_SECS)
 
 
 def plain_global_step_read(graph=None) -> None:
@@ -172,7 +173,7 @@ def checkpoint_saver_hook(model_dir, save_secs, save_steps, scaffold, listeners=
     return hook
 
 
-def _one_session(cfg, target, sessions: Sessions) -> _Session:
+def _one_session(cfg, target, sessions: Sessions, clock) -> _Session:
     """Trains in one MonitoredTrainingSession until the end or a stop request.
 
     A non-chief's MonitoredTrainingSession re-creates its session after a ps restarts, and then
@@ -183,7 +184,7 @@ def _one_session(cfg, target, sessions: Sessions) -> _Session:
     cluster, train_cfg, progress = cfg.cluster, cfg.train, sessions.progress
     if not cluster.is_chief:
         over = wait_for_chief_ready(target, sessions.config, train_cfg.startup_timeout_secs, cluster.task_name,
-                                    sessions.uninitialized, train_cfg)
+                                    sessions.uninitialized, train_cfg, clock)
         if over is not None:
             return _Session(ready=True, over_at=over)
         # The chief's record of its run is written before it initializes the variables this worker waited for.
@@ -237,8 +238,9 @@ def _one_session(cfg, target, sessions: Sessions) -> _Session:
 
 
 def wait_for_chief_ready(target, session_config, timeout_secs, task_name, uninitialized,
-                         train_cfg=None) -> int | None:
-    """Polls until the chief has initialized or restored the variables, every CHIEF_POLL_SECS.
+                         train_cfg=None, clock=SYSTEM) -> int | None:
+    """Polls until the chief has initialized or restored the variables, every CHIEF_POLL_SECS of `clock`
+    (cluster/clock.py); past `timeout_secs` (--startup_timeout_secs), raises Failure (CHIEF_NOT_READY).
     Returns None then, or the final global step if training turns out to be over already (the
     global step is at --train_steps, or the chief's done mark says so): a worker restarted after the
     end, when a ps has restarted too, would otherwise wait for a chief that is gone.
@@ -248,7 +250,7 @@ def wait_for_chief_ready(target, session_config, timeout_secs, task_name, uninit
     of the graph, built beforehand (a MonitoredTrainingSession that failed can leave the graph finalized).
     """
     global_step = v1.train.get_global_step()
-    start = last_log = time.monotonic()
+    start = last_log = clock()
     while True:
         try:
             with v1.Session(target, config=session_config) as sess:
@@ -262,7 +264,7 @@ def wait_for_chief_ready(target, session_config, timeout_secs, task_name, uninit
                             logging.info("%s: training is over (global step %d); not waiting for the chief",
                                          task_name, over)
                             return over
-                    now = time.monotonic()
+                    now = clock()
                     if now - start > timeout_secs:
                         raise exit_codes.Failure(
                             f"{task_name}: the chief did not initialize the variables within {timeout_secs} s "
@@ -270,17 +272,17 @@ def wait_for_chief_ready(target, session_config, timeout_secs, task_name, uninit
                     if now - last_log >= 10:
                         logging.info("%s: waiting for the chief to initialize %d variables", task_name, len(names))
                         last_log = now
-                    time.sleep(CHIEF_POLL_SECS)
+                    clock.sleep(CHIEF_POLL_SECS)
         except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError) as err:
             # A ps task down while this worker waits (the chaos drill: a second ps killed while the
             # chief restored the first): the chief waits for it as well. A poll under way when the ps
             # went down can end Cancelled ("RecvFromRemoteAsync is cancelled", seen on a loaded
             # machine), as a step can. Past the timeout, this reaches the top: a transient exit.
-            if time.monotonic() - start > timeout_secs:
+            if clock() - start > timeout_secs:
                 raise
             logging.info("%s: a ps task did not answer while waiting for the chief (%s); asking again",
                          task_name, log_lines.error_cause(err.message, 120))
-            time.sleep(CHIEF_POLL_SECS)
+            clock.sleep(CHIEF_POLL_SECS)
 
 
 def _training_over(sess, uninitialized_names, global_step, train_cfg) -> int | None:

@@ -13,13 +13,13 @@ tasks fail and come back.
 """
 
 import threading
-import time
 from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from ps_trainer.cluster.clock import SYSTEM
 from ps_trainer.training import checkpoints, log_lines
 
 v1 = tf.compat.v1
@@ -122,8 +122,9 @@ class SyncReplicasHook(v1.train.SessionRunHook):
     """
 
     def __init__(self, sync_optimizer, is_chief, num_tokens, train_op, num_workers, replica_index,
-                 stop_requested=None):
+                 stop_requested=None, clock=SYSTEM):
         self._optimizer = sync_optimizer
+        self._clock = clock  # what its wait for a round polls on (cluster/clock.py)
         self._is_chief = is_chief
         self._num_workers = num_workers
         self._replica = replica_index
@@ -335,7 +336,7 @@ class SyncReplicasHook(v1.train.SessionRunHook):
             if self._stop_requested():
                 run_context.request_stop()
                 return token
-            time.sleep(ROUND_POLL_SECS)
+            self._clock.sleep(ROUND_POLL_SECS)
         while True:
             token = self._awake(session, int(session.run(self._take_token)))
             if token >= int(session.run(self._global_step)):
