@@ -25,11 +25,12 @@ from absl import app, flags
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 import tensorflow as tf  # noqa: E402
 
-from ps_trainer.flags import config, definitions  # noqa: E402,F401  (definitions: trainer.py's flags)
+from ps_trainer.flags import config, definitions  # noqa: E402
 from ps_trainer.training import checkpoints, incremental, run_record  # noqa: E402
 from ps_trainer.training import graph as train_graph  # noqa: E402
 
 FLAGS = flags.FLAGS
+definitions.define(FLAGS)  # trainer.py's flags: the run's settings, as run.json and the command line give them
 v1 = tf.compat.v1
 
 
