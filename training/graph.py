@@ -39,10 +39,8 @@ def _eviction(graph_tables, slots_of, steps_to_live: int):
 
 
 class Tables(NamedTuple):
-    """What a training graph's tables need once its update is built: the tables (their GraphTables), the
-    optimizer's slots of a variable, the dynamic tables' upkeep (growth; the chief's reconciliation after a
-    restore) and the chief's eviction."""
-    graph_tables: GraphTables
+    """What a training graph's dynamic tables need once its update is built: the optimizer's slots of a
+    variable, their upkeep (growth; the chief's reconciliation after a restore) and the chief's eviction."""
     slots_of: Callable  # (variable) -> the optimizer's (slot, start value) pairs
     upkeep: table_upkeep.Upkeep
     evict: Callable | None  # (session) before each save; None where no table evicts, or not the chief
@@ -59,7 +57,7 @@ def tables_of(graph_tables: GraphTables, optimizer, is_chief: bool, steps_to_liv
     upkeep = table_upkeep.upkeep(graph_tables, slots_of, restores=is_chief)
     for held in v1.get_collection(table_storage.ROWS_HELD) + v1.get_collection(touched_rows.MARKS):
         v1.add_to_collection(checkpoints.NOT_SAVED, held)
-    return Tables(graph_tables, slots_of, upkeep, evict)
+    return Tables(slots_of, upkeep, evict)
 
 
 def forget_critical_section_executions() -> None:
