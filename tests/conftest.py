@@ -13,9 +13,6 @@ import pytest
 
 from ps_trainer.tf_loading import keras_hidden
 
-with keras_hidden():  # as a trainer task loads it: each test process saves the seconds Keras costs
-    import tensorflow  # noqa: F401
-
 TIERS = ("pure", "inprocess", "servers", "e2e")
 # The order tests start in: the longest first, so that with two processes (pytest -n 2) they end
 # together on short tests instead of one waiting on a drill started last.
@@ -32,7 +29,10 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_configure(config):
-    """--dist=loadgroup sends the tests of one xdist_group to one test process (the Slurm tests: one
+    """A process that runs tests loads TensorFlow as a trainer task does, without the Keras it loads eagerly
+    (each saves the seconds Keras costs); pytest-xdist's controller runs none and loads none.
+
+    --dist=loadgroup sends the tests of one xdist_group to one test process (the Slurm tests: one
     real Slurm at a time). pytest-xdist 3.8 tells its scheduler a test's group by rewriting its node id,
     which pytest 9.2 no longer lets it do: the groups are ignored without a word
     (pytest-dev/pytest-xdist#1386). setup.cfg's test extra holds pytest below 9.2; under a newer one
@@ -42,6 +42,9 @@ def pytest_configure(config):
             raise pytest.UsageError(f"pytest {pytest.__version__}: pytest-xdist's --dist=loadgroup ignores every "
                                     "xdist_group under it (pytest-dev/pytest-xdist#1386); install the test "
                                     "extra's pytest: pip install -e '.[test]'")
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
+        with keras_hidden():
+            import tensorflow  # noqa: F401, PLC0415  (before any test module imports it: see above)
 
 
 @pytest.fixture(autouse=True)
