@@ -87,7 +87,7 @@ def save(estimator, export_dir_base, serving_input_receiver_fn, assets_extra=Non
         signatures = export_utils.build_all_signature_defs(receiver.receiver_tensors, outputs,
                                                            receiver.receiver_tensors_alternatives, serving_only=True)
         saver = checkpoints.saver_for_restore(model.scaffold)
-        # The dynamic tables' changed rows since, if any.
+        # The delta checkpoints written after checkpoint_path (the dynamic tables' changed rows), if any.
         deltas = checkpoints.delta_restorer(graph_tables, checkpoint_path)
         local_init_op = (model.scaffold and model.scaffold.local_init_op) or v1.train.Scaffold.default_local_init_op()
         with v1.Session(config=estimator.config.session_config) as session:
