@@ -435,6 +435,7 @@ def read_outputs(f, cluster: spec.ClusterConfig, env) -> dict:
                 save_checkpoint_steps=steps,
                 save_checkpoint_secs=None if steps else f.save_checkpoint_secs,
                 keep_checkpoint_max=f.keep_checkpoint_max,
+                save_graph_def=f.save_graph_def,
                 incremental_save_secs=f.incremental_save_secs,
                 warm_start_from=f.warm_start_from,
                 warm_start_map=read_warm_start_map(f),

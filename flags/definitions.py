@@ -200,6 +200,11 @@ def define(flag_values: flags.FlagValues) -> None:
     flags.DEFINE_integer("keep_checkpoint_max", TRAIN.keep_checkpoint_max,
                          "Newest checkpoints to keep; older ones are deleted.",
                          lower_bound=1, flag_values=flag_values)
+    flags.DEFINE_boolean("save_graph_def", TRAIN.save_graph_def,
+                         "The chief writes the graph as graph.pbtxt into --model_dir and a .meta beside each "
+                         "checkpoint (tf.compat.v1.train.import_meta_graph reads it); --nosave_graph_def writes "
+                         "neither.",
+                         flag_values=flag_values)
     flags.DEFINE_integer("save_summaries_steps", TRAIN.save_summaries_steps,
                          "Write summaries every N global steps (chief only).",
                          lower_bound=1, flag_values=flag_values)

@@ -28,7 +28,7 @@ from ps_trainer.launch.forked import ForkedTask
 from ps_trainer.launch.processes import free_ports
 from ps_trainer.training import graph as train_graph
 from ps_trainer.training import hooks as training_hooks
-from ps_trainer.training import evaluator, log_lines, plan, start
+from ps_trainer.training import evaluator, log_lines, plan, session_loop, start
 from ps_trainer.training.config import RunConfig, TrainConfig
 
 definitions.define(FLAGS)  # the trainer's flags, which the tests read as trainer.py does
@@ -230,11 +230,14 @@ def train_one_worker(tmp_path, data_cfg, model_cfg, steps_per_run, train_steps, 
         progress = training_hooks.ProgressHook("local:0", step.metrics.loss, step.metrics.accuracy, train_steps, 32,
                                                every_n=20, steps_done=step.steps_done, steps_per_run=steps_per_run)
         global_step = v1.train.get_global_step()
-        scaffold = v1.train.Scaffold(saver=graph.saver) if graph_saver else None
+        scaffold = v1.train.Scaffold(saver=graph.saver if graph_saver else None)
+        # The chief's saves as the runtime makes them, without the graph files, which no caller reads.
+        saves = session_loop.ChiefSaverHook(str(tmp_path), None, save_steps, scaffold, steps_per_run=path.steps_per_run,
+                                            save_graph_def=False)
         with v1.train.MonitoredTrainingSession(master=target, checkpoint_dir=str(tmp_path), scaffold=scaffold,
                                                hooks=[*step.hooks, progress],
-                                               chief_only_hooks=list(step.chief_only_hooks),
-                                               save_checkpoint_steps=save_steps, save_summaries_steps=None,
+                                               chief_only_hooks=[*step.chief_only_hooks, saves],
+                                               save_checkpoint_steps=None, save_summaries_steps=None,
                                                save_summaries_secs=None, log_step_count_steps=0) as sess:
             while not sess.should_stop():
                 if step.steps_done is None:

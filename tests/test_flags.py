@@ -33,6 +33,7 @@ def test_a_full_worker_command_line_reads_into_plain_values():
     assert cfg.train.sync_replicas and cfg.train.replicas_to_aggregate == 2
     assert cfg.train.optimizer == "adam"
     assert cfg.train.save_checkpoint_secs == 600 and cfg.train.save_checkpoint_steps is None
+    assert cfg.train.save_graph_def and not read_flags(*WORKER, "--nosave_graph_def").train.save_graph_def
 
 
 def test_no_cluster_means_one_process_training():

@@ -39,6 +39,7 @@ class TrainConfig:
     save_checkpoint_steps: int | None = None
     save_checkpoint_secs: int | None = 600
     keep_checkpoint_max: int = 5
+    save_graph_def: bool = True  # graph.pbtxt in model_dir and a .meta beside each checkpoint
     incremental_save_secs: int = 0  # deltas between full checkpoints (training/incremental.py); 0: none
     # A fresh run's variables from this model_dir or checkpoint (training/warm_start.py).
     warm_start_from: str | None = None

@@ -57,6 +57,7 @@ class Sessions(NamedTuple):
     # the trainer only the global step does, and such a session is followed by a new one.
     ends_with_session: bool = False
     log_step_count_steps: int = 0  # MonitoredTrainingSession's global_step/sec lines and summaries
+    saving_listeners: tuple = ()  # an Estimator program's CheckpointSaverListeners, called around the chief's saves
 
 
 class GlobalStepAtEnds(v1.train.SessionRunHook):
@@ -108,9 +109,10 @@ def train_to_the_end(cfg, target, sessions: Sessions, stop=None, clock=SYSTEM) -
     early_ends = 0
     reached = progress.global_step
     plain_global_step_read()
+    saves = chief_saver_hook(train_cfg, sessions) if cluster.is_chief else None
     while True:
         start_step = reached
-        session = _one_session(cfg, target, sessions, clock)
+        session = _one_session(cfg, target, sessions, saves, clock)
         if not session.ready:
             logging.info("%s: the variables on the ps are not initialized (did a ps task restart?); "
                          "waiting for the chief to restore them", cluster.task_name)
@@ -158,22 +160,51 @@ def plain_global_step_read(graph=None) -> None:
         graph.add_to_collection(training_util.GLOBAL_STEP_READ_KEY, global_step.read_value() + 0)
 
 
-def checkpoint_saver_hook(model_dir, save_secs, save_steps, scaffold, listeners=None,
-                          steps_per_run: int = 1) -> v1.train.CheckpointSaverHook:
-    """TensorFlow's CheckpointSaverHook, told how many global steps a run of this task takes at most.
+class ChiefSaverHook(v1.train.CheckpointSaverHook):
+    """The chief's saves: TensorFlow's CheckpointSaverHook, told how many global steps a run of this task takes at
+    most, which writes the graph (graph.pbtxt, and the graph and meta graph in model_dir's events file) with the
+    task's first session only.
 
-    Left to its default (a million), the hook reads the global step from its ps in a run of its own after every
-    run once saves go by steps: a round trip a step, a quarter of a small model's steps on a cluster
-    (docs/estimator.md, against a bare loop). Told the truth, it reads
-    the global step only when the step it fetched with the run, plus this run's steps, reaches the next save;
-    the steps of other workers since can put a save one run later than that step."""
-    hook = v1.train.CheckpointSaverHook(model_dir, save_secs=save_secs, save_steps=save_steps, scaffold=scaffold,
-                                        listeners=listeners)
-    hook._set_steps_per_run(steps_per_run)  # noqa: SLF001  (TensorFlow's own setter, as TPUEstimator calls it)
-    return hook
+    Left to its default (a million steps a run), the hook reads the global step from its ps in a run of its own
+    after every run once saves go by steps: a round trip a step, a quarter of a small model's steps on a cluster
+    (docs/estimator.md, against a bare loop). Told the truth, it reads the global step only when the step it
+    fetched with the run, plus this run's steps, reaches the next save; the steps of other workers since can put a
+    save one run later than that step.
+
+    TensorFlow's hook writes the graph again each time a session is made, and a session is made again after
+    every ps restart, with the same finalized graph: the text graph.pbtxt of a model with dynamic tables costs
+    the chief about a second each time, and each copy in the events file adds the graph's size to it. A session
+    made again still saves a checkpoint of the step it starts at, as TensorFlow's does. save_graph_def=False
+    (RunConfig's checkpoint_save_graph_def) writes no graph.pbtxt and no .meta beside each checkpoint."""
+
+    def __init__(self, model_dir, save_secs, save_steps, scaffold, listeners=None, steps_per_run: int = 1,
+                 save_graph_def: bool = True):
+        super().__init__(model_dir, save_secs=save_secs, save_steps=save_steps, scaffold=scaffold,
+                         listeners=listeners, save_graph_def=save_graph_def)
+        self._set_steps_per_run(steps_per_run)  # TensorFlow's own setter, as TPUEstimator calls it
+        self._graph_written = False
+
+    def after_create_session(self, session, coord):
+        if not self._graph_written:
+            self._graph_written = True
+            super().after_create_session(session, coord)
+            return
+        global_step = session.run(self._global_step_tensor)
+        self._save(session, global_step)
+        self._timer.update_last_triggered_step(global_step)
 
 
-def _one_session(cfg, target, sessions: Sessions, clock) -> _Session:
+def chief_saver_hook(train_cfg, sessions: Sessions) -> ChiefSaverHook | None:
+    """The chief's saves by --save_checkpoint_steps or _secs, one hook for all of the task's sessions; None when
+    neither is set."""
+    steps, secs = train_cfg.save_checkpoint_steps, train_cfg.save_checkpoint_secs
+    if not steps and not secs:
+        return None
+    return ChiefSaverHook(train_cfg.model_dir, None if steps else secs, steps or None, sessions.scaffold,
+                          list(sessions.saving_listeners), train_cfg.step_path.steps_per_run, train_cfg.save_graph_def)
+
+
+def _one_session(cfg, target, sessions: Sessions, saves: ChiefSaverHook | None, clock) -> _Session:
     """Trains in one MonitoredTrainingSession until the end or a stop request.
 
     A non-chief's MonitoredTrainingSession re-creates its session after a ps restarts, and then
@@ -191,21 +222,16 @@ def _one_session(cfg, target, sessions: Sessions, clock) -> _Session:
         refusal = sessions.peer_refusal() if sessions.peer_refusal else None
         if refusal:
             raise exit_codes.Failure(f"{cluster.task_name}: {refusal}", exit_codes.BAD_FLAGS)
-    # The chief's saves every N steps: the runtime's own hook (MonitoredTrainingSession's would read the global
-    # step from its ps after every run: checkpoint_saver_hook).
-    by_steps = [checkpoint_saver_hook(train_cfg.model_dir, None, train_cfg.save_checkpoint_steps, sessions.scaffold,
-                                      steps_per_run=train_cfg.step_path.steps_per_run)
-                ] if cluster.is_chief and train_cfg.save_checkpoint_steps else []
     try:
         with v1.train.MonitoredTrainingSession(
                 master=target,
                 is_chief=cluster.is_chief,
                 checkpoint_dir=train_cfg.model_dir,
                 hooks=sessions.hooks,
-                chief_only_hooks=[*sessions.chief_only_hooks, *by_steps],
+                chief_only_hooks=[*sessions.chief_only_hooks, *([saves] if saves else [])],
                 scaffold=sessions.scaffold,
-                save_checkpoint_steps=None if by_steps else train_cfg.save_checkpoint_steps,
-                save_checkpoint_secs=None if by_steps else train_cfg.save_checkpoint_secs,
+                save_checkpoint_steps=None,  # the runtime's own hook (ChiefSaverHook) saves
+                save_checkpoint_secs=None,
                 save_summaries_steps=train_cfg.save_summaries_steps,
                 save_summaries_secs=None,
                 log_step_count_steps=sessions.log_step_count_steps,

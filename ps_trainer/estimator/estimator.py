@@ -151,11 +151,10 @@ class Estimator:
                     # training is over: the session's close cancels that wait after the runtime's grace period.
                     syncing = any(isinstance(hook, _SYNC_REPLICAS_HOOK)
                                   for hook in (*model.training_hooks, *(hooks or ())))
-                    runtime = run_config.runtime_settings(self._config, cluster, last, syncing, not saving_listeners)
+                    runtime = run_config.runtime_settings(self._config, cluster, last, syncing)
                     trained = _Trained(model, model.train_op, model.loss)
                 else:  # a lever's step, or the runtime's update (training/step/taken.py)
-                    runtime = run_config.runtime_settings(self._config, cluster, last, runtime_sync,
-                                                          not saving_listeners, path)
+                    runtime = run_config.runtime_settings(self._config, cluster, last, runtime_sync, path=path)
                     lever = taken.build(
                         lambda features, labels: self._call_model_fn(features, labels, ModeKeys.TRAIN, graph_tables,
                                                                      table_devices),
@@ -198,15 +197,11 @@ class Estimator:
             live_rows = v1.get_collection(table_storage.LIVE_ROWS)
             if live_rows:
                 chief_hooks.append(training_hooks.LiveRowsHook(runtime.cluster.task_name, live_rows, every or 100))
-            if saving_listeners:
-                chief_hooks.append(session_loop.checkpoint_saver_hook(
-                    self.model_dir, self._config.save_checkpoints_secs, self._config.save_checkpoints_steps, scaffold,
-                    saving_listeners, path.steps_per_run))
             sessions = session_loop.Sessions(
                 train_op=(trained.train_op, trained.loss),  # as TF1's loop: the update and the loss, nothing else
                 scaffold=scaffold, hooks=[*all_hooks, *([stall] if stall else [])], chief_only_hooks=chief_hooks,
                 uninitialized=uninitialized, config=self._session_config(cluster), progress=progress,
-                ends_with_session=True, log_step_count_steps=every)
+                ends_with_session=True, log_step_count_steps=every, saving_listeners=tuple(saving_listeners or ()))
             try:
                 ended = session_loop.train_to_the_end(runtime, target, sessions)
             finally:

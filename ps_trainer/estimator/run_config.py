@@ -30,12 +30,14 @@ class RunConfig:
 
     _REPLACEABLE = ("model_dir", "tf_random_seed", "save_summary_steps", "save_checkpoints_steps",
                     "save_checkpoints_secs", "session_config", "keep_checkpoint_max", "keep_checkpoint_every_n_hours",
-                    "log_step_count_steps", "session_creation_timeout_secs")
+                    "log_step_count_steps", "session_creation_timeout_secs", "checkpoint_save_graph_def",
+                    "experimental_max_worker_delay_secs")
 
     def __init__(self, model_dir=None, tf_random_seed=None, save_summary_steps=100,
                  save_checkpoints_steps=_USE_DEFAULT, save_checkpoints_secs=_USE_DEFAULT, session_config=None,
                  keep_checkpoint_max=5, keep_checkpoint_every_n_hours=10000, log_step_count_steps=100,
-                 session_creation_timeout_secs=None, **others):
+                 session_creation_timeout_secs=None, checkpoint_save_graph_def=True,
+                 experimental_max_worker_delay_secs=None, **others):
         for name, value in others.items():
             if name not in _NOT_COVERED:
                 raise TypeError(f"RunConfig() got an unexpected keyword argument {name!r}")
@@ -59,6 +61,13 @@ class RunConfig:
             raise ValueError(f"RunConfig: session_creation_timeout_secs must be positive, not "
                              f"{session_creation_timeout_secs}")
         self._session_creation_timeout_secs = session_creation_timeout_secs
+        # False: no graph.pbtxt in model_dir and no .meta beside each checkpoint (training/session_loop.py).
+        self._checkpoint_save_graph_def = bool(checkpoint_save_graph_def)
+        if experimental_max_worker_delay_secs is not None and not isinstance(experimental_max_worker_delay_secs, int):
+            raise ValueError("RunConfig: experimental_max_worker_delay_secs must be an integer if set")
+        # TF's cap on the delay it started each worker with (5 s a worker, up to 60 s): the runtime starts every
+        # worker at once, so any cap holds; kept for the property.
+        self._experimental_max_worker_delay_secs = experimental_max_worker_delay_secs
         self._cluster, self._task_type, self._task_id = _cluster_of(os.environ)
         self._settings = settings.read(os.environ)
 
@@ -88,6 +97,8 @@ class RunConfig:
     keep_checkpoint_every_n_hours = property(lambda self: self._keep_checkpoint_every_n_hours)
     log_step_count_steps = property(lambda self: self._log_step_count_steps)
     session_creation_timeout_secs = property(lambda self: self._session_creation_timeout_secs)
+    checkpoint_save_graph_def = property(lambda self: self._checkpoint_save_graph_def)
+    experimental_max_worker_delay_secs = property(lambda self: self._experimental_max_worker_delay_secs)
 
     @property
     def startup_timeout_secs(self) -> int:
@@ -163,20 +174,20 @@ def step_path(config: RunConfig, cluster: spec.ClusterConfig) -> plan.StepPath:
 
 
 def runtime_settings(config: RunConfig, cluster: spec.ClusterConfig, train_steps: int | None,
-                     sync_replicas: bool = False, saves: bool = True,
-                     path: plan.StepPath = TrainConfig.step_path) -> runtime.RunConfig:
+                     sync_replicas: bool = False, path: plan.StepPath = TrainConfig.step_path) -> runtime.RunConfig:
     """The runtime's settings of this task (training/config.py) from a program's RunConfig: its cluster (or
     `cluster`: none for a training outside it), model_dir, the step training ends at (None: no limit), its
-    saves (saves=False: a hook of the program's saves), the startup timeout and the step path (step_path)."""
+    saves, the startup timeout and the step path (step_path)."""
     given = config.runtime_flags
     train = TrainConfig(model_dir=config.model_dir, train_steps=train_steps or runtime.NO_STEP_LIMIT,
                         startup_timeout_secs=config.startup_timeout_secs, stall_warning_secs=given.stall_warning_secs,
                         stall_timeout_secs=given.stall_timeout_secs, worker_gone_secs=given.worker_gone_secs,
                         sync_replicas=sync_replicas,
                         replicas_to_aggregate=cluster.num_replicas if sync_replicas else 1,
-                        save_checkpoint_steps=config.save_checkpoints_steps if saves else None,
-                        save_checkpoint_secs=config.save_checkpoints_secs if saves else None,
+                        save_checkpoint_steps=config.save_checkpoints_steps,
+                        save_checkpoint_secs=config.save_checkpoints_secs,
                         save_summaries_steps=config.save_summary_steps, keep_checkpoint_max=config.keep_checkpoint_max,
+                        save_graph_def=config.checkpoint_save_graph_def,
                         step_path=path, local_steps=given.local_steps, accumulate_batches=given.accumulate_batches,
                         optimizer=given.optimizer or TrainConfig.optimizer, learning_rate=given.learning_rate,
                         momentum=given.momentum, incremental_save_secs=given.incremental_save_secs)
