@@ -609,6 +609,20 @@ def test_a_tf2_runconfigs_graph_and_worker_delay_settings_are_taken(monkeypatch)
 
 
 @pytest.mark.pure
+def test_saving_listeners_need_a_save_setting_and_must_be_listeners_as_tf1_said(monkeypatch, tmp_path):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    import tensorflow as tf
+    from ps_trainer.estimator import Estimator, RunConfig
+    unsaved = Estimator(lambda features: None, str(tmp_path),
+                        RunConfig(save_checkpoints_secs=None, save_checkpoints_steps=None))
+    listener = tf.compat.v1.train.CheckpointSaverListener()
+    with pytest.raises(ValueError, match="There should be a CheckpointSaverHook to use saving_listeners"):
+        unsaved.train(lambda: None, max_steps=1, saving_listeners=[listener])
+    with pytest.raises(TypeError, match="saving_listeners must be a list of CheckpointSaverListener, given: 3"):
+        Estimator(lambda features: None, str(tmp_path)).train(lambda: None, max_steps=1, saving_listeners=[3])
+
+
+@pytest.mark.pure
 def test_ps_trainer_flags_give_a_program_the_trainers_settings_and_refuse_what_it_does_not_take(monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
     from ps_trainer.estimator import RunConfig, settings

@@ -118,6 +118,12 @@ class Estimator:
         for name, value in (("steps", steps), ("max_steps", max_steps)):
             if value is not None and value <= 0:
                 raise ValueError(f"Estimator.train: {name} must be positive, not {value}")
+        for listener in saving_listeners or ():
+            if not isinstance(listener, v1.train.CheckpointSaverListener):
+                raise TypeError(f"saving_listeners must be a list of CheckpointSaverListener, given: {listener}")
+        if saving_listeners and not (self._config.save_checkpoints_secs or self._config.save_checkpoints_steps):
+            raise ValueError("There should be a CheckpointSaverHook to use saving_listeners. Please set one of the "
+                             "RunConfig.save_checkpoints_steps or RunConfig.save_checkpoints_secs.")
         start_step = checkpoints.checkpoint_step(self.latest_checkpoint()) or 0
         if max_steps is not None and start_step >= max_steps:
             logging.info("Skipping training since max_steps has already saved.")
