@@ -19,6 +19,11 @@ reference venv the one added line, `import ps_trainer.estimator`, imports an emp
 TF 2.15's own `tf.estimator` (its V2 canned classes) and `tf.compat.v1.estimator` (TF1's V1 classes), as it
 gets this project's here. The reference ps never exits by itself; it is stopped (by its process group)
 once the other tasks have ended, and reported so.
+
+    python scripts/estimator_parity.py --bare_pairs=10
+
+runs none of that: the clicks_csv program plain on a cluster and its bare loop, alternated ten times, and prints
+the median of their examples/s ratios (no reference venv needed).
 """
 
 import json
@@ -43,6 +48,9 @@ flags.DEFINE_list("programs", ["clicks", "census", "sync_cnn", "clicks_csv", "pr
                   "Programs to run (PROGRAMS).")
 flags.DEFINE_integer("lever_local_steps", 10, "clicks_csv's lever: trainer.py --model_fn's --local_steps.")
 flags.DEFINE_integer("timeout_secs", 600, "A job still going after this long is stopped and reported.")
+flags.DEFINE_integer("bare_pairs", 0, "Instead of the sides: the clicks_csv program plain and its bare loop, each on "
+                     "1 ps + chief + worker without an evaluator, alternated this many times; prints each pair's "
+                     "examples/s, their ratio and the median ratio.", lower_bound=0)
 flags.DEFINE_boolean("evaluator", True, "Start the cluster's evaluator. Without it the training speed of the two "
                      "sides compares alike: TF1's evaluator sleeps start_delay_secs (120 s) while the chief trains, "
                      "this project's evaluates each checkpoint as it comes, on the same cores.")
@@ -229,9 +237,37 @@ def run_bare_side(work_root, batch, key, args):
               result, work)
 
 
+def run_bare_pairs(work_root, pairs):
+    """The clicks_csv program plain on a cluster against its graph in the bare loop, alternated `pairs` times (the
+    machine's drift falls on both alike): each pair's examples/s and ratio, then the median ratio."""
+    program, batch, _, args = PROGRAMS["clicks_csv"]
+    args = [*args, f"--data_dir={write_clicks_csv(work_root / 'clicks_csv_data')}"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    path = ROOT / "tests" / "programs" / program
+    ratios = []
+    for pair in range(pairs):
+        rates = []
+        for side, command in (("program", [str(path)]), ("bare", [str(ROOT / "scripts" / "bare_loop.py"),
+                                                                   f"--program={path}"])):
+            work = work_root / "pairs" / f"{pair}-{side}"
+            work.mkdir(parents=True)
+            result = run_job(sys.executable, env, command, args, work, True, evaluator=False)
+            if result["steps_per_sec"] is None or any(code != 0 for code in result["codes"].values()):
+                raise SystemExit(f"pair {pair}: the {side} run failed {result['codes']} (logs in {work})")
+            rates.append(result["steps_per_sec"] * batch)
+        ratios.append(rates[0] / rates[1])
+        print(f"pair {pair}: program {rates[0]:,.0f} examples/s, bare loop {rates[1]:,.0f}: {ratios[-1]:.3f}x",
+              flush=True)
+    print(f"median {statistics.median(ratios):.3f}x of {pairs} pairs ({min(ratios):.3f}x to {max(ratios):.3f}x)")
+
+
 def main(argv):
     del argv
     work_root = pathlib.Path(tempfile.mkdtemp(prefix="estimator-parity-"))
+    if FLAGS.bare_pairs:
+        run_bare_pairs(work_root, FLAGS.bare_pairs)
+        print(f"logs: {work_root}")
+        return
     reference_env = {**os.environ, "PYTHONPATH": shim_dir(work_root)}
     reference_env.pop("TF_USE_LEGACY_KERAS", None)  # TF 2.15's Keras is Keras 2 already
     sides = {"TF 2.15 Estimator": (reference_python(pathlib.Path(FLAGS.reference_venv)), reference_env),
