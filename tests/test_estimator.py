@@ -608,18 +608,46 @@ def test_a_tf2_runconfigs_graph_and_worker_delay_settings_are_taken(monkeypatch)
         RunConfig(experimental_max_worker_delay_secs="10")
 
 
-@pytest.mark.pure
-def test_saving_listeners_need_a_save_setting_and_must_be_listeners_as_tf1_said(monkeypatch, tmp_path):
+@pytest.mark.inprocess
+def test_a_model_fns_own_checkpoint_saver_hook_saves_in_place_of_the_runtimes_with_the_listeners(monkeypatch, tmp_path):
+    """As TF's Estimator: a CheckpointSaverHook among the model_fn's hooks (made without a saver) saves on its own
+    schedule, not RunConfig's, and gets the saving listeners; listeners with no saver at all, or that are not
+    listeners, are refused in TF's words."""
     monkeypatch.delenv("TF_CONFIG", raising=False)
+    import numpy as np
     import tensorflow as tf
-    from ps_trainer.estimator import Estimator, RunConfig
-    unsaved = Estimator(lambda features: None, str(tmp_path),
-                        RunConfig(save_checkpoints_secs=None, save_checkpoints_steps=None))
-    listener = tf.compat.v1.train.CheckpointSaverListener()
+    from ps_trainer.estimator import Estimator, EstimatorSpec, RunConfig
+    v1 = tf.compat.v1
+
+    def model_fn(features, labels, mode, params):
+        weight = v1.get_variable("w", [2, 1])
+        loss = tf.reduce_mean(tf.square(tf.matmul(features["x"], weight) - labels))
+        train_op = v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=v1.train.get_global_step())
+        hooks = [v1.train.CheckpointSaverHook(params["model_dir"], save_steps=3)] if params["own"] else []
+        return EstimatorSpec(mode, loss=loss, train_op=train_op, training_chief_hooks=hooks)
+
+    def input_fn():
+        x = np.random.RandomState(0).rand(64, 2).astype(np.float32)
+        return tf.data.Dataset.from_tensor_slices(({"x": x}, x[:, :1] * 2)).repeat().batch(8)
+
+    class Saved(v1.train.CheckpointSaverListener):
+        steps = []
+
+        def after_save(self, session, global_step_value):
+            self.steps.append(int(global_step_value))
+
+    model_dir = str(tmp_path / "own")
+    own = Estimator(model_fn, model_dir, RunConfig(save_checkpoints_steps=5, keep_checkpoint_max=50),
+                    params={"model_dir": model_dir, "own": True})
+    own.train(input_fn, max_steps=10, saving_listeners=[Saved()])
+    state = v1.train.get_checkpoint_state(model_dir)
+    assert [int(path.rsplit("-", 1)[1]) for path in state.all_model_checkpoint_paths] == Saved.steps == [0, 3, 6, 9, 10]
+    unsaved = Estimator(model_fn, str(tmp_path / "none"), RunConfig(save_checkpoints_secs=None),
+                        params={"model_dir": None, "own": False})
     with pytest.raises(ValueError, match="There should be a CheckpointSaverHook to use saving_listeners"):
-        unsaved.train(lambda: None, max_steps=1, saving_listeners=[listener])
+        unsaved.train(input_fn, max_steps=1, saving_listeners=[Saved()])
     with pytest.raises(TypeError, match="saving_listeners must be a list of CheckpointSaverListener, given: 3"):
-        Estimator(lambda features: None, str(tmp_path)).train(lambda: None, max_steps=1, saving_listeners=[3])
+        own.train(input_fn, max_steps=1, saving_listeners=[3])
 
 
 @pytest.mark.pure

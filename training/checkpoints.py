@@ -142,8 +142,10 @@ def program_scaffold(scaffold, uninitialized, model_dir: str | None, keep_checkp
                      graph_tables=None):
     """A program's Scaffold (an Estimator model_fn's) with the chief's LiveStateSaver (sharded: each ps writes
     its own part) where the program names no saver of its own, in the scaffold or, where TensorFlow's Scaffold
-    also looks, the graph's SAVERS collection. It also restores a checkpoint TensorFlow 2.x's V1 canned
-    estimators wrote in model_dir (tf2_slot_layout; model_dir None: a task that restores nothing).
+    also looks, the graph's SAVERS collection; the saver goes into that collection too, as TF's Estimator put its
+    default saver there, for a program's own CheckpointSaverHook made without one. It also restores a checkpoint
+    TensorFlow 2.x's V1 canned estimators wrote in model_dir (tf2_slot_layout; model_dir None: a task that
+    restores nothing).
     before_save, after_restore: (session) -> None, the dynamic tables' eviction and reconciliation; slots_of: the
     update's slots of a variable, where the chief saves deltas of the changed rows of the tables of
     `graph_tables` (LiveStateSaver's)."""
@@ -154,6 +156,7 @@ def program_scaffold(scaffold, uninitialized, model_dir: str | None, keep_checkp
                            keep_checkpoint_every_n_hours=keep_checkpoint_every_n_hours,
                            renamed=tf2_slot_layout(model_dir, sharded=True), before_save=before_save,
                            after_restore=after_restore, slots_of=slots_of, graph_tables=graph_tables)
+    tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.SAVERS, saver)
     return tf.compat.v1.train.Scaffold(saver=saver, copy_from_scaffold=scaffold)
 
 

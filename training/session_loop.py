@@ -196,7 +196,13 @@ class ChiefSaverHook(v1.train.CheckpointSaverHook):
 
 def chief_saver_hook(train_cfg, sessions: Sessions) -> ChiefSaverHook | None:
     """The chief's saves by --save_checkpoint_steps or _secs, one hook for all of the task's sessions; None when
-    neither is set."""
+    neither is set, or when an Estimator program's hooks hold a CheckpointSaverHook of its own: that one saves in
+    its place and is given the program's saving listeners, as TF's Estimator did."""
+    own = [hook for hook in (*sessions.hooks, *sessions.chief_only_hooks)
+           if isinstance(hook, v1.train.CheckpointSaverHook)]
+    if own:
+        own[0]._listeners.extend(sessions.saving_listeners)  # noqa: SLF001  (as TF's Estimator gave them to it)
+        return None
     steps, secs = train_cfg.save_checkpoint_steps, train_cfg.save_checkpoint_secs
     if not steps and not secs:
         return None

@@ -121,9 +121,6 @@ class Estimator:
         for listener in saving_listeners or ():
             if not isinstance(listener, v1.train.CheckpointSaverListener):
                 raise TypeError(f"saving_listeners must be a list of CheckpointSaverListener, given: {listener}")
-        if saving_listeners and not (self._config.save_checkpoints_secs or self._config.save_checkpoints_steps):
-            raise ValueError("There should be a CheckpointSaverHook to use saving_listeners. Please set one of the "
-                             "RunConfig.save_checkpoints_steps or RunConfig.save_checkpoints_secs.")
         start_step = checkpoints.checkpoint_step(self.latest_checkpoint()) or 0
         if max_steps is not None and start_step >= max_steps:
             logging.info("Skipping training since max_steps has already saved.")
@@ -203,6 +200,11 @@ class Estimator:
             live_rows = v1.get_collection(table_storage.LIVE_ROWS)
             if live_rows:
                 chief_hooks.append(training_hooks.LiveRowsHook(runtime.cluster.task_name, live_rows, every or 100))
+            own_savers = [hook for hook in (*all_hooks, *chief_hooks) if isinstance(hook, v1.train.CheckpointSaverHook)]
+            if saving_listeners and not own_savers and not (self._config.save_checkpoints_secs
+                                                            or self._config.save_checkpoints_steps):
+                raise ValueError("There should be a CheckpointSaverHook to use saving_listeners. Please set one of "
+                                 "the RunConfig.save_checkpoints_steps or RunConfig.save_checkpoints_secs.")
             sessions = session_loop.Sessions(
                 train_op=(trained.train_op, trained.loss),  # as TF1's loop: the update and the loss, nothing else
                 scaffold=scaffold, hooks=[*all_hooks, *([stall] if stall else [])], chief_only_hooks=chief_hooks,
