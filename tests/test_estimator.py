@@ -1080,3 +1080,43 @@ def test_a_programs_dynamic_tables_train_on_two_ps_through_a_ps_restart_evaluate
         logits = sess.run(signature.outputs["logits"].name,
                           {signature.inputs[name].name: value for name, value in raw.items()})
     assert logits.shape == (3, 2) and np.isfinite(logits).all() and len({tuple(row) for row in logits}) == 3, logits
+
+
+@pytest.mark.inprocess
+def test_tf_estimators_hooks_parsing_specs_and_add_metrics_are_there_in_both_spellings(tmp_path):
+    """TF re-exported the session hooks under tf.estimator (TF 2.x code spells tf.estimator.SessionRunHook); the
+    canned classes' parsing specs; add_metrics, whose metric joins the estimator's own in its evaluation."""
+    import numpy as np
+    import tensorflow as tf
+    import ps_trainer.estimator  # noqa: F401  (the one line)
+    v1 = tf.compat.v1
+    for namespace in (tf.estimator, tf.compat.v1.estimator):
+        assert namespace.SessionRunHook is v1.train.SessionRunHook
+        assert namespace.CheckpointSaverListener is v1.train.CheckpointSaverListener
+        assert namespace.NanLossDuringTrainingError is v1.train.NanLossDuringTrainingError
+    columns = [tf.feature_column.numeric_column("age"),
+               tf.feature_column.categorical_column_with_hash_bucket("city", 10)]
+    assert tf.estimator.classifier_parse_example_spec(columns, "clicked", weight_column="w") == {
+        "age": tf.io.FixedLenFeature((1,), tf.float32), "city": tf.io.VarLenFeature(tf.string),
+        "clicked": tf.io.FixedLenFeature((1,), tf.int64), "w": tf.io.FixedLenFeature((1,), tf.float32)}
+    assert v1.estimator.regressor_parse_example_spec(columns, "price", label_dimension=2)["price"] == (
+        tf.io.FixedLenFeature((2,), tf.float32))
+    with pytest.raises(ValueError, match="label should not be used as feature"):
+        tf.estimator.classifier_parse_example_spec(columns, "age")
+
+    def input_fn():
+        x = np.random.RandomState(0).rand(32, 1).astype(np.float32)
+        return tf.data.Dataset.from_tensor_slices(({"age": x}, (x > 0.5).astype(np.int64))).batch(8)
+
+    classifier = tf.estimator.LinearClassifier([tf.feature_column.numeric_column("age")], str(tmp_path))
+    classifier.train(input_fn)  # to the input's end: 4 batches
+
+    def metric_fn(labels, predictions):
+        return {"mean_label": v1.metrics.mean(tf.cast(labels, tf.float32))}
+
+    with_metric = tf.estimator.add_metrics(classifier, metric_fn)
+    metrics = with_metric.evaluate(input_fn)
+    assert metrics["global_step"] == 4 and "accuracy" in metrics
+    assert metrics["mean_label"] == pytest.approx(np.mean(np.random.RandomState(0).rand(32) > 0.5))
+    with pytest.raises(ValueError, match="not expected args: \\['weights'\\]"):
+        tf.estimator.add_metrics(classifier, lambda labels, weights: {})

@@ -20,7 +20,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 import tensorflow as tf  # noqa: E402  (after the Keras choice)
 from tensorflow.python.tools import module_util as _module_util  # noqa: E402  (where TensorFlow finds Keras)
 
-from ps_trainer.estimator import export, feature_column, inputs  # noqa: E402
+from ps_trainer.estimator import export, extras, feature_column, inputs  # noqa: E402
 from ps_trainer.estimator.canned import (  # noqa: E402
     BaselineClassifier, BaselineRegressor, DNNClassifier, DNNLinearCombinedClassifier, DNNLinearCombinedRegressor,
     DNNRegressor, LinearClassifier, LinearRegressor)
@@ -37,6 +37,11 @@ __all__ = ["BaselineClassifier", "BaselineRegressor", "BestExporter", "DNNClassi
            "TrainSpec", "export", "inputs", "VocabInfo", "WarmStartSettings", "feature_column", "train_and_evaluate"]
 
 VocabInfo = tf.compat.v1.train.VocabInfo  # WarmStartSettings.var_name_to_vocab_info's values, as TF1's
+globals().update({name: getattr(tf.compat.v1.train, name) for name in extras.HOOKS})
+add_metrics = extras.add_metrics
+classifier_parse_example_spec, regressor_parse_example_spec = extras.parse_example_specs(
+    tf.compat.v1.feature_column.make_parse_example_spec)
+__all__ += [*extras.HOOKS, "add_metrics", "classifier_parse_example_spec", "regressor_parse_example_spec"]
 
 
 def __getattr__(name):
