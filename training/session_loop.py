@@ -198,16 +198,20 @@ def chief_saver_hook(train_cfg, sessions: Sessions) -> ChiefSaverHook | None:
     """The chief's saves by --save_checkpoint_steps or _secs, one hook for all of the task's sessions; None when
     neither is set, or when an Estimator program's hooks hold a CheckpointSaverHook of its own: that one saves in
     its place and is given the program's saving listeners, as TF's Estimator did."""
-    own = [hook for hook in (*sessions.hooks, *sessions.chief_only_hooks)
-           if isinstance(hook, v1.train.CheckpointSaverHook)]
-    if own:
-        own[0]._listeners.extend(sessions.saving_listeners)  # noqa: SLF001  (as TF's Estimator gave them to it)
+    own = own_saver_hook([*sessions.hooks, *sessions.chief_only_hooks])
+    if own is not None:
+        own._listeners.extend(sessions.saving_listeners)  # noqa: SLF001  (as TF's Estimator gave them to it)
         return None
     steps, secs = train_cfg.save_checkpoint_steps, train_cfg.save_checkpoint_secs
     if not steps and not secs:
         return None
     return ChiefSaverHook(train_cfg.model_dir, None if steps else secs, steps or None, sessions.scaffold,
                           list(sessions.saving_listeners), train_cfg.step_path.steps_per_run, train_cfg.save_graph_def)
+
+
+def own_saver_hook(hooks) -> v1.train.CheckpointSaverHook | None:
+    """The first CheckpointSaverHook among an Estimator program's hooks, which saves in place of the runtime's."""
+    return next((hook for hook in hooks if isinstance(hook, v1.train.CheckpointSaverHook)), None)
 
 
 def _one_session(cfg, target, sessions: Sessions, saves: ChiefSaverHook | None, clock) -> _Session:

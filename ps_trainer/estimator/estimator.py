@@ -200,9 +200,9 @@ class Estimator:
             live_rows = v1.get_collection(table_storage.LIVE_ROWS)
             if live_rows:
                 chief_hooks.append(training_hooks.LiveRowsHook(runtime.cluster.task_name, live_rows, every or 100))
-            own_savers = [hook for hook in (*all_hooks, *chief_hooks) if isinstance(hook, v1.train.CheckpointSaverHook)]
-            if saving_listeners and not own_savers and not (self._config.save_checkpoints_secs
-                                                            or self._config.save_checkpoints_steps):
+            own_saver = session_loop.own_saver_hook([*all_hooks, *chief_hooks])
+            if saving_listeners and own_saver is None and not (self._config.save_checkpoints_secs
+                                                               or self._config.save_checkpoints_steps):
                 raise ValueError("There should be a CheckpointSaverHook to use saving_listeners. Please set one of "
                                  "the RunConfig.save_checkpoints_steps or RunConfig.save_checkpoints_secs.")
             sessions = session_loop.Sessions(
