@@ -186,8 +186,8 @@ class ChiefSaverHook(v1.train.CheckpointSaverHook):
 
     def after_create_session(self, session, coord):
         if not self._graph_written:
-            self._graph_written = True
             super().after_create_session(session, coord)
+            self._graph_written = True  # once written and saved: a first session that failed writes it again
             return
         global_step = session.run(self._global_step_tensor)
         self._save(session, global_step)

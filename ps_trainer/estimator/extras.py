@@ -5,10 +5,9 @@ spells them tf.estimator.SessionRunHook and so on), the parsing specs of the can
 import inspect
 
 import tensorflow as tf
+from tensorflow.python.feature_column import feature_column_v2  # NumericColumn: the class of both spellings' columns
 
 from ps_trainer.model import spec
-
-v1 = tf.compat.v1
 
 # TF's tf.estimator.X for these was tf.compat.v1.train.X itself.
 HOOKS = ("CheckpointSaverHook", "CheckpointSaverListener", "FeedFnHook", "FinalOpsHook", "GlobalStepWaiterHook",
@@ -30,7 +29,7 @@ def _with_label_and_weight(parsing_spec: dict, label_key, label_spec, weight_col
         return parsing_spec
     if isinstance(weight_column, str):
         weight_column = tf.feature_column.numeric_column(weight_column)
-    if not hasattr(weight_column, "parse_example_spec") or type(weight_column).__name__ != "NumericColumn":
+    if not isinstance(weight_column, feature_column_v2.NumericColumn):
         raise ValueError("weight_column should be an instance of tf.feature_column.numeric_column. Given type: "
                          f"{type(weight_column)} value: {weight_column}")
     if weight_column.key in parsing_spec:
@@ -77,7 +76,8 @@ def add_metrics(estimator, metric_fn):
             return model
         given = {"features": features, "labels": labels, "predictions": model.predictions, "config": config}
         added = metric_fn(**{name: given[name] for name in taken})
-        return model._replace(eval_metric_ops={**(model.eval_metric_ops or {}), **added})
+        # Made anew (not _replace), so that the added metrics are checked as a model_fn's are.
+        return spec.EstimatorSpec(**{**model._asdict(), "eval_metric_ops": {**model.eval_metric_ops, **added}})
 
     return Estimator(model_fn, estimator.model_dir, estimator.config,
                      warm_start_from=estimator._warm_start)  # noqa: SLF001  (as TF's add_metrics copied it)
