@@ -73,6 +73,21 @@ def finished_step(model_dir: str | None, replica: int, train_steps: int, num_epo
         return None
 
 
+def ended_since(model_dir: str, replica: int, train_steps: int, since: float) -> int | None:
+    """The global step in `replica`'s mark of a run to train_steps written at `since` (time.time()) or later,
+    reached or not: an Estimator program's training also ends where its input runs out or an early-stopping
+    hook stops it. None without such a mark (a mark written before `since` is an earlier run's)."""
+    path = layout.done_mark(model_dir, replica)
+    try:
+        if tf.io.gfile.stat(path).mtime_nsec < since * 1e9:
+            return None
+        with tf.io.gfile.GFile(path) as mark:
+            fields = dict(field.split("=", 1) for field in mark.read().split())
+        return int(fields["global_step"]) if int(fields["train_steps"]) == train_steps else None
+    except (tf.errors.NotFoundError, ValueError, KeyError):
+        return None
+
+
 def marked_done(model_dir: str | None, replicas, train_steps: int, num_epochs: int = 0) -> set[int]:
     """The replicas (of those given) whose mark in model_dir says they finished a run to train_steps
     (and num_epochs)."""

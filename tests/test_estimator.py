@@ -253,21 +253,28 @@ PREMADE_V2 = ROOT / "tests" / "programs" / "premade_v2.py"
 
 
 @pytest.mark.e2e
-def test_a_tf2_programs_v2_canned_class_trains_on_a_tf_config_cluster_with_its_keras_optimizer(tmp_path):
+def test_a_tf2_programs_v2_canned_class_trains_on_a_tf_config_cluster_and_stops_early_where_its_hook_says(tmp_path):
     # tf.estimator.DNNClassifier is TF 2.x's V2 class: its Keras optimizer's slots and hyper-parameters live on the
     # ps beside the weights, the first optimizer's iterations is the global step, the loss is the batch's mean.
-    codes, logs = run_tf_config_cluster(PREMADE_V2, tmp_path, "--train_steps=300")
+    # Its stop_if_higher_hook (tf.estimator.experimental) reads the evaluator's summaries on the chief, which sets
+    # the stop variable on the ps; the worker reads it and ends too, and the evaluator ends with the chief's last
+    # checkpoint, as final.
+    codes, logs = run_tf_config_cluster(PREMADE_V2, tmp_path, "--train_steps=5000", "--stop_if_accuracy_above=0.9")
     assert codes == {"ps": 0, "chief": 0, "worker": 0, "evaluator": 0}, {job: log[-2000:] for job, log in logs.items()}
+    assert "Requesting early stopping at global step" in logs["chief"], logs["chief"][-3000:]
+    assert "Early stopping requested, suspending run." in logs["worker"], logs["worker"][-3000:]
     metrics = last_evaluation(logs["evaluator"])
     # One process reaches 0.950 at 300 steps, on TF 2.15's V2 class as here (scripts/estimator_parity.py); two
-    # asynchronous workers' last checkpoint lands where their updates put it: 0.939-0.951 in most runs, 0.892 in
-    # one of a suite's (chance: 0.33).
-    assert metrics["global_step"] >= 300 and metrics["accuracy"] > 0.85, metrics
+    # asynchronous workers' checkpoints land where their updates put them: 0.939-0.951 at 300 steps in most runs,
+    # 0.892 in one of a suite's (chance: 0.33). The evaluation that crossed 0.9 came at a save (every 100 steps).
+    assert 100 < metrics["global_step"] < 5000 and metrics["accuracy"] > 0.85, metrics
     assert metrics["loss"] < 1.0, metrics  # a mean over the batch (a sum over 32 examples would be ~30x)
     import tensorflow as tf
-    names = tf.train.load_checkpoint(str(tmp_path / "model")).get_variable_to_shape_map()
+    checkpoint = tf.train.load_checkpoint(str(tmp_path / "model"))
     assert {"training/Adagrad/dnn/hiddenlayer_0/kernel/accumulator", "training/Adagrad/learning_rate",
-            "dnn/logits/kernel", "global_step"} <= set(names), sorted(names)
+            "dnn/logits/kernel", "global_step"} <= set(checkpoint.get_variable_to_shape_map())
+    assert checkpoint.get_tensor("signal_early_stopping/STOP")
+    assert checkpoint.get_tensor("global_step") == metrics["global_step"]  # the final evaluation is the last save
     [export_dir] = (tmp_path / "model" / "export" / "iris").iterdir()
     assert (export_dir / "saved_model.pb").is_file()
 
@@ -648,6 +655,45 @@ def test_a_model_fns_own_checkpoint_saver_hook_saves_in_place_of_the_runtimes_wi
         unsaved.train(input_fn, max_steps=1, saving_listeners=[Saved()])
     with pytest.raises(TypeError, match="saving_listeners must be a list of CheckpointSaverListener, given: 3"):
         own.train(input_fn, max_steps=1, saving_listeners=[3])
+
+
+@pytest.mark.inprocess
+def test_an_early_stopping_hook_ends_local_training_at_the_evaluation_that_crosses_and_the_run_resumes(monkeypatch,
+                                                                                                       tmp_path):
+    """tf.estimator.experimental's stop_if_lower_hook in train_and_evaluate in one process: the evaluations after
+    the saves (TF's, every throttle_secs) write the summaries the hook reads, and training ends at the first
+    check after one crosses the threshold, far short of max_steps. The stop variable is saved with the model,
+    so the checkpoint restores and trains on."""
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    import numpy as np
+    import tensorflow as tf
+    import ps_trainer.estimator  # noqa: F401  (tf.estimator)
+    from ps_trainer.estimator import early_stopping
+    v1 = tf.compat.v1
+
+    def model_fn(features, labels, mode):
+        weight = v1.get_variable("w", [2, 1], initializer=v1.zeros_initializer())
+        loss = tf.reduce_mean(tf.square(tf.matmul(features["x"], weight) - labels))
+        train_op = v1.train.GradientDescentOptimizer(0.2).minimize(loss, global_step=v1.train.get_global_step())
+        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    def input_fn():
+        x = np.random.RandomState(0).rand(64, 2).astype(np.float32)
+        return tf.data.Dataset.from_tensor_slices(({"x": x}, x[:, :1] * 2)).repeat().batch(8)
+
+    model = tf.estimator.Estimator(model_fn, str(tmp_path), tf.estimator.RunConfig(save_checkpoints_steps=10))
+    hook = tf.estimator.experimental.stop_if_lower_hook(model, "loss", 0.02, run_every_secs=None, run_every_steps=5)
+    metrics, _ = tf.estimator.train_and_evaluate(
+        model, tf.estimator.TrainSpec(input_fn, max_steps=5000, hooks=[hook]),
+        tf.estimator.EvalSpec(lambda: input_fn().take(8), steps=None, throttle_secs=0))
+    evaluated = early_stopping.read_eval_metrics(model.eval_dir())
+    crossed = min(step for step, values in evaluated.items() if values["loss"] < 0.02)
+    # The hook reads the summaries every 5 steps: it stops within 5 steps of the save whose evaluation crossed.
+    assert crossed < metrics["global_step"] <= crossed + 5 < 5000 and metrics["loss"] < 0.02, (metrics, evaluated)
+    assert list(evaluated)[0] == 10  # the first save (the untrained model, at step 0) is not evaluated, as TF's
+    assert model.get_variable_value("signal_early_stopping/STOP")
+    model.train(input_fn, steps=3)  # restored, stop variable included; no hook: it trains on
+    assert model.get_variable_value("global_step") == metrics["global_step"] + 3
 
 
 @pytest.mark.pure

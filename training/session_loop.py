@@ -197,10 +197,8 @@ class ChiefSaverHook(v1.train.CheckpointSaverHook):
 def chief_saver_hook(train_cfg, sessions: Sessions) -> ChiefSaverHook | None:
     """The chief's saves by --save_checkpoint_steps or _secs, one hook for all of the task's sessions; None when
     neither is set, or when an Estimator program's hooks hold a CheckpointSaverHook of its own: that one saves in
-    its place and is given the program's saving listeners, as TF's Estimator did."""
-    own = own_saver_hook([*sessions.hooks, *sessions.chief_only_hooks])
-    if own is not None:
-        own._listeners.extend(sessions.saving_listeners)  # noqa: SLF001  (as TF's Estimator gave them to it)
+    its place (begin_once gave it the program's saving listeners)."""
+    if own_saver_hook([*sessions.hooks, *sessions.chief_only_hooks]) is not None:
         return None
     steps, secs = train_cfg.save_checkpoint_steps, train_cfg.save_checkpoint_secs
     if not steps and not secs:
@@ -211,7 +209,45 @@ def chief_saver_hook(train_cfg, sessions: Sessions) -> ChiefSaverHook | None:
 
 def own_saver_hook(hooks) -> v1.train.CheckpointSaverHook | None:
     """The first CheckpointSaverHook among an Estimator program's hooks, which saves in place of the runtime's."""
+    hooks = (hook.hook if isinstance(hook, BegunHook) else hook for hook in hooks)
     return next((hook for hook in hooks if isinstance(hook, v1.train.CheckpointSaverHook)), None)
+
+
+class BegunHook(v1.train.SessionRunHook):
+    """A program's hook whose begin() has run (begin_once): every training session of the task calls the rest
+    of it, and not begin() again."""
+
+    def __init__(self, hook):
+        self.hook = hook
+
+    def after_create_session(self, session, coord):
+        self.hook.after_create_session(session, coord)
+
+    def before_run(self, run_context):
+        return self.hook.before_run(run_context)
+
+    def after_run(self, run_context, run_values):
+        self.hook.after_run(run_context, run_values)
+
+    def end(self, session):
+        self.hook.end(session)
+
+
+def begin_once(hooks, saving_listeners=()) -> list[BegunHook]:
+    """Runs an Estimator program's hooks' begin(), in the graph and device scope of the caller, which must come
+    before the graph's saver and its report of uninitialized variables are made; returns them for the task's
+    sessions, which do not begin them again. TF's Estimator made one MonitoredSession per train(), which begins its
+    hooks once however often it makes its session again, inside the graph's device function: a hook that makes a
+    variable or an op in begin() (TF's early-stopping hooks) has it on a ps, saved in every checkpoint, and is not
+    asked to make it again in the finalized graph of a later session. The program's own CheckpointSaverHook, if
+    any, is first given the saving listeners (its begin() begins them), as TF's Estimator gave them to it."""
+    own = own_saver_hook(hooks)
+    if own is not None:
+        own._listeners.extend(saving_listeners)  # noqa: SLF001  (as TF's Estimator gave them to it)
+    plain_global_step_read()  # before any hook's begin() makes TF's cached read (SummarySaverHook's does)
+    for hook in hooks:
+        hook.begin()
+    return [BegunHook(hook) for hook in hooks]
 
 
 def _one_session(cfg, target, sessions: Sessions, saves: ChiefSaverHook | None, clock) -> _Session:

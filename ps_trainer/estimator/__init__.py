@@ -20,7 +20,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 import tensorflow as tf  # noqa: E402  (after the Keras choice)
 from tensorflow.python.tools import module_util as _module_util  # noqa: E402  (where TensorFlow finds Keras)
 
-from ps_trainer.estimator import export, extras, feature_column, inputs  # noqa: E402
+from ps_trainer.estimator import experimental, export, extras, feature_column, inputs  # noqa: E402
 from ps_trainer.estimator.canned import (  # noqa: E402
     BaselineClassifier, BaselineRegressor, DNNClassifier, DNNLinearCombinedClassifier, DNNLinearCombinedRegressor,
     DNNRegressor, LinearClassifier, LinearRegressor)
@@ -34,7 +34,8 @@ from ps_trainer.model.spec import EstimatorSpec, ModeKeys  # noqa: E402
 __all__ = ["BaselineClassifier", "BaselineRegressor", "BestExporter", "DNNClassifier", "DNNLinearCombinedClassifier",
            "DNNLinearCombinedRegressor", "DNNRegressor", "Estimator", "EstimatorSpec", "EvalSpec", "Exporter",
            "FinalExporter", "LatestExporter", "LinearClassifier", "LinearRegressor", "ModeKeys", "RunConfig",
-           "TrainSpec", "export", "inputs", "VocabInfo", "WarmStartSettings", "feature_column", "train_and_evaluate"]
+           "TrainSpec", "experimental", "export", "inputs", "VocabInfo", "WarmStartSettings", "feature_column",
+           "train_and_evaluate"]
 
 VocabInfo = tf.compat.v1.train.VocabInfo  # WarmStartSettings.var_name_to_vocab_info's values, as TF1's
 globals().update({name: getattr(tf.compat.v1.train, name) for name in extras.HOOKS})
@@ -47,8 +48,6 @@ __all__ += [*extras.HOOKS, "add_metrics", "classifier_parse_example_spec", "regr
 def __getattr__(name):
     raise AttributeError(f"tf.estimator.{name} is not covered by ps_trainer.estimator (docs/estimator.md lists "
                          "what is)")
-
-
 
 
 def _install(v1_module, v2_module) -> None:

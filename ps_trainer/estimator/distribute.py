@@ -1,8 +1,9 @@
 """train_and_evaluate: each role of a TF_CONFIG cluster on the trainer's dispatch (training/roles.py). A ps
 serves until every training replica has finished and returns (training/ps.py); the chief and the workers
 train to max_steps and tell the ps tasks (a master, TF_CONFIG's older chief, also evaluates and exports as
-TF1's did); the evaluator evaluates each new checkpoint and returns after the one at max_steps. Without a
-cluster in TF_CONFIG it trains to max_steps in this process, then evaluates."""
+TF1's did); the evaluator evaluates each new checkpoint and returns after the final one (at max_steps, or
+where the chief's training ended). Without a cluster in TF_CONFIG it trains to max_steps in this process,
+evaluating after its saves as a master does, then evaluates the final checkpoint."""
 
 import collections
 import time
@@ -53,8 +54,10 @@ def train_and_evaluate(estimator, train_spec: TrainSpec, eval_spec: EvalSpec):
     (README's exit codes): 138 for a ps not up within the startup timeout."""
     config = estimator.config
     if not config.cluster.job_name:  # one process: TF1's errors reach the program
-        estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps)
-        return _evaluate_and_export(estimator, eval_spec, estimator.latest_checkpoint(), is_the_final_export=True)
+        evaluations = _EvaluateAfterSaves(estimator, eval_spec)
+        estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps,
+                        saving_listeners=[evaluations])
+        return evaluations.final_evaluation()
     runtime = run_config.runtime_settings(config, config.cluster, train_spec.max_steps)
     code = ending.exit_code_of(lambda: _run_role(runtime, roles.Roles(
         train=lambda server, _: _train_replica(estimator, train_spec, eval_spec, runtime, server),
@@ -96,27 +99,30 @@ def _train_replica(estimator, train_spec, eval_spec, runtime, server) -> int:
 
 
 class _EvaluateAfterSaves(tf.compat.v1.train.CheckpointSaverListener):
-    """A master's evaluations while it trains: after a save, once throttle_secs have passed since the last
-    one began (TF1's _NewCheckpointListenerForEvaluate)."""
+    """The evaluations of a master, or of train_and_evaluate in one process, while it trains: after a save
+    other than its training's first (the model as it was before any step), once throttle_secs have passed since
+    the last one began (TF1's _NewCheckpointListenerForEvaluate). The summaries they write are what TF's
+    early-stopping hooks read (early_stopping.py)."""
 
     def __init__(self, estimator, eval_spec):
         self._estimator, self._eval_spec, self._started = estimator, eval_spec, float("-inf")
-        self._evaluated, self._metrics = None, None
+        self._evaluated, self._metrics, self._saves = None, None, 0
 
     def after_save(self, session, global_step_value):
-        if time.monotonic() - self._started >= self._eval_spec.throttle_secs:
+        self._saves += 1
+        if self._saves > 1 and time.monotonic() - self._started >= self._eval_spec.throttle_secs:
             self._started = time.monotonic()
             self._evaluated = self._estimator.latest_checkpoint()
             self._metrics, _ = _evaluate_and_export(self._estimator, self._eval_spec, self._evaluated,
                                                     is_the_final_export=False)
 
-    def final_evaluation(self) -> None:
-        """The final checkpoint's evaluation (unless its save was just evaluated) and the final export."""
+    def final_evaluation(self) -> tuple[dict, list]:
+        """The final checkpoint's evaluation (unless its save was just evaluated) and the final export: its
+        metrics and the exports made."""
         final = self._estimator.latest_checkpoint()
         if final != self._evaluated:
-            _evaluate_and_export(self._estimator, self._eval_spec, final, is_the_final_export=True)
-        else:
-            _export(self._estimator, self._eval_spec, final, self._metrics, is_the_final_export=True)
+            return _evaluate_and_export(self._estimator, self._eval_spec, final, is_the_final_export=True)
+        return self._metrics, _export(self._estimator, self._eval_spec, final, self._metrics, is_the_final_export=True)
 
 
 def _evaluate_and_export(estimator, eval_spec, checkpoint, is_the_final_export) -> tuple[dict, list]:
@@ -129,12 +135,20 @@ def _evaluate_each_checkpoint(estimator, train_spec, eval_spec) -> tuple[dict, l
     """Evaluates the new checkpoints as TensorFlow's checkpoints_iterator finds them (one begun within
     throttle_secs of the last evaluation is passed over, but the final one is evaluated at once), each
     followed by EvalSpec's exporters, and returns the final one's metrics and exports: the checkpoint at
-    max_steps. As in TF1, a run whose input ends before max_steps leaves it waiting."""
-    started = float("-inf")
+    max_steps or, where the chief's training ended short of it (its input ran out, an early-stopping hook
+    stopped it), the chief's last one, once the chief's done mark says it ended."""
+    started, since, evaluated, metrics = float("-inf"), time.time(), None, None
     train_steps = train_spec.max_steps or NO_STEP_LIMIT
-    for newest in tf.compat.v1.train.checkpoints_iterator(estimator.model_dir, CHECKPOINT_POLL_SECS):
+
+    def chief_ended() -> bool:
+        return shutdown.ended_since(estimator.model_dir, 0, train_steps, since) is not None
+
+    for newest in tf.compat.v1.train.checkpoints_iterator(estimator.model_dir, CHECKPOINT_POLL_SECS,
+                                                          timeout=CHECKPOINT_POLL_SECS, timeout_fn=chief_ended):
         step = checkpoints.checkpoint_step(newest)
         final = step is not None and step >= train_steps
+        if not final and chief_ended():  # its last save came before its mark
+            newest, final = estimator.latest_checkpoint(), True
         if not final and time.monotonic() - started < eval_spec.throttle_secs:
             continue
         started = time.monotonic()
@@ -149,10 +163,15 @@ def _evaluate_each_checkpoint(estimator, train_spec, eval_spec) -> tuple[dict, l
                          newest, type(err).__name__)
             started = float("-inf")
             continue
+        evaluated = newest
         exports = _export(estimator, eval_spec, newest, metrics, is_the_final_export=final)
         if final:
             return metrics, exports
-    raise RuntimeError("unreachable: checkpoints_iterator with no timeout waits for ever")
+    final = estimator.latest_checkpoint()  # the chief ended after its last checkpoint was found
+    logging.info("evaluator: the chief's training ended at %s, short of max_steps", final)
+    if final != evaluated:
+        return _evaluate_and_export(estimator, eval_spec, final, is_the_final_export=True)
+    return metrics, _export(estimator, eval_spec, final, metrics, is_the_final_export=True)
 
 
 def _export(estimator, eval_spec, checkpoint, metrics, is_the_final_export) -> list:

@@ -172,6 +172,17 @@ class Estimator:
                 if self._warm_start:  # the initializers of the variables it names: a checkpoint in model_dir wins
                     logging.info("Warm-starting with WarmStartSettings: %s", self._warm_start)
                     v1.train.warm_start(*self._warm_start)
+                own_saver = session_loop.own_saver_hook([*model.training_hooks, *(hooks or ()),
+                                                         *model.training_chief_hooks])
+                if saving_listeners and own_saver is None and not (self._config.save_checkpoints_secs
+                                                                   or self._config.save_checkpoints_steps):
+                    raise ValueError("There should be a CheckpointSaverHook to use saving_listeners. Please set one "
+                                     "of the RunConfig.save_checkpoints_steps or RunConfig.save_checkpoints_secs.")
+                # The program's hooks begin here, under the device setter, before the saver is made.
+                chief_only = len(model.training_chief_hooks) if cluster.is_chief else 0
+                begun = session_loop.begin_once([*model.training_hooks, *(hooks or ()),
+                                                 *model.training_chief_hooks[:chief_only]], saving_listeners or ())
+                program_hooks, program_chief_hooks = begun[:len(begun) - chief_only], begun[len(begun) - chief_only:]
             graph_lib.forget_critical_section_executions()
             uninitialized = checkpoints.report_uninitialized()
             upkeep = trained.tables.upkeep if trained.tables else None
@@ -187,24 +198,19 @@ class Estimator:
             every = self._config.log_step_count_steps
             progress = session_loop.GlobalStepAtEnds(runtime.cluster.task_name, trained.loss, logging.info)
             all_hooks = [*source.hooks, progress, *([v1.train.StopAtStepHook(last_step=last)] if last else []),
-                         v1.train.NanTensorHook(trained.loss), *trained.hooks, *model.training_hooks, *(hooks or ())]
+                         v1.train.NanTensorHook(trained.loss), *trained.hooks, *program_hooks]
             if every:
                 all_hooks.append(v1.train.LoggingTensorHook({"loss": trained.loss, "step": global_step},
                                                             every_n_iter=every))
             if upkeep and upkeep.needs:
                 all_hooks.append(training_hooks.TableUpkeepHook(upkeep, table_upkeep.UPKEEP_EVERY_N_RUNS))
             stall = watchdog.for_task(runtime.cluster, runtime.train) if cluster.is_distributed else None
-            chief_hooks = [*trained.chief_hooks, *model.training_chief_hooks]
+            chief_hooks = [*trained.chief_hooks, *program_chief_hooks]
             if deltas_every and getattr(scaffold.saver, "deltas", None) is not None:
                 chief_hooks.append(training_hooks.DeltaSaverHook(scaffold.saver, self.model_dir, deltas_every))
             live_rows = v1.get_collection(table_storage.LIVE_ROWS)
             if live_rows:
                 chief_hooks.append(training_hooks.LiveRowsHook(runtime.cluster.task_name, live_rows, every or 100))
-            own_saver = session_loop.own_saver_hook([*all_hooks, *chief_hooks])
-            if saving_listeners and own_saver is None and not (self._config.save_checkpoints_secs
-                                                               or self._config.save_checkpoints_steps):
-                raise ValueError("There should be a CheckpointSaverHook to use saving_listeners. Please set one of "
-                                 "the RunConfig.save_checkpoints_steps or RunConfig.save_checkpoints_secs.")
             sessions = session_loop.Sessions(
                 train_op=(trained.train_op, trained.loss),  # as TF1's loop: the update and the loss, nothing else
                 scaffold=scaffold, hooks=[*all_hooks, *([stall] if stall else [])], chief_only_hooks=chief_hooks,

@@ -11,7 +11,8 @@ import types
 
 import tensorflow.python as tensorflow_python
 
-from ps_trainer.estimator import canned, canned_v2, distribute, estimator, export, exporters, inputs, run_config
+from ps_trainer.estimator import (canned, canned_v2, distribute, early_stopping, estimator, export, exporters, inputs,
+                                  run_config)
 from ps_trainer.model import spec
 
 PREFIXES = ("tensorflow_estimator.python.estimator", "tensorflow.python.estimator")
@@ -74,13 +75,14 @@ def _internals(prefix: str, public) -> dict[str, types.ModuleType]:
                       export=export, export_lib=export)
     root = _module(prefix, "TF1's Estimator package.", canned=canned_, model_fn=model_fn, export=export_,
                    estimator=estimator, estimator_lib=public, run_config=run_config, training=distribute,
-                   exporter=exporters, inputs=inputs)
+                   exporter=exporters, inputs=inputs, early_stopping=early_stopping)
     modules = {prefix: root, f"{prefix}.canned": canned_, f"{prefix}.canned.head": head,
                f"{prefix}.canned.optimizers": optimizers, f"{prefix}.model_fn": model_fn,
                f"{prefix}.export": export_, f"{prefix}.export.export": export, f"{prefix}.export.export_lib": export,
                f"{prefix}.estimator": estimator, f"{prefix}.estimator_lib": public,
                f"{prefix}.run_config": run_config, f"{prefix}.training": distribute,
-               f"{prefix}.exporter": exporters, f"{prefix}.inputs": inputs}
+               f"{prefix}.exporter": exporters, f"{prefix}.inputs": inputs,
+               f"{prefix}.early_stopping": early_stopping}
     modules.update({f"{prefix}.canned.{kind}": module for kind, module in kinds.items()})
     return modules
 

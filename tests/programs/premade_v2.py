@@ -1,6 +1,7 @@
 """A TF 2.x premade-estimator program, as TF 2.x's getting-started sample was written: `tf.estimator.DNNClassifier`
 (the V2 class) over `tf.feature_column` numeric columns, with a `tf.keras.optimizers.legacy` optimizer, tf.data
-input_fns, train_and_evaluate from TF_CONFIG and a FinalExporter, with one line added:
+input_fns, train_and_evaluate from TF_CONFIG, a FinalExporter and, with --stop_if_accuracy_above, an early-stopping
+hook, with one line added:
 `import ps_trainer.estimator`. Its data: three classes of flowers, four measurements each (iris's shape)."""
 
 import numpy as np
@@ -11,6 +12,8 @@ import ps_trainer.estimator  # noqa: F401  (the one line added)
 
 flags.DEFINE_string("model_dir", None, "Where the checkpoints and the export go.")
 flags.DEFINE_integer("train_steps", 300, "The global step to train to.")
+flags.DEFINE_float("stop_if_accuracy_above", None, "Ends training early once an evaluation's accuracy is above it "
+                   "(tf.estimator.experimental.stop_if_higher_hook, checked every 10 steps).")
 FLAGS = flags.FLAGS
 MEASUREMENTS = ["sepal_length", "sepal_width", "petal_length", "petal_width"]
 CENTERS = np.array([[5.0, 3.4, 1.5, 0.2], [5.9, 2.8, 4.3, 1.3], [6.6, 3.0, 5.6, 2.0]], dtype=np.float32)
@@ -44,8 +47,10 @@ def main(argv):
     held_x, held_y = make_data(600, 1)
     exporter = tf.estimator.FinalExporter("iris", tf.estimator.export.build_parsing_serving_input_receiver_fn(
         tf.feature_column.make_parse_example_spec(columns)))
+    hooks = [] if FLAGS.stop_if_accuracy_above is None else [tf.estimator.experimental.stop_if_higher_hook(
+        classifier, "accuracy", FLAGS.stop_if_accuracy_above, run_every_secs=None, run_every_steps=10)]
     result = tf.estimator.train_and_evaluate(
-        classifier, tf.estimator.TrainSpec(lambda: input_fn(x, y, True), max_steps=FLAGS.train_steps),
+        classifier, tf.estimator.TrainSpec(lambda: input_fn(x, y, True), max_steps=FLAGS.train_steps, hooks=hooks),
         tf.estimator.EvalSpec(lambda: input_fn(held_x, held_y, False), steps=None, exporters=[exporter],
                               throttle_secs=1))
     if result:

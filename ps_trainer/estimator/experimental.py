@@ -1,0 +1,12 @@
+"""tf.estimator.experimental (and tf.compat.v1.estimator.experimental): TF 2.x's early-stopping hooks
+(early_stopping.py). Its other names (LinearSDCA, InMemoryEvaluatorHook, the logit_fn builders, ...) are not
+covered and fail where a program uses them, naming themselves."""
+
+from ps_trainer.estimator.early_stopping import (  # noqa: F401  (this module's names)
+    make_early_stopping_hook, stop_if_higher_hook, stop_if_lower_hook, stop_if_no_decrease_hook,
+    stop_if_no_increase_hook)
+
+
+def __getattr__(name):
+    raise AttributeError(f"tf.estimator.experimental.{name} is not covered by ps_trainer.estimator "
+                         "(docs/estimator.md lists what is)")
