@@ -62,14 +62,32 @@ class EstimatorSpec(collections.namedtuple("EstimatorSpec", _FIELDS)):
             raise ValueError("EstimatorSpec: mode PREDICT needs predictions")
         if loss is not None and tf.convert_to_tensor(loss).shape.rank not in (None, 0):
             raise ValueError(f"EstimatorSpec: the loss must be a scalar, not of shape {loss.shape}")
-        for name, metric in (eval_metric_ops or {}).items():
-            if not (isinstance(metric, tuple) and len(metric) == 2):
-                raise TypeError(f"EstimatorSpec: eval_metric_ops[{name!r}] must be a (value, update_op) pair, as "
-                                "tf.compat.v1.metrics returns")
-        return super().__new__(cls, mode, predictions, loss, train_op, dict(eval_metric_ops or {}),
+        eval_metric_ops = {name: _metric_pair(name, metric) for name, metric in (eval_metric_ops or {}).items()}
+        return super().__new__(cls, mode, predictions, loss, train_op, eval_metric_ops,
                                dict(export_outputs or {}), tuple(training_chief_hooks or ()),
                                tuple(training_hooks or ()), scaffold, tuple(evaluation_hooks or ()),
                                tuple(prediction_hooks or ()))
+
+
+def _metric_pair(name: str, metric) -> tuple:
+    """An eval_metric_ops value as the (value, update_op) pair tf.compat.v1.metrics returns. A Keras metric object
+    (TF 2.x's EstimatorSpec took them) whose update_state the model_fn called gives its result and its update; its
+    variables go into the LOCAL_VARIABLES collection, so that each evaluation starts them at zero, and
+    METRIC_VARIABLES, as TF 2.x's did."""
+    if isinstance(metric, tuple) and len(metric) == 2:
+        return metric
+    if not (callable(getattr(metric, "update_state", None)) and callable(getattr(metric, "result", None))):
+        raise TypeError(f"EstimatorSpec: eval_metric_ops[{name!r}] must be a (value, update_op) pair, as "
+                        "tf.compat.v1.metrics returns, or a Keras metric object")
+    updates = list(getattr(metric, "updates", ()))  # tf-keras records each update_state's op in graph mode
+    if not updates:
+        raise ValueError(f'Please call update_state(...) on the "{metric.name}" metric')
+    for collection in (tf.compat.v1.GraphKeys.LOCAL_VARIABLES, tf.compat.v1.GraphKeys.METRIC_VARIABLES):
+        held = {id(variable) for variable in tf.compat.v1.get_collection(collection)}
+        for variable in metric.variables:
+            if id(variable) not in held:
+                tf.compat.v1.add_to_collection(collection, variable)
+    return metric.result(), updates[0]
 
 
 class OwnUpdate(NamedTuple):

@@ -696,6 +696,53 @@ def test_an_early_stopping_hook_ends_local_training_at_the_evaluation_that_cross
     assert model.get_variable_value("global_step") == metrics["global_step"] + 3
 
 
+@pytest.mark.inprocess
+def test_keras_metric_objects_in_eval_metric_ops_evaluate_from_zero_each_time_as_tf2s_did(monkeypatch, tmp_path):
+    """TF 2.x's EstimatorSpec took a Keras metric object whose update_state the model_fn called (its result and
+    its update), in a model_fn's eval_metric_ops and in add_metrics' metric_fn; its variables start at zero in
+    each evaluation and are not saved with the model."""
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    import numpy as np
+    import tensorflow as tf
+    import tf_keras  # tf.keras in a program with the one line
+    from ps_trainer.estimator import Estimator, EstimatorSpec, add_metrics
+    v1 = tf.compat.v1
+    x = np.arange(16, dtype=np.float32).reshape(8, 2)
+
+    def model_fn(features, labels, mode):
+        weight = v1.get_variable("w", [2, 1], initializer=v1.ones_initializer())
+        predictions = tf.matmul(features["x"], weight)
+        loss = tf.reduce_mean(tf.square(predictions - labels))
+        train_op = v1.train.GradientDescentOptimizer(0.0).minimize(loss, global_step=v1.train.get_global_step())
+        mean = tf_keras.metrics.Mean(name="mean_prediction")
+        mean.update_state(predictions)
+        return EstimatorSpec(mode, predictions=predictions, loss=loss, train_op=train_op,
+                             eval_metric_ops={"mean_prediction": mean})
+
+    def input_fn():
+        return tf.data.Dataset.from_tensor_slices(({"x": x}, x[:, :1])).batch(4)
+
+    def metric_fn(labels, predictions):
+        error = tf_keras.metrics.MeanAbsoluteError()
+        error.update_state(labels, predictions)
+        return {"mae": error}
+
+    model = add_metrics(Estimator(model_fn, str(tmp_path)), metric_fn)
+    model.train(input_fn, steps=1)
+    first, second = model.evaluate(input_fn), model.evaluate(input_fn)
+    expected_mean, expected_mae = x.sum(axis=1).mean(), np.abs(x.sum(axis=1) - x[:, 0]).mean()  # w stays at ones
+    for results in (first, second):  # the second evaluation counts from zero again
+        assert results["mean_prediction"] == pytest.approx(expected_mean) and results["mae"] == pytest.approx(
+            expected_mae), results
+    assert set(model.get_variable_names()) == {"w", "global_step"}
+
+    def not_updated(features, labels, mode):
+        return EstimatorSpec(mode, loss=tf.constant(0.0), eval_metric_ops={"m": tf_keras.metrics.Mean(name="m")})
+
+    with tf.Graph().as_default(), pytest.raises(ValueError, match=re.escape('call update_state(...) on the "m"')):
+        not_updated(None, None, "eval")
+
+
 @pytest.mark.pure
 def test_ps_trainer_flags_give_a_program_the_trainers_settings_and_refuse_what_it_does_not_take(monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
