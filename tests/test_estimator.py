@@ -599,6 +599,40 @@ def test_warm_start_from_a_checkpoint_dir_a_savedmodel_or_settings_starts_the_na
         estimator.Estimator(model_fn, str(tmp_path / "bad"), warm_start_from=3)
 
 
+@pytest.mark.inprocess
+def test_a_tensor_serving_input_receiver_hands_the_model_fn_its_one_tensor_and_serves_it(monkeypatch, tmp_path):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    import numpy as np
+    import tensorflow as tf
+    from ps_trainer import estimator
+    v1 = tf.compat.v1
+    given = []
+
+    def model_fn(features, labels, mode):
+        given.append(features)
+        x = features if mode == estimator.ModeKeys.PREDICT else features["x"]  # served: the tensor itself
+        y = tf.matmul(x, v1.get_variable("kernel", [2, 1], initializer=v1.constant_initializer(0.5)))
+        return estimator.EstimatorSpec(mode, predictions={"y": y}, loss=tf.reduce_sum(y),
+                                       train_op=v1.assign_add(v1.train.get_global_step(), 1))
+
+    model = estimator.Estimator(model_fn, str(tmp_path / "model"))
+    model.train(lambda: tf.data.Dataset.from_tensors(({"x": [[1.0, 2.0]]}, [[0.0]])), steps=1)
+
+    def receiver_fn():
+        served = v1.placeholder(tf.float32, [None, 2], name="x")
+        return estimator.export.TensorServingInputReceiver(served, served)
+
+    exported = model.export_saved_model(str(tmp_path / "export"), receiver_fn).decode()
+    assert isinstance(given[-1], tf.Tensor)  # not a dict
+    with tf.Graph().as_default(), v1.Session() as session:
+        signature = v1.saved_model.load(session, [tf.saved_model.SERVING], exported).signature_def["serving_default"]
+        assert list(signature.inputs) == ["input"]  # TF1's name of a single receiver tensor
+        y = session.run(signature.outputs["y"].name, {signature.inputs["input"].name: [[2.0, 4.0]]})
+    np.testing.assert_allclose(y, [[3.0]])
+    with pytest.raises(ValueError, match="features must be a Tensor or a SparseTensor, not dict"):
+        estimator.export.TensorServingInputReceiver({"x": tf.constant(1.0)}, tf.constant(1.0))
+
+
 @pytest.mark.pure
 def test_a_tf2_runconfigs_graph_and_worker_delay_settings_are_taken(monkeypatch):
     """TF 2.x's RunConfig(checkpoint_save_graph_def, experimental_max_worker_delay_secs): the first reaches the

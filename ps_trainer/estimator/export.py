@@ -1,5 +1,6 @@
-"""tf.estimator.export: what a serving_input_receiver_fn returns, the two builders of one TF1 programs
-used, and TensorFlow's own ExportOutput classes; `save` writes an Estimator's SavedModel."""
+"""tf.estimator.export: what a serving_input_receiver_fn returns (a ServingInputReceiver, or a
+TensorServingInputReceiver of one tensor), the two builders of one TF1 programs used, and TensorFlow's own
+ExportOutput classes; `save` writes an Estimator's SavedModel."""
 
 import collections
 import os
@@ -13,11 +14,14 @@ from ps_trainer.training import checkpoints
 v1 = tf.compat.v1
 
 ClassificationOutput = export_output.ClassificationOutput
+EvalOutput = export_output.EvalOutput
 ExportOutput = export_output.ExportOutput
 PredictOutput = export_output.PredictOutput
 RegressionOutput = export_output.RegressionOutput
+TrainOutput = export_output.TrainOutput
 
-__all__ = ["ClassificationOutput", "ExportOutput", "PredictOutput", "RegressionOutput", "ServingInputReceiver",
+__all__ = ["ClassificationOutput", "EvalOutput", "ExportOutput", "PredictOutput", "RegressionOutput",
+           "ServingInputReceiver", "TensorServingInputReceiver", "TrainOutput",
            "build_parsing_serving_input_receiver_fn", "build_raw_serving_input_receiver_fn"]
 
 
@@ -40,6 +44,21 @@ class ServingInputReceiver(collections.namedtuple(
         alternatives = {name: _as_dict(tensors, export_utils.SINGLE_RECEIVER_DEFAULT_NAME)
                         for name, tensors in (receiver_tensors_alternatives or {}).items()}
         return super().__new__(cls, features, receiver_tensors, alternatives or None)
+
+
+class TensorServingInputReceiver(collections.namedtuple(
+        "TensorServingInputReceiver", ["features", "receiver_tensors", "receiver_tensors_alternatives"])):
+    """A ServingInputReceiver whose features are one tensor (or SparseTensor), which the model_fn gets as it is,
+    not in a dict, as TF1's did."""
+
+    def __new__(cls, features, receiver_tensors, receiver_tensors_alternatives=None):
+        if features is None:
+            raise ValueError("TensorServingInputReceiver: features must be defined")
+        if not isinstance(features, tf.Tensor | tf.SparseTensor):
+            raise ValueError(f"TensorServingInputReceiver: features must be a Tensor or a SparseTensor, not "
+                             f"{type(features).__name__}")
+        receiver = ServingInputReceiver(features, receiver_tensors, receiver_tensors_alternatives)
+        return super().__new__(cls, features, receiver.receiver_tensors, receiver.receiver_tensors_alternatives)
 
 
 def build_parsing_serving_input_receiver_fn(feature_spec, default_batch_size=None):
