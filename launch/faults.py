@@ -142,7 +142,10 @@ def kill_and_restart(cluster, model_dir, job: str, index: int, at_step: int, res
         cluster.start(job, index)
     codes = _finish(cluster, deadline)
 
-    after = [s for s in progress(cluster) if s.time > killed_at]
+    # A first-step line gives the global step that the task's first run read as it began: on a loaded machine
+    # another task's first run can begin before the kill and log after it (seen: "first step done at global step
+    # 36" logged after a kill at 100). It says nothing of where training went on from.
+    after = [s for s in progress(cluster) if s.time > killed_at and not (s.first and s.task != f"{job}:{index}")]
     # Recovered once the global step passes the step at the kill and never falls back behind it.
     behind = [s.time for s in after if s.step <= killed_at_step]
     recovered = [s for s in after if s.step > killed_at_step and (not behind or s.time > behind[-1])]
