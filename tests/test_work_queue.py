@@ -17,6 +17,7 @@ from ps_trainer.input import work_queue
 from ps_trainer.input.work_queue import DONE, TODO
 from tests.support import read_flags, write_click_csvs, write_embedded_as_tfrecord
 from ps_trainer.training import checkpoints, queue_hook, worker
+from ps_trainer.training import graph as train_graph
 
 v1 = tf.compat.v1
 NUM_FILES = 5
@@ -537,7 +538,7 @@ class _OneWorkerQueue:
     pass, each read in order) and a step that reads a batch of 16; the feed's sessions are `sessions`
     (a _FaultyFeedSessions class). train() records what each step trained and each session made."""
 
-    def __init__(self, target, data_dir, files, per_file, sessions, clock=time.monotonic, num_workers=1):
+    def __init__(self, target, data_dir, files, per_file, sessions, clock=time.monotonic, num_workers=1, count=1):
         self.target, self.files, self.per_file = target, files, per_file
         write_embedded_as_tfrecord(data_dir, examples=files * per_file, num_files=files)
         self.graph = tf.Graph()
@@ -550,8 +551,10 @@ class _OneWorkerQueue:
             batches = v1.data.make_initializable_iterator(inputs.queued_batches(cfg, inputs.Shard(0, 1, self.feed), 16))
             _, _, self.keys, self.ordinals = batches.get_next()
             with tf.control_dependencies([self.keys, self.ordinals]):
-                self.step = v1.assign_add(global_step, 1)
-            self.hook = queue_hook.InputQueueHook(self.feed, self.keys, self.ordinals, batches.initializer, 60.0)
+                self.step = v1.assign_add(global_step, count)  # count: the steps a run counts (a round's)
+            self.hook = queue_hook.InputQueueHook(self.feed, self.keys, self.ordinals, batches.initializer, 60.0,
+                                                  reached=train_graph.step_reached(self.step.op, global_step))
+            self.global_step, self.queue = global_step, queue
             with v1.Session(target) as session:
                 session.run(v1.global_variables_initializer())
         self.made, self.trained = [], []
@@ -590,6 +593,47 @@ class _OneWorkerQueue:
 
     def trained_each_example(self) -> bool:
         return set(self.trained) == {(key, ordinal) for key in range(self.files) for ordinal in range(self.per_file)}
+
+
+@pytest.mark.servers
+def test_a_round_that_a_ps_0_restore_undid_is_trained_again_for_its_report_carries_the_step_it_counted_to(
+        cluster, tmp_path):
+    # A run counts its steps on ps 0 after its update (a round of 10: after its push), and its examples are
+    # reported to ps 0 with the global step that count reached: ps 0 drops a report its global step is
+    # behind. Read anywhere in the run, the step was the round's start: a ps 0 restored from a delta saved
+    # just before a round's count took that round's report, and the Criteo drill's 3 epochs ended 6-10
+    # steps short of their batches, those examples trained once and their update undone.
+    worker = _OneWorkerQueue(cluster[0].target, tmp_path, 1, 48, _FaultyFeedSessions, count=10)
+    trained, made = [], []
+    restore = v1.Session(worker.target, graph=worker.graph)
+
+    class Recorder(v1.train.SessionRunHook):  # runs after the queue hook: the run's examples are counted
+        def after_create_session(self, session, coord):
+            made.append(session)
+
+        def before_run(self, run_context):
+            return v1.train.SessionRunArgs([worker.keys, worker.ordinals])
+
+        def after_run(self, run_context, run_values):
+            trained.extend(zip(*(values.tolist() for values in run_values.results)))
+            if len(trained) == 16:  # the first round: ps 0 restarts, restored to a delta saved before its count
+                worker.global_step.load(0, restore)
+                raise tf.errors.UnavailableError(None, None, "ps 0 restarted")
+
+    def train():
+        with worker.graph.as_default(), v1.train.MonitoredSession(
+                v1.train.WorkerSessionCreator(master=worker.target), hooks=[worker.hook, Recorder()]) as session:
+            while not session.should_stop():
+                session.run(worker.step)
+
+    training = threading.Thread(target=train, daemon=True)
+    training.start()
+    training.join(timeout=60)
+    restore.close()
+    assert not training.is_alive(), "the epoch did not end in 60 s"
+    assert len(made) == 2 and worker.feed.finished  # the session made again, the epoch ended
+    # The first round's 16 examples trained again: its report carried global step 10, which ps 0 was behind.
+    assert sorted(trained) == sorted([(0, o) for o in range(16)] + [(0, o) for o in range(48)]), trained
 
 
 @pytest.mark.servers

@@ -170,7 +170,7 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
         queue = queue_hook.InputQueueHook(feed, *_trained_tags(tags[-1], built, train), batches.initializer,
                                           cfg.data.input_queue_lease_secs,
                                           drops_first_step=built.drops_next_push,
-                                          audit_path=audit)
+                                          audit_path=audit, reached=step_reached(built.counted, global_step))
     return TrainGraph(saver, built, uninitialized, queue, tables.upkeep, warm, own_update=first.own_update is not None,
                       graph_tables=graph_tables)
 
@@ -190,6 +190,18 @@ def _refuse_own_update(cfg, model_cfg, data_spec) -> None:
         raise user_fn.ModelFnError(
             f"--model_fn={cfg.model.model_fn}: its EstimatorSpec has a train_op, and {refusal}: return the loss "
             "alone (the runtime's --optimizer then makes the update), or train without that flag")
+
+
+def step_reached(counted, global_step):
+    """The global step as the run's own count left it (None where no op of the run counts): read after
+    `counted`, on its device, so no call is added. The run's trained examples are reported to the input
+    queue with it, and ps 0 drops a report where the global step is behind it: after a restore that undid
+    the run's update, its examples are trained again. Read anywhere in the run, the global step is often
+    the one before the count, and a round whose push the restore undid would be reported trained."""
+    if counted is None:
+        return None
+    with tf.control_dependencies([counted]), v1.colocate_with(global_step):
+        return tf.identity(global_step.read_value(), name="global_step_reached")
 
 
 def _trained_tags(read_tags, built, train):

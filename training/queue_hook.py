@@ -26,21 +26,24 @@ class InputQueueHook(v1.train.SessionRunHook):
     """keys, ordinals: the file key of each example of the step's batch and its ordinal in that file;
     initializer: the input iterator's; drops_first_step() (sync): the new session's first gradient
     goes stale, so its batch must be empty; audit_path (--input_queue_audit): where to append the
-    (epoch, file, ordinal) of every example trained, as int64 triples.
+    (epoch, file, ordinal) of every example trained, as int64 triples; reached: the global step as the run's
+    own count left it (training/graph.step_reached), which the run's report carries (default: the global
+    step as read anywhere in the run).
 
     In sync training it runs after the sync hook: a step's batch is counted once its round is applied.
     """
 
     def __init__(self, feed: work_queue.ItemFeed, keys, ordinals, initializer, lease_secs: float,
-                 drops_first_step=None, audit_path=None):
+                 drops_first_step=None, audit_path=None, reached=None):
         self.feed, self._keys, self._ordinals, self._initializer = feed, keys, ordinals, initializer
+        self._reached = reached
         self._audit_path, self._audit = audit_path, None
         self._drops_first_step = drops_first_step or (lambda: False)
         self._heartbeat_secs = lease_secs / 4
         self._last_heartbeat = time.monotonic()
 
     def begin(self):
-        self._global_step = v1.train.get_global_step()
+        self._global_step = self._reached if self._reached is not None else v1.train.get_global_step()
         if self._audit_path and self._audit is None:
             os.makedirs(os.path.dirname(self._audit_path), exist_ok=True)
             self._audit = open(self._audit_path, "ab")  # closed in end()

@@ -37,6 +37,9 @@ class Step(NamedTuple):
     # are all trained), and () -> whether this session's next push goes stale (its batch trains nothing).
     end_op: tf.Operation | None = None
     drops_next_push: Callable[[], bool] | None = None
+    # The op that adds the run's steps to the global step, on the global step's device (None where no op of
+    # the run does: a synchronous worker's, counted by the chief's round).
+    counted: tf.Operation | None = None
 
 
 class Lever(Protocol):

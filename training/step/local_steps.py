@@ -238,7 +238,7 @@ def _pushed_and_counted(ctx: StepContext, result, pushes) -> Step:
     with tf.control_dependencies([counted]):
         done = tf.identity(result.done, name="local_steps_taken")
     return Step(done.op, result.metrics, result.labels, done,
-                (v1.train.StopAtStepHook(last_step=ctx.train.train_steps),))
+                (v1.train.StopAtStepHook(last_step=ctx.train.train_steps),), counted=counted)
 
 
 def build(ctx: StepContext) -> Step:

@@ -33,7 +33,10 @@ def build(ctx: StepContext) -> Step:
     else:
         update_ = make_train_op(ctx.first.loss, ctx.optimizer, ctx.global_step, ctx.cluster, ctx.train,
                                 ctx.stop_requested)
-    return update_.step(Metrics.of(ctx.first), ctx.first_labels)
+    built = update_.step(Metrics.of(ctx.first), ctx.first_labels)
+    if own is None and not ctx.train.sync_replicas:  # the optimizer's op is the global step's assign_add
+        built = built._replace(counted=update_.train_op)
+    return built
 
 
 def make_train_op(loss, optimizer, global_step, cluster, train, stop_requested=None, grads_and_vars=None) -> Update:
