@@ -731,6 +731,51 @@ def test_an_early_stopping_hook_ends_local_training_at_the_evaluation_that_cross
 
 
 @pytest.mark.inprocess
+def test_stop_at_checkpoint_step_hooks_stop_the_chief_at_its_step_and_another_replica_at_the_chiefs_checkpoint(
+        monkeypatch, tmp_path):
+    """tf.estimator.experimental.make_stop_at_checkpoint_step_hook: the chief's is TF's StopAtStepHook; another
+    replica's ends its training once the global step reached last_step and the latest checkpoint holds it, and
+    waits wait_after_file_check_secs after each look that finds the checkpoint short."""
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    import tensorflow as tf
+    import ps_trainer.estimator  # noqa: F401  (tf.estimator)
+    v1 = tf.compat.v1
+
+    def model_fn(features, labels, mode):
+        raise AssertionError("not called: the hooks need only the estimator's config and model_dir")
+
+    chief = tf.estimator.Estimator(model_fn, str(tmp_path))
+    hook = tf.estimator.experimental.make_stop_at_checkpoint_step_hook(chief, 4)
+    assert isinstance(hook, v1.train.StopAtStepHook)
+    cluster = {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}}))
+    other = tf.estimator.Estimator(model_fn, str(tmp_path))
+    hook = tf.compat.v1.estimator.experimental.make_stop_at_checkpoint_step_hook(other, 4, wait_after_file_check_secs=7)
+    waits = []
+    hook.sleep = waits.append
+
+    def chief_saves(step):  # the chief's checkpoint at `step`, from a graph of its own
+        with tf.Graph().as_default():
+            global_step = v1.train.get_or_create_global_step()
+            with v1.Session() as session:
+                global_step.load(step, session)
+                v1.train.Saver().save(session, str(tmp_path / "model.ckpt"), global_step=step)
+
+    chief_saves(2)
+    runs = 0
+    with tf.Graph().as_default():
+        count = v1.assign_add(v1.train.get_or_create_global_step(), 1)
+        with v1.train.MonitoredSession(hooks=[hook]) as session:
+            while not session.should_stop() and runs < 20:
+                runs += 1
+                if runs == 6:
+                    chief_saves(5)
+                session.run(count)
+    # From step 4 on, each look found the checkpoint at step 2 and waited; the look after run 6 found step 5.
+    assert runs == 6 and waits and set(waits) == {7} and len(waits) <= 3, (runs, waits)
+
+
+@pytest.mark.inprocess
 def test_keras_metric_objects_in_eval_metric_ops_evaluate_from_zero_each_time_as_tf2s_did(monkeypatch, tmp_path):
     """TF 2.x's EstimatorSpec took a Keras metric object whose update_state the model_fn called (its result and
     its update), in a model_fn's eval_metric_ops and in add_metrics' metric_fn; its variables start at zero in
