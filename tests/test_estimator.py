@@ -776,6 +776,49 @@ def test_stop_at_checkpoint_step_hooks_stop_the_chief_at_its_step_and_another_re
 
 
 @pytest.mark.inprocess
+def test_an_in_memory_evaluator_evaluates_the_training_variables_at_the_start_every_n_runs_and_at_the_end(
+        monkeypatch, tmp_path):
+    """tf.estimator.experimental.InMemoryEvaluatorHook: evaluate's metrics of the variables being trained, without
+    a checkpoint, as the session is made, every every_n_iter runs and at the end; the last one equals evaluate()
+    of the final checkpoint. A cluster's config is refused, as TF refused it."""
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    import numpy as np
+    import tensorflow as tf
+    import ps_trainer.estimator  # noqa: F401  (tf.estimator)
+    from ps_trainer.estimator import early_stopping
+    v1 = tf.compat.v1
+    x = np.random.RandomState(0).rand(64, 2).astype(np.float32)
+
+    def model_fn(features, labels, mode):
+        weight = v1.get_variable("w", [2, 1], initializer=v1.zeros_initializer())
+        error = tf.matmul(features["x"], weight) - labels
+        loss = tf.reduce_mean(tf.square(error))
+        train_op = v1.train.GradientDescentOptimizer(0.2).minimize(loss, global_step=v1.train.get_global_step())
+        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op,
+                                          eval_metric_ops={"mae": v1.metrics.mean(tf.abs(error))})
+
+    def input_fn():
+        return tf.data.Dataset.from_tensor_slices(({"x": x}, x[:, :1] * 2)).repeat().batch(8)
+
+    model = tf.estimator.Estimator(model_fn, str(tmp_path), tf.estimator.RunConfig(save_checkpoints_steps=100))
+    hook = tf.estimator.experimental.InMemoryEvaluatorHook(model, lambda: input_fn().take(8), name="held_out",
+                                                           every_n_iter=5)
+    model.train(input_fn, max_steps=12, hooks=[hook])
+    evaluated = early_stopping.read_eval_metrics(model.eval_dir("held_out"))
+    assert sorted(evaluated) == [0, 5, 10, 12], evaluated
+    losses = [evaluated[step]["loss"] for step in (0, 5, 10, 12)]
+    assert losses == sorted(losses, reverse=True) and losses[-1] < losses[0] / 2, evaluated  # trained as it went
+    final = model.evaluate(lambda: input_fn().take(8), name="checkpoint")
+    assert final["global_step"] == 12
+    np.testing.assert_allclose([final["loss"], final["mae"]], [evaluated[12]["loss"], evaluated[12]["mae"]], rtol=1e-5)
+
+    cluster = {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "chief", "index": 0}}))
+    with pytest.raises(ValueError, match="supports only single machine"):
+        tf.estimator.experimental.InMemoryEvaluatorHook(tf.estimator.Estimator(model_fn, str(tmp_path)), input_fn)
+
+
+@pytest.mark.inprocess
 def test_keras_metric_objects_in_eval_metric_ops_evaluate_from_zero_each_time_as_tf2s_did(monkeypatch, tmp_path):
     """TF 2.x's EstimatorSpec took a Keras metric object whose update_state the model_fn called (its result and
     its update), in a model_fn's eval_metric_ops and in add_metrics' metric_fn; its variables start at zero in

@@ -232,20 +232,17 @@ class Estimator:
             raise ValueError(f"Estimator.evaluate: steps must be positive, not {steps}")
         with self._model_of_checkpoint(input_fn, ModeKeys.EVAL, checkpoint_path) as (global_step, model, creator,
                                                                                      input_hooks):
-            metrics = dict(model.eval_metric_ops)
-            metrics.setdefault("loss", v1.metrics.mean(model.loss))
-            final = v1.train.FinalOpsHook({**{key: value for key, (value, _) in metrics.items()},
-                                           "global_step": global_step})
-            all_hooks = [*input_hooks, *model.evaluation_hooks, *(hooks or ()), final]
-            if steps is not None:
-                all_hooks.append(_StopAfterRuns(steps))
-            with v1.train.MonitoredSession(creator, hooks=all_hooks) as session:
-                updates = [update for _, update in metrics.values()]
-                while not session.should_stop():
-                    session.run(updates)
-            results = dict(final.final_ops_values)
-            results["global_step"] = int(results["global_step"])
-            self._write_eval_summary(results, name)
+            return self._evaluated(Evaluation.of(global_step, model, input_hooks, hooks or (), steps), creator, name)
+
+    def _evaluated(self, evaluation: "Evaluation", creator, name) -> dict:
+        """Runs an evaluation built in the default graph, in a session from `creator`, to its end; writes
+        its metrics as summaries to eval_dir(name), logs them, and returns them."""
+        with v1.train.MonitoredSession(creator, hooks=evaluation.hooks) as session:
+            while not session.should_stop():
+                session.run(evaluation.updates)
+        results = dict(evaluation.final.final_ops_values)
+        results["global_step"] = int(results["global_step"])
+        self._write_eval_summary(results, name)
         logging.info("Saving dict for global step %d: %s", results["global_step"],
                      ", ".join(f"{key} = {value}" for key, value in sorted(results.items())))
         return results
@@ -298,14 +295,8 @@ class Estimator:
             logging.info("Could not find trained model in model_dir: %s, running initialization to %s.",
                          self.model_dir, "evaluate" if mode == ModeKeys.EVAL else "predict")
         with tf.Graph().as_default():
-            self._seed()
-            global_step = v1.train.get_or_create_global_step()
-            source = input_fn_result.of(self._call_input_fn(input_fn, mode))
-            features, labels = source.next_batch()
-            graph_tables = GraphTables()
-            model = self._call_model_fn(features, labels if mode == ModeKeys.EVAL else None, mode, graph_tables)
+            global_step, model, hooks, graph_tables = self._model_graph(input_fn, mode)
             deltas = checkpoints.delta_restorer(graph_tables, checkpoint_path) if checkpoint_path else None
-            hooks = list(source.hooks)
             if deltas is not None:  # restored with its deltas once the session is made, as the trainer's evaluator does
                 hooks.append(_RestoredWithDeltas(checkpoints.saver_for_restore(model.scaffold), deltas,
                                                  checkpoint_path))
@@ -313,6 +304,17 @@ class Estimator:
                                                    checkpoint_filename_with_path=None if deltas else checkpoint_path,
                                                    config=self._config.session_config)
             yield global_step, model, creator, hooks
+
+    def _model_graph(self, input_fn, mode):
+        """In the default graph: (the global step, model_fn's EstimatorSpec for `mode` over input_fn's data, the
+        input's hooks, the model's tables)."""
+        self._seed()
+        global_step = v1.train.get_or_create_global_step()
+        source = input_fn_result.of(self._call_input_fn(input_fn, mode))
+        features, labels = source.next_batch()
+        graph_tables = GraphTables()
+        model = self._call_model_fn(features, labels if mode == ModeKeys.EVAL else None, mode, graph_tables)
+        return global_step, model, list(source.hooks), graph_tables
 
     # ---------------------------------------------------------------- export
     def export_saved_model(self, export_dir_base, serving_input_receiver_fn, assets_extra=None, as_text=False,
@@ -362,6 +364,27 @@ class Estimator:
             config.MergeFrom(self._config.session_config)
         config.allow_soft_placement = True
         return config
+
+
+class Evaluation(NamedTuple):
+    """An evaluation built in a graph: the metrics' update ops a run runs, and the hooks of its session, the last
+    of them `final`, which reads the metrics (and the global step) at its end."""
+    updates: list
+    hooks: list
+    final: v1.train.FinalOpsHook
+
+    @classmethod
+    def of(cls, global_step, model: EstimatorSpec, input_hooks, hooks=(), steps=None) -> "Evaluation":
+        """Of an EVAL EstimatorSpec: its eval_metric_ops and the mean loss as 'loss'; the input's hooks, the model's
+        evaluation_hooks, then the caller's; over `steps` batches, or all of the input."""
+        metrics = dict(model.eval_metric_ops)
+        metrics.setdefault("loss", v1.metrics.mean(model.loss))
+        final = v1.train.FinalOpsHook({**{key: value for key, (value, _) in metrics.items()},
+                                       "global_step": global_step})
+        all_hooks = [*input_hooks, *model.evaluation_hooks, *hooks, final]
+        if steps is not None:
+            all_hooks.append(_StopAfterRuns(steps))
+        return cls([update for _, update in metrics.values()], all_hooks, final)
 
 
 class _StopAfterRuns(v1.train.SessionRunHook):
