@@ -18,11 +18,16 @@ class Update(NamedTuple):
     chief_only_hooks: tuple
     end_op: tf.Operation | None = None  # synchronous: Step.end_op
     drops_next_push: Callable[[], bool] | None = None  # synchronous: Step.drops_next_push
+    counted: tf.Operation | None = None  # asynchronous: train_op, the optimizer's assign_add to the global step
 
     def step(self, metrics, labels, steps_done=None, train_op=None) -> Step:
-        """The Step of this update (`train_op`: the lever's own op that runs it, if not the update's)."""
-        return Step(self.train_op if train_op is None else train_op, metrics, labels, steps_done, self.hooks,
-                    self.chief_only_hooks, self.end_op, self.drops_next_push)
+        """The Step of this update (`train_op`: the lever's own op that runs it, if not the update's; the run then
+        counts its steps in that op, not in `counted`)."""
+        if train_op is not None:
+            return Step(train_op, metrics, labels, steps_done, self.hooks, self.chief_only_hooks, self.end_op,
+                        self.drops_next_push)
+        return Step(self.train_op, metrics, labels, steps_done, self.hooks, self.chief_only_hooks, self.end_op,
+                    self.drops_next_push, self.counted)
 
 
 def build(ctx: StepContext) -> Step:
@@ -33,10 +38,7 @@ def build(ctx: StepContext) -> Step:
     else:
         update_ = make_train_op(ctx.first.loss, ctx.optimizer, ctx.global_step, ctx.cluster, ctx.train,
                                 ctx.stop_requested)
-    built = update_.step(Metrics.of(ctx.first), ctx.first_labels)
-    if own is None and not ctx.train.sync_replicas:  # the optimizer's op is the global step's assign_add
-        built = built._replace(counted=update_.train_op)
-    return built
+    return update_.step(Metrics.of(ctx.first), ctx.first_labels)
 
 
 def make_train_op(loss, optimizer, global_step, cluster, train, stop_requested=None, grads_and_vars=None) -> Update:
@@ -55,4 +57,5 @@ def make_train_op(loss, optimizer, global_step, cluster, train, stop_requested=N
         hooks, chief_only_hooks = sync.hooks(optimizer, train_op, cluster, train, stop_requested)
         end_op, drops_next_push = hooks[0].close_token_queue, lambda: hooks[0].drops_next_push
     hooks.append(v1.train.StopAtStepHook(last_step=train.train_steps))
-    return Update(train_op, tuple(hooks), tuple(chief_only_hooks), end_op, drops_next_push)
+    counted = None if train.sync_replicas else train_op  # apply_gradients' op is its assign_add to the global step
+    return Update(train_op, tuple(hooks), tuple(chief_only_hooks), end_op, drops_next_push, counted)
