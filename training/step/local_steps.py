@@ -173,7 +173,7 @@ def build_with_tables(ctx: StepContext) -> Step:
     # MonitoredTrainingSession puts the chief-only hooks before its CheckpointSaverHook: there, the end's
     # push lands before the final checkpoint is written.
     hooks, chief_only = ((stop,), (push,)) if ctx.cluster.is_chief else ((push, stop), ())
-    return Step(train_op, Metrics.of(ctx.first), ctx.first_labels, None, hooks, chief_only)
+    return Step(train_op, Metrics.of(ctx.first), ctx.first_labels, None, hooks, chief_only, counted=train_op)
 
 
 def build_rounds(ctx: StepContext) -> Step:
