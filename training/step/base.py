@@ -37,8 +37,10 @@ class Step(NamedTuple):
     # are all trained), and () -> whether this session's next push goes stale (its batch trains nothing).
     end_op: tf.Operation | None = None
     drops_next_push: Callable[[], bool] | None = None
-    # The op that adds the run's steps to the global step, on the global step's device (None where no op of
-    # the run does: a synchronous worker's, counted by the chief's round).
+    # The op at the end of the run that adds its steps to the global step, on the global step's device; None
+    # where the run ends in no such op (a synchronous worker's, counted by the chief's round; a run of several
+    # steps, counted in its loop; a model_fn's own train_op): the input queue's reports then carry the global
+    # step as the run read it (training/graph.step_reached).
     counted: tf.Operation | None = None
 
 
