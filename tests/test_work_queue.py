@@ -600,9 +600,9 @@ def test_a_round_that_a_ps_0_restore_undid_is_trained_again_for_its_report_carri
         cluster, tmp_path):
     # A run counts its steps on ps 0 after its update (a round of 10: after its push), and its examples are
     # reported to ps 0 with the global step that count reached: ps 0 drops a report its global step is
-    # behind. Read anywhere in the run, the step was the round's start: a ps 0 restored from a delta saved
-    # just before a round's count took that round's report, and the Criteo drill's 3 epochs ended 6-10
-    # steps short of their batches, those examples trained once and their update undone.
+    # behind. A step read anywhere in the run is often the round's start, which a ps 0 restored from a
+    # delta saved just before the round's count is not behind: it would take the report of a round whose
+    # update it no longer holds, and those examples would never be trained again.
     worker = _OneWorkerQueue(cluster[0].target, tmp_path, 1, 48, _FaultyFeedSessions, count=10)
     trained, made = [], []
     restore = v1.Session(worker.target, graph=worker.graph)

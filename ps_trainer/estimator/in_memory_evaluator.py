@@ -46,17 +46,19 @@ class InMemoryEvaluatorHook(v1.train.SessionRunHook):
             self._scaffold = model.scaffold or v1.train.Scaffold()
             self._evaluation = Evaluation.of(global_step, model, input_hooks, self._hooks, self._steps)
             self._evaluated_variables = {variable.op.name: variable for variable in v1.global_variables()}
+        self._load = None  # the op that sets them to the training session's values (after_create_session)
 
     def after_create_session(self, session, coord):
         if v1.get_collection(v1.GraphKeys.SAVEABLE_OBJECTS):
             raise ValueError("InMemoryEvaluator does not support saveables other than global variables.")
-        trained = {variable.op.name: variable for variable in v1.global_variables()}
-        self._trained = {name: trained[name] for name in self._evaluated_variables if name in trained}
-        with self._graph.as_default():
-            self._values = {name: v1.placeholder(self._evaluated_variables[name].dtype.base_dtype)
-                            for name in self._trained}
-            self._load = tf.group([self._evaluated_variables[name].assign(value)
-                                   for name, value in self._values.items()])
+        if self._load is None:  # once: a session made again trains the same graph's variables
+            trained = {variable.op.name: variable for variable in v1.global_variables()}
+            self._trained = {name: trained[name] for name in self._evaluated_variables if name in trained}
+            with self._graph.as_default():
+                self._values = {name: v1.placeholder(self._evaluated_variables[name].dtype.base_dtype)
+                                for name in self._trained}
+                self._load = tf.group([self._evaluated_variables[name].assign(value)
+                                       for name, value in self._values.items()])
         self._evaluate(session)
 
     def after_run(self, run_context, run_values):

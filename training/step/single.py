@@ -23,11 +23,9 @@ class Update(NamedTuple):
     def step(self, metrics, labels, steps_done=None, train_op=None) -> Step:
         """The Step of this update (`train_op`: the lever's own op that runs it, if not the update's; the run then
         counts its steps in that op, not in `counted`)."""
-        if train_op is not None:
-            return Step(train_op, metrics, labels, steps_done, self.hooks, self.chief_only_hooks, self.end_op,
-                        self.drops_next_push)
-        return Step(self.train_op, metrics, labels, steps_done, self.hooks, self.chief_only_hooks, self.end_op,
-                    self.drops_next_push, self.counted)
+        own_op = train_op is None
+        return Step(self.train_op if own_op else train_op, metrics, labels, steps_done, self.hooks,
+                    self.chief_only_hooks, self.end_op, self.drops_next_push, self.counted if own_op else None)
 
 
 def build(ctx: StepContext) -> Step:
