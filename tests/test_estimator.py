@@ -1033,7 +1033,8 @@ def test_a_lever_given_outside_the_program_trains_with_the_model_fns_own_optimiz
     # TF 2.x's V2 canned class updates with a Keras optimizer, which a lever cannot take: refused before it builds.
     from ps_trainer.estimator import v2
     v2_class = v2.LinearClassifier([tf.feature_column.numeric_column("x", shape=[4])], str(tmp_path / "v2"))
-    with pytest.raises(ValueError, match=r"^PS_TRAINER_FLAGS's lever .*TF 2.x's V2 canned classes") as refused:
+    with pytest.raises(ValueError,
+                       match=r"^PS_TRAINER_FLAGS's lever .*TF 2.x's V2 canned classes and heads") as refused:
         v2_class.train(input_fn, max_steps=10)
     assert "tf.compat.v1.estimator" in str(refused.value) and "\n" not in str(refused.value)
     assert optimizer_lib.Optimizer.minimize is minimize
@@ -1091,7 +1092,7 @@ def test_the_module_paths_estimator_code_imports_from_resolve_to_this_implementa
     import importlib
 
     from ps_trainer import estimator
-    from ps_trainer.estimator import canned, canned_v2, v2
+    from ps_trainer.estimator import canned, canned_v2, keras_optimizers, v2
     tfe = importlib.import_module("tensorflow_estimator")
     assert tfe.estimator is v2  # TF 2.x's API: its V2 canned classes
     for prefix in ("tensorflow_estimator.python.estimator", "tensorflow.python.estimator"):
@@ -1101,7 +1102,7 @@ def test_the_module_paths_estimator_code_imports_from_resolve_to_this_implementa
             estimator.export.ServingInputReceiver)
         optimizers = importlib.import_module(f"{prefix}.canned.optimizers")
         assert optimizers.get_optimizer_instance is canned.get_optimizer_instance
-        assert optimizers.get_optimizer_instance_v2 is canned_v2.get_optimizer_instance_v2
+        assert optimizers.get_optimizer_instance_v2 is keras_optimizers.get_optimizer_instance_v2
         dnn = importlib.import_module(f"{prefix}.canned.dnn")  # TF's module: the V1 class, and the V2 as <name>V2
         assert dnn.DNNClassifier is canned.DNNClassifier and dnn.DNNClassifierV2 is canned_v2.DNNClassifier
         baseline = importlib.import_module(f"{prefix}.canned.baseline")
@@ -1117,11 +1118,11 @@ def test_the_module_paths_estimator_code_imports_from_resolve_to_this_implementa
     with pytest.raises(ValueError, match="learning_rate must be given"):
         canned.get_optimizer_instance("Adam")
     import tf_keras
-    adam = canned_v2.get_optimizer_instance_v2("Adam", 0.1)
+    adam = keras_optimizers.get_optimizer_instance_v2("Adam", 0.1)
     assert isinstance(adam, tf_keras.optimizers.legacy.Adam) and float(adam.learning_rate) == pytest.approx(0.1)
     # A V2 class refuses TF1's optimizer as TF 2.15's did: the program's class is tf.compat.v1.estimator's.
     with pytest.raises(ValueError, match="not a tf.keras.optimizers.Optimizer instance"):
-        canned_v2.get_optimizer_instance_v2(tf.compat.v1.train.AdamOptimizer(0.1))
+        keras_optimizers.get_optimizer_instance_v2(tf.compat.v1.train.AdamOptimizer(0.1))
 
 
 @pytest.mark.e2e

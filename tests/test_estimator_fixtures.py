@@ -30,11 +30,14 @@ def slots(model_dir) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.pure
-def test_the_fixtures_cover_every_canned_class_in_both_spellings_and_a_custom_model_fn():
+def test_the_fixtures_cover_every_canned_class_in_both_spellings_a_custom_model_fn_and_tf2s_heads():
     kinds = ("dnn_classifier", "dnn_regressor", "linear_classifier", "linear_regressor",
              "dnn_linear_combined_classifier", "dnn_linear_combined_regressor", "baseline_classifier",
              "baseline_regressor")
-    assert CASES == sorted([f"v{version}_{kind}" for version in (1, 2) for kind in kinds] + ["custom_model_fn"])
+    heads = ("v2_dnn_estimator_multi_class_head", "v2_linear_estimator_poisson_head",
+             "v2_dnn_linear_combined_estimator_named_head", "head_model_fn")
+    assert CASES == sorted([f"v{version}_{kind}" for version in (1, 2) for kind in kinds] + ["custom_model_fn",
+                                                                                           *heads])
 
 
 @pytest.mark.inprocess

@@ -22,20 +22,24 @@ from tensorflow.python.tools import module_util as _module_util  # noqa: E402  (
 
 from ps_trainer.estimator import experimental, export, extras, feature_column, inputs  # noqa: E402
 from ps_trainer.estimator.canned import (  # noqa: E402
-    BaselineClassifier, BaselineRegressor, DNNClassifier, DNNLinearCombinedClassifier, DNNLinearCombinedRegressor,
-    DNNRegressor, LinearClassifier, LinearRegressor)
+    BaselineClassifier, BaselineRegressor, DNNClassifier, DNNEstimator, DNNLinearCombinedClassifier,
+    DNNLinearCombinedEstimator, DNNLinearCombinedRegressor, DNNRegressor, LinearClassifier, LinearEstimator,
+    LinearRegressor)
 from ps_trainer.estimator.distribute import EvalSpec, TrainSpec, train_and_evaluate  # noqa: E402
 from ps_trainer.estimator.estimator import Estimator, WarmStartSettings  # noqa: E402
 from ps_trainer.estimator.exporters import BestExporter, Exporter, FinalExporter, LatestExporter  # noqa: E402
+from ps_trainer.estimator.heads import (  # noqa: E402
+    BinaryClassHead, LogisticRegressionHead, MultiClassHead, PoissonRegressionHead, RegressionHead)
 from ps_trainer.estimator import module_paths  # noqa: E402
 from ps_trainer.estimator.run_config import RunConfig  # noqa: E402
 from ps_trainer.model.spec import EstimatorSpec, ModeKeys  # noqa: E402
 
-__all__ = ["BaselineClassifier", "BaselineRegressor", "BestExporter", "DNNClassifier", "DNNLinearCombinedClassifier",
-           "DNNLinearCombinedRegressor", "DNNRegressor", "Estimator", "EstimatorSpec", "EvalSpec", "Exporter",
-           "FinalExporter", "LatestExporter", "LinearClassifier", "LinearRegressor", "ModeKeys", "RunConfig",
-           "TrainSpec", "experimental", "export", "inputs", "VocabInfo", "WarmStartSettings", "feature_column",
-           "train_and_evaluate"]
+__all__ = ["BaselineClassifier", "BaselineRegressor", "BestExporter", "BinaryClassHead", "DNNClassifier",
+           "DNNEstimator", "DNNLinearCombinedClassifier", "DNNLinearCombinedEstimator", "DNNLinearCombinedRegressor",
+           "DNNRegressor", "Estimator", "EstimatorSpec", "EvalSpec", "Exporter", "FinalExporter", "LatestExporter",
+           "LinearClassifier", "LinearEstimator", "LinearRegressor", "LogisticRegressionHead", "ModeKeys",
+           "MultiClassHead", "PoissonRegressionHead", "RegressionHead", "RunConfig", "TrainSpec", "experimental",
+           "export", "inputs", "VocabInfo", "WarmStartSettings", "feature_column", "train_and_evaluate"]
 
 VocabInfo = tf.compat.v1.train.VocabInfo  # WarmStartSettings.var_name_to_vocab_info's values, as TF1's
 globals().update({name: getattr(tf.compat.v1.train, name) for name in extras.HOOKS})

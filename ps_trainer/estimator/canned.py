@@ -14,10 +14,10 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import tensorflow as tf
-from tensorflow.python.saved_model.model_utils import export_output  # TF's own ExportOutput classes
 
 from ps_trainer.estimator.estimator import Estimator
-from ps_trainer.model.spec import EstimatorSpec, ModeKeys
+from ps_trainer.estimator.heads import Head
+from ps_trainer.model.spec import ModeKeys
 
 v1 = tf.compat.v1
 fc = v1.feature_column
@@ -75,123 +75,6 @@ def _dnn_logits(features, columns, hidden_units, units, activation_fn, dropout, 
 
 def _linear_logits(features, columns, units, sparse_combiner):
     return fc.linear_model(features, columns, units=units, sparse_combiner=sparse_combiner)
-
-
-class Head:
-    """What TensorFlow's heads gave a canned model_fn: the loss (a tf.compat.v1.losses.Reduction of the
-    batch's: TF1's default sums it), the predictions, the eval metrics and the export outputs, from logits
-    and labels. `auc_summation`: v1.metrics.auc's summation_method (the V2 heads' Keras AUC interpolates)."""
-
-    def __init__(self, n_classes=None, label_dimension=None, weight_column=None, label_vocabulary=None,
-                 loss_reduction=v1.losses.Reduction.SUM, auc_summation="trapezoidal"):
-        self.n_classes, self.label_dimension = n_classes, label_dimension
-        self.weight_column, self.label_vocabulary, self.loss_reduction = weight_column, label_vocabulary, loss_reduction
-        self.auc_summation = auc_summation
-        if n_classes is not None and n_classes < 2:
-            raise ValueError(f"n_classes must be at least 2, not {n_classes}")
-        if label_vocabulary is not None and len(label_vocabulary) != n_classes:
-            raise ValueError(f"label_vocabulary has {len(label_vocabulary)} entries where n_classes is {n_classes}")
-
-    @property
-    def logits_dimension(self) -> int:
-        if self.n_classes is None:
-            return self.label_dimension
-        return 1 if self.n_classes == 2 else self.n_classes
-
-    def _weights(self, features):
-        if self.weight_column is None:
-            return 1.0
-        key = self.weight_column if isinstance(self.weight_column, str) else self.weight_column.key
-        return tf.reshape(tf.cast(features[key], tf.float32), [-1, 1])
-
-    def _class_ids(self, labels):
-        labels = labels.values if isinstance(labels, tf.SparseTensor) else labels
-        labels = tf.reshape(labels, [-1, 1])
-        if self.label_vocabulary is not None:
-            table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
-                list(self.label_vocabulary), list(range(self.n_classes)), tf.string, tf.int64), -1)
-            labels = table.lookup(labels)
-        return tf.cast(labels, tf.int64)
-
-    def spec(self, features, mode, logits, labels, train_op_fn) -> EstimatorSpec:
-        predictions, outputs = self._predictions(logits)
-        if mode == ModeKeys.PREDICT:
-            return EstimatorSpec(mode, predictions=predictions, export_outputs=outputs)
-        weights = self._weights(features)
-        unreduced, metrics = self._losses_and_metrics(logits, labels, weights, predictions)
-        loss = v1.losses.compute_weighted_loss(unreduced, weights=weights, reduction=self.loss_reduction)
-        if mode == ModeKeys.EVAL:
-            return EstimatorSpec(mode, predictions=predictions, loss=loss, eval_metric_ops=metrics)
-        return EstimatorSpec(mode, predictions=predictions, loss=loss, train_op=train_op_fn(loss))
-
-    def _predictions(self, logits):
-        if self.n_classes is None:
-            predictions = {"predictions": logits}
-            regression = export_output.RegressionOutput(value=logits) if self.label_dimension == 1 else None
-            outputs = {"predict": export_output.PredictOutput(predictions)}
-            if regression is not None:
-                outputs.update({"serving_default": regression, "regression": regression})
-            else:
-                outputs["serving_default"] = outputs["predict"]
-            return predictions, outputs
-        if self.n_classes == 2:
-            logistic = tf.sigmoid(logits)
-            probabilities = tf.concat([1 - logistic, logistic], axis=1)
-            class_ids = tf.cast(tf.greater(logits, 0), tf.int64)
-        else:
-            probabilities = tf.nn.softmax(logits)
-            class_ids = tf.expand_dims(tf.argmax(logits, axis=1), 1)
-        names = (tf.constant(list(self.label_vocabulary)) if self.label_vocabulary is not None
-                 else tf.strings.as_string(tf.range(self.n_classes)))
-        classes = tf.gather(names, class_ids)
-        all_classes = tf.tile(tf.expand_dims(names, 0), [tf.shape(logits)[0], 1])
-        predictions = {"logits": logits, "probabilities": probabilities, "class_ids": class_ids, "classes": classes,
-                       "all_class_ids": tf.tile(tf.expand_dims(tf.range(self.n_classes), 0),
-                                                [tf.shape(logits)[0], 1]),
-                       "all_classes": all_classes}
-        if self.n_classes == 2:
-            predictions["logistic"] = logistic
-        classification = export_output.ClassificationOutput(scores=probabilities, classes=all_classes)
-        outputs = {"serving_default": classification, "classification": classification,
-                   "predict": export_output.PredictOutput(predictions)}
-        if self.n_classes == 2:
-            outputs["regression"] = export_output.RegressionOutput(value=logistic)
-        return predictions, outputs
-
-    def _losses_and_metrics(self, logits, labels, weights, predictions):
-        if labels is None:
-            raise ValueError("a canned estimator needs labels to train and evaluate: input_fn gave none")
-        if isinstance(labels, dict):
-            raise ValueError("a canned estimator's labels are one tensor, not a dict")
-        if self.n_classes is None:
-            labels = tf.reshape(tf.cast(labels, tf.float32), [-1, self.label_dimension])
-            unreduced = tf.math.squared_difference(logits, labels)
-            return unreduced, {"average_loss": v1.metrics.mean(unreduced, weights=weights),
-                               "label/mean": v1.metrics.mean(labels, weights=weights),
-                               "prediction/mean": v1.metrics.mean(logits, weights=weights)}
-        class_ids = self._class_ids(labels)
-        if self.n_classes == 2:
-            unreduced = tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.cast(class_ids, tf.float32), logits=logits)
-        else:
-            unreduced = tf.expand_dims(tf.nn.sparse_softmax_cross_entropy_with_logits(
-                labels=tf.squeeze(class_ids, 1), logits=logits), 1)
-        metrics = {"accuracy": v1.metrics.accuracy(class_ids, predictions["class_ids"], weights=weights),
-                   "average_loss": v1.metrics.mean(unreduced, weights=weights)}
-        if self.n_classes == 2:
-            label_floats = tf.cast(class_ids, tf.float32)
-            logistic = predictions["logistic"]
-            label_mean = v1.metrics.mean(label_floats, weights=weights)
-            metrics.update({
-                "label/mean": label_mean,
-                "prediction/mean": v1.metrics.mean(logistic, weights=weights),
-                "accuracy_baseline": (tf.maximum(label_mean[0], 1 - label_mean[0]), label_mean[1]),
-                "auc": v1.metrics.auc(label_floats, logistic, weights=weights, num_thresholds=200,
-                                      summation_method=self.auc_summation),
-                "auc_precision_recall": v1.metrics.auc(label_floats, logistic, weights=weights, curve="PR",
-                                                       num_thresholds=200, summation_method=self.auc_summation),
-                "precision": v1.metrics.precision(class_ids, predictions["class_ids"], weights=weights),
-                "recall": v1.metrics.recall(class_ids, predictions["class_ids"], weights=weights)})
-        return unreduced, metrics
 
 
 def _minimize(loss, parts):
@@ -267,7 +150,8 @@ def model_fn_of(head, dnn=None, linear=None, baseline=None, version=V1):
                                   _scope_variables(scope)))
             return version.update(loss, parts)
 
-        return head.spec(features, mode, logits, labels, train_op_fn)
+        return head.create_estimator_spec(features=features, mode=mode, logits=logits, labels=labels,
+                                          train_op_fn=train_op_fn)
 
     return model_fn
 
@@ -340,6 +224,27 @@ class LinearRegressor(Estimator):
         super().__init__(model_fn_of(head, linear=linear), model_dir, config, warm_start_from=warm_start_from)
 
 
+class DNNEstimator(Estimator):
+    """A DNN over a head of the program's (TF 2.x's heads, heads.py): its loss, predictions, metrics and exports."""
+
+    def __init__(self, head, hidden_units, feature_columns, model_dir=None, optimizer="Adagrad",
+                 activation_fn=tf.nn.relu, dropout=None, input_layer_partitioner=None, config=None,
+                 warm_start_from=None, batch_norm=False):
+        refuse(batch_norm=batch_norm)
+        dnn = dnn_part(hidden_units, feature_columns, optimizer, activation_fn, dropout, input_layer_partitioner,
+                       DNN_LEARNING_RATE)
+        super().__init__(model_fn_of(head, dnn=dnn), model_dir, config, warm_start_from=warm_start_from)
+
+
+class LinearEstimator(Estimator):
+    """A linear model over a head of the program's."""
+
+    def __init__(self, head, feature_columns, model_dir=None, optimizer="Ftrl", config=None, partitioner=None,
+                 sparse_combiner="sum", warm_start_from=None):
+        linear = linear_part(feature_columns, optimizer, partitioner, sparse_combiner, most=LINEAR_LEARNING_RATE)
+        super().__init__(model_fn_of(head, linear=linear), model_dir, config, warm_start_from=warm_start_from)
+
+
 def combined_model_fn(head, linear_feature_columns, linear_optimizer, dnn_feature_columns, dnn_optimizer,
                       dnn_hidden_units, dnn_activation_fn, dnn_dropout, input_layer_partitioner, linear_sparse_combiner,
                       version=V1):
@@ -384,6 +289,20 @@ class DNNLinearCombinedRegressor(Estimator):
                                      dnn_optimizer, dnn_hidden_units, dnn_activation_fn, dnn_dropout,
                                      input_layer_partitioner, linear_sparse_combiner)
         super().__init__(model_fn, model_dir, config, warm_start_from=warm_start_from)
+
+
+class DNNLinearCombinedEstimator(Estimator):
+    """Wide & deep over a head of the program's."""
+
+    def __init__(self, head, model_dir=None, linear_feature_columns=None, linear_optimizer="Ftrl",
+                 dnn_feature_columns=None, dnn_optimizer="Adagrad", dnn_hidden_units=None,
+                 dnn_activation_fn=tf.nn.relu, dnn_dropout=None, input_layer_partitioner=None, config=None,
+                 batch_norm=False, linear_sparse_combiner="sum"):
+        refuse(batch_norm=batch_norm)
+        model_fn = combined_model_fn(head, linear_feature_columns, linear_optimizer, dnn_feature_columns,
+                                     dnn_optimizer, dnn_hidden_units, dnn_activation_fn, dnn_dropout,
+                                     input_layer_partitioner, linear_sparse_combiner)
+        super().__init__(model_fn, model_dir, config)
 
 
 def baseline_part(optimizer):

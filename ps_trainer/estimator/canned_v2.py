@@ -9,64 +9,15 @@ the weights, the global step and the optimizer's slots and hyper-parameters
 import tensorflow as tf
 from tensorflow.python.feature_column import feature_column_v2  # is_feature_column_v2: the V2 classes' check
 
-from ps_trainer.estimator import canned
-from ps_trainer.estimator.canned import Head
+from ps_trainer.estimator import canned, keras_optimizers
 from ps_trainer.estimator.estimator import Estimator
-from ps_trainer.training.step import taken
+from ps_trainer.estimator.heads import REDUCTIONS, SUM_OVER_BATCH_SIZE, Head
 
 v1 = tf.compat.v1
-OPTIMIZERS = ("Adagrad", "Adam", "Ftrl", "RMSProp", "SGD")  # names of tf_keras.optimizers.legacy classes
-_CLASS_OF_NAME = {"RMSProp": "RMSprop"}
 DNN_LEARNING_RATE = 0.05  # DNNClassifier, DNNRegressor
 LINEAR_LEARNING_RATE = 0.2  # LinearClassifier, LinearRegressor (the V1 classes' 1/sqrt(columns) cap is not applied)
-# Keras's loss reductions, as the V2 heads take them, and the tf.compat.v1.losses reduction that computes each.
-REDUCTIONS = {"sum_over_batch_size": v1.losses.Reduction.SUM_OVER_BATCH_SIZE, "sum": v1.losses.Reduction.SUM,
-              "auto": v1.losses.Reduction.SUM_OVER_BATCH_SIZE}
-SUM_OVER_BATCH_SIZE = "sum_over_batch_size"
-
-
-def get_optimizer_instance_v2(optimizer, learning_rate=None):
-    """An optimizer as the V2 classes take one (TF 2.x's canned/optimizers.get_optimizer_instance_v2): a name
-    (with `learning_rate`, or the optimizer's own default), a tf_keras.optimizers.legacy instance, or a callable
-    that returns one."""
-    # tf_keras loads only for a V2 class's training: programs of V1 classes and model_fns do not pay its import.
-    import tf_keras  # noqa: PLC0415
-    legacy = tf_keras.optimizers.legacy
-    if isinstance(optimizer, str):
-        if optimizer not in OPTIMIZERS:
-            raise ValueError(f"Unsupported optimizer name: {optimizer}. Supported names are: {OPTIMIZERS}")
-        make = getattr(legacy, _CLASS_OF_NAME.get(optimizer, optimizer))
-        return make(learning_rate=learning_rate) if learning_rate else make()
-    if callable(optimizer) and not isinstance(optimizer, tf_keras.optimizers.Optimizer | legacy.Optimizer):
-        optimizer = optimizer()
-    if isinstance(optimizer, legacy.Optimizer):
-        return optimizer
-    if isinstance(optimizer, tf_keras.optimizers.Optimizer):
-        raise ValueError("Please set your optimizer as an instance of `tf.keras.optimizers.legacy.Optimizer`, e.g., "
-                         f"`tf.keras.optimizers.legacy.{type(optimizer).__name__}`. Received optimizer type: "
-                         f"{type(optimizer)}.")
-    hint = (": a tf.compat.v1.train optimizer goes with TF1's V1 classes, tf.compat.v1.estimator.<Canned>"
-            if isinstance(optimizer, v1.train.Optimizer) else "")
-    raise ValueError(f"The given object is not a tf.keras.optimizers.Optimizer instance. Given: {optimizer}{hint}")
-
-
-def _keras_updates(loss, parts):
-    """The train op of (Keras optimizer, variables) parts, in the `training` name scope at the graph's top (as
-    TF 2.x's heads made it, so its slots are `training/<Optimizer>/<variable>/<slot>`): the first optimizer's
-    `iterations` is the global step, which its update steps; a second counts its own (`training/Ftrl/iter`)."""
-    if taken.is_recording():
-        raise taken.LeverRefusal("PS_TRAINER_FLAGS's lever makes the update with the tf.compat.v1.train optimizer a "
-                                 "model_fn builds, and TF 2.x's V2 canned classes (tf.estimator.<Canned>) update with "
-                                 "a Keras optimizer: train without the lever, or with TF1's V1 class "
-                                 "(tf.compat.v1.estimator.<Canned>)")
-    parts = [(optimizer, variables) for optimizer, variables in parts if variables]
-    parts[0][0].iterations = v1.train.get_or_create_global_step()
-    with v1.get_default_graph().name_scope(None), v1.name_scope("training"):
-        return tf.group(*(update for optimizer, variables in parts
-                          for update in optimizer.get_updates(loss, variables)))
-
-
-V2 = canned.Version(partitions=False, optimizer=get_optimizer_instance_v2, update=_keras_updates)
+V2 = canned.Version(partitions=False, optimizer=keras_optimizers.get_optimizer_instance_v2,
+                    update=keras_optimizers.updates)
 
 
 def _head(loss_reduction, **head):
@@ -139,6 +90,27 @@ class LinearRegressor(Estimator):
                          warm_start_from=warm_start_from)
 
 
+class DNNEstimator(Estimator):
+    """A DNN over a head of the program's (TF 2.x's heads, heads.py): its loss, predictions, metrics and exports."""
+
+    def __init__(self, head, hidden_units, feature_columns, model_dir=None, optimizer="Adagrad",
+                 activation_fn=tf.nn.relu, dropout=None, config=None, warm_start_from=None, batch_norm=False):
+        canned.refuse(batch_norm=batch_norm)
+        dnn = _dnn(hidden_units, feature_columns, optimizer, activation_fn, dropout)
+        super().__init__(canned.model_fn_of(head, dnn=dnn, version=V2), model_dir, config,
+                         warm_start_from=warm_start_from)
+
+
+class LinearEstimator(Estimator):
+    """A linear model over a head of the program's."""
+
+    def __init__(self, head, feature_columns, model_dir=None, optimizer="Ftrl", config=None, sparse_combiner="sum",
+                 warm_start_from=None):
+        linear = _linear(feature_columns, optimizer, sparse_combiner, learning_rate=LINEAR_LEARNING_RATE)
+        super().__init__(canned.model_fn_of(head, linear=linear, version=V2), model_dir, config,
+                         warm_start_from=warm_start_from)
+
+
 def _combined(head, linear_feature_columns, linear_optimizer, dnn_feature_columns, dnn_optimizer,
               dnn_hidden_units, dnn_activation_fn, dnn_dropout, linear_sparse_combiner):
     return canned.combined_model_fn(head, _v2_columns(linear_feature_columns), linear_optimizer,
@@ -171,6 +143,19 @@ class DNNLinearCombinedRegressor(Estimator):
         super().__init__(_combined(head, linear_feature_columns, linear_optimizer, dnn_feature_columns, dnn_optimizer,
                                    dnn_hidden_units, dnn_activation_fn, dnn_dropout, linear_sparse_combiner),
                          model_dir, config, warm_start_from=warm_start_from)
+
+
+class DNNLinearCombinedEstimator(Estimator):
+    """Wide & deep over a head of the program's."""
+
+    def __init__(self, head, model_dir=None, linear_feature_columns=None, linear_optimizer="Ftrl",
+                 dnn_feature_columns=None, dnn_optimizer="Adagrad", dnn_hidden_units=None,
+                 dnn_activation_fn=tf.nn.relu, dnn_dropout=None, config=None, batch_norm=False,
+                 linear_sparse_combiner="sum"):
+        canned.refuse(batch_norm=batch_norm)
+        super().__init__(_combined(head, linear_feature_columns, linear_optimizer, dnn_feature_columns, dnn_optimizer,
+                                   dnn_hidden_units, dnn_activation_fn, dnn_dropout, linear_sparse_combiner),
+                         model_dir, config)
 
 
 class BaselineClassifier(Estimator):

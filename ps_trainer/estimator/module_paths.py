@@ -12,7 +12,7 @@ import types
 import tensorflow.python as tensorflow_python
 
 from ps_trainer.estimator import (canned, canned_v2, distribute, early_stopping, estimator, export, exporters, inputs,
-                                  run_config)
+                                  keras_optimizers, run_config)
 from ps_trainer.model import spec
 
 PREFIXES = ("tensorflow_estimator.python.estimator", "tensorflow.python.estimator")
@@ -62,7 +62,7 @@ def _internals(prefix: str, public) -> dict[str, types.ModuleType]:
     head = _module(f"{prefix}.canned.head", "TF1's head interface.", _Head=_Head)
     optimizers = _module(f"{prefix}.canned.optimizers", "TF's optimizer lookups, V1's and V2's.",
                          get_optimizer_instance=canned.get_optimizer_instance,
-                         get_optimizer_instance_v2=canned_v2.get_optimizer_instance_v2)
+                         get_optimizer_instance_v2=keras_optimizers.get_optimizer_instance_v2)
     kinds = {kind: _module(f"{prefix}.canned.{kind}", f"TF's canned {kind} estimators, V1 and V2.",
                            **{name: getattr(canned, name) for name in names},
                            **{name + "V2": getattr(canned_v2, name) for name in names})

@@ -6,8 +6,9 @@ import tensorflow as _tf
 from ps_trainer.estimator import *  # noqa: F403  (the package's names; the canned classes below replace its V1 ones)
 from ps_trainer.estimator import __all__ as _package_names
 from ps_trainer.estimator.canned_v2 import (  # noqa: F401  (this module's names)
-    BaselineClassifier, BaselineRegressor, DNNClassifier, DNNLinearCombinedClassifier, DNNLinearCombinedRegressor,
-    DNNRegressor, LinearClassifier, LinearRegressor)
+    BaselineClassifier, BaselineRegressor, DNNClassifier, DNNEstimator, DNNLinearCombinedClassifier,
+    DNNLinearCombinedEstimator, DNNLinearCombinedRegressor, DNNRegressor, LinearClassifier, LinearEstimator,
+    LinearRegressor)
 
 from ps_trainer.estimator.extras import parse_example_specs as _parse_example_specs
 

@@ -41,6 +41,15 @@ def custom_model_fn(features, labels, mode):
     return v1.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
 
 
+def head_model_fn(features, labels, mode):
+    """TF 2.x's way: a head makes the spec, and a Keras optimizer whose `iterations` is the global step updates."""
+    logits = v1.layers.dense(features["x"], 1, name="logits")
+    optimizer = tf.keras.optimizers.legacy.Adagrad(0.1)
+    optimizer.iterations = v1.train.get_or_create_global_step()
+    return tf.estimator.LogisticRegressionHead().create_estimator_spec(
+        features, mode, logits, labels, optimizer=optimizer, trainable_variables=v1.trainable_variables())
+
+
 def serving_input_receiver_fn():
     """Serialized tf.Examples, as a model is served: every canned signature (classify, regress, predict)."""
     return v1.estimator.export.build_parsing_serving_input_receiver_fn(
@@ -95,4 +104,13 @@ CASES = {
                                             dnn_feature_columns=COLUMNS, dnn_hidden_units=[8]),
     "v2_baseline_classifier": _v2("BaselineClassifier", False),
     "v2_baseline_regressor": _v2("BaselineRegressor", True),
+    # TF 2.x's heads, in the classes that take one and in a model_fn.
+    "v2_dnn_estimator_multi_class_head": (False, lambda d: tf.estimator.DNNEstimator(
+        tf.estimator.MultiClassHead(3), [8], COLUMNS, model_dir=d)),
+    "v2_linear_estimator_poisson_head": (True, lambda d: tf.estimator.LinearEstimator(
+        tf.estimator.PoissonRegressionHead(), COLUMNS, model_dir=d)),
+    "v2_dnn_linear_combined_estimator_named_head": (False, lambda d: tf.estimator.DNNLinearCombinedEstimator(
+        tf.estimator.BinaryClassHead(thresholds=[0.3], name="click"), model_dir=d, linear_feature_columns=COLUMNS,
+        dnn_feature_columns=COLUMNS, dnn_hidden_units=[8])),
+    "head_model_fn": (True, lambda d: tf.estimator.Estimator(head_model_fn, model_dir=d)),
 }

@@ -1,0 +1,326 @@
+"""The heads: what a model_fn makes of its logits (the loss, the predictions, the eval metrics, the export
+outputs and the train op). `Head` serves TF1's V1 canned classes (the loss summed over the batch), TF 2.x's V2
+canned classes, and TF 2.x's public heads, `tf.estimator.BinaryClassHead`, `MultiClassHead`, `RegressionHead`,
+`LogisticRegressionHead` and `PoissonRegressionHead`, with TF 2.15's arguments, prediction keys, metric keys
+(`<key>/<name>` for a named head) and export signatures. A program hands a head to `DNNEstimator`,
+`LinearEstimator` or `DNNLinearCombinedEstimator`, or calls it in its own model_fn:
+`head.create_estimator_spec(features, mode, logits, labels, optimizer=..., trainable_variables=...)`, or with
+a `train_op_fn`."""
+
+import inspect
+
+import tensorflow as tf
+from tensorflow.python.saved_model.model_utils import export_output  # TF's own ExportOutput classes
+
+from ps_trainer.estimator import keras_optimizers
+from ps_trainer.model.spec import EstimatorSpec, ModeKeys
+
+v1 = tf.compat.v1
+# Keras's loss reductions, as the V2 heads take them, and the tf.compat.v1.losses reduction that computes each.
+REDUCTIONS = {"sum_over_batch_size": v1.losses.Reduction.SUM_OVER_BATCH_SIZE, "sum": v1.losses.Reduction.SUM,
+              "auto": v1.losses.Reduction.SUM_OVER_BATCH_SIZE}
+SUM_OVER_BATCH_SIZE = "sum_over_batch_size"
+_LOSS_FN_ARGUMENTS = {"labels", "logits", "features", "loss_reduction"}
+
+
+class Head:
+    """The loss (a tf.compat.v1.losses.Reduction of the batch's: TF1's default sums it), the predictions, the eval
+    metrics and the export outputs, from logits and labels: a classifier's (`n_classes`) or a regression's
+    (`label_dimension`). `auc_summation`: v1.metrics.auc's summation_method (the V2 heads' Keras AUC
+    interpolates). `loss_fn(labels, logits[, features])`: the unreduced loss in place of the head's own;
+    `inverse_link_fn`: a regression's predictions from its logits; `thresholds`: a binary classifier's extra
+    accuracy, precision and recall, each at `logistic > threshold`."""
+
+    _training_scope = False  # TF 2.x's public heads build the train op in the `training` name scope
+
+    def __init__(self, n_classes=None, label_dimension=None, weight_column=None, label_vocabulary=None,
+                 loss_reduction=v1.losses.Reduction.SUM, auc_summation="trapezoidal", name=None, loss_fn=None,
+                 inverse_link_fn=None, thresholds=()):
+        self.n_classes, self.label_dimension = n_classes, label_dimension
+        self.weight_column, self.label_vocabulary, self._reduction = weight_column, label_vocabulary, loss_reduction
+        self.auc_summation, self._name, self._loss_fn = auc_summation, name, loss_fn
+        self._inverse_link_fn, self._thresholds = inverse_link_fn, tuple(thresholds or ())
+        if n_classes is not None and n_classes < 2:
+            raise ValueError(f"n_classes must be at least 2, not {n_classes}")
+        if label_vocabulary is not None and len(label_vocabulary) != n_classes:
+            raise ValueError(f"label_vocabulary has {len(label_vocabulary)} entries where n_classes is {n_classes}")
+        if any(not 0.0 < threshold < 1.0 for threshold in self._thresholds):
+            raise ValueError(f"thresholds not in (0, 1): {self._thresholds}.")
+        if loss_fn is not None:
+            arguments = set(inspect.signature(loss_fn).parameters)
+            for required in ("labels", "logits"):
+                if required not in arguments:
+                    raise ValueError(f"loss_fn must contain argument: {required}. Given arguments: {sorted(arguments)}")
+            if arguments - _LOSS_FN_ARGUMENTS:
+                raise ValueError(f"loss_fn has unexpected args: {sorted(arguments - _LOSS_FN_ARGUMENTS)}")
+
+    @property
+    def logits_dimension(self) -> int:
+        if self.n_classes is None:
+            return self.label_dimension
+        return 1 if self.n_classes == 2 else self.n_classes
+
+    def _key(self, key: str) -> str:
+        return f"{key}/{self._name}" if self._name else key
+
+    def create_estimator_spec(self, features, mode, logits, labels=None, optimizer=None, trainable_variables=None,
+                              train_op_fn=None, update_ops=None, regularization_losses=None) -> EstimatorSpec:
+        """TF's heads' EstimatorSpec. In TRAIN, the train op is `optimizer`'s update of `trainable_variables` (a
+        tf.compat.v1.train optimizer's minimize, which steps the global step; a Keras optimizer's get_updates) or
+        `train_op_fn(loss)`, grouped with `update_ops`; `regularization_losses` are added to the loss."""
+        predictions, outputs = self._predictions(logits)
+        if mode == ModeKeys.PREDICT:
+            return EstimatorSpec(mode, predictions=predictions, export_outputs=outputs)
+        weights = self._weights(features)
+        unreduced, labels = self._unreduced_loss(features, logits, labels)
+        metrics = self._metrics(logits, labels, unreduced, weights, predictions)
+        loss = self._reduced(unreduced, weights, regularization_losses)
+        if regularization_losses is not None:
+            metrics[self._key("regularization_loss")] = v1.metrics.mean(tf.add_n(list(regularization_losses)))
+        if mode == ModeKeys.EVAL:
+            return EstimatorSpec(mode, predictions=predictions, loss=loss, eval_metric_ops=metrics)
+        if self._training_scope:
+            with keras_optimizers.training_scope():
+                train_op = _train_op(loss, optimizer, trainable_variables, train_op_fn, update_ops)
+        else:
+            train_op = _train_op(loss, optimizer, trainable_variables, train_op_fn, update_ops)
+        return EstimatorSpec(mode, predictions=predictions, loss=loss, train_op=train_op)
+
+    def loss(self, labels, logits, features=None, mode=None, regularization_losses=None):
+        """The training loss, reduced, with `regularization_losses` added."""
+        unreduced, _ = self._unreduced_loss(features or {}, logits, labels)
+        return self._reduced(unreduced, self._weights(features or {}), regularization_losses)
+
+    def predictions(self, logits, keys=None) -> dict:
+        """The predictions by key (all of them, or those of `keys`)."""
+        predictions, _ = self._predictions(logits)
+        if not keys:
+            return predictions
+        unknown = [key for key in keys if key not in predictions]
+        if unknown:
+            raise ValueError(f"Prediction key must be in PredictionKeys, given: {unknown}. Valid prediction keys "
+                             f"include {list(predictions)}.")
+        return {key: predictions[key] for key in keys}
+
+    def _reduced(self, unreduced, weights, regularization_losses):
+        loss = v1.losses.compute_weighted_loss(unreduced, weights=weights, reduction=self._reduction)
+        if regularization_losses is not None:
+            loss += tf.add_n(list(regularization_losses))
+        return loss
+
+    def _weights(self, features):
+        if self.weight_column is None:
+            return 1.0
+        key = self.weight_column if isinstance(self.weight_column, str) else self.weight_column.key
+        return tf.reshape(tf.cast(features[key], tf.float32), [-1, 1])
+
+    def _class_ids(self, labels):
+        labels = labels.values if isinstance(labels, tf.SparseTensor) else labels
+        labels = tf.reshape(labels, [-1, 1])
+        if self.label_vocabulary is not None:
+            table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+                list(self.label_vocabulary), list(range(self.n_classes)), tf.string, tf.int64), -1)
+            labels = table.lookup(labels)
+        return tf.cast(labels, tf.int64)
+
+    def _unreduced_loss(self, features, logits, labels):
+        """The loss of each example, [batch, 1] (a regression's [batch, label_dimension]), and the labels as the
+        loss took them: class ids (floats for a binary classifier) or a regression's float targets."""
+        if labels is None:
+            raise ValueError("a head needs labels to train and evaluate: the input_fn gave none")
+        if isinstance(labels, dict):
+            raise ValueError("a head's labels are one tensor, not a dict")
+        logits = tf.convert_to_tensor(logits, tf.float32)
+        if self.n_classes is None:
+            labels = tf.reshape(tf.cast(labels, tf.float32), [-1, self.label_dimension])
+        else:
+            labels = self._class_ids(labels)
+            if self.n_classes == 2:
+                labels = tf.cast(labels, tf.float32)
+        if self._loss_fn is not None:
+            offered = {"labels": labels, "logits": logits, "features": features}
+            taken = inspect.signature(self._loss_fn).parameters
+            return self._loss_fn(**{name: value for name, value in offered.items() if name in taken}), labels
+        if self.n_classes is None:
+            return tf.math.squared_difference(logits, labels), labels
+        if self.n_classes == 2:
+            return tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits), labels
+        return tf.expand_dims(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.squeeze(labels, 1),
+                                                                             logits=logits), 1), labels
+
+    def _predictions(self, logits):
+        logits = tf.convert_to_tensor(logits, tf.float32)
+        if self.n_classes is None:
+            if self._inverse_link_fn is not None:
+                predictions = {"predictions": self._inverse_link_fn(logits), "logits": logits}
+            else:
+                predictions = {"predictions": logits}
+            value = predictions["predictions"]
+            regression = export_output.RegressionOutput(value=value) if self.label_dimension == 1 else None
+            outputs = {"predict": export_output.PredictOutput(predictions)}
+            if regression is not None:
+                outputs.update({"serving_default": regression, "regression": regression})
+            else:
+                outputs["serving_default"] = outputs["predict"]
+            return predictions, outputs
+        if self.n_classes == 2:
+            logistic = tf.sigmoid(logits)
+            probabilities = tf.concat([1 - logistic, logistic], axis=1)
+            class_ids = tf.cast(tf.greater(logits, 0), tf.int64)
+        else:
+            probabilities = tf.nn.softmax(logits)
+            class_ids = tf.expand_dims(tf.argmax(logits, axis=1), 1)
+        names = (tf.constant(list(self.label_vocabulary)) if self.label_vocabulary is not None
+                 else tf.strings.as_string(tf.range(self.n_classes)))
+        classes = tf.gather(names, class_ids)
+        all_classes = tf.tile(tf.expand_dims(names, 0), [tf.shape(logits)[0], 1])
+        predictions = {"logits": logits, "probabilities": probabilities, "class_ids": class_ids, "classes": classes,
+                       "all_class_ids": tf.tile(tf.expand_dims(tf.range(self.n_classes), 0),
+                                                [tf.shape(logits)[0], 1]),
+                       "all_classes": all_classes}
+        if self.n_classes == 2:
+            predictions["logistic"] = logistic
+        classification = export_output.ClassificationOutput(scores=probabilities, classes=all_classes)
+        outputs = {"serving_default": classification, "classification": classification,
+                   "predict": export_output.PredictOutput(predictions)}
+        if self.n_classes == 2:
+            outputs["regression"] = export_output.RegressionOutput(value=logistic)
+        return predictions, outputs
+
+    def _metrics(self, logits, labels, unreduced, weights, predictions) -> dict:
+        """The eval metrics by key, of the labels as the loss took them."""
+        key = self._key
+        metrics = {key("average_loss"): v1.metrics.mean(unreduced, weights=weights)}
+        if self.n_classes is None:
+            return {**metrics, key("label/mean"): v1.metrics.mean(labels, weights=weights),
+                    key("prediction/mean"): v1.metrics.mean(predictions["predictions"], weights=weights)}
+        class_ids = tf.cast(labels, tf.int64)
+        metrics[key("accuracy")] = v1.metrics.accuracy(class_ids, predictions["class_ids"], weights=weights)
+        if self.n_classes > 2:
+            return metrics
+        logistic = predictions["logistic"]
+        label_mean = v1.metrics.mean(labels, weights=weights)
+        metrics.update({
+            key("label/mean"): label_mean,
+            key("prediction/mean"): v1.metrics.mean(logistic, weights=weights),
+            key("accuracy_baseline"): (tf.maximum(label_mean[0], 1 - label_mean[0]), label_mean[1]),
+            key("auc"): v1.metrics.auc(labels, logistic, weights=weights, num_thresholds=200,
+                                       summation_method=self.auc_summation),
+            key("auc_precision_recall"): v1.metrics.auc(labels, logistic, weights=weights, curve="PR",
+                                                        num_thresholds=200, summation_method=self.auc_summation),
+            key("precision"): v1.metrics.precision(class_ids, predictions["class_ids"], weights=weights),
+            key("recall"): v1.metrics.recall(class_ids, predictions["class_ids"], weights=weights)})
+        positive = tf.cast(class_ids, tf.bool)
+        for threshold in self._thresholds:
+            above = tf.cast(tf.greater(logistic, threshold), tf.int64)
+            metrics[key(f"accuracy/positive_threshold_{threshold:g}")] = v1.metrics.accuracy(class_ids, above,
+                                                                                            weights=weights)
+            for name, metric in (("precision", v1.metrics.precision_at_thresholds),
+                                 ("recall", v1.metrics.recall_at_thresholds)):
+                value, update = metric(positive, logistic, [threshold], weights=weights)
+                metrics[key(f"{name}/positive_threshold_{threshold:g}")] = (value[0], update[0])
+        return metrics
+
+
+def _train_op(loss, optimizer, trainable_variables, train_op_fn, update_ops):
+    if optimizer is not None and train_op_fn is not None:
+        raise ValueError("train_op_fn and optimizer cannot both be set.")
+    if optimizer is None and train_op_fn is None:
+        raise ValueError("train_op_fn and optimizer cannot both be None.")
+    if optimizer is None:
+        train_op = train_op_fn(loss)
+    elif isinstance(optimizer, v1.train.Optimizer):  # TF1's heads: minimize, which steps the global step
+        train_op = optimizer.minimize(loss, global_step=v1.train.get_global_step(), var_list=trainable_variables)
+    else:  # TF 2.x's: a Keras optimizer, whose `iterations` the model_fn may have made the global step
+        optimizer = keras_optimizers.get_optimizer_instance_v2(optimizer)
+        if not isinstance(trainable_variables, list | tuple):
+            raise ValueError("trainable_variables should be a list or a tuple. Given type: "
+                             f"{type(trainable_variables)}.")
+        keras_optimizers.refuse_under_a_lever()
+        train_op = optimizer.get_updates(loss, list(trainable_variables))[0]
+    if update_ops:
+        train_op = tf.group(train_op, *update_ops)
+    return train_op
+
+
+class _V2Head(Head):
+    """TF 2.x's head interface: `name`, `logits_dimension`, `loss_reduction` (Keras's), `loss`, `predictions`
+    and `create_estimator_spec`, whose train op is built in the `training` name scope."""
+
+    _training_scope = True
+
+    def __init__(self, loss_reduction, name, **head):
+        if loss_reduction not in REDUCTIONS:
+            raise ValueError(f"Invalid loss_reduction: {loss_reduction}. If you need to use NONE reduction, you may "
+                             "use a custom head and write your own model_fn.")
+        self._keras_reduction = loss_reduction
+        super().__init__(loss_reduction=REDUCTIONS[loss_reduction], auc_summation="careful_interpolation", name=name,
+                         **head)
+
+    @property
+    def name(self):
+        return self._name
+
+    @property
+    def loss_reduction(self):
+        return self._keras_reduction
+
+
+class BinaryClassHead(_V2Head):
+    """Binary classification: a logit per example, sigmoid cross entropy."""
+
+    def __init__(self, weight_column=None, thresholds=None, label_vocabulary=None,
+                 loss_reduction=SUM_OVER_BATCH_SIZE, loss_fn=None, name=None):
+        if label_vocabulary is not None and not isinstance(label_vocabulary, list | tuple):
+            raise ValueError(f"label_vocabulary should be a list or a tuple. Given type: {type(label_vocabulary)}")
+        super().__init__(loss_reduction, name, n_classes=2, weight_column=weight_column,
+                         label_vocabulary=label_vocabulary, loss_fn=loss_fn, thresholds=thresholds)
+
+
+class MultiClassHead(_V2Head):
+    """Classification into `n_classes` (more than 2): softmax cross entropy."""
+
+    def __init__(self, n_classes, weight_column=None, label_vocabulary=None, loss_reduction=SUM_OVER_BATCH_SIZE,
+                 loss_fn=None, name=None):
+        if n_classes is None or n_classes <= 2:
+            raise ValueError(f"n_classes must be > 2: {n_classes}.")
+        if label_vocabulary is not None and not isinstance(label_vocabulary, list | tuple):
+            raise ValueError(f"label_vocabulary should be a list or tuple. Given type: {type(label_vocabulary)}")
+        super().__init__(loss_reduction, name, n_classes=n_classes, weight_column=weight_column,
+                         label_vocabulary=label_vocabulary, loss_fn=loss_fn)
+
+
+class RegressionHead(_V2Head):
+    """Regression of `label_dimension` values: squared error, or `loss_fn`; the predictions are the logits, or
+    `inverse_link_fn(logits)`."""
+
+    def __init__(self, label_dimension=1, weight_column=None, loss_reduction=SUM_OVER_BATCH_SIZE, loss_fn=None,
+                 inverse_link_fn=None, name=None):
+        if label_dimension < 1:
+            raise ValueError(f"Invalid label_dimension {label_dimension}.")
+        super().__init__(loss_reduction, name, label_dimension=label_dimension, weight_column=weight_column,
+                         loss_fn=loss_fn, inverse_link_fn=inverse_link_fn)
+
+
+class PoissonRegressionHead(RegressionHead):
+    """Poisson regression: the logits are log rates, the loss tf.nn.log_poisson_loss, the predictions exp(logits)."""
+
+    def __init__(self, label_dimension=1, weight_column=None, loss_reduction=SUM_OVER_BATCH_SIZE,
+                 compute_full_loss=True, name=None):
+        def poisson_loss(labels, logits):
+            return tf.nn.log_poisson_loss(targets=labels, log_input=logits, compute_full_loss=compute_full_loss)
+
+        super().__init__(label_dimension, weight_column, loss_reduction, poisson_loss, tf.math.exp, name)
+
+
+class LogisticRegressionHead(RegressionHead):
+    """Regression of a value in [0, 1]: sigmoid cross entropy, the predictions sigmoid(logits)."""
+
+    def __init__(self, weight_column=None, loss_reduction=SUM_OVER_BATCH_SIZE, name=None):
+        def logistic_loss(labels, logits):
+            in_range = tf.debugging.assert_less_equal(tf.abs(labels - 0.5), 0.5,
+                                                      message="Labels must be in range [0, 1]")
+            with tf.control_dependencies([in_range]):
+                return tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
+
+        super().__init__(1, weight_column, loss_reduction, logistic_loss, tf.math.sigmoid, name)

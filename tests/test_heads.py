@@ -1,0 +1,100 @@
+"""TF 2.x's heads (ps_trainer/estimator/heads.py) in a program's model_fn and in the *Estimator classes: their loss
+as TF 2.15 computed it, their predictions, and what they refuse. The fixtures (tests/test_estimator_fixtures.py)
+check them against checkpoints, figures and exports of the real Estimator on TF 2.15."""
+
+import numpy as np
+import pytest
+
+
+def _session_values(fetches):
+    import tensorflow as tf
+    with tf.compat.v1.Session() as session:
+        session.run(tf.compat.v1.tables_initializer())
+        return session.run(fetches)
+
+
+@pytest.mark.inprocess
+def test_a_heads_loss_is_tf215s_weighted_mean_or_sum_plus_regularization_and_its_predictions_follow_its_link():
+    import tensorflow as tf
+
+    import ps_trainer.estimator  # noqa: F401  (the one line a program adds)
+    logits = np.array([[2.0], [-1.0], [0.5], [0.0]], np.float32)
+    labels = np.array([[1], [0], [0], [1]], np.int64)
+    weights = np.array([[1.0], [2.0], [0.5], [0.0]], np.float32)
+    cross_entropy = np.maximum(logits, 0) - logits * labels + np.log1p(np.exp(-np.abs(logits)))
+    with tf.Graph().as_default():
+        features = {"w": tf.constant(weights)}
+        mean = tf.estimator.BinaryClassHead(weight_column="w").loss(labels, logits, features)
+        summed = tf.estimator.BinaryClassHead(weight_column="w", loss_reduction="sum").loss(
+            labels, logits, features, regularization_losses=[tf.constant(0.5)])
+        counts = np.array([[3.0], [0.0], [1.0], [2.0]], np.float32)
+        poisson = tf.estimator.PoissonRegressionHead(compute_full_loss=False)
+        predicted = poisson.predictions(logits)
+        poisson_loss = poisson.loss(counts, logits)
+        multi = tf.estimator.MultiClassHead(3, label_vocabulary=["a", "b", "c"]).predictions(
+            np.array([[0.1, 2.0, -1.0]], np.float32), keys=["class_ids", "classes"])
+        values = _session_values((mean, summed, predicted, poisson_loss, multi))
+    mean, summed, predicted, poisson_loss, multi = values
+    # SUM_OVER_BATCH_SIZE: the weighted losses' sum over the batch's size (4), as Keras reduced it.
+    assert mean == pytest.approx(float(np.sum(cross_entropy * weights) / 4), rel=1e-5)
+    assert summed == pytest.approx(float(np.sum(cross_entropy * weights)) + 0.5, rel=1e-5)
+    assert sorted(predicted) == ["logits", "predictions"]
+    np.testing.assert_allclose(predicted["predictions"], np.exp(logits), rtol=1e-5)
+    assert poisson_loss == pytest.approx(float(np.mean(np.exp(logits) - counts * logits)), rel=1e-5)
+    assert sorted(multi) == ["class_ids", "classes"] and multi["classes"].tolist() == [[b"b"]]
+
+
+@pytest.mark.inprocess
+def test_a_head_refuses_in_tf215s_words_what_tf215_refused():
+    import tensorflow as tf
+
+    import ps_trainer.estimator  # noqa: F401  (the one line a program adds)
+    refusals = {
+        "n_classes must be > 2: 2.": lambda: tf.estimator.MultiClassHead(2),
+        "thresholds not in (0, 1)": lambda: tf.estimator.BinaryClassHead(thresholds=[1.0]),
+        "loss_fn must contain argument: labels": lambda: tf.estimator.RegressionHead(loss_fn=lambda logits: logits),
+        "loss_fn has unexpected args: ['weights']":
+            lambda: tf.estimator.RegressionHead(loss_fn=lambda labels, logits, weights: logits),
+        "Invalid loss_reduction: none": lambda: tf.estimator.BinaryClassHead(loss_reduction="none"),
+        "label_vocabulary should be a list or a tuple": lambda: tf.estimator.BinaryClassHead(label_vocabulary="ab"),
+        "Invalid label_dimension 0.": lambda: tf.estimator.RegressionHead(label_dimension=0)}
+    for said, make in refusals.items():
+        with pytest.raises(ValueError) as refused:
+            make()
+        assert said in str(refused.value) and "\n" not in str(refused.value), str(refused.value)
+    head = tf.estimator.RegressionHead()
+    with tf.Graph().as_default():
+        logits, labels = tf.zeros([2, 1]), tf.ones([2, 1])
+        for said, given in (("train_op_fn and optimizer cannot both be set.",
+                             {"optimizer": tf.compat.v1.train.GradientDescentOptimizer(0.1), "train_op_fn": tf.no_op}),
+                            ("train_op_fn and optimizer cannot both be None.", {})):
+            with pytest.raises(ValueError, match=said):
+                head.create_estimator_spec({}, tf.estimator.ModeKeys.TRAIN, logits, labels, **given)
+
+
+@pytest.mark.inprocess
+def test_tf1s_estimator_classes_take_a_tf2_head_and_train_with_tf1s_optimizers(tmp_path):
+    import tensorflow as tf
+
+    import ps_trainer.estimator  # noqa: F401  (the one line a program adds)
+    v1 = tf.compat.v1
+    rng = np.random.RandomState(0)
+    x = rng.normal(size=(512, 3)).astype(np.float32)
+    y = (x @ np.array([1.0, -2.0, 0.5], np.float32))[:, None]
+    columns = [tf.feature_column.numeric_column("x", shape=[3])]
+    # TF 2.15's V1 class passed its tf.compat.v1.train optimizer to the head, which a V2 head refused; here the
+    # V1 class updates with it (Ftrl at min(0.2, 1/sqrt(columns)), TF1's slots <variable>/Ftrl).
+    model = v1.estimator.LinearEstimator(tf.estimator.RegressionHead(), columns, model_dir=str(tmp_path),
+                                         optimizer=lambda: v1.train.FtrlOptimizer(0.5))
+
+    def input_fn(epochs):
+        return v1.estimator.inputs.numpy_input_fn({"x": x}, y, batch_size=64, num_epochs=epochs, shuffle=epochs is None)
+
+    model.train(input_fn(None), max_steps=5)
+    early = model.evaluate(input_fn(1))["average_loss"]
+    model.train(input_fn(None), max_steps=200)
+    late = model.evaluate(input_fn(1))
+    assert late["global_step"] == 200 and late["average_loss"] < 0.2 * early, (early, late)
+    assert sorted(late) == ["average_loss", "global_step", "label/mean", "loss", "prediction/mean"]
+    names = {name for name, _ in tf.train.list_variables(str(tmp_path))}
+    assert {"linear/linear_model/x/weights", "linear/linear_model/x/weights/Ftrl"} <= names
