@@ -30,14 +30,14 @@ def slots(model_dir) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.pure
-def test_the_fixtures_cover_every_canned_class_in_both_spellings_a_custom_model_fn_and_tf2s_heads():
+def test_the_fixtures_cover_every_canned_class_in_both_spellings_batch_norm_a_custom_model_fn_and_tf2s_heads():
     kinds = ("dnn_classifier", "dnn_regressor", "linear_classifier", "linear_regressor",
              "dnn_linear_combined_classifier", "dnn_linear_combined_regressor", "baseline_classifier",
              "baseline_regressor")
-    heads = ("v2_dnn_estimator_multi_class_head", "v2_linear_estimator_poisson_head",
-             "v2_dnn_linear_combined_estimator_named_head", "head_model_fn")
+    others = ("v1_dnn_classifier_batch_norm", "v2_dnn_regressor_batch_norm", "v2_dnn_estimator_multi_class_head",
+              "v2_linear_estimator_poisson_head", "v2_dnn_linear_combined_estimator_named_head", "head_model_fn")
     assert CASES == sorted([f"v{version}_{kind}" for version in (1, 2) for kind in kinds] + ["custom_model_fn",
-                                                                                           *heads])
+                                                                                           *others])
 
 
 @pytest.mark.inprocess
@@ -115,10 +115,42 @@ def test_a_v2_class_refuses_in_one_line_what_tf215s_refused():
     refusals = {
         "Invalid loss_reduction: none": lambda: tf.estimator.LinearClassifier(numeric, loss_reduction="none"),
         "Received a feature column from TensorFlow v1, but this is a TensorFlow v2 Estimator":
-            lambda: tf.estimator.DNNClassifier([4], tf1_only),
-        "batch_norm=... is not covered": lambda: tf.estimator.DNNRegressor([4], numeric, batch_norm=True)}
+            lambda: tf.estimator.DNNClassifier([4], tf1_only)}
     for said, make in refusals.items():
         with pytest.raises((ValueError, NotImplementedError)) as refused:
             make()
         assert said in str(refused.value) and "\n" not in str(refused.value), str(refused.value)
     tf.estimator.DNNClassifier([4], numeric, loss_reduction="sum")  # Keras's other reduction is taken
+
+
+@pytest.mark.inprocess
+def test_batch_norm_trains_and_keeps_its_moving_averages_as_keras_batchnormalization_does():
+    import tensorflow as tf
+    import tf_keras
+
+    from ps_trainer.estimator import canned
+    v1 = tf.compat.v1
+    batches = [np.random.RandomState(seed).normal(2.0, 3.0, size=(16, 4)).astype(np.float32) for seed in range(3)]
+    with tf.Graph().as_default():
+        given = v1.placeholder(tf.float32, [None, 4])
+        keras = tf_keras.layers.BatchNormalization(momentum=canned.BATCH_NORM_MOMENTUM,
+                                                   epsilon=canned.BATCH_NORM_EPSILON)
+        keras_training, keras_serving = keras(given, training=True), keras(given, training=False)
+        updates = []
+        with v1.variable_scope("dnn"):
+            training = canned._batch_normalized(given, 0, True, updates)  # noqa: SLF001  (the layer alone)
+        with v1.variable_scope("dnn", reuse=True):
+            serving = canned._batch_normalized(given, 0, False, [])  # noqa: SLF001
+        assert len(updates) == 2 and set(updates) <= set(v1.get_collection(v1.GraphKeys.UPDATE_OPS))
+        with v1.Session() as session:
+            session.run(v1.global_variables_initializer())
+            for batch in batches:
+                ours, theirs = session.run((training, keras_training), {given: batch})
+                np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
+                session.run([*updates, *keras.updates], {given: batch})
+            ours, theirs = session.run((serving, keras_serving), {given: batches[0]})
+            np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
+            [ours_moving] = v1.global_variables("dnn/batchnorm_0/moving_mean")
+            ours_moving, theirs_moving = session.run((ours_moving, keras.moving_mean))
+    np.testing.assert_allclose(ours_moving, theirs_moving, rtol=1e-5)
+    assert np.all(ours_moving > 0.004)  # three updates of 0.001 toward the batches' mean, about 2

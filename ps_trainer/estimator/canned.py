@@ -30,6 +30,7 @@ COMBINED_DNN_LEARNING_RATE = 0.001  # DNNLinearCombined*
 COMBINED_LINEAR_LEARNING_RATE = 0.005
 BASELINE_LEARNING_RATE = 0.3  # BaselineClassifier, BaselineRegressor
 MIN_SLICE_BYTES = 64 << 20
+BATCH_NORM_MOMENTUM, BATCH_NORM_EPSILON = 0.999, 0.001  # the DNN classes' batch_norm=True: Keras's layer, as TF's
 
 
 def get_optimizer_instance(optimizer, learning_rate=None):
@@ -57,7 +58,8 @@ def _partitioner(config):
                                            min_slice_size=MIN_SLICE_BYTES)
 
 
-def _dnn_logits(features, columns, hidden_units, units, activation_fn, dropout, partitioner, training):
+def _dnn_logits(features, columns, hidden_units, units, activation_fn, dropout, partitioner, training, batch_norm,
+                updates):
     with v1.variable_scope("input_from_feature_columns", partitioner=partitioner):
         net = fc.input_layer(features, columns)
     for index, width in enumerate(list(hidden_units) + [units]):
@@ -70,7 +72,30 @@ def _dnn_logits(features, columns, hidden_units, units, activation_fn, dropout, 
                 net = activation_fn(net)
                 if dropout and training:
                     net = tf.nn.dropout(net, rate=dropout)
+                if batch_norm:
+                    net = _batch_normalized(net, index, training, updates)
     return net
+
+
+def _batch_normalized(net, index, training, updates):
+    """Keras's BatchNormalization as TF's DNN classes applied it after each hidden layer (momentum 0.999, epsilon
+    0.001): in training, the batch's mean and (biased) variance, whose moving averages its update ops keep (added
+    to `updates` and to UPDATE_OPS, as TF1's layers added them); in evaluation and prediction, the moving ones."""
+    width = net.shape[-1]
+    with v1.variable_scope(f"batchnorm_{index}"):
+        gamma = v1.get_variable("gamma", [width], initializer=v1.ones_initializer())
+        beta = v1.get_variable("beta", [width], initializer=v1.zeros_initializer())
+        moving_mean = v1.get_variable("moving_mean", [width], initializer=v1.zeros_initializer(), trainable=False)
+        moving_variance = v1.get_variable("moving_variance", [width], initializer=v1.ones_initializer(),
+                                          trainable=False)
+    if not training:
+        return tf.nn.batch_normalization(net, moving_mean, moving_variance, beta, gamma, BATCH_NORM_EPSILON)
+    mean, variance = tf.nn.moments(net, axes=[0])
+    for moving, value in ((moving_mean, mean), (moving_variance, variance)):
+        update = v1.assign_sub(moving, (moving - value) * (1 - BATCH_NORM_MOMENTUM))
+        updates.append(update)
+        v1.add_to_collection(v1.GraphKeys.UPDATE_OPS, update)
+    return tf.nn.batch_normalization(net, mean, variance, beta, gamma, BATCH_NORM_EPSILON)
 
 
 def _linear_logits(features, columns, units, sparse_combiner):
@@ -121,16 +146,17 @@ def _baseline_logits(features, units):
 
 def model_fn_of(head, dnn=None, linear=None, baseline=None, version=V1):
     """A canned model_fn: the sum of a DNN's and a linear model's logits (either may be absent), or a
-    baseline's bias."""
+    baseline's bias. The DNN's batch normalization updates go to the head as its update_ops."""
 
     def model_fn(features, labels, mode, config):
         training = mode == ModeKeys.TRAIN
-        logits, parts = 0, []
+        logits, parts, updates = 0, [], []
         if dnn is not None:
             partitioner = (dnn["input_layer_partitioner"] or _partitioner(config)) if version.partitions else None
             with v1.variable_scope("dnn"):
                 logits += _dnn_logits(features, dnn["feature_columns"], dnn["hidden_units"], head.logits_dimension,
-                                      dnn["activation_fn"], dnn["dropout"], partitioner, training)
+                                      dnn["activation_fn"], dnn["dropout"], partitioner, training, dnn["batch_norm"],
+                                      updates)
         if linear is not None:
             partitioner = None
             if version.partitions:  # wide & deep's linear part: TF1's default smallest shard (256 KB)
@@ -150,19 +176,20 @@ def model_fn_of(head, dnn=None, linear=None, baseline=None, version=V1):
                                   _scope_variables(scope)))
             return version.update(loss, parts)
 
+        batch_norm = {"update_ops": updates} if updates else {}  # (a library's head may take no update_ops)
         return head.create_estimator_spec(features=features, mode=mode, logits=logits, labels=labels,
-                                          train_op_fn=train_op_fn)
+                                          train_op_fn=train_op_fn, **batch_norm)
 
     return model_fn
 
 
 def dnn_part(hidden_units, feature_columns, optimizer, activation_fn, dropout, input_layer_partitioner,
-             learning_rate):
+             learning_rate, batch_norm=False):
     if not feature_columns:
         raise ValueError("a DNN needs feature_columns")
     return dict(hidden_units=tuple(hidden_units), feature_columns=list(feature_columns), optimizer=optimizer,
                 activation_fn=activation_fn, dropout=dropout, input_layer_partitioner=input_layer_partitioner,
-                learning_rate=learning_rate)
+                learning_rate=learning_rate, batch_norm=batch_norm)
 
 
 def linear_part(feature_columns, optimizer, partitioner, sparse_combiner, learning_rate=None, most=None):
@@ -175,22 +202,15 @@ def linear_part(feature_columns, optimizer, partitioner, sparse_combiner, learni
                 sparse_combiner=sparse_combiner, learning_rate=learning_rate)
 
 
-def refuse(**given):
-    for name, value in given.items():
-        if value:
-            raise NotImplementedError(f"{name}=... is not covered by ps_trainer.estimator's canned estimators")
-
-
 class DNNClassifier(Estimator):
     def __init__(self, hidden_units, feature_columns, model_dir=None, n_classes=2, weight_column=None,
                  label_vocabulary=None, optimizer="Adagrad", activation_fn=tf.nn.relu, dropout=None,
                  input_layer_partitioner=None, config=None, warm_start_from=None,
                  loss_reduction=v1.losses.Reduction.SUM, batch_norm=False):
-        refuse(batch_norm=batch_norm)
         head = Head(n_classes=n_classes, weight_column=weight_column, label_vocabulary=label_vocabulary,
                     loss_reduction=loss_reduction)
         dnn = dnn_part(hidden_units, feature_columns, optimizer, activation_fn, dropout, input_layer_partitioner,
-                       DNN_LEARNING_RATE)
+                       DNN_LEARNING_RATE, batch_norm)
         super().__init__(model_fn_of(head, dnn=dnn), model_dir, config, warm_start_from=warm_start_from)
 
 
@@ -198,10 +218,9 @@ class DNNRegressor(Estimator):
     def __init__(self, hidden_units, feature_columns, model_dir=None, label_dimension=1, weight_column=None,
                  optimizer="Adagrad", activation_fn=tf.nn.relu, dropout=None, input_layer_partitioner=None,
                  config=None, warm_start_from=None, loss_reduction=v1.losses.Reduction.SUM, batch_norm=False):
-        refuse(batch_norm=batch_norm)
         head = Head(label_dimension=label_dimension, weight_column=weight_column, loss_reduction=loss_reduction)
         dnn = dnn_part(hidden_units, feature_columns, optimizer, activation_fn, dropout, input_layer_partitioner,
-                       DNN_LEARNING_RATE)
+                       DNN_LEARNING_RATE, batch_norm)
         super().__init__(model_fn_of(head, dnn=dnn), model_dir, config, warm_start_from=warm_start_from)
 
 
@@ -230,9 +249,8 @@ class DNNEstimator(Estimator):
     def __init__(self, head, hidden_units, feature_columns, model_dir=None, optimizer="Adagrad",
                  activation_fn=tf.nn.relu, dropout=None, input_layer_partitioner=None, config=None,
                  warm_start_from=None, batch_norm=False):
-        refuse(batch_norm=batch_norm)
         dnn = dnn_part(hidden_units, feature_columns, optimizer, activation_fn, dropout, input_layer_partitioner,
-                       DNN_LEARNING_RATE)
+                       DNN_LEARNING_RATE, batch_norm)
         super().__init__(model_fn_of(head, dnn=dnn), model_dir, config, warm_start_from=warm_start_from)
 
 
@@ -247,7 +265,7 @@ class LinearEstimator(Estimator):
 
 def combined_model_fn(head, linear_feature_columns, linear_optimizer, dnn_feature_columns, dnn_optimizer,
                       dnn_hidden_units, dnn_activation_fn, dnn_dropout, input_layer_partitioner, linear_sparse_combiner,
-                      version=V1):
+                      batch_norm=False, version=V1):
     if not linear_feature_columns and not dnn_feature_columns:
         raise ValueError("Either linear_feature_columns or dnn_feature_columns must be defined.")
     if dnn_feature_columns and not dnn_hidden_units:
@@ -255,7 +273,7 @@ def combined_model_fn(head, linear_feature_columns, linear_optimizer, dnn_featur
     dnn = linear = None
     if dnn_feature_columns:
         dnn = dnn_part(dnn_hidden_units, dnn_feature_columns, dnn_optimizer, dnn_activation_fn, dnn_dropout,
-                       input_layer_partitioner, COMBINED_DNN_LEARNING_RATE)
+                       input_layer_partitioner, COMBINED_DNN_LEARNING_RATE, batch_norm)
     if linear_feature_columns:
         linear = linear_part(linear_feature_columns, linear_optimizer, None, linear_sparse_combiner,
                              most=COMBINED_LINEAR_LEARNING_RATE)
@@ -268,12 +286,11 @@ class DNNLinearCombinedClassifier(Estimator):
                  dnn_activation_fn=tf.nn.relu, dnn_dropout=None, n_classes=2, weight_column=None,
                  label_vocabulary=None, input_layer_partitioner=None, config=None, warm_start_from=None,
                  loss_reduction=v1.losses.Reduction.SUM, batch_norm=False, linear_sparse_combiner="sum"):
-        refuse(batch_norm=batch_norm)
         head = Head(n_classes=n_classes, weight_column=weight_column, label_vocabulary=label_vocabulary,
                     loss_reduction=loss_reduction)
         model_fn = combined_model_fn(head, linear_feature_columns, linear_optimizer, dnn_feature_columns,
                                      dnn_optimizer, dnn_hidden_units, dnn_activation_fn, dnn_dropout,
-                                     input_layer_partitioner, linear_sparse_combiner)
+                                     input_layer_partitioner, linear_sparse_combiner, batch_norm)
         super().__init__(model_fn, model_dir, config, warm_start_from=warm_start_from)
 
 
@@ -283,11 +300,10 @@ class DNNLinearCombinedRegressor(Estimator):
                  dnn_activation_fn=tf.nn.relu, dnn_dropout=None, label_dimension=1, weight_column=None,
                  input_layer_partitioner=None, config=None, warm_start_from=None,
                  loss_reduction=v1.losses.Reduction.SUM, batch_norm=False, linear_sparse_combiner="sum"):
-        refuse(batch_norm=batch_norm)
         head = Head(label_dimension=label_dimension, weight_column=weight_column, loss_reduction=loss_reduction)
         model_fn = combined_model_fn(head, linear_feature_columns, linear_optimizer, dnn_feature_columns,
                                      dnn_optimizer, dnn_hidden_units, dnn_activation_fn, dnn_dropout,
-                                     input_layer_partitioner, linear_sparse_combiner)
+                                     input_layer_partitioner, linear_sparse_combiner, batch_norm)
         super().__init__(model_fn, model_dir, config, warm_start_from=warm_start_from)
 
 
@@ -298,10 +314,9 @@ class DNNLinearCombinedEstimator(Estimator):
                  dnn_feature_columns=None, dnn_optimizer="Adagrad", dnn_hidden_units=None,
                  dnn_activation_fn=tf.nn.relu, dnn_dropout=None, input_layer_partitioner=None, config=None,
                  batch_norm=False, linear_sparse_combiner="sum"):
-        refuse(batch_norm=batch_norm)
         model_fn = combined_model_fn(head, linear_feature_columns, linear_optimizer, dnn_feature_columns,
                                      dnn_optimizer, dnn_hidden_units, dnn_activation_fn, dnn_dropout,
-                                     input_layer_partitioner, linear_sparse_combiner)
+                                     input_layer_partitioner, linear_sparse_combiner, batch_norm)
         super().__init__(model_fn, model_dir, config)
 
 

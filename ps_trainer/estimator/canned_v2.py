@@ -38,9 +38,9 @@ def _v2_columns(feature_columns):
     return feature_columns
 
 
-def _dnn(hidden_units, feature_columns, optimizer, activation_fn, dropout, learning_rate=DNN_LEARNING_RATE):
+def _dnn(hidden_units, feature_columns, optimizer, activation_fn, dropout, batch_norm):
     return canned.dnn_part(hidden_units, _v2_columns(feature_columns), optimizer, activation_fn, dropout, None,
-                       learning_rate)
+                           DNN_LEARNING_RATE, batch_norm)
 
 
 def _linear(feature_columns, optimizer, sparse_combiner, **learning_rate):
@@ -51,10 +51,9 @@ class DNNClassifier(Estimator):
     def __init__(self, hidden_units, feature_columns, model_dir=None, n_classes=2, weight_column=None,
                  label_vocabulary=None, optimizer="Adagrad", activation_fn=tf.nn.relu, dropout=None, config=None,
                  warm_start_from=None, loss_reduction=SUM_OVER_BATCH_SIZE, batch_norm=False):
-        canned.refuse(batch_norm=batch_norm)
         head = _head(loss_reduction, n_classes=n_classes, weight_column=weight_column,
                      label_vocabulary=label_vocabulary)
-        dnn = _dnn(hidden_units, feature_columns, optimizer, activation_fn, dropout)
+        dnn = _dnn(hidden_units, feature_columns, optimizer, activation_fn, dropout, batch_norm)
         super().__init__(canned.model_fn_of(head, dnn=dnn, version=V2), model_dir, config,
                          warm_start_from=warm_start_from)
 
@@ -63,9 +62,8 @@ class DNNRegressor(Estimator):
     def __init__(self, hidden_units, feature_columns, model_dir=None, label_dimension=1, weight_column=None,
                  optimizer="Adagrad", activation_fn=tf.nn.relu, dropout=None, config=None, warm_start_from=None,
                  loss_reduction=SUM_OVER_BATCH_SIZE, batch_norm=False):
-        canned.refuse(batch_norm=batch_norm)
         head = _head(loss_reduction, label_dimension=label_dimension, weight_column=weight_column)
-        dnn = _dnn(hidden_units, feature_columns, optimizer, activation_fn, dropout)
+        dnn = _dnn(hidden_units, feature_columns, optimizer, activation_fn, dropout, batch_norm)
         super().__init__(canned.model_fn_of(head, dnn=dnn, version=V2), model_dir, config,
                          warm_start_from=warm_start_from)
 
@@ -95,8 +93,7 @@ class DNNEstimator(Estimator):
 
     def __init__(self, head, hidden_units, feature_columns, model_dir=None, optimizer="Adagrad",
                  activation_fn=tf.nn.relu, dropout=None, config=None, warm_start_from=None, batch_norm=False):
-        canned.refuse(batch_norm=batch_norm)
-        dnn = _dnn(hidden_units, feature_columns, optimizer, activation_fn, dropout)
+        dnn = _dnn(hidden_units, feature_columns, optimizer, activation_fn, dropout, batch_norm)
         super().__init__(canned.model_fn_of(head, dnn=dnn, version=V2), model_dir, config,
                          warm_start_from=warm_start_from)
 
@@ -112,10 +109,11 @@ class LinearEstimator(Estimator):
 
 
 def _combined(head, linear_feature_columns, linear_optimizer, dnn_feature_columns, dnn_optimizer,
-              dnn_hidden_units, dnn_activation_fn, dnn_dropout, linear_sparse_combiner):
+              dnn_hidden_units, dnn_activation_fn, dnn_dropout, linear_sparse_combiner, batch_norm):
     return canned.combined_model_fn(head, _v2_columns(linear_feature_columns), linear_optimizer,
-                            _v2_columns(dnn_feature_columns), dnn_optimizer, dnn_hidden_units, dnn_activation_fn,
-                            dnn_dropout, None, linear_sparse_combiner, version=V2)
+                                    _v2_columns(dnn_feature_columns), dnn_optimizer, dnn_hidden_units,
+                                    dnn_activation_fn, dnn_dropout, None, linear_sparse_combiner, batch_norm,
+                                    version=V2)
 
 
 class DNNLinearCombinedClassifier(Estimator):
@@ -124,11 +122,11 @@ class DNNLinearCombinedClassifier(Estimator):
                  dnn_activation_fn=tf.nn.relu, dnn_dropout=None, n_classes=2, weight_column=None,
                  label_vocabulary=None, config=None, warm_start_from=None, loss_reduction=SUM_OVER_BATCH_SIZE,
                  batch_norm=False, linear_sparse_combiner="sum"):
-        canned.refuse(batch_norm=batch_norm)
         head = _head(loss_reduction, n_classes=n_classes, weight_column=weight_column,
                      label_vocabulary=label_vocabulary)
         super().__init__(_combined(head, linear_feature_columns, linear_optimizer, dnn_feature_columns, dnn_optimizer,
-                                   dnn_hidden_units, dnn_activation_fn, dnn_dropout, linear_sparse_combiner),
+                                   dnn_hidden_units, dnn_activation_fn, dnn_dropout, linear_sparse_combiner,
+                                   batch_norm),
                          model_dir, config, warm_start_from=warm_start_from)
 
 
@@ -138,10 +136,10 @@ class DNNLinearCombinedRegressor(Estimator):
                  dnn_activation_fn=tf.nn.relu, dnn_dropout=None, label_dimension=1, weight_column=None, config=None,
                  warm_start_from=None, loss_reduction=SUM_OVER_BATCH_SIZE, batch_norm=False,
                  linear_sparse_combiner="sum"):
-        canned.refuse(batch_norm=batch_norm)
         head = _head(loss_reduction, label_dimension=label_dimension, weight_column=weight_column)
         super().__init__(_combined(head, linear_feature_columns, linear_optimizer, dnn_feature_columns, dnn_optimizer,
-                                   dnn_hidden_units, dnn_activation_fn, dnn_dropout, linear_sparse_combiner),
+                                   dnn_hidden_units, dnn_activation_fn, dnn_dropout, linear_sparse_combiner,
+                                   batch_norm),
                          model_dir, config, warm_start_from=warm_start_from)
 
 
@@ -152,9 +150,9 @@ class DNNLinearCombinedEstimator(Estimator):
                  dnn_feature_columns=None, dnn_optimizer="Adagrad", dnn_hidden_units=None,
                  dnn_activation_fn=tf.nn.relu, dnn_dropout=None, config=None, batch_norm=False,
                  linear_sparse_combiner="sum"):
-        canned.refuse(batch_norm=batch_norm)
         super().__init__(_combined(head, linear_feature_columns, linear_optimizer, dnn_feature_columns, dnn_optimizer,
-                                   dnn_hidden_units, dnn_activation_fn, dnn_dropout, linear_sparse_combiner),
+                                   dnn_hidden_units, dnn_activation_fn, dnn_dropout, linear_sparse_combiner,
+                                   batch_norm),
                          model_dir, config)
 
 

@@ -104,6 +104,11 @@ CASES = {
                                             dnn_feature_columns=COLUMNS, dnn_hidden_units=[8]),
     "v2_baseline_classifier": _v2("BaselineClassifier", False),
     "v2_baseline_regressor": _v2("BaselineRegressor", True),
+    # Batch normalization after each hidden layer.
+    "v1_dnn_classifier_batch_norm": (False, lambda d: v1.estimator.DNNClassifier([8, 4], COLUMNS, model_dir=d,
+                                                                                 batch_norm=True)),
+    "v2_dnn_regressor_batch_norm": _v2("DNNRegressor", True, hidden_units=[8, 4], feature_columns=COLUMNS,
+                                       batch_norm=True),
     # TF 2.x's heads, in the classes that take one and in a model_fn.
     "v2_dnn_estimator_multi_class_head": (False, lambda d: tf.estimator.DNNEstimator(
         tf.estimator.MultiClassHead(3), [8], COLUMNS, model_dir=d)),
