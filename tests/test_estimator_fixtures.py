@@ -35,7 +35,8 @@ def test_the_fixtures_cover_every_canned_class_in_both_spellings_batch_norm_a_cu
              "dnn_linear_combined_classifier", "dnn_linear_combined_regressor", "baseline_classifier",
              "baseline_regressor")
     others = ("v1_dnn_classifier_batch_norm", "v2_dnn_regressor_batch_norm", "v2_dnn_estimator_multi_class_head",
-              "v2_linear_estimator_poisson_head", "v2_dnn_linear_combined_estimator_named_head", "head_model_fn")
+              "v2_linear_estimator_poisson_head", "v2_dnn_linear_combined_estimator_named_head", "head_model_fn",
+              "v2_dnn_estimator_multi_head")
     assert CASES == sorted([f"v{version}_{kind}" for version in (1, 2) for kind in kinds] + ["custom_model_fn",
                                                                                            *others])
 

@@ -98,3 +98,34 @@ def test_tf1s_estimator_classes_take_a_tf2_head_and_train_with_tf1s_optimizers(t
     assert sorted(late) == ["average_loss", "global_step", "label/mean", "loss", "prediction/mean"]
     names = {name for name, _ in tf.train.list_variables(str(tmp_path))}
     assert {"linear/linear_model/x/weights", "linear/linear_model/x/weights/Ftrl"} <= names
+
+
+@pytest.mark.inprocess
+def test_a_multi_head_predicts_by_head_and_key_and_refuses_an_unnamed_head_or_logits_of_another_width(tmp_path):
+    import itertools
+    import shutil
+    import sys
+
+    import tensorflow as tf
+
+    import ps_trainer.estimator  # noqa: F401  (the one line a program adds)
+    from tests.support import ROOT
+    sys.path.insert(0, str(ROOT / "tests" / "programs"))
+    import tf215_cases
+
+    # TF 2.15's checkpoint of a DNNEstimator over a MultiHead (tests/data/tf215/), predicted here.
+    shutil.copytree(ROOT / "tests" / "data" / "tf215" / "v2_dnn_estimator_multi_head", tmp_path / "model")
+    _, make = tf215_cases.CASES["v2_dnn_estimator_multi_head"]
+    predictions = list(itertools.islice(make(str(tmp_path / "model")).predict(
+        tf215_cases.input_fn("multi", epochs=1)), 3))
+    assert len(predictions) == 3 and ("value", "predictions") in predictions[0]
+    assert {key for key in predictions[0] if key[0] == "click"} == {
+        ("click", key) for key in ("logits", "logistic", "probabilities", "class_ids", "classes", "all_class_ids",
+                                   "all_classes")}
+    assert predictions[0]["click", "probabilities"].sum() == pytest.approx(1.0, rel=1e-5)
+    with pytest.raises(ValueError, match="All given heads must have name specified"):
+        tf.estimator.MultiHead([tf.estimator.BinaryClassHead(name="a"), tf.estimator.RegressionHead()])
+    head = tf.estimator.MultiHead([tf.estimator.BinaryClassHead(name="a"), tf.estimator.MultiClassHead(3, name="b")])
+    assert head.logits_dimension == 4 and head.name == "a_b"
+    with tf.Graph().as_default(), pytest.raises(ValueError, match="should equal 4 but is 3"):
+        head.predictions(tf.zeros([2, 3]))

@@ -68,13 +68,11 @@ class Head:
         """TF's heads' EstimatorSpec. In TRAIN, the train op is `optimizer`'s update of `trainable_variables` (a
         tf.compat.v1.train optimizer's minimize, which steps the global step; a Keras optimizer's get_updates) or
         `train_op_fn(loss)`, grouped with `update_ops`; `regularization_losses` are added to the loss."""
-        predictions, outputs = self._predictions(logits)
+        predictions, outputs = self.outputs(logits)
         if mode == ModeKeys.PREDICT:
             return EstimatorSpec(mode, predictions=predictions, export_outputs=outputs)
-        weights = self._weights(features)
-        unreduced, labels = self._unreduced_loss(features, logits, labels)
-        metrics = self._metrics(logits, labels, unreduced, weights, predictions)
-        loss = self._reduced(unreduced, weights, regularization_losses)
+        unreduced, metrics = self.eval_metrics(features, logits, labels, predictions)
+        loss = self._reduced(unreduced, self._weights(features), regularization_losses)
         if regularization_losses is not None:
             metrics[self._key("regularization_loss")] = v1.metrics.mean(tf.add_n(list(regularization_losses)))
         if mode == ModeKeys.EVAL:
@@ -93,7 +91,7 @@ class Head:
 
     def predictions(self, logits, keys=None) -> dict:
         """The predictions by key (all of them, or those of `keys`)."""
-        predictions, _ = self._predictions(logits)
+        predictions, _ = self.outputs(logits)
         if not keys:
             return predictions
         unknown = [key for key in keys if key not in predictions]
@@ -148,7 +146,8 @@ class Head:
         return tf.expand_dims(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.squeeze(labels, 1),
                                                                              logits=logits), 1), labels
 
-    def _predictions(self, logits):
+    def outputs(self, logits):
+        """(the predictions by key, the export outputs by signature name)."""
         logits = tf.convert_to_tensor(logits, tf.float32)
         if self.n_classes is None:
             if self._inverse_link_fn is not None:
@@ -187,7 +186,12 @@ class Head:
             outputs["regression"] = export_output.RegressionOutput(value=logistic)
         return predictions, outputs
 
-    def _metrics(self, logits, labels, unreduced, weights, predictions) -> dict:
+    def eval_metrics(self, features, logits, labels, predictions) -> tuple:
+        """(the loss of each example, the eval metrics by key)."""
+        unreduced, labels = self._unreduced_loss(features, logits, labels)
+        return unreduced, self._metrics(labels, unreduced, self._weights(features), predictions)
+
+    def _metrics(self, labels, unreduced, weights, predictions) -> dict:
         """The eval metrics by key, of the labels as the loss took them."""
         key = self._key
         metrics = {key("average_loss"): v1.metrics.mean(unreduced, weights=weights)}
@@ -324,3 +328,114 @@ class LogisticRegressionHead(RegressionHead):
                 return tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
 
         super().__init__(1, weight_column, loss_reduction, logistic_loss, tf.math.sigmoid, name)
+
+
+class MultiHead:
+    """TF 2.x's MultiHead: named heads trained as one model (multi-task). The logits are a dict by head name, or
+    one tensor whose last dimension the heads share in their order; the labels a dict by head name. The loss is
+    the heads' losses (each as its head reduces it), weighted by `head_weights`, summed; the predictions are
+    keyed (head name, key); the eval metrics are each head's (named: `<key>/<name>`) and `loss/<name>`; the
+    export has the first head's default signature as `serving_default`, each head's signatures under
+    `<name>` (its default) and `<name>/<key>`, and `predict` with every head's outputs as `<name>/<key>`."""
+
+    def __init__(self, heads, head_weights=None):
+        if not heads:
+            raise ValueError(f"Must specify heads. Given: {heads}")
+        if head_weights and len(head_weights) != len(heads):
+            raise ValueError("heads and head_weights must have the same size. Given len(heads): "
+                             f"{len(heads)}. Given len(head_weights): {len(head_weights)}.")
+        for head in heads:
+            if not isinstance(head, _V2Head):
+                raise ValueError(f"MultiHead takes the heads of tf.estimator (BinaryClassHead, ...). Given: {head}")
+            if head.name is None:
+                raise ValueError(f"All given heads must have name specified. Given: {head}")
+        self._heads, self._head_weights = tuple(heads), tuple(head_weights or ())
+
+    @property
+    def name(self) -> str:
+        return "_".join(head.name for head in self._heads)
+
+    @property
+    def logits_dimension(self) -> int:
+        return sum(head.logits_dimension for head in self._heads)
+
+    @property
+    def loss_reduction(self):
+        reductions = [head.loss_reduction for head in self._heads]
+        if len(set(reductions)) > 1:
+            raise ValueError(f"The loss_reduction must be the same for different heads. Given: {reductions}")
+        return reductions[0]
+
+    def _by_head(self, logits, labels=None) -> dict:
+        names = [head.name for head in self._heads]
+        if labels is not None:
+            if not isinstance(labels, dict):
+                raise ValueError(f"labels must be a dict. Given: {labels}")
+            if set(names) - set(labels):
+                raise ValueError(f"labels has missing values for head(s): {sorted(set(names) - set(labels))}")
+        if isinstance(logits, dict):
+            if set(names) - set(logits):
+                raise ValueError(f"logits has missing values for head(s): {sorted(set(names) - set(logits))}")
+            return logits
+        logits = tf.convert_to_tensor(logits, tf.float32)
+        sizes = [head.logits_dimension for head in self._heads]
+        if logits.shape[-1] is not None and logits.shape[-1] != sum(sizes):
+            raise ValueError(f"Could not split logits of shape {logits.shape.as_list()} among the heads with "
+                             f"individual logits dimensions: {sizes}. The last dimension of the logits tensor "
+                             f"should equal {sum(sizes)} but is {logits.shape[-1]}.")
+        return dict(zip(names, tf.split(logits, sizes, axis=-1)))
+
+    def _losses(self, features, logits_by, labels) -> list:
+        return [head.loss(labels[head.name], logits_by[head.name], features) for head in self._heads]
+
+    def _merged(self, losses, regularization_losses):
+        if self._head_weights:
+            losses = [loss * weight for loss, weight in zip(losses, self._head_weights)]
+        loss = tf.add_n(losses)
+        if regularization_losses is not None:
+            loss += tf.add_n(list(regularization_losses))
+        return loss
+
+    def loss(self, labels, logits, features=None, mode=None, regularization_losses=None):
+        logits_by = self._by_head(logits, labels)
+        return self._merged(self._losses(features or {}, logits_by, labels), regularization_losses)
+
+    def predictions(self, logits, keys=None) -> dict:
+        logits_by = self._by_head(logits)
+        return {(head.name, key): value for head in self._heads
+                for key, value in head.predictions(logits_by[head.name]).items()}
+
+    def create_estimator_spec(self, features, mode, logits, labels=None, optimizer=None, trainable_variables=None,
+                              train_op_fn=None, update_ops=None, regularization_losses=None) -> EstimatorSpec:
+        logits_by = self._by_head(logits, labels if mode != ModeKeys.PREDICT else None)
+        predictions, outputs = {}, {}
+        for head in self._heads:
+            head_predictions, head_outputs = head.outputs(logits_by[head.name])
+            predictions.update({(head.name, key): value for key, value in head_predictions.items()})
+            outputs.setdefault("serving_default", head_outputs["serving_default"])
+            outputs.update({head.name if key == "serving_default" else f"{head.name}/{key}": output
+                            for key, output in head_outputs.items()})
+        if mode == ModeKeys.PREDICT:
+            merged = {f"{name}/{key}": value for (name, key), value in predictions.items()}
+            outputs["predict"] = export_output.PredictOutput(merged)
+            return EstimatorSpec(mode, predictions=predictions, export_outputs=outputs)
+        losses = self._losses(features, logits_by, labels)
+        loss = self._merged(losses, regularization_losses)
+        if mode == ModeKeys.EVAL:
+            metrics = {}
+            for head, head_loss in zip(self._heads, losses):
+                metrics[f"loss/{head.name}"] = v1.metrics.mean(head_loss)
+                head_predictions = {key: predictions[head.name, key] for name, key in predictions if name == head.name}
+                metrics.update(head.eval_metrics(features, logits_by[head.name], labels[head.name],
+                                                 head_predictions)[1])
+            if regularization_losses is not None:
+                metrics[f"regularization_loss/{self.name}"] = v1.metrics.mean(tf.add_n(list(regularization_losses)))
+            return EstimatorSpec(mode, predictions=predictions, loss=loss, eval_metric_ops=metrics)
+        # TF 2.x built each head's own (no-op) train op in a `training` name scope of its own first: the update's
+        # scope, and so its Keras optimizer's variables, come after them (`training_<heads>/Adagrad/...`).
+        for _ in self._heads:
+            with keras_optimizers.training_scope():
+                pass
+        with keras_optimizers.training_scope():
+            train_op = _train_op(loss, optimizer, trainable_variables, train_op_fn, update_ops)
+        return EstimatorSpec(mode, predictions=predictions, loss=loss, train_op=train_op)

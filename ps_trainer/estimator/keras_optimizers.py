@@ -4,6 +4,7 @@ graph's top, so that its slots are `training/<Optimizer>/<variable>/<slot>` and 
 `training/<Optimizer>/<name>`. TF 2.x's V2 canned classes (canned_v2.py) and heads (heads.py) update so."""
 
 import contextlib
+import re
 
 import tensorflow as tf
 
@@ -44,7 +45,7 @@ def training_scope():
     """The `training` name scope at the graph's top, where TF 2.x's heads built their train op (or the one open:
     a V2 class's update inside its head's)."""
     graph = v1.get_default_graph()
-    if graph.get_name_scope() == "training":
+    if re.fullmatch(r"training(_\d+)?", graph.get_name_scope()):
         yield
         return
     with graph.name_scope(None), v1.name_scope("training"):

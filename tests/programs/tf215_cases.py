@@ -21,9 +21,14 @@ def data(examples: int = 256, seed: int = 0):
     return {"x": x}, (x @ np.array([1.0, -2.0, 0.5]) > 0).astype(np.int64)
 
 
-def input_fn(regression: bool, epochs=None):
+def input_fn(regression, epochs=None):
+    """The data's input_fn: its labels as classes, as numbers to regress (regression=True), or both, by the
+    names of a MultiHead's heads (regression="multi")."""
     features, labels = data()
-    labels = labels.astype(np.float32)[:, None] if regression else labels
+    if regression == "multi":
+        labels = {"click": labels, "value": labels.astype(np.float32)[:, None] * 2.0}
+    elif regression:
+        labels = labels.astype(np.float32)[:, None]
     return v1.estimator.inputs.numpy_input_fn(features, labels, batch_size=32, num_epochs=epochs,
                                               shuffle=epochs is None)
 
@@ -81,7 +86,7 @@ def _v2(name: str, regression: bool, **kwargs):
     return regression, lambda d: getattr(tf.estimator, name)(model_dir=d, **kwargs)
 
 
-# name: (whether its labels are numbers to regress, estimator of a model_dir)
+# name: (its labels: input_fn's `regression`, estimator of a model_dir)
 CASES = {
     "v1_dnn_classifier": (False, lambda d: v1.estimator.DNNClassifier([8], COLUMNS, model_dir=d)),
     "v1_dnn_regressor": (True, lambda d: v1.estimator.DNNRegressor([8], COLUMNS, model_dir=d)),
@@ -118,4 +123,7 @@ CASES = {
         tf.estimator.BinaryClassHead(thresholds=[0.3], name="click"), model_dir=d, linear_feature_columns=COLUMNS,
         dnn_feature_columns=COLUMNS, dnn_hidden_units=[8])),
     "head_model_fn": (True, lambda d: tf.estimator.Estimator(head_model_fn, model_dir=d)),
+    "v2_dnn_estimator_multi_head": ("multi", lambda d: tf.estimator.DNNEstimator(tf.estimator.MultiHead(
+        [tf.estimator.BinaryClassHead(name="click"), tf.estimator.RegressionHead(name="value")], [1.0, 0.5]), [8],
+        COLUMNS, model_dir=d)),
 }
