@@ -71,12 +71,14 @@ class Head:
         predictions, outputs = self.outputs(logits)
         if mode == ModeKeys.PREDICT:
             return EstimatorSpec(mode, predictions=predictions, export_outputs=outputs)
-        unreduced, metrics = self.eval_metrics(features, logits, labels, predictions)
-        loss = self._reduced(unreduced, self._weights(features), regularization_losses)
-        if regularization_losses is not None:
-            metrics[self._key("regularization_loss")] = v1.metrics.mean(tf.add_n(list(regularization_losses)))
-        if mode == ModeKeys.EVAL:
+        if mode == ModeKeys.EVAL:  # (a training graph builds no metric: TF's heads built none there)
+            unreduced, metrics = self.eval_metrics(features, logits, labels, predictions)
+            if regularization_losses is not None:
+                metrics[self._key("regularization_loss")] = v1.metrics.mean(tf.add_n(list(regularization_losses)))
+            loss = self._reduced(unreduced, self._weights(features), regularization_losses)
             return EstimatorSpec(mode, predictions=predictions, loss=loss, eval_metric_ops=metrics)
+        unreduced, _ = self._unreduced_loss(features, logits, labels)
+        loss = self._reduced(unreduced, self._weights(features), regularization_losses)
         if self._training_scope:
             with keras_optimizers.training_scope():
                 train_op = _train_op(loss, optimizer, trainable_variables, train_op_fn, update_ops)
