@@ -129,3 +129,38 @@ def test_a_multi_head_predicts_by_head_and_key_and_refuses_an_unnamed_head_or_lo
     assert head.logits_dimension == 4 and head.name == "a_b"
     with tf.Graph().as_default(), pytest.raises(ValueError, match="should equal 4 but is 3"):
         head.predictions(tf.zeros([2, 3]))
+
+
+@pytest.mark.inprocess
+def test_tf1s_logit_fn_builders_give_the_canned_classes_logits_by_their_variable_names(tmp_path):
+    import shutil
+    import sys
+
+    import tensorflow as tf
+
+    import ps_trainer.estimator  # noqa: F401  (the one line a program adds)
+    from tests.support import ROOT
+    sys.path.insert(0, str(ROOT / "tests" / "programs"))
+    import tf215_cases
+    v1 = tf.compat.v1
+    experimental = v1.estimator.experimental
+    dnn_logits = experimental.dnn_logit_fn_builder(1, [8], tf215_cases.COLUMNS, tf.nn.relu, None, None, False)
+    linear_logits = experimental.linear_logit_fn_builder(1, tf215_cases.COLUMNS)
+
+    def model_fn(features, labels, mode):
+        with v1.variable_scope("dnn"):
+            logits = dnn_logits(features, mode)
+        with v1.variable_scope("linear"):
+            logits += linear_logits(features)
+        return tf.estimator.BinaryClassHead(loss_reduction="sum").create_estimator_spec(
+            features, mode, logits, labels, train_op_fn=lambda loss: v1.assign_add(v1.train.get_global_step(), 1))
+
+    # TF 2.15's checkpoint of TF1's wide & deep class, evaluated by a model_fn of the builders: TF 2.15's figures.
+    shutil.copytree(ROOT / "tests" / "data" / "tf215" / "v1_dnn_linear_combined_classifier", tmp_path / "model")
+    evaluated = tf.estimator.Estimator(model_fn, str(tmp_path / "model")).evaluate(tf215_cases.input_fn(False, 1))
+    reference = tf215_cases.json.loads(
+        (ROOT / "tests" / "data" / "tf215" / "v1_dnn_linear_combined_classifier" / "metrics.json").read_text())
+    for key in ("accuracy", "auc", "average_loss", "loss"):
+        assert evaluated[key] == pytest.approx(reference[key], rel=1e-3), key
+    with pytest.raises(ValueError, match="units must be an int"):
+        experimental.linear_logit_fn_builder(1.0, tf215_cases.COLUMNS)

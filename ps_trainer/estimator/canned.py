@@ -102,6 +102,32 @@ def _linear_logits(features, columns, units, sparse_combiner):
     return fc.linear_model(features, columns, units=units, sparse_combiner=sparse_combiner)
 
 
+def dnn_logit_fn_builder(units, hidden_units, feature_columns, activation_fn, dropout, input_layer_partitioner,
+                         batch_norm):
+    """TF's experimental.dnn_logit_fn_builder: `logit_fn(features, mode)`, the DNN classes' logits (their layers
+    and variable names, in the caller's variable scope; batch normalization's updates in UPDATE_OPS)."""
+    if not isinstance(units, int):
+        raise ValueError(f"units must be an int.  Given type: {type(units)}")
+
+    def dnn_logit_fn(features, mode):
+        return _dnn_logits(features, feature_columns, hidden_units, units, activation_fn, dropout,
+                           input_layer_partitioner, mode == ModeKeys.TRAIN, batch_norm, [])
+
+    return dnn_logit_fn
+
+
+def linear_logit_fn_builder(units, feature_columns, sparse_combiner="sum"):
+    """TF's experimental.linear_logit_fn_builder: `logit_fn(features)`, the linear classes' logits
+    (`linear_model/<column>/weights`, in the caller's variable scope)."""
+    if not isinstance(units, int):
+        raise ValueError(f"units must be an int.  Given type: {type(units)}")
+
+    def linear_logit_fn(features):
+        return _linear_logits(features, feature_columns, units, sparse_combiner)
+
+    return linear_logit_fn
+
+
 def _minimize(loss, parts):
     """The train op of (optimizer, variables) parts: one part's minimize steps the global step (a
     SyncReplicasOptimizer works so, its hook the program's); two parts update, then step it once."""
