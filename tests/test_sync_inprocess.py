@@ -154,6 +154,8 @@ def test_a_sync_step_applies_the_exact_average_of_the_gradients(sync_cluster):
     expected = np.array(INITIAL) - LEARNING_RATE * np.mean(GRADIENTS[:2], axis=0)
     assert step == 1
     np.testing.assert_allclose(value, expected, rtol=1e-6)
+    # The step each worker's batch went in at: what the input queue's report of it carries.
+    assert chief.sync_hook.round_applied == other.sync_hook.round_applied == 1
 
 
 @pytest.mark.servers
@@ -182,6 +184,9 @@ def test_a_spare_token_does_not_let_the_chief_fill_a_round_alone(sync_cluster):
     expected = np.array(INITIAL) - 2 * LEARNING_RATE * np.mean(GRADIENTS[:2], axis=0)
     assert step == 2
     np.testing.assert_allclose(value, expected, rtol=1e-6)
+    # The chief's run took the spare token (round 1) and read the global step at 1, but its batch went in at
+    # step 2, when round 1 was applied: the step its input-queue report carries (ps 0 restored to 1 drops it).
+    assert chief.sync_hook.round_applied == 2
 
 
 @pytest.mark.servers

@@ -538,7 +538,8 @@ class _OneWorkerQueue:
     pass, each read in order) and a step that reads a batch of 16; the feed's sessions are `sessions`
     (a _FaultyFeedSessions class). train() records what each step trained and each session made."""
 
-    def __init__(self, target, data_dir, files, per_file, sessions, clock=time.monotonic, num_workers=1, count=1):
+    def __init__(self, target, data_dir, files, per_file, sessions, clock=time.monotonic, num_workers=1, count=1,
+                 reached=None):
         self.target, self.files, self.per_file = target, files, per_file
         write_embedded_as_tfrecord(data_dir, examples=files * per_file, num_files=files)
         self.graph = tf.Graph()
@@ -552,8 +553,9 @@ class _OneWorkerQueue:
             _, _, self.keys, self.ordinals = batches.get_next()
             with tf.control_dependencies([self.keys, self.ordinals]):
                 self.step = v1.assign_add(global_step, count)  # count: the steps a run counts (a round's)
-            self.hook = queue_hook.InputQueueHook(self.feed, self.keys, self.ordinals, batches.initializer, 60.0,
-                                                  reached=train_graph.step_reached(self.step.op, global_step))
+            self.hook = queue_hook.InputQueueHook(
+                self.feed, self.keys, self.ordinals, batches.initializer, 60.0,
+                reached=reached or train_graph.step_reached(self.step.op, global_step))
             self.global_step, self.queue = global_step, queue
             with v1.Session(target) as session:
                 session.run(v1.global_variables_initializer())
@@ -633,6 +635,55 @@ def test_a_round_that_a_ps_0_restore_undid_is_trained_again_for_its_report_carri
     assert not training.is_alive(), "the epoch did not end in 60 s"
     assert len(made) == 2 and worker.feed.finished  # the session made again, the epoch ended
     # The first round's 16 examples trained again: its report carried global step 10, which ps 0 was behind.
+    assert sorted(trained) == sorted([(0, o) for o in range(16)] + [(0, o) for o in range(48)]), trained
+
+
+@pytest.mark.servers
+def test_a_sync_workers_report_carries_the_step_its_round_went_in_at_and_a_restore_before_it_trains_it_again(
+        cluster, tmp_path):
+    # A synchronous worker's run counts nothing itself: the chief's round does, after the run has read the
+    # global step. Its report carries instead the step its round went in at, known once the sync hook has seen
+    # the run (SyncReplicasHook.round_applied), which the queue hook asks after the run. Here the chief's round
+    # goes in after each run; ps 0 restored to before the first round drops that run's report, and its 16
+    # examples are trained again. With the step the run read (0), ps 0 would take the report.
+    applied = [0]
+    worker = _OneWorkerQueue(cluster[0].target, tmp_path, 1, 48, _FaultyFeedSessions, count=0,
+                             reached=lambda: applied[0])
+    trained, made = [], []
+    chief = v1.Session(worker.target, graph=worker.graph)
+
+    class Round(v1.train.SessionRunHook):  # runs before the queue hook, as the sync hook does
+        def after_create_session(self, session, coord):
+            made.append(session)
+
+        def before_run(self, run_context):
+            return v1.train.SessionRunArgs([worker.keys, worker.ordinals])
+
+        def after_run(self, run_context, run_values):
+            trained.extend(zip(*(values.tolist() for values in run_values.results)))
+            applied[0] += 1  # the chief applies the round
+            worker.global_step.load(applied[0], chief)
+
+    class Restore(v1.train.SessionRunHook):  # runs after the queue hook: the first run's report is made
+        def after_run(self, run_context, run_values):
+            if len(trained) == 16:  # ps 0 restarts, restored to a checkpoint before the first round
+                applied[0] = 0
+                worker.global_step.load(0, chief)
+                raise tf.errors.UnavailableError(None, None, "ps 0 restarted")
+
+    def train():
+        hooks = [Round(), worker.hook, Restore()]
+        with worker.graph.as_default(), v1.train.MonitoredSession(
+                v1.train.WorkerSessionCreator(master=worker.target), hooks=hooks) as session:
+            while not session.should_stop():
+                session.run(worker.step)
+
+    training = threading.Thread(target=train, daemon=True)
+    training.start()
+    training.join(timeout=60)
+    chief.close()
+    assert not training.is_alive(), "the epoch did not end in 60 s"
+    assert len(made) == 2 and worker.feed.finished  # the session made again, the epoch ended
     assert sorted(trained) == sorted([(0, o) for o in range(16)] + [(0, o) for o in range(48)]), trained
 
 

@@ -170,7 +170,8 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
         queue = queue_hook.InputQueueHook(feed, *_trained_tags(tags[-1], built, train), batches.initializer,
                                           cfg.data.input_queue_lease_secs,
                                           drops_first_step=built.drops_next_push,
-                                          audit_path=audit, reached=step_reached(built.counted, global_step))
+                                          audit_path=audit,
+                                          reached=built.round_applied or step_reached(built.counted, global_step))
     return TrainGraph(saver, built, uninitialized, queue, tables.upkeep, warm, own_update=first.own_update is not None,
                       graph_tables=graph_tables)
 

@@ -26,9 +26,10 @@ class InputQueueHook(v1.train.SessionRunHook):
     """keys, ordinals: the file key of each example of the step's batch and its ordinal in that file;
     initializer: the input iterator's; drops_first_step() (sync): the new session's first gradient
     goes stale, so its batch must be empty; audit_path (--input_queue_audit): where to append the
-    (epoch, file, ordinal) of every example trained, as int64 triples; reached: the global step as the run's
-    own count left it (training/graph.step_reached), which the run's report carries (default: the global
-    step as read anywhere in the run).
+    (epoch, file, ordinal) of every example trained, as int64 triples; reached: the global step the run's
+    report carries, a tensor the run fetches (as the run's own count left it: training/graph.step_reached) or
+    () -> it, called once the hooks before this one have seen the run (a synchronous worker's: the step its
+    round was applied at, Step.round_applied); default: the global step as read anywhere in the run.
 
     In sync training it runs after the sync hook: a step's batch is counted once its round is applied.
     """
@@ -36,7 +37,8 @@ class InputQueueHook(v1.train.SessionRunHook):
     def __init__(self, feed: work_queue.ItemFeed, keys, ordinals, initializer, lease_secs: float,
                  drops_first_step=None, audit_path=None, reached=None):
         self.feed, self._keys, self._ordinals, self._initializer = feed, keys, ordinals, initializer
-        self._reached = reached
+        self._reached_after_run = reached if callable(reached) else None
+        self._reached = None if callable(reached) else reached
         self._audit_path, self._audit = audit_path, None
         self._drops_first_step = drops_first_step or (lambda: False)
         self._heartbeat_secs = lease_secs / 4
@@ -69,6 +71,8 @@ class InputQueueHook(v1.train.SessionRunHook):
 
     def after_run(self, run_context, run_values):
         keys, ordinals, _, step = run_values.results
+        if self._reached_after_run is not None and self._reached_after_run() is not None:
+            step = self._reached_after_run()
         self.feed.delivered()
         if self._audit:  # written before the files are finished: a kill loses no line of a finished file
             num_files = self.feed.queue.num_files

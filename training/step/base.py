@@ -40,8 +40,11 @@ class Step(NamedTuple):
     # The op at the end of the run that adds its steps to the global step, on the global step's device; None
     # where the run ends in no such op (a synchronous worker's, counted by the chief's round; a run of several
     # steps, counted in its loop; a model_fn's own train_op): the input queue's reports then carry the global
-    # step as the run read it (training/graph.step_reached).
+    # step as the run read it (training/graph.step_reached), or for a synchronous worker `round_applied`.
     counted: tf.Operation | None = None
+    # Synchronous steps: () -> the global step at which the round the run's gradient joined was applied, known
+    # once the sync hook's after_run has run (training/step/sync.SyncReplicasHook.round_applied).
+    round_applied: Callable[[], int | None] | None = None
 
 
 class Lever(Protocol):

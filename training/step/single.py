@@ -19,13 +19,15 @@ class Update(NamedTuple):
     end_op: tf.Operation | None = None  # synchronous: Step.end_op
     drops_next_push: Callable[[], bool] | None = None  # synchronous: Step.drops_next_push
     counted: tf.Operation | None = None  # asynchronous: train_op, the optimizer's assign_add to the global step
+    round_applied: Callable[[], int | None] | None = None  # synchronous: Step.round_applied
 
     def step(self, metrics, labels, steps_done=None, train_op=None) -> Step:
         """The Step of this update (`train_op`: the lever's own op that runs it, if not the update's; the run then
         counts its steps in that op, not in `counted`)."""
         own_op = train_op is None
         return Step(self.train_op if own_op else train_op, metrics, labels, steps_done, self.hooks,
-                    self.chief_only_hooks, self.end_op, self.drops_next_push, self.counted if own_op else None)
+                    self.chief_only_hooks, self.end_op, self.drops_next_push, self.counted if own_op else None,
+                    self.round_applied)
 
 
 def build(ctx: StepContext) -> Step:
@@ -46,7 +48,7 @@ def make_train_op(loss, optimizer, global_step, cluster, train, stop_requested=N
     `stop_requested()` ends a worker's wait for a round that is missing a peer's gradient.
     `grads_and_vars`: gradients computed already (--accumulate_batches), instead of the loss's.
     """
-    hooks, chief_only_hooks, end_op, drops_next_push = [], [], None, None
+    hooks, chief_only_hooks, end_op, drops_next_push, round_applied = [], [], None, None, None
     if train.sync_replicas:
         optimizer = sync.wrap_optimizer(optimizer, cluster, train)
     train_op = update.apply_update(loss, optimizer, global_step, train.clip_gradient_norm,
@@ -54,6 +56,7 @@ def make_train_op(loss, optimizer, global_step, cluster, train, stop_requested=N
     if train.sync_replicas:
         hooks, chief_only_hooks = sync.hooks(optimizer, train_op, cluster, train, stop_requested)
         end_op, drops_next_push = hooks[0].close_token_queue, lambda: hooks[0].drops_next_push
+        round_applied = lambda: hooks[0].round_applied  # noqa: E731  (read after the sync hook's after_run)
     hooks.append(v1.train.StopAtStepHook(last_step=train.train_steps))
     counted = None if train.sync_replicas else train_op  # apply_gradients' op is its assign_add to the global step
-    return Update(train_op, tuple(hooks), tuple(chief_only_hooks), end_op, drops_next_push, counted)
+    return Update(train_op, tuple(hooks), tuple(chief_only_hooks), end_op, drops_next_push, counted, round_applied)

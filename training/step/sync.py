@@ -146,6 +146,14 @@ class SyncReplicasHook(v1.train.SessionRunHook):
         # worker pushed into the round before this session): what that step trained is dropped.
         self.drops_next_push = False
 
+    @property
+    def round_applied(self) -> int | None:
+        """After a step's run (this hook's after_run): the global step at which the round its gradient joined
+        was applied, the token it holds (None before the first). The input queue's report of the step's
+        examples carries it: ps 0, restored to a step before it, drops the report and the examples are trained
+        again."""
+        return self._last_token
+
     def begin(self):
         # Called for every MonitoredTrainingSession: build the ops once. A session whose creation
         # failed leaves the graph finalized, and the next session reuses these hooks.
