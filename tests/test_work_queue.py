@@ -567,6 +567,11 @@ class _OneWorkerQueue:
         """Trains the epoch in a worker's MonitoredSession (made again, it finds the queue's state as ps 0 holds
         it); False if it did not end in timeout_secs. after_step(steps trained) runs after each step. In a
         daemon thread, so that a pipeline waiting for good fails the test instead of hanging it."""
+        return self.run([self.recorder(after_step), self.hook], timeout_secs)
+
+    def recorder(self, after_step=lambda step: None) -> v1.train.SessionRunHook:
+        """A hook that records each session made (self.made) and what each step trained (self.trained), then
+        calls after_step(steps run)."""
         made, trained, keys, ordinals = self.made, self.trained, self.keys, self.ordinals
         steps = []
 
@@ -582,9 +587,13 @@ class _OneWorkerQueue:
                 steps.append(len(trained))
                 after_step(len(steps))
 
+        return Recorder()
+
+    def run(self, hooks, timeout_secs: float) -> bool:
+        """Steps a worker's MonitoredSession with `hooks` until it stops; False if it did not in timeout_secs."""
         def train():
             with self.graph.as_default(), v1.train.MonitoredSession(
-                    v1.train.WorkerSessionCreator(master=self.target), hooks=[Recorder(), self.hook]) as session:
+                    v1.train.WorkerSessionCreator(master=self.target), hooks=hooks) as session:
                 while not session.should_stop():
                     session.run(self.step)
 
@@ -606,36 +615,20 @@ def test_a_round_that_a_ps_0_restore_undid_is_trained_again_for_its_report_carri
     # delta saved just before the round's count is not behind: it would take the report of a round whose
     # update it no longer holds, and those examples would never be trained again.
     worker = _OneWorkerQueue(cluster[0].target, tmp_path, 1, 48, _FaultyFeedSessions, count=10)
-    trained, made = [], []
     restore = v1.Session(worker.target, graph=worker.graph)
 
-    class Recorder(v1.train.SessionRunHook):  # runs after the queue hook: the run's examples are counted
-        def after_create_session(self, session, coord):
-            made.append(session)
+    def restored_after_the_first_round(steps):
+        if steps == 1:  # ps 0 restarts, restored to a delta saved before the round's count
+            worker.global_step.load(0, restore)
+            raise tf.errors.UnavailableError(None, None, "ps 0 restarted")
 
-        def before_run(self, run_context):
-            return v1.train.SessionRunArgs([worker.keys, worker.ordinals])
-
-        def after_run(self, run_context, run_values):
-            trained.extend(zip(*(values.tolist() for values in run_values.results)))
-            if len(trained) == 16:  # the first round: ps 0 restarts, restored to a delta saved before its count
-                worker.global_step.load(0, restore)
-                raise tf.errors.UnavailableError(None, None, "ps 0 restarted")
-
-    def train():
-        with worker.graph.as_default(), v1.train.MonitoredSession(
-                v1.train.WorkerSessionCreator(master=worker.target), hooks=[worker.hook, Recorder()]) as session:
-            while not session.should_stop():
-                session.run(worker.step)
-
-    training = threading.Thread(target=train, daemon=True)
-    training.start()
-    training.join(timeout=60)
+    # The recorder runs after the queue hook: the run's examples are counted.
+    ended = worker.run([worker.hook, worker.recorder(restored_after_the_first_round)], timeout_secs=60)
     restore.close()
-    assert not training.is_alive(), "the epoch did not end in 60 s"
-    assert len(made) == 2 and worker.feed.finished  # the session made again, the epoch ended
+    assert ended, "the epoch did not end in 60 s"
+    assert len(worker.made) == 2 and worker.feed.finished  # the session made again, the epoch ended
     # The first round's 16 examples trained again: its report carried global step 10, which ps 0 was behind.
-    assert sorted(trained) == sorted([(0, o) for o in range(16)] + [(0, o) for o in range(48)]), trained
+    assert sorted(worker.trained) == sorted([(0, o) for o in range(16)] + [(0, o) for o in range(48)]), worker.trained
 
 
 @pytest.mark.servers
@@ -649,42 +642,24 @@ def test_a_sync_workers_report_carries_the_step_its_round_went_in_at_and_a_resto
     applied = [0]
     worker = _OneWorkerQueue(cluster[0].target, tmp_path, 1, 48, _FaultyFeedSessions, count=0,
                              reached=lambda: applied[0])
-    trained, made = [], []
     chief = v1.Session(worker.target, graph=worker.graph)
 
-    class Round(v1.train.SessionRunHook):  # runs before the queue hook, as the sync hook does
-        def after_create_session(self, session, coord):
-            made.append(session)
+    def round_applied(steps):  # before the queue hook, as the sync hook runs
+        applied[0] += 1
+        worker.global_step.load(applied[0], chief)
 
-        def before_run(self, run_context):
-            return v1.train.SessionRunArgs([worker.keys, worker.ordinals])
-
+    class Restore(v1.train.SessionRunHook):  # after the queue hook: the first run's report is made
         def after_run(self, run_context, run_values):
-            trained.extend(zip(*(values.tolist() for values in run_values.results)))
-            applied[0] += 1  # the chief applies the round
-            worker.global_step.load(applied[0], chief)
-
-    class Restore(v1.train.SessionRunHook):  # runs after the queue hook: the first run's report is made
-        def after_run(self, run_context, run_values):
-            if len(trained) == 16:  # ps 0 restarts, restored to a checkpoint before the first round
+            if len(worker.trained) == 16:  # ps 0 restarts, restored to a checkpoint before the first round
                 applied[0] = 0
                 worker.global_step.load(0, chief)
                 raise tf.errors.UnavailableError(None, None, "ps 0 restarted")
 
-    def train():
-        hooks = [Round(), worker.hook, Restore()]
-        with worker.graph.as_default(), v1.train.MonitoredSession(
-                v1.train.WorkerSessionCreator(master=worker.target), hooks=hooks) as session:
-            while not session.should_stop():
-                session.run(worker.step)
-
-    training = threading.Thread(target=train, daemon=True)
-    training.start()
-    training.join(timeout=60)
+    ended = worker.run([worker.recorder(round_applied), worker.hook, Restore()], timeout_secs=60)
     chief.close()
-    assert not training.is_alive(), "the epoch did not end in 60 s"
-    assert len(made) == 2 and worker.feed.finished  # the session made again, the epoch ended
-    assert sorted(trained) == sorted([(0, o) for o in range(16)] + [(0, o) for o in range(48)]), trained
+    assert ended, "the epoch did not end in 60 s"
+    assert len(worker.made) == 2 and worker.feed.finished  # the session made again, the epoch ended
+    assert sorted(worker.trained) == sorted([(0, o) for o in range(16)] + [(0, o) for o in range(48)]), worker.trained
 
 
 @pytest.mark.servers
