@@ -71,8 +71,9 @@ class InputQueueHook(v1.train.SessionRunHook):
 
     def after_run(self, run_context, run_values):
         keys, ordinals, _, step = run_values.results
-        if self._reached_after_run is not None and self._reached_after_run() is not None:
-            step = self._reached_after_run()
+        applied = self._reached_after_run() if self._reached_after_run is not None else None
+        if applied is not None:
+            step = applied
         self.feed.delivered()
         if self._audit:  # written before the files are finished: a kill loses no line of a finished file
             num_files = self.feed.queue.num_files

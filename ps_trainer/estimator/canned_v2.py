@@ -11,7 +11,7 @@ from tensorflow.python.feature_column import feature_column_v2  # is_feature_col
 
 from ps_trainer.estimator import canned, keras_optimizers
 from ps_trainer.estimator.estimator import Estimator
-from ps_trainer.estimator.heads import REDUCTIONS, SUM_OVER_BATCH_SIZE, Head
+from ps_trainer.estimator.heads import KERAS_AUC, SUM_OVER_BATCH_SIZE, Head, v1_reduction_of
 
 v1 = tf.compat.v1
 DNN_LEARNING_RATE = 0.05  # DNNClassifier, DNNRegressor
@@ -21,12 +21,8 @@ V2 = canned.Version(partitions=False, optimizer=keras_optimizers.get_optimizer_i
 
 
 def _head(loss_reduction, **head):
-    """A V2 head: Keras's loss reduction (SUM_OVER_BATCH_SIZE or SUM), its AUC's interpolating summation."""
-    if loss_reduction not in REDUCTIONS:
-        raise ValueError(f"Invalid loss_reduction: {loss_reduction}. If you need to use NONE reduction, you may use "
-                         "a custom head and write your own model_fn; the V2 classes take "
-                         f"{', '.join(sorted(REDUCTIONS))}")
-    return Head(loss_reduction=REDUCTIONS[loss_reduction], auc_summation="careful_interpolation", **head)
+    """A V2 class's head: Keras's loss reduction (SUM_OVER_BATCH_SIZE or SUM), its AUC's interpolating summation."""
+    return Head(loss_reduction=v1_reduction_of(loss_reduction), auc_summation=KERAS_AUC, **head)
 
 
 def _v2_columns(feature_columns):

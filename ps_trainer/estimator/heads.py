@@ -20,7 +20,18 @@ v1 = tf.compat.v1
 REDUCTIONS = {"sum_over_batch_size": v1.losses.Reduction.SUM_OVER_BATCH_SIZE, "sum": v1.losses.Reduction.SUM,
               "auto": v1.losses.Reduction.SUM_OVER_BATCH_SIZE}
 SUM_OVER_BATCH_SIZE = "sum_over_batch_size"
+KERAS_AUC = "careful_interpolation"  # v1.metrics.auc's summation that Keras's AUC, the V2 heads' metric, computes
 _LOSS_FN_ARGUMENTS = {"labels", "logits", "features", "loss_reduction"}
+
+
+def v1_reduction_of(loss_reduction: str):
+    """The tf.compat.v1.losses reduction that computes Keras's `loss_reduction`, as the V2 heads and classes take
+    it; NONE and unknown names refused in TF 2.15's words."""
+    if loss_reduction not in REDUCTIONS:
+        raise ValueError(f"Invalid loss_reduction: {loss_reduction}. If you need to use NONE reduction, you may use "
+                         "a custom head and write your own model_fn; the V2 heads take "
+                         f"{', '.join(sorted(REDUCTIONS))}")
+    return REDUCTIONS[loss_reduction]
 
 
 class Head:
@@ -71,14 +82,15 @@ class Head:
         predictions, outputs = self.outputs(logits)
         if mode == ModeKeys.PREDICT:
             return EstimatorSpec(mode, predictions=predictions, export_outputs=outputs)
-        if mode == ModeKeys.EVAL:  # (a training graph builds no metric: TF's heads built none there)
+        if mode == ModeKeys.EVAL:
             unreduced, metrics = self.eval_metrics(features, logits, labels, predictions)
             if regularization_losses is not None:
                 metrics[self._key("regularization_loss")] = v1.metrics.mean(tf.add_n(list(regularization_losses)))
-            loss = self._reduced(unreduced, self._weights(features), regularization_losses)
-            return EstimatorSpec(mode, predictions=predictions, loss=loss, eval_metric_ops=metrics)
-        unreduced, _ = self._unreduced_loss(features, logits, labels)
+        else:  # a training graph builds no metric: TF's heads built none there
+            unreduced, _ = self._unreduced_loss(features, logits, labels)
         loss = self._reduced(unreduced, self._weights(features), regularization_losses)
+        if mode == ModeKeys.EVAL:
+            return EstimatorSpec(mode, predictions=predictions, loss=loss, eval_metric_ops=metrics)
         if self._training_scope:
             with keras_optimizers.training_scope():
                 train_op = _train_op(loss, optimizer, trainable_variables, train_op_fn, update_ops)
@@ -256,12 +268,8 @@ class _V2Head(Head):
     _training_scope = True
 
     def __init__(self, loss_reduction, name, **head):
-        if loss_reduction not in REDUCTIONS:
-            raise ValueError(f"Invalid loss_reduction: {loss_reduction}. If you need to use NONE reduction, you may "
-                             "use a custom head and write your own model_fn.")
         self._keras_reduction = loss_reduction
-        super().__init__(loss_reduction=REDUCTIONS[loss_reduction], auc_summation="careful_interpolation", name=name,
-                         **head)
+        super().__init__(loss_reduction=v1_reduction_of(loss_reduction), auc_summation=KERAS_AUC, name=name, **head)
 
     @property
     def name(self):

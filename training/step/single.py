@@ -55,8 +55,9 @@ def make_train_op(loss, optimizer, global_step, cluster, train, stop_requested=N
                                    grads_and_vars=grads_and_vars)
     if train.sync_replicas:
         hooks, chief_only_hooks = sync.hooks(optimizer, train_op, cluster, train, stop_requested)
-        end_op, drops_next_push = hooks[0].close_token_queue, lambda: hooks[0].drops_next_push
-        round_applied = lambda: hooks[0].round_applied  # noqa: E731  (read after the sync hook's after_run)
+        # (both read after the sync hook's after_run)
+        end_op, drops_next_push, round_applied = (hooks[0].close_token_queue, lambda: hooks[0].drops_next_push,
+                                                  lambda: hooks[0].round_applied)
     hooks.append(v1.train.StopAtStepHook(last_step=train.train_steps))
     counted = None if train.sync_replicas else train_op  # apply_gradients' op is its assign_add to the global step
     return Update(train_op, tuple(hooks), tuple(chief_only_hooks), end_op, drops_next_push, counted, round_applied)
