@@ -7,6 +7,7 @@
       chief.json                             which chief trains here (training/chief_claim.py)
       input_queue_files.json                 the files the input queue's epochs are of (input/work_queue.py)
       done/replica-<i>                       a replica's mark that it finished (cluster/shutdown.py)
+      done/chief-failed                      the chief's mark that it ended in a permanent error (cluster/shutdown.py)
       members/replica-<i>                    a worker that joined the running job (cluster/shutdown.py)
       workers/<task>/                        a worker's summaries; trained_examples.bin (--input_queue_audit)
       profile/<task>/                        TensorBoard profiles (--profile_steps)
@@ -27,6 +28,7 @@ QUEUE_FILES = "input_queue_files.json"
 DONE = "done"
 MEMBERS = "members"
 REPLICA = "replica-"  # a file of done/ or members/: replica-<index>
+CHIEF_FAILED = "chief-failed"
 WORKERS = "workers"
 AUDIT = "trained_examples.bin"
 PROFILE = "profile"
@@ -57,6 +59,10 @@ def done_dir(model_dir: str) -> str:
 
 def done_mark(model_dir: str, replica: int) -> str:
     return os.path.join(model_dir, DONE, f"{REPLICA}{replica}")
+
+
+def chief_failed(model_dir: str) -> str:
+    return os.path.join(model_dir, DONE, CHIEF_FAILED)
 
 
 def members_dir(model_dir: str) -> str:

@@ -18,6 +18,11 @@ since (--join_address), each of which leaves its address in <model_dir>/members/
 Once the chief has finished, a replica whose address has refused connections for --worker_gone_secs
 (it left the job for good, or its host is gone) is no longer waited for: a worker restarted after that finds
 the chief's mark and exits at once, with no ps to talk to.
+
+A chief that ends in a permanent error (exit 1: a rerun fails the same way until someone fixes its cause)
+never reports: it leaves <model_dir>/done/chief-failed with its one-line reason instead, and the ps tasks
+end with it, as the workers do once their ps is gone (ChiefFailure). A task reads the mark found when it
+began as an earlier run's, never this run's.
 """
 
 import concurrent.futures
@@ -58,34 +63,71 @@ def chief_finished_step(model_dir: str | None, train_steps: int, num_epochs: int
     return finished_step(model_dir, 0, train_steps, num_epochs)
 
 
+def _mark(path: str, since: float | None = None) -> tuple[int, int, int] | None:
+    """A done mark's (global_step, train_steps, num_epochs); None if there is none, it is unreadable, or it was
+    written before `since` (time.time()), when given."""
+    try:
+        if since is not None and tf.io.gfile.stat(path).mtime_nsec < since * 1e9:
+            return None
+        with tf.io.gfile.GFile(path) as mark:
+            fields = dict(field.split("=", 1) for field in mark.read().split())
+        return int(fields["global_step"]), int(fields["train_steps"]), int(fields.get("num_epochs", 0))
+    except (tf.errors.NotFoundError, ValueError, KeyError):
+        return None
+
+
 def finished_step(model_dir: str | None, replica: int, train_steps: int, num_epochs: int = 0) -> int | None:
     """The global step at which `replica` finished a run to train_steps (a run with --num_epochs: to
     its epochs or train_steps, whichever came first), by its mark; else None."""
-    if not model_dir:
+    mark = _mark(layout.done_mark(model_dir, replica)) if model_dir else None
+    if mark is None or mark[1:] != (train_steps, num_epochs):
         return None
-    try:
-        with tf.io.gfile.GFile(layout.done_mark(model_dir, replica)) as mark:
-            fields = dict(field.split("=", 1) for field in mark.read().split())
-        step = int(fields["global_step"])
-        same_run = int(fields["train_steps"]) == train_steps and int(fields.get("num_epochs", 0)) == num_epochs
-        return step if same_run and (step >= train_steps or num_epochs) else None
-    except (tf.errors.NotFoundError, ValueError, KeyError):
-        return None
+    return mark[0] if mark[0] >= train_steps or num_epochs else None
 
 
 def ended_since(model_dir: str, replica: int, train_steps: int, since: float) -> int | None:
     """The global step in `replica`'s mark of a run to train_steps written at `since` (time.time()) or later,
     reached or not: an Estimator program's training also ends where its input runs out or an early-stopping
     hook stops it. None without such a mark (a mark written before `since` is an earlier run's)."""
-    path = layout.done_mark(model_dir, replica)
+    mark = _mark(layout.done_mark(model_dir, replica), since)
+    return mark[0] if mark and mark[1] == train_steps else None
+
+
+def mark_chief_failed(model_dir: str, reason: str) -> None:
+    """Records in model_dir that the chief ended in a permanent error, for `reason` (written whole, then renamed;
+    the time makes each mark differ from any earlier one)."""
+    storage.write_whole(layout.chief_failed(model_dir), f"{time.time():.6f} {reason}\n")
+
+
+def clear_chief_failed(model_dir: str) -> None:
+    """Removes an earlier run's mark that its chief failed, as this run's chief begins."""
     try:
-        if tf.io.gfile.stat(path).mtime_nsec < since * 1e9:
+        tf.io.gfile.remove(layout.chief_failed(model_dir))
+    except tf.errors.NotFoundError:
+        pass
+
+
+class ChiefFailure:
+    """Whether the chief of this run ended in a permanent error: its mark in model_dir, other than the one there
+    when this watch began (an earlier run's)."""
+
+    def __init__(self, model_dir: str | None):
+        self.model_dir = model_dir
+        self._earlier = self._read()
+
+    def _read(self) -> str | None:
+        if not self.model_dir:
             return None
-        with tf.io.gfile.GFile(path) as mark:
-            fields = dict(field.split("=", 1) for field in mark.read().split())
-        return int(fields["global_step"]) if int(fields["train_steps"]) == train_steps else None
-    except (tf.errors.NotFoundError, ValueError, KeyError):
-        return None
+        try:
+            with tf.io.gfile.GFile(layout.chief_failed(self.model_dir)) as mark:
+                return mark.read()
+        except tf.errors.NotFoundError:
+            return None
+
+    def reason(self) -> str | None:
+        """The chief's one-line reason, once it marked a permanent error since this watch began; else None."""
+        text = self._read()
+        return text.split(" ", 1)[-1].strip() if text and text != self._earlier else None
 
 
 def marked_done(model_dir: str | None, replicas, train_steps: int, num_epochs: int = 0) -> set[int]:
@@ -140,6 +182,8 @@ class Roll:
         self.done: set[int] = set()
         self.gone: set[int] = set()
         self.silent_since: dict[int, float] = {}
+        self.chief_failure = ChiefFailure(model_dir)
+        self.chief_failed: str | None = None  # the chief's reason, once it ended in a permanent error unfinished
 
     def pending(self) -> set[int]:
         return set(self.addresses) - self.done - self.gone
@@ -149,6 +193,10 @@ class Roll:
         self.done.add(replica)
         logging.info("%s: training replica %d finished; waiting for %s", self.who, replica,
                      sorted(self.pending()) or "nobody")
+
+    def over(self) -> bool:
+        """No replica is left to wait for, or the chief ended in a permanent error: nothing more will train."""
+        return not self.pending() or self.chief_failed is not None
 
     def check(self) -> None:
         """Reads model_dir's members and marks, and, once the chief is done, probes the replicas left."""
@@ -162,6 +210,8 @@ class Roll:
             self.done |= marked
             logging.info("%s: training replica(s) %s finished before this ps started (marked in model_dir); "
                          "waiting for %s", self.who, sorted(marked), sorted(self.pending()) or "nobody")
+        if 0 not in self.done:  # a chief that failed after its done mark (its export, say) ended the training
+            self.chief_failed = self.chief_failure.reason()
         left = sorted(self.pending())
         if 0 not in self.done or not left:
             return
@@ -182,8 +232,9 @@ class Roll:
 
 def wait_for_every_replica(server, cluster: spec.ClusterConfig, model_dir: str | None, train_steps: int,
                            stop: threading.Event, num_epochs: int = 0, gone_secs: float = 60.0) -> Roll:
-    """The ps's verb: blocks until every training replica on the Roll is off it, or `stop` is set
-    (some are pending then); returns the Roll. It reads model_dir at once, then every MARK_CHECK_SECS.
+    """The ps's verb: blocks until every training replica on the Roll is off it, the chief ended in a permanent
+    error, or `stop` is set (some are pending then); returns the Roll. It reads model_dir at once, then every
+    MARK_CHECK_SECS.
 
     The dequeue blocks in a helper thread while this thread waits on events, so signal handlers
     run. At the end, closing the queue ends the blocked dequeue; the helper is always joined, since
@@ -213,7 +264,7 @@ def wait_for_every_replica(server, cluster: spec.ClusterConfig, model_dir: str |
             if time.monotonic() >= next_check:
                 roll.check()
                 next_check = time.monotonic() + MARK_CHECK_SECS
-            if not roll.pending():
+            if roll.over():
                 break
             drainer.join(WAIT_SLICE_SECS)
         sess.run(close)

@@ -102,3 +102,22 @@ def test_a_second_joiner_with_the_same_index_is_named_while_the_first_serves(tmp
     assert shutdown.held_elsewhere(str(tmp_path), 2, "w9:1", probe=lambda address: False) is None  # it left
     assert shutdown.held_elsewhere(str(tmp_path), 2, "w2:1", probe=lambda address: True) is None  # itself, restarted
     assert shutdown.held_elsewhere(str(tmp_path), 3, "w9:1", probe=lambda address: True) is None
+
+
+def test_a_ps_ends_on_its_chiefs_failure_mark_but_not_on_an_earlier_runs_nor_after_the_chief_finished(tmp_path):
+    model_dir = str(tmp_path)
+    shutdown.mark_chief_failed(model_dir, "worker:0: an earlier run's bad record")
+    roll = _roll(tmp_path, lambda address: True, lambda: 0.0)
+    roll.check()
+    assert not roll.over() and roll.chief_failed is None  # there when the ps began: an earlier run's
+    shutdown.mark_chief_failed(model_dir, "worker:0: bad input record: /data/train-00.csv record 7")
+    roll.check()
+    assert roll.over() and roll.chief_failed == "worker:0: bad input record: /data/train-00.csv record 7"
+    assert roll.pending() == {0, 1}  # it ends unfinished
+
+    shutdown.clear_chief_failed(model_dir)  # this run's chief begins
+    roll = _roll(tmp_path, lambda address: True, lambda: 0.0)
+    shutdown.mark_done(model_dir, 0, 100, 100)
+    shutdown.mark_chief_failed(model_dir, "worker:0: its export failed")  # after its done mark
+    roll.check()
+    assert roll.chief_failed is None and roll.pending() == {1}

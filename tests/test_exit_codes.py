@@ -16,7 +16,7 @@ from absl import app
 
 from ps_trainer import trainer
 from ps_trainer.cluster import model_dir as layout
-from ps_trainer.cluster import peers, spec
+from ps_trainer.cluster import peers, shutdown, spec
 from tests.support import SCRIPTS
 from ps_trainer.model import user_fn
 from ps_trainer.training import exit_codes, roles, run_record, watchdog, worker
@@ -127,6 +127,64 @@ def test_a_bad_held_out_record_at_the_final_evaluation_leaves_the_finished_job_d
 @pytest.mark.pure
 def test_a_bad_flag_is_absls_usage_error_which_exits_permanent():
     assert app.UsageError("--ps_hosts: 'ps0' is not host:port").exitcode == exit_codes.BAD_FLAGS.code
+
+
+def _replica(model_dir, task_index):
+    cluster = spec.ClusterConfig(("127.0.0.1:1",), ("127.0.0.1:2", "127.0.0.1:3"), "worker", task_index)
+    return types.SimpleNamespace(cluster=cluster, train=TrainConfig(model_dir=str(model_dir)))
+
+
+@pytest.mark.pure
+def test_a_chief_that_ends_permanently_marks_it_for_the_ps_tasks_and_a_worker_cut_off_then_ends_with_its_reason(
+        tmp_path):
+    chief, other = _replica(tmp_path, 0), _replica(tmp_path, 1)
+    bad_data = exit_codes.Failure("worker:0: bad input record: /data/train-00.csv record 7", exit_codes.BAD_DATA)
+    for transient in (exit_codes.Failure("a stall", exit_codes.STALLED), tf.errors.UnavailableError(None, None, "x"),
+                      exit_codes.Failure("another run's chief trains there", exit_codes.MODEL_DIR_IN_USE)):
+        with pytest.raises(type(transient)):
+            roles._train_replica(chief, _raises(transient))
+        assert not (tmp_path / "done" / "chief-failed").exists()
+    watch = shutdown.ChiefFailure(str(tmp_path))  # a worker's, from its start
+    with pytest.raises(exit_codes.Failure):
+        roles._train_replica(chief, _raises(bad_data))
+    assert watch.reason() == str(bad_data)
+    with pytest.raises(ValueError):  # a traceback: its type and first line
+        roles._train_replica(chief, _raises(ValueError("no such feature: 'city'\nmore")))
+    assert watch.reason() == "ValueError: no such feature: 'city'"
+
+    # A worker cut off from its ps after it began, and a chief's mark since: exit 1 with the chief's reason.
+    def cut_off():
+        shutdown.mark_chief_failed(str(tmp_path), str(bad_data))
+        raise tf.errors.UnavailableError(None, None, "Socket closed")
+    with pytest.raises(exit_codes.Failure) as ended:
+        roles._train_replica(other, cut_off)
+    assert ended.value.outcome is exit_codes.CHIEF_FAILED
+    assert str(ended.value) == ("worker:1: the chief ended in a permanent error, so nothing more will train; exiting "
+                                f"with it: {bad_data}")
+    # The mark was there when it began (an earlier run's): its own transient ending stands.
+    with pytest.raises(tf.errors.UnavailableError):
+        roles._train_replica(other, _raises(tf.errors.UnavailableError(None, None, "Socket closed")))
+    # The next run's chief clears it as it begins; its own ending is its own.
+    assert roles._train_replica(chief, lambda: exit_codes.OK) == exit_codes.OK
+    assert not (tmp_path / "done" / "chief-failed").exists()
+
+
+@pytest.mark.pure
+def test_a_stalled_worker_ends_with_the_chiefs_permanent_failure_once_the_chief_marks_it(tmp_path):
+    now, exits = [0.0], []
+    failure = shutdown.ChiefFailure(str(tmp_path))
+    dog = watchdog.StallWatchdog("worker:1", "a ps may be down", 30, 600, clock=lambda: now[0],
+                                 exit_process=exits.append, chief_failure=failure)
+    now[0] = watchdog.CHIEF_CHECK_AFTER_SECS
+    dog.check(0.0)
+    assert exits == []  # stalled, and no mark
+    shutdown.mark_chief_failed(str(tmp_path), "worker:0: the loss became NaN")
+    now[0] += 1.0
+    dog.check(0.0)
+    assert exits == []  # it looks at most every MARK_CHECK_SECS
+    now[0] += shutdown.MARK_CHECK_SECS
+    dog.check(0.0)
+    assert exits == [exit_codes.CHIEF_FAILED.code]
 
 
 # ---------------------------------------------------------------- Slurm's batch script

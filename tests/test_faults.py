@@ -17,7 +17,8 @@ import tensorflow as tf
 
 from ps_trainer.cluster import peers, shutdown
 from ps_trainer.launch import faults
-from tests.support import ROOT, SCRIPTS, FakeClock, describe, finished, logged_step, run_launcher, wait_for
+from tests.support import (ROOT, SCRIPTS, FakeClock, describe, finished, logged_step, run_launcher, wait_for,
+                           write_numbered_csvs)
 from ps_trainer.training import checkpoints, exit_codes, log_lines, session_loop, watchdog
 
 TRAIN_STEPS = 300
@@ -141,6 +142,40 @@ def test_a_sync_worker_that_stays_dead_makes_the_others_exit_with_a_clear_messag
     assert re.search(r"no training step completed for [2-7] s; in sync mode every step needs gradients from all 2",
                      log)
     assert f"Giving up (--stall_timeout_secs=8): exit {exit_codes.STALLED.code}" in log
+
+
+@pytest.mark.e2e
+def test_a_chief_that_ends_in_a_permanent_error_ends_its_ps_and_workers_with_its_reason(make_cluster, tmp_path):
+    data_dir = tmp_path / "data"
+    write_numbered_csvs(data_dir, (6000, 6000), eval_rows=200)
+    chief_file = data_dir / "train-00.csv"  # fixed shards: the chief's file alone
+    lines = chief_file.read_text().splitlines()
+    lines[5000] = "4999,0.5"  # two fields where the header has four: ~300 steps after the chief's first
+    chief_file.write_text("\n".join(lines) + "\n")
+    cluster = make_cluster(num_ps=1, num_workers=2, evaluator=True, trainer_args=[
+        "--dataset=csv", f"--data_dir={data_dir}", "--numeric_columns=x1,x2", "--model=wide_deep",
+        "--hidden_units=8", "--noinput_queue", "--shuffle_buffer=1", "--batch_size=16", "--train_steps=1000000",
+        "--log_every_n_steps=10", "--stall_timeout_secs=600", "--eval_timeout_secs=600"])
+    cluster.start_all()
+    # The chief holds still (short of its bad record) until worker 1 trains too: then both are mid-run.
+    wait_for(lambda: log_lines.first_steps(cluster.log("worker", 0)), 180, "the chief's first step", cluster)
+    cluster.kill("worker", 0, signal.SIGSTOP)
+    try:
+        wait_for(lambda: log_lines.first_steps(cluster.log("worker", 1)), 180, "worker 1's first step", cluster)
+    finally:
+        cluster.kill("worker", 0, signal.SIGCONT)
+    assert set(cluster.wait(timeout=0).values()) == {None}, describe(cluster)
+    chief = cluster.procs[("worker", 0)]
+    assert chief.wait(timeout=180) == exit_codes.BAD_DATA.code, describe(cluster)
+    reason = "train-00.csv record 5000"
+    assert reason in cluster.log("worker", 0)
+    # Within their mark checks (MARK_CHECK_SECS each), not --stall_timeout_secs nor --eval_timeout_secs.
+    assert cluster.wait(timeout=60) == {("ps", 0): 1, ("worker", 0): 1, ("worker", 1): 1, ("evaluator", 0): 1}, (
+        describe(cluster))
+    ended = "the chief ended in a permanent error, so nothing more will train; exiting with it: worker:0:"
+    for job, index in (("ps", 0), ("worker", 1), ("evaluator", 0)):
+        line = next(line for line in cluster.log(job, index).splitlines() if ended in line)
+        assert reason in line, line
 
 
 @pytest.mark.e2e

@@ -2,7 +2,8 @@
 on the held-out split, writing summaries to <model_dir>/eval so TensorBoard shows them beside the
 training curves. It exits after evaluating the checkpoint of the final step. A checkpoint it cannot
 read (a shard cut short, a missing index) is named in one line and skipped, and it waits for the
-next: it never stops on one, nor evaluates a model from scratch in its place. The run's model, data
+next: it never stops on one, nor evaluates a model from scratch in its place. A chief that ends in a permanent
+error ends it too (exit 1, with the chief's reason: cluster/shutdown.py). The run's model, data
 settings and last step come from <model_dir>/run.json (training/run_record.py), not from its own
 flags, so it builds the graph the checkpoints hold."""
 
@@ -13,7 +14,8 @@ from absl import logging
 from ps_trainer import input as inputs
 from ps_trainer import model
 from ps_trainer.cluster import model_dir as layout
-from ps_trainer.training import checkpoints, gauc, log_lines, run_record
+from ps_trainer.cluster import shutdown
+from ps_trainer.training import checkpoints, ending, gauc, log_lines, run_record
 
 v1 = tf.compat.v1
 EVAL_BATCH = 500
@@ -89,9 +91,21 @@ def run(cfg) -> None:
     writer = v1.summary.FileWriter(layout.eval_dir(train.model_dir))
     step = None
     followed = None
+    chief_failure = shutdown.ChiefFailure(train.model_dir)
+    wait_secs = min(train.eval_timeout_secs, shutdown.MARK_CHECK_SECS)  # checks the chief's mark between waits
+    waited = [0.0]  # since the last new checkpoint
+
+    def given_up() -> bool:
+        failed = chief_failure.reason()
+        if failed is not None:
+            raise ending.with_the_chief("evaluator", failed)
+        waited[0] += wait_secs
+        return waited[0] >= train.eval_timeout_secs
+
     try:
-        for checkpoint in v1.train.checkpoints_iterator(train.model_dir, min_interval_secs=1,
-                                                        timeout=train.eval_timeout_secs):
+        for checkpoint in v1.train.checkpoints_iterator(train.model_dir, min_interval_secs=1, timeout=wait_secs,
+                                                        timeout_fn=given_up):
+            waited[0] = 0.0
             run_cfg, followed = _following_the_run(cfg, followed)
             try:
                 step, metrics = evaluate(run_cfg, checkpoint)

@@ -58,6 +58,8 @@ TRAINED_MODEL_GONE = Outcome(FAILED, PERMANENT, "the chief's done mark says trai
                              "that step is left in --model_dir")
 MODEL_DIR_IN_USE = Outcome(FAILED, PERMANENT, "the chief of another run still trains in --model_dir (its "
                            "chief.json names it)")
+CHIEF_FAILED = Outcome(FAILED, PERMANENT, "a ps or worker: the chief ended in a permanent error short of the end "
+                       "(its done/chief-failed mark in --model_dir names it)")
 NO_CHECKPOINT_TO_EVALUATE = Outcome(RETRY, TRANSIENT, "the evaluator saw no new checkpoint for --eval_timeout_secs")
 DOWNLOAD_FAILED = Outcome(FAILED, PERMANENT, "--download_only could not fetch the dataset")
 PREEMPTED_BY_SIGNAL = Outcome(PREEMPTED, TRANSIENT, "SIGTERM: the chief checkpointed its step; a restart resumes")
@@ -66,7 +68,7 @@ LAUNCHER_INTERRUPTED = Outcome(INTERRUPTED, TRANSIENT, "a launcher stopped by Ct
 OUTCOMES = (TRAINED, BAD_FLAGS, BAD_DATA, NON_FINITE_LOSS, TABLE_FULL, NOT_LEARNING, INPUT_ENDED, ERROR,
             MODEL_FN_BROKEN, STALLED, PS_UNREACHABLE, CHIEF_NOT_READY, CLUSTER_UNAVAILABLE, OWN_ADDRESS,
             CHECKPOINT_NOT_SAVED,
-            CHECKPOINT_UNREADABLE, RUN_RECORD_UNREADABLE, TRAINED_MODEL_GONE, MODEL_DIR_IN_USE,
+            CHECKPOINT_UNREADABLE, RUN_RECORD_UNREADABLE, TRAINED_MODEL_GONE, MODEL_DIR_IN_USE, CHIEF_FAILED,
             NO_CHECKPOINT_TO_EVALUATE, DOWNLOAD_FAILED, PREEMPTED_BY_SIGNAL, LAUNCHER_INTERRUPTED)
 
 

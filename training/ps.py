@@ -1,5 +1,5 @@
-"""The ps role: serve variables until every worker has finished (or, once the chief has, left the job), or
-until SIGTERM/SIGINT."""
+"""The ps role: serve variables until every worker has finished (or, once the chief has, left the job), until
+the chief ended in a permanent error, or until SIGTERM/SIGINT."""
 
 import signal
 import threading
@@ -7,11 +7,12 @@ import threading
 from absl import logging
 
 from ps_trainer.cluster import shutdown
-from ps_trainer.training import exit_codes
+from ps_trainer.training import ending, exit_codes
 
 
 def run(cfg, server) -> int:
-    """Returns the process exit code: OK once all workers are done, PREEMPTED if a signal stopped it first."""
+    """Returns the process exit code: OK once all workers are done, PREEMPTED if a signal stopped it first; raises
+    a permanent Failure (CHIEF_FAILED) once the chief ended in a permanent error short of its end."""
     cluster = cfg.cluster
     stop = threading.Event()
 
@@ -25,6 +26,8 @@ def run(cfg, server) -> int:
                  cluster.ps_hosts[cluster.task_index], cluster.num_replicas)
     roll = shutdown.wait_for_every_replica(server, cluster, cfg.train.model_dir, cfg.train.train_steps, stop,
                                            cfg.train.num_epochs, cfg.train.worker_gone_secs)
+    if roll.chief_failed is not None:
+        raise ending.with_the_chief(f"ps {cluster.task_index}", roll.chief_failed)
     if not roll.pending():
         left = f" (training replica(s) {sorted(roll.gone)} left the job)" if roll.gone else ""
         logging.info("ps %d: every training replica finished%s; exiting", cluster.task_index, left)

@@ -1,7 +1,8 @@
 """One dispatch by task type for both front doors, trainer.py's flags and an Estimator program (TF1's
 _TrainingExecutor.run_<task_type>): the evaluator runs outside the cluster; a task with no cluster trains
 alone; a cluster task checks the addresses its server will serve before it listens, then a ps serves
-(training/ps.py) and the chief, a master or a worker trains as its front door says.
+(training/ps.py) and the chief, a master or a worker trains as its front door says. The job ends with its chief:
+one that ends in a permanent error ends the ps tasks and the workers too (_train_replica).
 
 Each role returns its exit code (training/exit_codes.py)."""
 
@@ -11,8 +12,8 @@ from typing import NamedTuple
 from absl import app
 from absl import logging
 
-from ps_trainer.cluster import allocator, guard, own_address, spec
-from ps_trainer.training import exit_codes, ps
+from ps_trainer.cluster import allocator, guard, own_address, shutdown, spec
+from ps_trainer.training import ending, exit_codes, ps
 
 
 class Roles(NamedTuple):
@@ -46,7 +47,29 @@ def run(cfg, roles: Roles, checks: ServingChecks) -> int:
     task_metrics = roles.serve_metrics()
     if cluster.job_name == spec.PS:
         return ps.run(cfg, server)
-    return roles.train(server, task_metrics)
+    return _train_replica(cfg, lambda: roles.train(server, task_metrics))
+
+
+def _train_replica(cfg, train: Callable[[], int]) -> int:
+    """A training replica of a cluster, to train()'s exit code. A chief that ends in a permanent error leaves its
+    reason in model_dir, and the ps tasks end with it (cluster/shutdown.py); a worker whose cluster then stops
+    answering ends with that reason too, not as a transient ending that a restart would only repeat."""
+    cluster, model_dir = cfg.cluster, cfg.train.model_dir
+    if not model_dir:
+        return train()
+    if cluster.is_chief:
+        shutdown.clear_chief_failed(model_dir)
+    chief_failure = shutdown.ChiefFailure(model_dir)
+    try:
+        return train()
+    except Exception as err:
+        reason = ending.permanent_reason(err)
+        if cluster.is_chief and reason is not None:
+            shutdown.mark_chief_failed(model_dir, reason)
+        failed = None if cluster.is_chief or reason is not None else chief_failure.reason()
+        if failed is not None:
+            raise ending.with_the_chief(cluster.task_name, failed) from None
+        raise
 
 
 def evaluates_while_training(cluster: spec.ClusterConfig) -> bool:

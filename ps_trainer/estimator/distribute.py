@@ -136,11 +136,16 @@ def _evaluate_each_checkpoint(estimator, train_spec, eval_spec) -> tuple[dict, l
     throttle_secs of the last evaluation is passed over, but the final one is evaluated at once), each
     followed by EvalSpec's exporters, and returns the final one's metrics and exports: the checkpoint at
     max_steps or, where the chief's training ended short of it (its input ran out, an early-stopping hook
-    stopped it), the chief's last one, once the chief's done mark says it ended."""
+    stopped it), the chief's last one, once the chief's done mark says it ended. A chief that ended in a permanent
+    error ends it too (a permanent Failure naming the chief's reason)."""
     started, since, evaluated, metrics = float("-inf"), time.time(), None, None
     train_steps = train_spec.max_steps or NO_STEP_LIMIT
+    chief_failure = shutdown.ChiefFailure(estimator.model_dir)
 
     def chief_ended() -> bool:
+        failed = chief_failure.reason()
+        if failed is not None:
+            raise ending.with_the_chief("evaluator", failed)
         return shutdown.ended_since(estimator.model_dir, 0, train_steps, since) is not None
 
     for newest in tf.compat.v1.train.checkpoints_iterator(estimator.model_dir, CHECKPOINT_POLL_SECS,
