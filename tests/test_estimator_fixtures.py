@@ -36,7 +36,7 @@ def test_the_fixtures_cover_every_canned_class_in_both_spellings_batch_norm_a_cu
              "baseline_regressor")
     others = ("v1_dnn_classifier_batch_norm", "v2_dnn_regressor_batch_norm", "v2_dnn_estimator_multi_class_head",
               "v2_linear_estimator_poisson_head", "v2_dnn_linear_combined_estimator_named_head", "head_model_fn",
-              "v2_dnn_estimator_multi_head")
+              "v2_dnn_estimator_multi_head", "v2_dnn_estimator_multi_label_head")
     assert CASES == sorted([f"v{version}_{kind}" for version in (1, 2) for kind in kinds] + ["custom_model_fn",
                                                                                            *others])
 

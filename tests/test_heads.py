@@ -2,6 +2,8 @@
 as TF 2.15 computed it, their predictions, and what they refuse. The fixtures (tests/test_estimator_fixtures.py)
 check them against checkpoints, figures and exports of the real Estimator on TF 2.15."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -42,6 +44,44 @@ def test_a_heads_loss_is_tf215s_weighted_mean_or_sum_plus_regularization_and_its
     np.testing.assert_allclose(predicted["predictions"], np.exp(logits), rtol=1e-5)
     assert poisson_loss == pytest.approx(float(np.mean(np.exp(logits) - counts * logits)), rel=1e-5)
     assert sorted(multi) == ["class_ids", "classes"] and multi["classes"].tolist() == [[b"b"]]
+
+
+@pytest.mark.inprocess
+def test_a_multi_label_heads_loss_averages_each_classs_cross_entropy_whatever_form_its_labels_take():
+    import tensorflow as tf
+
+    import ps_trainer.estimator  # noqa: F401  (the one line a program adds)
+    logits = np.array([[2.0, -1.0, 0.5], [0.0, 1.5, -2.0]], np.float32)
+    multi_hot = np.array([[1, 0, 1], [0, 0, 1]], np.int64)
+    weights = np.array([[1.0], [3.0]], np.float32)
+    cross_entropy = np.maximum(logits, 0) - logits * multi_hot + np.log1p(np.exp(-np.abs(logits)))
+    expected = float(np.sum(cross_entropy.mean(axis=1, keepdims=True) * weights) / 2)
+    with tf.Graph().as_default():
+        features = {"w": tf.constant(weights)}
+        ids = tf.SparseTensor([[0, 0], [0, 1], [1, 0]], tf.constant([0, 2, 2], tf.int64), [2, 2])
+        names = tf.SparseTensor([[0, 0], [0, 1], [1, 0]], tf.constant(["a", "c", "c"]), [2, 2])
+        losses = [tf.estimator.MultiLabelHead(3, weight_column="w").loss(multi_hot, logits, features),
+                  tf.estimator.MultiLabelHead(3, weight_column="w").loss(ids, logits, features),
+                  tf.estimator.MultiLabelHead(3, weight_column="w", label_vocabulary=["a", "b", "c"]).loss(
+                      names, logits, features)]
+        predicted = tf.estimator.MultiLabelHead(3, label_vocabulary=["a", "b", "c"]).predictions(logits)
+        out_of_range = tf.estimator.MultiLabelHead(3).loss(np.array([[2, 0, 1]], np.int64), logits[:1])
+        values = _session_values((losses, predicted))
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"indicator Tensor with values in \[0, 1\]"):
+            _session_values(out_of_range)
+    losses, predicted = values
+    assert losses == pytest.approx([expected] * 3, rel=1e-5)
+    assert sorted(predicted) == ["classes", "logits", "probabilities"]
+    np.testing.assert_allclose(predicted["probabilities"], 1 / (1 + np.exp(-logits)), rtol=1e-5)
+    assert predicted["classes"].tolist() == [[b"a", b"b", b"c"]] * 2
+    for said, make in {
+            "n_classes must be > 1 for multi-label classification. Given: 1": lambda: tf.estimator.MultiLabelHead(1),
+            "label_vocabulary must be provided when classes_for_class_based_metrics are strings.":
+                lambda: tf.estimator.MultiLabelHead(3, classes_for_class_based_metrics=["a"]),
+            "All classes_for_class_based_metrics must be in range [0, 2]. Given: 3":
+                lambda: tf.estimator.MultiLabelHead(3, classes_for_class_based_metrics=[3])}.items():
+        with pytest.raises(ValueError, match=re.escape(said)):
+            make()
 
 
 @pytest.mark.inprocess

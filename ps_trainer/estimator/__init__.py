@@ -29,7 +29,8 @@ from ps_trainer.estimator.distribute import EvalSpec, TrainSpec, train_and_evalu
 from ps_trainer.estimator.estimator import Estimator, WarmStartSettings  # noqa: E402
 from ps_trainer.estimator.exporters import BestExporter, Exporter, FinalExporter, LatestExporter  # noqa: E402
 from ps_trainer.estimator.heads import (  # noqa: E402
-    BinaryClassHead, LogisticRegressionHead, MultiClassHead, MultiHead, PoissonRegressionHead, RegressionHead)
+    BinaryClassHead, LogisticRegressionHead, MultiClassHead, MultiHead, MultiLabelHead, PoissonRegressionHead,
+    RegressionHead)
 from ps_trainer.estimator import module_paths  # noqa: E402
 from ps_trainer.estimator.run_config import RunConfig  # noqa: E402
 from ps_trainer.model.spec import EstimatorSpec, ModeKeys  # noqa: E402
@@ -38,7 +39,8 @@ __all__ = ["BaselineClassifier", "BaselineRegressor", "BestExporter", "BinaryCla
            "DNNEstimator", "DNNLinearCombinedClassifier", "DNNLinearCombinedEstimator", "DNNLinearCombinedRegressor",
            "DNNRegressor", "Estimator", "EstimatorSpec", "EvalSpec", "Exporter", "FinalExporter", "LatestExporter",
            "LinearClassifier", "LinearEstimator", "LinearRegressor", "LogisticRegressionHead", "ModeKeys",
-           "MultiClassHead", "MultiHead", "PoissonRegressionHead", "RegressionHead", "RunConfig", "TrainSpec",
+           "MultiClassHead", "MultiHead", "MultiLabelHead", "PoissonRegressionHead", "RegressionHead", "RunConfig",
+           "TrainSpec",
            "experimental", "export", "inputs", "VocabInfo", "WarmStartSettings", "feature_column", "train_and_evaluate"]
 
 VocabInfo = tf.compat.v1.train.VocabInfo  # WarmStartSettings.var_name_to_vocab_info's values, as TF1's

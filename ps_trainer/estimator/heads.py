@@ -1,8 +1,8 @@
 """The heads: what a model_fn makes of its logits (the loss, the predictions, the eval metrics, the export
 outputs and the train op). `Head` serves TF1's V1 canned classes (the loss summed over the batch), TF 2.x's V2
-canned classes, and TF 2.x's public heads, `tf.estimator.BinaryClassHead`, `MultiClassHead`, `RegressionHead`,
-`LogisticRegressionHead` and `PoissonRegressionHead`, with TF 2.15's arguments, prediction keys, metric keys
-(`<key>/<name>` for a named head) and export signatures. A program hands a head to `DNNEstimator`,
+canned classes, and TF 2.x's public heads, `tf.estimator.BinaryClassHead`, `MultiClassHead`, `MultiLabelHead`,
+`RegressionHead`, `LogisticRegressionHead` and `PoissonRegressionHead`, with TF 2.15's arguments, prediction
+keys, metric keys (`<key>/<name>` for a named head) and export signatures. A program hands a head to `DNNEstimator`,
 `LinearEstimator` or `DNNLinearCombinedEstimator`, or calls it in its own model_fn:
 `head.create_estimator_spec(features, mode, logits, labels, optimizer=..., trainable_variables=...)`, or with
 a `train_op_fn`."""
@@ -130,10 +130,20 @@ class Head:
         labels = labels.values if isinstance(labels, tf.SparseTensor) else labels
         labels = tf.reshape(labels, [-1, 1])
         if self.label_vocabulary is not None:
-            table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
-                list(self.label_vocabulary), list(range(self.n_classes)), tf.string, tf.int64), -1)
-            labels = table.lookup(labels)
+            labels = self._vocabulary_ids(labels)
         return tf.cast(labels, tf.int64)
+
+    def _vocabulary_ids(self, names):
+        """Class names' ids in label_vocabulary (-1 for a name not in it)."""
+        table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+            list(self.label_vocabulary), list(range(self.n_classes)), tf.string, tf.int64), -1)
+        return table.lookup(names)
+
+    def _call_loss_fn(self, labels, logits, features):
+        """loss_fn's unreduced loss, given the arguments it names."""
+        offered = {"labels": labels, "logits": logits, "features": features}
+        taken = inspect.signature(self._loss_fn).parameters
+        return self._loss_fn(**{name: value for name, value in offered.items() if name in taken})
 
     def _unreduced_loss(self, features, logits, labels):
         """The loss of each example, [batch, 1] (a regression's [batch, label_dimension]), and the labels as the
@@ -150,9 +160,7 @@ class Head:
             if self.n_classes == 2:
                 labels = tf.cast(labels, tf.float32)
         if self._loss_fn is not None:
-            offered = {"labels": labels, "logits": logits, "features": features}
-            taken = inspect.signature(self._loss_fn).parameters
-            return self._loss_fn(**{name: value for name, value in offered.items() if name in taken}), labels
+            return self._call_loss_fn(labels, logits, features), labels
         if self.n_classes is None:
             return tf.math.squared_difference(logits, labels), labels
         if self.n_classes == 2:
@@ -183,8 +191,7 @@ class Head:
         else:
             probabilities = tf.nn.softmax(logits)
             class_ids = tf.expand_dims(tf.argmax(logits, axis=1), 1)
-        names = (tf.constant(list(self.label_vocabulary)) if self.label_vocabulary is not None
-                 else tf.strings.as_string(tf.range(self.n_classes)))
+        names = self._class_names()
         classes = tf.gather(names, class_ids)
         all_classes = tf.tile(tf.expand_dims(names, 0), [tf.shape(logits)[0], 1])
         predictions = {"logits": logits, "probabilities": probabilities, "class_ids": class_ids, "classes": classes,
@@ -199,6 +206,12 @@ class Head:
         if self.n_classes == 2:
             outputs["regression"] = export_output.RegressionOutput(value=logistic)
         return predictions, outputs
+
+    def _class_names(self):
+        """Each class's name: its label_vocabulary entry, or its id as a string."""
+        if self.label_vocabulary is not None:
+            return tf.constant(list(self.label_vocabulary))
+        return tf.strings.as_string(tf.range(self.n_classes))
 
     def eval_metrics(self, features, logits, labels, predictions) -> tuple:
         """(the loss of each example, the eval metrics by key)."""
@@ -338,6 +351,108 @@ class LogisticRegressionHead(RegressionHead):
                 return tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
 
         super().__init__(1, weight_column, loss_reduction, logistic_loss, tf.math.sigmoid, name)
+
+
+class MultiLabelHead(_V2Head):
+    """Multi-label classification: an example has any number of the `n_classes` classes. Its labels are multi-hot
+    ([batch, n_classes] of 0 and 1), or a SparseTensor of class ids, or of names in `label_vocabulary`; the loss is
+    each class's sigmoid cross entropy, averaged over the classes. The metrics are the AUCs over every (example,
+    class), each threshold's accuracy, precision and recall, and for `classes_for_class_based_metrics` (ids, or
+    names in label_vocabulary) each class's mean probability and AUCs."""
+
+    def __init__(self, n_classes, weight_column=None, thresholds=None, label_vocabulary=None,
+                 loss_reduction=SUM_OVER_BATCH_SIZE, loss_fn=None, classes_for_class_based_metrics=None, name=None):
+        if n_classes is None or n_classes < 2:
+            raise ValueError(f"n_classes must be > 1 for multi-label classification. Given: {n_classes}")
+        if label_vocabulary is not None and not isinstance(label_vocabulary, list | tuple):
+            raise ValueError(f"label_vocabulary must be a list or tuple. Given type: {type(label_vocabulary)}")
+        super().__init__(loss_reduction, name, n_classes=n_classes, weight_column=weight_column,
+                         label_vocabulary=label_vocabulary, loss_fn=loss_fn, thresholds=thresholds)
+        self._metric_classes = tuple(self._class_id(given) for given in classes_for_class_based_metrics or ())
+
+    def _class_id(self, given) -> int:
+        if isinstance(given, str):
+            if not self.label_vocabulary:
+                raise ValueError("label_vocabulary must be provided when classes_for_class_based_metrics are strings.")
+            return list(self.label_vocabulary).index(given)
+        if not 0 <= given < self.n_classes:
+            raise ValueError(f"All classes_for_class_based_metrics must be in range [0, {self.n_classes - 1}]. "
+                             f"Given: {given}")
+        return given
+
+    @property
+    def logits_dimension(self) -> int:
+        return self.n_classes
+
+    def _indicator(self, labels):
+        """The labels as [batch, n_classes] floats of 0 and 1."""
+        if isinstance(labels, tf.SparseTensor):
+            ids = labels.values
+            if ids.dtype == tf.string:
+                if self.label_vocabulary is None:
+                    raise ValueError("string labels need label_vocabulary")
+                ids = self._vocabulary_ids(ids)
+            elif not ids.dtype.is_integer:
+                raise ValueError(f"Labels dtype should be integer. Instead got {ids.dtype}.")
+            in_range = tf.debugging.assert_equal(
+                tf.reduce_all((ids >= 0) & (ids < self.n_classes)), True,
+                message=f"labels must be an integer SparseTensor with values in [0, {self.n_classes})")
+            with tf.control_dependencies([in_range]):
+                dense = tf.sparse.to_indicator(tf.SparseTensor(labels.indices, tf.cast(ids, tf.int64),
+                                                               labels.dense_shape), self.n_classes)
+        else:
+            dense = tf.convert_to_tensor(labels)
+            in_range = tf.debugging.assert_equal(
+                tf.reduce_all((dense >= 0) & (dense <= 1)), True,
+                message="labels must be an integer indicator Tensor with values in [0, 1]")
+            with tf.control_dependencies([in_range]):
+                dense = tf.identity(dense)
+        return tf.reshape(tf.cast(dense, tf.float32), [-1, self.n_classes])
+
+    def _unreduced_loss(self, features, logits, labels):
+        if labels is None:
+            raise ValueError("a head needs labels to train and evaluate: the input_fn gave none")
+        logits = tf.convert_to_tensor(logits, tf.float32)
+        labels = self._indicator(labels)
+        if self._loss_fn is not None:
+            return self._call_loss_fn(labels, logits, features), labels
+        loss = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
+        return tf.reduce_mean(loss, axis=-1, keepdims=True), labels
+
+    def outputs(self, logits):
+        logits = tf.convert_to_tensor(logits, tf.float32)
+        probabilities = tf.sigmoid(logits)
+        classes = tf.tile(tf.expand_dims(self._class_names(), 0), [tf.shape(logits)[0], 1])
+        predictions = {"logits": logits, "probabilities": probabilities, "classes": classes}
+        classification = export_output.ClassificationOutput(scores=probabilities, classes=classes)
+        return predictions, {"serving_default": classification, "classification": classification,
+                             "predict": export_output.PredictOutput(predictions)}
+
+    def _metrics(self, labels, unreduced, weights, predictions) -> dict:
+        key, probabilities = self._key, predictions["probabilities"]
+        metrics = {key("average_loss"): v1.metrics.mean(unreduced, weights=weights),
+                   **self._aucs("", labels, probabilities, weights)}
+        positive = tf.cast(labels, tf.bool)
+        for threshold in self._thresholds:
+            above = tf.cast(tf.greater(probabilities, threshold), tf.float32)
+            metrics[key(f"accuracy/positive_threshold_{threshold:g}")] = v1.metrics.accuracy(labels, above,
+                                                                                            weights=weights)
+            for name, metric in (("precision", v1.metrics.precision_at_thresholds),
+                                 ("recall", v1.metrics.recall_at_thresholds)):
+                value, update = metric(positive, probabilities, [threshold], weights=weights)
+                metrics[key(f"{name}/positive_threshold_{threshold:g}")] = (value[0], update[0])
+        for class_id in self._metric_classes:
+            named = f"class{class_id}" if self.label_vocabulary is None else self.label_vocabulary[class_id]
+            of = probabilities[:, class_id:class_id + 1]
+            metrics[key(f"probability_mean/{named}")] = v1.metrics.mean(of, weights=weights)
+            metrics.update(self._aucs(f"/{named}", labels[:, class_id:class_id + 1], of, weights))
+        return metrics
+
+    def _aucs(self, suffix, labels, probabilities, weights) -> dict:
+        """The ROC and PR curves' AUCs over every (example, class) given, as Keras's AUC computes them."""
+        return {self._key(f"{name}{suffix}"): v1.metrics.auc(labels, probabilities, weights=weights, curve=curve,
+                                                             num_thresholds=200, summation_method=self.auc_summation)
+                for name, curve in (("auc", "ROC"), ("auc_precision_recall", "PR"))}
 
 
 class MultiHead:

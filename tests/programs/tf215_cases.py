@@ -22,11 +22,14 @@ def data(examples: int = 256, seed: int = 0):
 
 
 def input_fn(regression, epochs=None):
-    """The data's input_fn: its labels as classes, as numbers to regress (regression=True), or both, by the
-    names of a MultiHead's heads (regression="multi")."""
+    """The data's input_fn: its labels as classes, as numbers to regress (regression=True), both, by the names of
+    a MultiHead's heads (regression="multi"), or three classes an example may have any of (regression="labels")."""
     features, labels = data()
     if regression == "multi":
         labels = {"click": labels, "value": labels.astype(np.float32)[:, None] * 2.0}
+    elif regression == "labels":
+        x = features["x"]
+        labels = np.stack([labels, x[:, 0] > 0, x[:, 2] > 0.5], axis=1).astype(np.int64)
     elif regression:
         labels = labels.astype(np.float32)[:, None]
     return v1.estimator.inputs.numpy_input_fn(features, labels, batch_size=32, num_epochs=epochs,
@@ -126,4 +129,6 @@ CASES = {
     "v2_dnn_estimator_multi_head": ("multi", lambda d: tf.estimator.DNNEstimator(tf.estimator.MultiHead(
         [tf.estimator.BinaryClassHead(name="click"), tf.estimator.RegressionHead(name="value")], [1.0, 0.5]), [8],
         COLUMNS, model_dir=d)),
+    "v2_dnn_estimator_multi_label_head": ("labels", lambda d: tf.estimator.DNNEstimator(tf.estimator.MultiLabelHead(
+        3, thresholds=[0.4], classes_for_class_based_metrics=[1]), [8], COLUMNS, model_dir=d)),
 }
