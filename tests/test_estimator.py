@@ -15,8 +15,9 @@ import pytest
 
 from ps_trainer.launch.forked import ForkedTask
 from ps_trainer.launch.processes import LOOPBACK, free_ports
-from ps_trainer.training import incremental, log_lines
-from tests.support import ROOT, SCRIPTS, describe, run_launcher, saved_maps, stop_process_group, wait_for
+from ps_trainer.training import exit_codes, incremental, log_lines
+from tests.support import (ROOT, SCRIPTS, describe, lines_with, run_launcher, saved_maps, stop_process_group,
+                           wait_for)
 
 PROGRAM = ROOT / "tests" / "programs" / "clicks_estimator.py"
 TIMEOUT = 240
@@ -201,6 +202,19 @@ def test_a_canned_program_on_ps_master_and_worker_evaluates_and_exports_from_its
     with TfConfigCluster(CANNED, tmp_path, "--train_steps=300", chief_job="master") as cluster:
         for job in ("ps", "master", "worker"):
             cluster.start(job)
+        # The chief of a second run started on its model_dir stops before it touches it, naming the master
+        # (held still meanwhile), as trainer.py's chief does.
+        wait_for(lambda: "loss = " in cluster.log("master"), TIMEOUT, "the master's first step", cluster)
+        os.kill(cluster.procs["master"].pid, signal.SIGSTOP)
+        try:
+            (tmp_path / "second").mkdir()
+            with TfConfigCluster(CANNED, tmp_path / "second", f"--model_dir={tmp_path / 'model'}") as second:
+                second.start("chief")
+                assert second.procs["chief"].wait(timeout=TIMEOUT) == exit_codes.MODEL_DIR_IN_USE.code
+                in_use, = lines_with(second.log("chief"), "is in use: the chief of another run trains there")
+                assert f"at {cluster.cluster['master'][0]}, pid {cluster.procs['master'].pid} on host" in in_use
+        finally:
+            os.kill(cluster.procs["master"].pid, signal.SIGCONT)
         codes, logs = cluster.wait()
     assert codes == {"ps": 0, "master": 0, "worker": 0}, {job: log[-2000:] for job, log in logs.items()}
     evaluated = [int(step) for step in re.findall(r"Saving dict for global step (\d+)", logs["master"])]

@@ -15,7 +15,7 @@ from tensorflow.python.platform import tf_logging as logging  # tf.compat.v1.log
 from ps_trainer.cluster import model_dir as layout
 from ps_trainer.cluster import shutdown
 from ps_trainer.estimator import run_config, settings
-from ps_trainer.training import checkpoints, ending, exit_codes, log_lines, roles, worker
+from ps_trainer.training import checkpoints, chief_claim, ending, exit_codes, log_lines, roles, worker
 from ps_trainer.training.config import NO_STEP_LIMIT  # NO_STEP_LIMIT: the replicas' own ends
 
 CHECKPOINT_POLL_SECS = 1.0
@@ -84,17 +84,25 @@ def _train_replica(estimator, train_spec, eval_spec, runtime, server) -> int:
     """A training replica (the chief, a master, a worker) waits for the ps tasks, trains to max_steps and tells
     the ps tasks; a master (TF_CONFIG's older chief) also evaluates and exports, as TF1's did: after a
     checkpoint save no sooner than throttle_secs after its last evaluation began, and the final checkpoint
-    once training ends, with the final export. Returns the exit code."""
+    once training ends, with the final export. The chief first claims model_dir, as trainer.py's does
+    (training/chief_claim.py), and gives it up at its end. Returns the exit code."""
     cluster, start = runtime.cluster, time.monotonic()
-    worker.wait_for_ps(cluster, runtime.train.startup_timeout_secs, estimator.config.startup_timeout_setting)
-    listeners = [_EvaluateAfterSaves(estimator, eval_spec)] if roles.evaluates_while_training(cluster) else []
-    step = estimator._train(train_spec.input_fn, hooks=train_spec.hooks,  # noqa: SLF001  (the Estimator's own training, as train() runs it, on this task's server)
-                            max_steps=train_spec.max_steps, saving_listeners=listeners, target=server.target)
-    shutdown.report_done(server, cluster, estimator.model_dir, step, runtime.train.train_steps)
-    log_lines.log_finished(cluster.task_name, {"global_step": step, "seconds": f"{time.monotonic() - start:.1f}"},
-                           logging.info)
-    for listener in listeners:
-        listener.final_evaluation()
+    claim = None
+    if cluster.is_chief:
+        claim = chief_claim.claim(estimator.model_dir, cluster.own_address(), cluster.task_name)
+    try:
+        worker.wait_for_ps(cluster, runtime.train.startup_timeout_secs, estimator.config.startup_timeout_setting)
+        listeners = [_EvaluateAfterSaves(estimator, eval_spec)] if roles.evaluates_while_training(cluster) else []
+        step = estimator._train(train_spec.input_fn, hooks=train_spec.hooks,  # noqa: SLF001  (the Estimator's own training, as train() runs it, on this task's server)
+                                max_steps=train_spec.max_steps, saving_listeners=listeners, target=server.target)
+        shutdown.report_done(server, cluster, estimator.model_dir, step, runtime.train.train_steps)
+        log_lines.log_finished(cluster.task_name, {"global_step": step, "seconds": f"{time.monotonic() - start:.1f}"},
+                               logging.info)
+        for listener in listeners:
+            listener.final_evaluation()
+    finally:
+        if claim:
+            claim.release()
     return exit_codes.OK
 
 
