@@ -225,6 +225,29 @@ def test_a_canned_program_on_ps_master_and_worker_evaluates_and_exports_from_its
 
 
 @pytest.mark.e2e
+def test_sigterm_to_a_programs_chief_saves_its_step_and_exits_143_and_a_restart_carries_on_to_max_steps(tmp_path):
+    # As trainer.py's replicas (docs/faults.md, Preemption): what Kubernetes, spot instances and Slurm send.
+    with TfConfigCluster(PROGRAM, tmp_path, "--train_steps=600") as cluster:
+        for job in ("ps", "chief", "worker"):
+            cluster.start(job)
+        wait_for(lambda: "loss = " in cluster.log("chief"), TIMEOUT, "the chief's first step", cluster)
+        os.kill(cluster.procs["chief"].pid, signal.SIGTERM)
+        assert cluster.procs["chief"].wait(timeout=90) == exit_codes.PREEMPTED, describe(cluster)
+        line = lines_with(cluster.log("chief"), "chief:0 preempted at global step")[0]  # TF's logger and absl's
+        stopped, held, named = map(int, re.search(r"preempted at global step (\d+) \(the chief saved a checkpoint of "
+                                                  r"global step (\d+): model\.ckpt-(\d+)\)", line).groups())
+        # The async worker can step between the save's read of the global step (its name) and the variables'.
+        assert named <= held < 600 and stopped < 600, line
+        assert (tmp_path / "model" / f"model.ckpt-{named}.index").is_file()
+        assert cluster.procs["ps"].poll() is None  # not over: the ps keeps serving for the chief's restart
+        cluster.start("chief")
+        codes, logs = cluster.wait()
+    assert codes == {"ps": 0, "chief": 0, "worker": 0}, {job: log[-2000:] for job, log in logs.items()}
+    finished_at = [int(step) for step in re.findall(r"chief:0 finished: global_step=(\d+)", logs["chief"])]
+    assert finished_at and finished_at[-1] >= 600, logs["chief"][-3000:]
+
+
+@pytest.mark.e2e
 def test_an_unmodified_program_trains_with_local_steps_given_outside_its_code_and_learns(tmp_path):
     # PS_TRAINER_FLAGS gives the program's tasks the trainer's --local_steps: the runtime takes the Adagrad its
     # model_fn built (training/step/taken.py) and each worker pushes once per 10 steps, on 1 ps + 2 workers.

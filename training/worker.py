@@ -201,6 +201,14 @@ def _saved_at_preemption(model_dir: str) -> str:
     return f" (the chief saved a checkpoint of global step {held}: {os.path.basename(newest)})"
 
 
+def preempted(cluster, model_dir: str, global_step: int, log=logging.warning) -> int:
+    """Logs that a training replica stopped for a preemption at global_step (the chief: what its last save holds)
+    and returns its exit code. Not done: the ps tasks keep serving for its restart."""
+    saved = _saved_at_preemption(model_dir) if cluster.is_chief else ""
+    log("%s preempted at global step %s%s; restart it to resume", cluster.task_name, global_step, saved)
+    return exit_codes.PREEMPTED
+
+
 def run(cfg, server=None, task_metrics=None) -> int:
     """Trains, tells the ps tasks this worker is done, logs the outcome, returns the exit code. The
     chief first claims model_dir (training/chief_claim.py), and gives it up at its end."""
@@ -235,11 +243,7 @@ def _run(cfg, server, task_metrics) -> tuple[int, bool]:
         shutdown.join(cfg.train.model_dir, cfg.cluster.replica_index, cfg.cluster.join_address)
     trained = train(cfg, server, stop, task_metrics)
     if stop.requested.is_set():
-        # Not done: the ps tasks keep serving for this worker's restart.
-        saved = _saved_at_preemption(cfg.train.model_dir) if cfg.cluster.is_chief else ""
-        logging.warning("%s preempted at global step %s%s; restart it to resume", cfg.cluster.task_name,
-                        trained.global_step, saved)
-        return exit_codes.PREEMPTED, False
+        return preempted(cfg.cluster, cfg.train.model_dir, trained.global_step), False
     if trained.global_step < trained.last_step:  # train() returns only at the end; never exit 0 short of it
         raise exit_codes.Failure(f"{cfg.cluster.task_name}: training ended at global step {trained.global_step}, "
                                  f"short of --train_steps={cfg.train.train_steps}")

@@ -15,7 +15,8 @@ from tensorflow.python.platform import tf_logging as logging  # tf.compat.v1.log
 from ps_trainer.cluster import model_dir as layout
 from ps_trainer.cluster import shutdown
 from ps_trainer.estimator import run_config, settings
-from ps_trainer.training import checkpoints, chief_claim, ending, exit_codes, log_lines, roles, worker
+from ps_trainer.training import (checkpoints, chief_claim, ending, exit_codes, log_lines, preemption, roles,
+                                 worker)
 from ps_trainer.training.config import NO_STEP_LIMIT  # NO_STEP_LIMIT: the replicas' own ends
 
 CHECKPOINT_POLL_SECS = 1.0
@@ -85,16 +86,22 @@ def _train_replica(estimator, train_spec, eval_spec, runtime, server) -> int:
     the ps tasks; a master (TF_CONFIG's older chief) also evaluates and exports, as TF1's did: after a
     checkpoint save no sooner than throttle_secs after its last evaluation began, and the final checkpoint
     once training ends, with the final export. The chief first claims model_dir, as trainer.py's does
-    (training/chief_claim.py), and gives it up at its end. Returns the exit code."""
+    (training/chief_claim.py), and gives it up at its end. SIGTERM or SIGINT stops it after its current step, as
+    trainer.py's replicas (training/preemption.py): the chief saves a checkpoint of that step and it exits 143.
+    Returns the exit code."""
     cluster, start = runtime.cluster, time.monotonic()
     claim = None
     if cluster.is_chief:
         claim = chief_claim.claim(estimator.model_dir, cluster.own_address(), cluster.task_name)
     try:
+        stop = preemption.Preemption(cluster.task_name, ps_hosts=cluster.ps_hosts).install()
         worker.wait_for_ps(cluster, runtime.train.startup_timeout_secs, estimator.config.startup_timeout_setting)
         listeners = [_EvaluateAfterSaves(estimator, eval_spec)] if roles.evaluates_while_training(cluster) else []
         step = estimator._train(train_spec.input_fn, hooks=train_spec.hooks,  # noqa: SLF001  (the Estimator's own training, as train() runs it, on this task's server)
-                                max_steps=train_spec.max_steps, saving_listeners=listeners, target=server.target)
+                                max_steps=train_spec.max_steps, saving_listeners=listeners, target=server.target,
+                                stop=stop)
+        if stop.requested.is_set():
+            return worker.preempted(cluster, estimator.model_dir, step, logging.warning)
         shutdown.report_done(server, cluster, estimator.model_dir, step, runtime.train.train_steps)
         log_lines.log_finished(cluster.task_name, {"global_step": step, "seconds": f"{time.monotonic() - start:.1f}"},
                                logging.info)

@@ -25,7 +25,7 @@ from ps_trainer.model import spec
 from ps_trainer.model.dynamic import column, storage as table_storage, upkeep as table_upkeep
 from ps_trainer.model.graph_tables import GraphTables
 from ps_trainer.model.spec import EstimatorSpec, ModeKeys
-from ps_trainer.training import checkpoints, plan, session_loop, watchdog
+from ps_trainer.training import checkpoints, plan, preemption, session_loop, watchdog
 from ps_trainer.training import graph as graph_lib, hooks as training_hooks
 from ps_trainer.training.step import taken
 
@@ -110,9 +110,11 @@ class Estimator:
         self._train(input_fn, hooks, steps, max_steps, saving_listeners)
         return self
 
-    def _train(self, input_fn, hooks=None, steps=None, max_steps=None, saving_listeners=None, target="") -> int:
-        """Trains in this process, or (target: this task's server) as a replica of config.cluster; returns
-        the global step when this replica's training ended."""
+    def _train(self, input_fn, hooks=None, steps=None, max_steps=None, saving_listeners=None, target="",
+               stop=None) -> int:
+        """Trains in this process, or (target: this task's server) as a replica of config.cluster, until its end or
+        until `stop` (a training/preemption.Preemption) is requested; returns the global step when this replica's
+        training ended."""
         if steps is not None and max_steps is not None:
             raise ValueError("Estimator.train: give steps or max_steps, not both")
         for name, value in (("steps", steps), ("max_steps", max_steps)):
@@ -198,7 +200,8 @@ class Estimator:
             every = self._config.log_step_count_steps
             progress = session_loop.GlobalStepAtEnds(runtime.cluster.task_name, trained.loss, logging.info)
             all_hooks = [*source.hooks, progress, *([v1.train.StopAtStepHook(last_step=last)] if last else []),
-                         v1.train.NanTensorHook(trained.loss), *trained.hooks, *program_hooks]
+                         v1.train.NanTensorHook(trained.loss), *trained.hooks, *program_hooks,
+                         *([preemption.PreemptionHook(stop)] if stop else [])]
             if every:
                 all_hooks.append(v1.train.LoggingTensorHook({"loss": trained.loss, "step": global_step},
                                                             every_n_iter=every))
@@ -217,7 +220,7 @@ class Estimator:
                 uninitialized=uninitialized, config=self._session_config(cluster), progress=progress,
                 ends_with_session=True, log_step_count_steps=every, saving_listeners=tuple(saving_listeners or ()))
             try:
-                ended = session_loop.train_to_the_end(runtime, target, sessions)
+                ended = session_loop.train_to_the_end(runtime, target, sessions, stop)
             finally:
                 if stall:
                     stall.stop()
