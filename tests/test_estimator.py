@@ -248,6 +248,23 @@ def test_sigterm_to_a_programs_chief_saves_its_step_and_exits_143_and_a_restart_
 
 
 @pytest.mark.e2e
+def test_a_programs_chief_whose_loss_turns_nan_exits_1_in_one_line_and_its_ps_and_evaluator_end_with_it(tmp_path):
+    # The worker of the cluster never starts: the ps would wait for it, but the chief's failure ends the job.
+    with TfConfigCluster(ROOT / "tests" / "programs" / "diverging_estimator.py", tmp_path,
+                         "--nan_at_step=30") as cluster:
+        for job in ("ps", "chief", "evaluator"):
+            cluster.start(job)
+        codes, logs = cluster.wait()
+    assert codes == {"ps": 1, "chief": 1, "evaluator": 1}, {job: log[-2000:] for job, log in logs.items()}
+    reason = ("chief:0: the loss became NaN or Inf (NanTensorHook stopped training); the latest checkpoint in "
+              f"{tmp_path / 'model'} is the last good one")
+    assert reason in logs["chief"] and "Traceback" not in logs["chief"], logs["chief"][-3000:]
+    for job in ("ps", "evaluator"):
+        assert "the chief ended in a permanent error, so nothing more will train; exiting with it: " + reason in (
+            logs[job]), logs[job][-2000:]
+
+
+@pytest.mark.e2e
 def test_an_unmodified_program_trains_with_local_steps_given_outside_its_code_and_learns(tmp_path):
     # PS_TRAINER_FLAGS gives the program's tasks the trainer's --local_steps: the runtime takes the Adagrad its
     # model_fn built (training/step/taken.py) and each worker pushes once per 10 steps, on 1 ps + 2 workers.

@@ -69,7 +69,17 @@ PATHS = {
     "a run.json that is no run record": (exit_codes.RUN_RECORD_UNREADABLE, lambda _: _read_record(b'{"model": {')),
     "a model_fn with a train_op of its own": (exit_codes.MODEL_FN_BROKEN, _raises(user_fn.ModelFnError(
         "--model_fn=f.py:model_fn: its EstimatorSpec has a train_op"))),
+    "a chief's final save that failed (either door)": (exit_codes.CHECKPOINT_NOT_SAVED,
+                                                       lambda _: _final_save_failed(last_step=300)),
 }
+
+
+def _final_save_failed(last_step):
+    """worker.saved_final over a model_dir whose newest checkpoint is of global step 200."""
+    with tempfile.TemporaryDirectory() as model_dir:
+        pathlib.Path(model_dir, "model.ckpt-200.index").write_bytes(b"")
+        pathlib.Path(model_dir, "checkpoint").write_text('model_checkpoint_path: "model.ckpt-200"\n')
+        return worker.saved_final(CLUSTER, model_dir, last_step, last_step)
 
 
 def _read_record(text: bytes):
@@ -81,9 +91,8 @@ def _read_record(text: bytes):
 
 def _raise_training_error(message):
     """What worker.train raises for a step that failed with `message`."""
-    progress = types.SimpleNamespace(global_step=12)
-    raise worker._training_error(tf.errors.InvalidArgumentError(None, None, message),
-                                 CLUSTER, TrainConfig(), progress)
+    raise worker.training_error(tf.errors.InvalidArgumentError(None, None, message), CLUSTER, TrainConfig().model_dir,
+                                global_step=12)
 
 
 @pytest.mark.pure

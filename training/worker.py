@@ -102,7 +102,7 @@ def _train(cfg, server, stop, task_metrics) -> Trained:
     try:
         ended = session_loop.train_to_the_end(cfg, server.target if server else "", _sessions(cfg, graph, hooks), stop)
     except tf.errors.InvalidArgumentError as err:
-        error = _training_error(err, cluster, train_cfg, hooks.progress)
+        error = training_error(err, cluster, train_cfg.model_dir, hooks.progress.global_step)
         if error is None:
             raise
         raise error from None
@@ -174,12 +174,14 @@ def log_momentum(task_name, train_cfg):
         logging.warning("%s: %s", task_name, choice.warning)
 
 
-def _training_error(err, cluster, train_cfg, progress):
-    """A one-line Failure for a NaN loss or a bad input record, else None."""
+def training_error(err, cluster, model_dir: str, global_step: int | None):
+    """The one-line Failure of an InvalidArgumentError that ended training: a NaN loss the runtime's update
+    refused, a full dynamic table, a bad input record; else None."""
     if update.NON_FINITE_LOSS in err.message:
+        after = f" after global step {global_step}" if global_step is not None else ""
         return exit_codes.Failure(
-            f"{cluster.task_name}: the loss became NaN or Inf after global step {progress.global_step}; "
-            f"training stopped before applying it, so the latest checkpoint in {train_cfg.model_dir} "
+            f"{cluster.task_name}: the loss became NaN or Inf{after}; "
+            f"training stopped before applying it, so the latest checkpoint in {model_dir} "
             "is the last good one. Lower --learning_rate or check the data.", exit_codes.NON_FINITE_LOSS)
     full = table_storage.full_table_message(err.message)
     if full:
@@ -199,6 +201,19 @@ def _saved_at_preemption(model_dir: str) -> str:
         return " (no checkpoint saved)"
     held = int(tf.train.load_checkpoint(newest).get_tensor("global_step"))
     return f" (the chief saved a checkpoint of global step {held}: {os.path.basename(newest)})"
+
+
+def saved_final(cluster, model_dir: str, global_step: int, last_step: int) -> str:
+    """The chief's final checkpoint, once training reached last_step; a transient Failure (CHECKPOINT_NOT_SAVED)
+    if the newest one holds less (its final save failed). Raised before the ps tasks are told training is over:
+    they keep the trained variables for a restarted chief to save."""
+    final = tf.train.latest_checkpoint(model_dir)
+    if (checkpoints.checkpoint_step(final) or 0) < last_step:
+        raise exit_codes.Failure(
+            f"{cluster.task_name}: trained to global step {global_step}, but its final checkpoint could not be saved "
+            f"in {model_dir} (the newest is {final}); restart once the storage takes it",
+            exit_codes.CHECKPOINT_NOT_SAVED)
+    return final
 
 
 def preempted(cluster, model_dir: str, global_step: int, log=logging.warning) -> int:
@@ -247,13 +262,9 @@ def _run(cfg, server, task_metrics) -> tuple[int, bool]:
     if trained.global_step < trained.last_step:  # train() returns only at the end; never exit 0 short of it
         raise exit_codes.Failure(f"{cfg.cluster.task_name}: training ended at global step {trained.global_step}, "
                                  f"short of --train_steps={cfg.train.train_steps}")
-    final_checkpoint = tf.train.latest_checkpoint(cfg.train.model_dir) if cfg.cluster.is_chief else None
-    if cfg.cluster.is_chief and (checkpoints.checkpoint_step(final_checkpoint) or 0) < trained.last_step:
-        # Before the ps tasks are told: they keep the trained variables for a restarted chief to save.
-        raise exit_codes.Failure(
-            f"{cfg.cluster.task_name}: trained to global step {trained.global_step}, but its final checkpoint "
-            f"could not be saved in {cfg.train.model_dir} (the newest is {final_checkpoint}); restart once "
-            "the storage takes it", exit_codes.CHECKPOINT_NOT_SAVED)
+    final_checkpoint = None
+    if cfg.cluster.is_chief:
+        final_checkpoint = saved_final(cfg.cluster, cfg.train.model_dir, trained.global_step, trained.last_step)
     signalled = True
     if server is not None and trained.over_at_start:  # the ps tasks read the mark, if any is left
         shutdown.mark_done(cfg.train.model_dir, cfg.cluster.replica_index, trained.global_step,

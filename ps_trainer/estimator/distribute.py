@@ -87,8 +87,8 @@ def _train_replica(estimator, train_spec, eval_spec, runtime, server) -> int:
     checkpoint save no sooner than throttle_secs after its last evaluation began, and the final checkpoint
     once training ends, with the final export. The chief first claims model_dir, as trainer.py's does
     (training/chief_claim.py), and gives it up at its end. SIGTERM or SIGINT stops it after its current step, as
-    trainer.py's replicas (training/preemption.py): the chief saves a checkpoint of that step and it exits 143.
-    Returns the exit code."""
+    trainer.py's replicas (training/preemption.py): the chief saves a checkpoint of that step and it exits 143. A
+    chief whose final save failed exits 138 before it tells the ps tasks, as trainer.py's. Returns the exit code."""
     cluster, start = runtime.cluster, time.monotonic()
     claim = None
     if cluster.is_chief:
@@ -97,11 +97,26 @@ def _train_replica(estimator, train_spec, eval_spec, runtime, server) -> int:
         stop = preemption.Preemption(cluster.task_name, ps_hosts=cluster.ps_hosts).install()
         worker.wait_for_ps(cluster, runtime.train.startup_timeout_secs, estimator.config.startup_timeout_setting)
         listeners = [_EvaluateAfterSaves(estimator, eval_spec)] if roles.evaluates_while_training(cluster) else []
-        step = estimator._train(train_spec.input_fn, hooks=train_spec.hooks,  # noqa: SLF001  (the Estimator's own training, as train() runs it, on this task's server)
-                                max_steps=train_spec.max_steps, saving_listeners=listeners, target=server.target,
-                                stop=stop)
+        try:
+            step = estimator._train(train_spec.input_fn, hooks=train_spec.hooks,  # noqa: SLF001  (the Estimator's own training, as train() runs it, on this task's server)
+                                    max_steps=train_spec.max_steps, saving_listeners=listeners, target=server.target,
+                                    stop=stop)
+        except tf.compat.v1.train.NanLossDuringTrainingError:
+            raise exit_codes.Failure(
+                f"{cluster.task_name}: the loss became NaN or Inf (NanTensorHook stopped training); the latest "
+                f"checkpoint in {estimator.model_dir} is the last good one. Lower the learning rate or check the data.",
+                exit_codes.NON_FINITE_LOSS) from None
+        except tf.errors.InvalidArgumentError as err:  # a full dynamic table, a NaN the runtime's update refused
+            failure = worker.training_error(err, cluster, estimator.model_dir, global_step=None)
+            if failure is None:
+                raise
+            raise failure from None
         if stop.requested.is_set():
             return worker.preempted(cluster, estimator.model_dir, step, logging.warning)
+        config, max_steps = estimator.config, train_spec.max_steps
+        if cluster.is_chief and max_steps and step >= max_steps and (config.save_checkpoints_steps
+                                                                      or config.save_checkpoints_secs):
+            worker.saved_final(cluster, estimator.model_dir, step, max_steps)
         shutdown.report_done(server, cluster, estimator.model_dir, step, runtime.train.train_steps)
         log_lines.log_finished(cluster.task_name, {"global_step": step, "seconds": f"{time.monotonic() - start:.1f}"},
                                logging.info)
