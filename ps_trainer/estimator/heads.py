@@ -235,21 +235,30 @@ class Head:
             key("label/mean"): label_mean,
             key("prediction/mean"): v1.metrics.mean(logistic, weights=weights),
             key("accuracy_baseline"): (tf.maximum(label_mean[0], 1 - label_mean[0]), label_mean[1]),
-            key("auc"): v1.metrics.auc(labels, logistic, weights=weights, num_thresholds=200,
-                                       summation_method=self.auc_summation),
-            key("auc_precision_recall"): v1.metrics.auc(labels, logistic, weights=weights, curve="PR",
-                                                        num_thresholds=200, summation_method=self.auc_summation),
+            **self._aucs("", labels, logistic, weights),
             key("precision"): v1.metrics.precision(class_ids, predictions["class_ids"], weights=weights),
-            key("recall"): v1.metrics.recall(class_ids, predictions["class_ids"], weights=weights)})
-        positive = tf.cast(class_ids, tf.bool)
+            key("recall"): v1.metrics.recall(class_ids, predictions["class_ids"], weights=weights),
+            **self._threshold_metrics(class_ids, logistic, weights)})
+        return metrics
+
+    def _aucs(self, suffix, labels, scores, weights) -> dict:
+        """The ROC and PR curves' AUCs (`auc<suffix>`, `auc_precision_recall<suffix>`) of scores in [0, 1] over
+        every label given."""
+        return {self._key(f"{name}{suffix}"): v1.metrics.auc(labels, scores, weights=weights, curve=curve,
+                                                             num_thresholds=200, summation_method=self.auc_summation)
+                for name, curve in (("auc", "ROC"), ("auc_precision_recall", "PR"))}
+
+    def _threshold_metrics(self, labels, scores, weights) -> dict:
+        """Each of `thresholds`' accuracy, precision and recall, a score above it taken for positive."""
+        labels, metrics = tf.cast(labels, tf.int64), {}
         for threshold in self._thresholds:
-            above = tf.cast(tf.greater(logistic, threshold), tf.int64)
-            metrics[key(f"accuracy/positive_threshold_{threshold:g}")] = v1.metrics.accuracy(class_ids, above,
-                                                                                            weights=weights)
+            above = tf.cast(tf.greater(scores, threshold), tf.int64)
+            metrics[self._key(f"accuracy/positive_threshold_{threshold:g}")] = v1.metrics.accuracy(
+                labels, above, weights=weights)
             for name, metric in (("precision", v1.metrics.precision_at_thresholds),
                                  ("recall", v1.metrics.recall_at_thresholds)):
-                value, update = metric(positive, logistic, [threshold], weights=weights)
-                metrics[key(f"{name}/positive_threshold_{threshold:g}")] = (value[0], update[0])
+                value, update = metric(tf.cast(labels, tf.bool), scores, [threshold], weights=weights)
+                metrics[self._key(f"{name}/positive_threshold_{threshold:g}")] = (value[0], update[0])
         return metrics
 
 
@@ -431,28 +440,14 @@ class MultiLabelHead(_V2Head):
     def _metrics(self, labels, unreduced, weights, predictions) -> dict:
         key, probabilities = self._key, predictions["probabilities"]
         metrics = {key("average_loss"): v1.metrics.mean(unreduced, weights=weights),
-                   **self._aucs("", labels, probabilities, weights)}
-        positive = tf.cast(labels, tf.bool)
-        for threshold in self._thresholds:
-            above = tf.cast(tf.greater(probabilities, threshold), tf.float32)
-            metrics[key(f"accuracy/positive_threshold_{threshold:g}")] = v1.metrics.accuracy(labels, above,
-                                                                                            weights=weights)
-            for name, metric in (("precision", v1.metrics.precision_at_thresholds),
-                                 ("recall", v1.metrics.recall_at_thresholds)):
-                value, update = metric(positive, probabilities, [threshold], weights=weights)
-                metrics[key(f"{name}/positive_threshold_{threshold:g}")] = (value[0], update[0])
+                   **self._aucs("", labels, probabilities, weights),
+                   **self._threshold_metrics(labels, probabilities, weights)}
         for class_id in self._metric_classes:
             named = f"class{class_id}" if self.label_vocabulary is None else self.label_vocabulary[class_id]
             of = probabilities[:, class_id:class_id + 1]
             metrics[key(f"probability_mean/{named}")] = v1.metrics.mean(of, weights=weights)
             metrics.update(self._aucs(f"/{named}", labels[:, class_id:class_id + 1], of, weights))
         return metrics
-
-    def _aucs(self, suffix, labels, probabilities, weights) -> dict:
-        """The ROC and PR curves' AUCs over every (example, class) given, as Keras's AUC computes them."""
-        return {self._key(f"{name}{suffix}"): v1.metrics.auc(labels, probabilities, weights=weights, curve=curve,
-                                                             num_thresholds=200, summation_method=self.auc_summation)
-                for name, curve in (("auc", "ROC"), ("auc_precision_recall", "PR"))}
 
 
 class MultiHead:
