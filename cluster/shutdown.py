@@ -210,7 +210,7 @@ class Roll:
             self.done |= marked
             logging.info("%s: training replica(s) %s finished before this ps started (marked in model_dir); "
                          "waiting for %s", self.who, sorted(marked), sorted(self.pending()) or "nobody")
-        if 0 not in self.done:  # a chief that failed after its done mark (its export, say) ended the training
+        if 0 not in self.done:  # a chief that fails once done (in its export, say) trained to the end
             self.chief_failed = self.chief_failure.reason()
         left = sorted(self.pending())
         if 0 not in self.done or not left:
