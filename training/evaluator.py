@@ -93,19 +93,20 @@ def run(cfg) -> None:
     followed = None
     chief_failure = shutdown.ChiefFailure(train.model_dir)
     wait_secs = min(train.eval_timeout_secs, shutdown.MARK_CHECK_SECS)  # checks the chief's mark between waits
-    waited = [0.0]  # since the last new checkpoint
+    waited = 0.0  # since the last new checkpoint
 
     def given_up() -> bool:
+        nonlocal waited
         failed = chief_failure.reason()
         if failed is not None:
             raise ending.with_the_chief("evaluator", failed)
-        waited[0] += wait_secs
-        return waited[0] >= train.eval_timeout_secs
+        waited += wait_secs
+        return waited >= train.eval_timeout_secs
 
     try:
         for checkpoint in v1.train.checkpoints_iterator(train.model_dir, min_interval_secs=1, timeout=wait_secs,
                                                         timeout_fn=given_up):
-            waited[0] = 0.0
+            waited = 0.0
             run_cfg, followed = _following_the_run(cfg, followed)
             try:
                 step, metrics = evaluate(run_cfg, checkpoint)

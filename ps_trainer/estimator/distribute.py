@@ -113,10 +113,9 @@ def _train_replica(estimator, train_spec, eval_spec, runtime, server) -> int:
             raise failure from None
         if stop.requested.is_set():
             return worker.preempted(cluster, estimator.model_dir, step, logging.warning)
-        config, max_steps = estimator.config, train_spec.max_steps
-        if cluster.is_chief and max_steps and step >= max_steps and (config.save_checkpoints_steps
-                                                                      or config.save_checkpoints_secs):
-            worker.saved_final(cluster, estimator.model_dir, step, max_steps)
+        config, last_step = estimator.config, runtime.train.train_steps
+        if cluster.is_chief and step >= last_step and (config.save_checkpoints_steps or config.save_checkpoints_secs):
+            worker.saved_final(cluster, estimator.model_dir, step, last_step)
         shutdown.report_done(server, cluster, estimator.model_dir, step, runtime.train.train_steps)
         log_lines.log_finished(cluster.task_name, {"global_step": step, "seconds": f"{time.monotonic() - start:.1f}"},
                                logging.info)
