@@ -1167,6 +1167,14 @@ def test_the_module_paths_estimator_code_imports_from_resolve_to_this_implementa
         with pytest.raises(AttributeError, match=rf"{re.escape(prefix)}\.canned\.head\._RegressionHead is not "
                                                  "covered by ps_trainer.estimator"):
             head._RegressionHead  # noqa: B018
+        # TF 2.x's head package: the heads of tf.estimator by their modules, and its abstract interface.
+        base_head = importlib.import_module(f"{prefix}.head.base_head")
+        assert isinstance(v2.BinaryClassHead(), base_head.Head)
+        with pytest.raises(TypeError):
+            base_head.Head()
+        assert importlib.import_module(f"{prefix}.head.multi_label_head").MultiLabelHead is v2.MultiLabelHead
+        assert importlib.import_module(f"{prefix}.head").regression_head.PoissonRegressionHead is (
+            v2.PoissonRegressionHead)
     import tensorflow as tf
     assert isinstance(canned.get_optimizer_instance("Adam", 0.1), tf.compat.v1.train.AdamOptimizer)
     with pytest.raises(ValueError, match="learning_rate must be given"):

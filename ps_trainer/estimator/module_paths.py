@@ -1,9 +1,9 @@
 """The module paths Estimator code imports from, resolved to this implementation: `tensorflow_estimator` (the
 package TF 2.x programs installed: `import tensorflow_estimator as tfe; tfe.estimator.X`), and the internals
 that libraries reach into under `tensorflow_estimator.python.estimator.*` and `tensorflow.python.estimator.*`
-(DeepCTR: `canned.head._Head`, `canned.optimizers.get_optimizer_instance`). Each path is registered in
-sys.modules, so `import` and `from ... import` find these objects and load nothing of their own; a name the
-internals do not cover fails where it is used, naming it."""
+(DeepCTR: `canned.head._Head`, `canned.optimizers.get_optimizer_instance`; TF 2.x's `head.*` modules). Each path
+is registered in sys.modules, so `import` and `from ... import` find these objects and load nothing of their own;
+a name the internals do not cover fails where it is used, naming it."""
 
 import abc
 import sys
@@ -11,8 +11,8 @@ import types
 
 import tensorflow.python as tensorflow_python
 
-from ps_trainer.estimator import (canned, canned_v2, distribute, early_stopping, estimator, export, exporters, inputs,
-                                  keras_optimizers, run_config)
+from ps_trainer.estimator import (canned, canned_v2, distribute, early_stopping, estimator, export, exporters, heads,
+                                  inputs, keras_optimizers, run_config)
 from ps_trainer.model import spec
 
 PREFIXES = ("tensorflow_estimator.python.estimator", "tensorflow.python.estimator")
@@ -22,9 +22,8 @@ CANNED = {"dnn": ("DNNClassifier", "DNNRegressor"), "linear": ("LinearClassifier
           "baseline": ("BaselineClassifier", "BaselineRegressor")}
 
 
-class _Head(abc.ABC):
-    """TF1's head interface (canned/head.py's _Head): what a head gives a model_fn from its logits. A library's
-    head subclasses it and implements each member."""
+class _AnyHead(abc.ABC):
+    """What TF1's and TF 2.x's head interfaces share."""
 
     @property
     @abc.abstractmethod
@@ -35,6 +34,46 @@ class _Head(abc.ABC):
     @abc.abstractmethod
     def logits_dimension(self):
         """The last dimension of the logits this head takes."""
+
+
+class HeadV2(_AnyHead):
+    """TF 2.x's head interface (head/base_head.py's Head), which tf.estimator's heads implement: a library's head
+    subclasses it and implements each member."""
+
+    @property
+    @abc.abstractmethod
+    def loss_reduction(self):
+        """The Keras reduction of the loss over the batch."""
+
+    @abc.abstractmethod
+    def loss(self, labels, logits, features=None, mode=None, regularization_losses=None):
+        """The reduced loss of a batch."""
+
+    @abc.abstractmethod
+    def predictions(self, logits, keys=None):
+        """The predictions from the logits, by key."""
+
+    @abc.abstractmethod
+    def create_estimator_spec(self, features, mode, logits, labels=None, optimizer=None, trainable_variables=None,
+                              train_op_fn=None, update_ops=None, regularization_losses=None):
+        """The EstimatorSpec of `mode`."""
+
+
+for _head in (heads.BinaryClassHead, heads.MultiClassHead, heads.RegressionHead, heads.MultiLabelHead, heads.MultiHead):
+    HeadV2.register(_head)
+# TF 2.x's head package (tf.estimator.*Head): its modules and what each held.
+HEADS = {"base_head": {"Head": HeadV2}, "binary_class_head": {"BinaryClassHead": heads.BinaryClassHead},
+         "multi_class_head": {"MultiClassHead": heads.MultiClassHead},
+         "multi_label_head": {"MultiLabelHead": heads.MultiLabelHead},
+         "regression_head": {"RegressionHead": heads.RegressionHead,
+                             "PoissonRegressionHead": heads.PoissonRegressionHead,
+                             "LogisticRegressionHead": heads.LogisticRegressionHead},
+         "multi_head": {"MultiHead": heads.MultiHead}}
+
+
+class _Head(_AnyHead):
+    """TF1's head interface (canned/head.py's _Head): what a head gives a model_fn from its logits. A library's
+    head subclasses it and implements each member."""
 
     @abc.abstractmethod
     def create_loss(self, features, mode, logits, labels):
@@ -73,9 +112,11 @@ def _internals(prefix: str, public) -> dict[str, types.ModuleType]:
     export_ = _module(f"{prefix}.export", "TF1's export package.",
                       **{name: getattr(export, name) for name in dir(export) if not name.startswith("_")},
                       export=export, export_lib=export)
-    root = _module(prefix, "TF1's Estimator package.", canned=canned_, model_fn=model_fn, export=export_,
+    head_modules = {kind: _module(f"{prefix}.head.{kind}", f"TF 2.x's {kind}.", **held) for kind, held in HEADS.items()}
+    root = _module(prefix, "TF's Estimator package.", canned=canned_, model_fn=model_fn, export=export_,
                    estimator=estimator, estimator_lib=public, run_config=run_config, training=distribute,
-                   exporter=exporters, inputs=inputs, early_stopping=early_stopping)
+                   exporter=exporters, inputs=inputs, early_stopping=early_stopping,
+                   head=_module(f"{prefix}.head", "TF 2.x's heads.", **head_modules))
     modules = {prefix: root, f"{prefix}.canned": canned_, f"{prefix}.canned.head": head,
                f"{prefix}.canned.optimizers": optimizers, f"{prefix}.model_fn": model_fn,
                f"{prefix}.export": export_, f"{prefix}.export.export": export, f"{prefix}.export.export_lib": export,
@@ -84,6 +125,8 @@ def _internals(prefix: str, public) -> dict[str, types.ModuleType]:
                f"{prefix}.exporter": exporters, f"{prefix}.inputs": inputs,
                f"{prefix}.early_stopping": early_stopping}
     modules.update({f"{prefix}.canned.{kind}": module for kind, module in kinds.items()})
+    modules[f"{prefix}.head"] = root.head
+    modules.update({f"{prefix}.head.{kind}": module for kind, module in head_modules.items()})
     return modules
 
 
