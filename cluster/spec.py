@@ -162,10 +162,11 @@ def session_config(cluster: ClusterConfig) -> tf.compat.v1.ConfigProto:
     device_filters make a task see only the devices it talks to: a training replica (chief or
     worker) sees every ps and itself, never another replica or the evaluator, so none waits for
     another to come up; a ps sees only itself. The server's thread pools are made from it too
-    (start_server): with --nothread_spinning they sleep when out of work.
+    (start_server): with --nothread_spinning they sleep when out of work. The graph optimizer's
+    passes are graph_rewrites'.
     """
-    import tensorflow as tf  # noqa: PLC0415  (TensorFlow loads where used: pure tests and --help run without it)
-    config = tf.compat.v1.ConfigProto(allow_soft_placement=True)
+    config = graph_rewrites()
+    config.allow_soft_placement = True
     config.experimental.disable_thread_spinning = not cluster.thread_spinning
     if cluster.job_name == PS:
         config.device_filters[:] = [f"/job:{PS}/task:{cluster.task_index}"]
@@ -174,6 +175,24 @@ def session_config(cluster: ClusterConfig) -> tf.compat.v1.ConfigProto:
     if cluster.joins:  # the ps tasks learn this worker's address from its sessions, and share their state
         config.cluster_def.CopyFrom(cluster.cluster_spec().as_cluster_def())
         config.experimental.share_session_state_in_clusterspec_propagation = True
+    return config
+
+
+def graph_rewrites() -> tf.compat.v1.ConfigProto:
+    """Session options with TensorFlow's graph optimizer (grappler) set for graphs built once and run for long.
+
+    Grappler optimizes the part of the graph that a run needs at that run's first call, once for each distinct
+    set of fetches and feeds (a training step, a step that also logs, a save, a restore), and the ops of a
+    function (a cond's or loop's branch) when it first runs: one process with 14 dynamic tables spent 7 s of CPU
+    in it. Set here as tf.estimator's sessions had it (RunConfig's default session_config): one pass of its
+    optimizers, not two. And without TensorFlow's MLIR round trip of each graph (disable_tfg_optimizer: attribute
+    consolidation, a topological sort, shape inference and the export back, which leave the ops as they were).
+    docs/speed.md has the figures."""
+    import tensorflow as tf  # noqa: PLC0415  (TensorFlow loads where used: pure tests and --help run without it)
+    from tensorflow.core.protobuf import rewriter_config_pb2  # noqa: PLC0415  (as above)
+    config = tf.compat.v1.ConfigProto()
+    config.graph_options.rewrite_options.meta_optimizer_iterations = rewriter_config_pb2.RewriterConfig.ONE
+    config.graph_options.rewrite_options.disable_tfg_optimizer = True
     return config
 
 

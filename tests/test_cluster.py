@@ -1,6 +1,7 @@
 """Cluster spec and device filters: pure, no server."""
 
 import pytest
+from tensorflow.core.protobuf import rewriter_config_pb2
 
 from ps_trainer.cluster import shutdown, spec
 
@@ -20,6 +21,14 @@ def test_worker_sees_every_ps_and_only_itself():
 def test_ps_sees_only_itself():
     ps = spec.ClusterConfig(CLUSTER.ps_hosts, CLUSTER.worker_hosts, "ps", 1)
     assert list(spec.session_config(ps).device_filters) == ["/job:ps/task:1"]
+
+
+def test_every_session_runs_one_pass_of_the_graph_optimizer_without_the_mlir_round_trip():
+    for config in (spec.session_config(CLUSTER), spec.graph_rewrites()):
+        rewrites = config.graph_options.rewrite_options
+        assert rewrites.meta_optimizer_iterations == rewriter_config_pb2.RewriterConfig.ONE
+        assert rewrites.disable_tfg_optimizer and not rewrites.disable_meta_optimizer
+    assert spec.session_config(CLUSTER).allow_soft_placement
 
 
 def test_thread_pools_spin_as_tensorflow_has_them_unless_told_not_to():

@@ -531,6 +531,24 @@ def test_run_config_without_tf_config_is_one_process_with_tf1s_defaults(monkeypa
         RunConfig(train_distribute=object())
 
 
+@pytest.mark.pure
+def test_an_estimators_sessions_take_tfs_default_session_config_unless_the_program_gave_one(monkeypatch, tmp_path):
+    """As TF's Estimator: without RunConfig(session_config=...), its config's session_config is the default one
+    (soft placement, one pass of the graph optimizer); a program's own is kept as given."""
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    import tensorflow as tf
+    from tensorflow.core.protobuf import rewriter_config_pb2
+
+    from ps_trainer.estimator import Estimator, RunConfig
+    model_fn = lambda features, labels, mode: None  # noqa: E731  (never called)
+    default = Estimator(model_fn, str(tmp_path)).config.session_config
+    assert default.allow_soft_placement
+    assert default.graph_options.rewrite_options.meta_optimizer_iterations == rewriter_config_pb2.RewriterConfig.ONE
+    own = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=3)
+    assert Estimator(model_fn, str(tmp_path), config=RunConfig(session_config=own)).config.session_config is own
+    assert RunConfig().session_config is None
+
+
 @pytest.mark.inprocess
 def test_canned_wide_and_deep_is_tf1s_summed_loss_names_and_optimizers_and_steps_once():
     import numpy as np

@@ -14,7 +14,7 @@ from absl import logging
 from ps_trainer import input as inputs
 from ps_trainer import model
 from ps_trainer.cluster import model_dir as layout
-from ps_trainer.cluster import shutdown
+from ps_trainer.cluster import shutdown, spec
 from ps_trainer.training import checkpoints, ending, gauc, log_lines, run_record
 
 v1 = tf.compat.v1
@@ -55,7 +55,7 @@ def evaluate(cfg, checkpoint: str, max_examples: int | None = None) -> tuple[int
         init_metrics = v1.local_variables_initializer()
         updates = [update for _, update in metrics.values()]
         results = {name: value for name, (value, _) in metrics.items()}
-        with v1.Session() as sess:
+        with v1.Session(config=spec.graph_rewrites()) as sess:
             try:
                 checkpoints.restore_with_deltas(sess, saver.restore, deltas, checkpoint)
             except checkpoints.UNREADABLE as err:

@@ -15,6 +15,7 @@ from absl import logging
 from ps_trainer import input as inputs
 from ps_trainer import model
 from ps_trainer.cluster import model_dir as layout
+from ps_trainer.cluster import spec
 from ps_trainer.model.graph_tables import GraphTables
 from ps_trainer.training import checkpoints
 
@@ -43,7 +44,7 @@ def serving_graph(cfg):
 def predict(cfg, checkpoint: str, features: dict) -> dict:
     """The outputs of `checkpoint` for a batch of raw features (numpy), in this process."""
     graph, placeholders, outputs, graph_tables = serving_graph(cfg)
-    with graph.as_default(), v1.Session(graph=graph) as sess:
+    with graph.as_default(), v1.Session(graph=graph, config=spec.graph_rewrites()) as sess:
         checkpoints.restore_with_deltas(sess, v1.train.Saver().restore,
                                         checkpoints.delta_restorer(graph_tables, checkpoint), checkpoint)
         return sess.run(outputs, {placeholders[name]: value for name, value in features.items()})
@@ -57,7 +58,7 @@ def export(cfg, checkpoint: str) -> str:
     if tf.io.gfile.exists(partial):
         tf.io.gfile.rmtree(partial)
     graph, features, outputs, graph_tables = serving_graph(cfg)
-    with graph.as_default(), v1.Session(graph=graph) as sess:
+    with graph.as_default(), v1.Session(graph=graph, config=spec.graph_rewrites()) as sess:
         checkpoints.restore_with_deltas(sess, v1.train.Saver().restore,
                                         checkpoints.delta_restorer(graph_tables, checkpoint), checkpoint)
         builder = v1.saved_model.Builder(partial)

@@ -81,7 +81,10 @@ class Estimator:
         if not model_dir:
             model_dir = tempfile.mkdtemp()
             logging.warning("Using temporary folder as model directory: %s", model_dir)
-        self._config = config.replace(model_dir=model_dir)
+        # TF's Estimator: without a session_config of the program's, its sessions take the default one (soft
+        # placement, the graph optimizer's passes as cluster/spec.graph_rewrites says), which `config` shows.
+        default = config.session_config or cluster_spec.session_config(cluster_spec.ClusterConfig())
+        self._config = config.replace(model_dir=model_dir, session_config=default)
         self._model_fn, self._params = model_fn, dict(params or {})
 
     model_dir = property(lambda self: self._config.model_dir)
