@@ -93,8 +93,8 @@ def test_a_killed_ps_restarts_and_the_chief_restores_onto_it(tmp_path, trainer_a
     # a round cut by the kill pushes nothing, and the next reads its rows from the restored tables.
     local_steps = int(trainer_args[0].split("=")[1])
     # The kill lands mid-run, not in the chief's final save: the fault script sees step 100 in the logs a poll
-    # later, and rounds of local steps reach 300 in about a second (seen: the kill at step 290, in the save of
-    # step 300, which ends the chief 138 for its orchestrator to restart; this script restarts only the ps).
+    # later, and rounds of local steps can reach 300 within it. A ps lost in that save ends the chief 138 for its
+    # orchestrator to restart, and this script restarts only the ps.
     train_steps = 1000 if local_steps > 1 else TRAIN_STEPS
     report = inject(tmp_path, "--kill=ps:0", "--at_step=100", trainer_args=trainer_args, train_steps=train_steps)
     check_recovered(report, steps_per_push=local_steps, train_steps=train_steps)
