@@ -65,13 +65,7 @@ def launch(cluster, timeout_secs: float, ps_exit_secs: float) -> int:
     if interrupted:
         print(f"\n{interrupted}: stopped every task ({len(codes)}) after {wall:.1f} s")
         return exit_codes.INTERRUPTED
-    chief_job, chief_index = _trainers(cluster)[0]
-    chief_log = cluster.log(chief_job, chief_index)
-    chief = log_lines.finished_values(chief_log)
-    held_out = (f"held-out loss {chief['heldout_loss']}, held-out accuracy {chief['heldout_accuracy']} "
-                "(final checkpoint); " if "heldout_accuracy" in chief else "")
-    print(f"\nsummary: final step {chief.get('global_step', '?')}, {held_out}last batch loss {chief.get('loss', '?')}, "
-          f"accuracy {chief.get('accuracy', '?')}; wall time {wall:.1f} s")
+    print(f"\nsummary: {summary(cluster)}; wall time {wall:.1f} s")
     for (job, index), code in sorted(codes.items()):
         state = "still running (stopped)" if code is None else f"exit {code}"
         print(f"  {job} {index}: {state}  log {cluster.log_path(job, index)}")
@@ -80,6 +74,28 @@ def launch(cluster, timeout_secs: float, ps_exit_secs: float) -> int:
         print(f"FAILED: {', '.join(f'{j} {i}' for j, i in sorted(failed))}; see the logs above.")
         return exit_codes.FAILED
     return exit_codes.OK
+
+
+def summary(cluster) -> str:
+    """What the run reached: the chief's final step, its held-out figures of the final checkpoint and its last
+    batch's (trainer.py's chief), and the newest evaluation any task logged (an Estimator program's evaluator,
+    or its master, which evaluates in its own process)."""
+    chief_job, chief_index = _trainers(cluster)[0]
+    chief = log_lines.finished_values(cluster.log(chief_job, chief_index))
+    parts = [f"final step {chief.get('global_step', '?')}"]
+    if "heldout_accuracy" in chief:
+        parts[0] += (f", held-out loss {chief['heldout_loss']}, held-out accuracy {chief['heldout_accuracy']} "
+                     "(final checkpoint)")
+    evaluations = [(metrics["global_step"], job == "evaluator", job, index, metrics)
+                   for (job, index), _ in cluster.tasks() if job != "ps"
+                   if "global_step" in (metrics := log_lines.last_evaluation(cluster.log(job, index)))]
+    if evaluations:
+        step, _, job, index, metrics = max(evaluations, key=lambda found: found[:2])
+        figures = ", ".join(f"{key} {value:.4g}" for key, value in metrics.items() if key != "global_step")
+        parts.append(f"evaluation of global step {step:.0f} ({job} {index}): {figures}")
+    if "loss" in chief:
+        parts.append(f"last batch loss {chief['loss']}, accuracy {chief.get('accuracy', '?')}")
+    return "; ".join(parts)
 
 
 def _trainers(cluster):

@@ -95,11 +95,8 @@ def steps_per_sec(log: str) -> float | None:
 def final_figure(log: str, key: str) -> float | None:
     """`key` of the last evaluation the log holds (both Estimators log 'Saving dict for global step N:
     key = value, ...')."""
-    lines = [line for line in log.splitlines() if "Saving dict for global step" in line]
-    if not lines:
-        return None
-    figures = dict(pair.split(" = ") for pair in lines[-1].split(": ", 2)[-1].split(", "))
-    return float(figures[key]) if key in figures else None
+    from ps_trainer.training import log_lines  # noqa: PLC0415  (loaded where used: the script's processes start without it)
+    return log_lines.last_evaluation(log).get(key)
 
 
 def stop_group(proc: subprocess.Popen) -> None:

@@ -30,13 +30,6 @@ def final_metrics(output: str) -> dict[str, float]:
     return {key: float(value) for key, value in (pair.split("=") for pair in line.split()[2:])}
 
 
-def last_evaluation(log: str) -> dict[str, float]:
-    """An evaluator's last 'Saving dict for global step N: key = value, ...' line (TF1's words: on a cluster
-    train_and_evaluate returns None, as TF1's did)."""
-    line = [line for line in log.splitlines() if "Saving dict for global step" in line][-1]
-    return {key: float(value) for key, value in (pair.split(" = ") for pair in line.split(": ", 2)[-1].split(", "))}
-
-
 @pytest.mark.e2e
 def test_a_tf1_program_with_one_line_added_trains_evaluates_and_predicts_in_one_process(tmp_path):
     # The program in a folder of its own, beside modules of its own named as the trainer's parts were before
@@ -130,7 +123,7 @@ def test_the_chaos_drill_takes_an_estimator_program_and_its_ps_and_worker_killed
     # model's, not chance's (0.5).
     logs = {job: (tmp_path / "run" / f"{job}-0.log").read_text() for job in ("chief", "evaluator")}
     assert re.search(r"Restoring parameters from .*model\.ckpt-\d+", logs["chief"]), logs["chief"][-3000:]
-    metrics = last_evaluation(logs["evaluator"])
+    metrics = log_lines.last_evaluation(logs["evaluator"])
     assert metrics["global_step"] >= 2000 and metrics["auc"] > 0.8, metrics
 
 
@@ -183,10 +176,13 @@ def test_a_canned_program_launched_as_a_tf_config_cluster_trains_to_max_steps_an
         assert "loss = " in logs[job] and " finished: global_step=" in logs[job], logs[job][-2000:]
     # The evaluator evaluated the final checkpoint (an async peer's last step can land after the chief's save),
     # with TF1's binary head's metrics; the held-out AUC (chance 0.5; the labels' own law gives 0.830).
-    metrics = last_evaluation(logs["evaluator"])
+    metrics = log_lines.last_evaluation(logs["evaluator"])
     assert metrics["global_step"] >= 600 and metrics["auc"] > 0.8, metrics
     assert {"accuracy_baseline", "auc_precision_recall", "average_loss", "label/mean", "precision", "recall"} <= set(
         metrics)
+    # The launcher's summary names that evaluation, the program's own figures (its chief has no held-out line).
+    assert re.search(rf"summary: final step 6\d\d; evaluation of global step {metrics['global_step']:.0f} \(evaluator "
+                     rf"0\): accuracy [0-9.]+, .*, auc {metrics['auc']:.4g}, ", result.stdout), result.stdout[-2000:]
     # The FinalExporter: once, after the final evaluation; the export scores the held-out people as the
     # evaluation did.
     [export_dir] = [str(path) for path in (tmp_path / "model" / "export" / "census").iterdir()]
@@ -219,7 +215,7 @@ def test_a_canned_program_on_ps_master_and_worker_evaluates_and_exports_from_its
     assert codes == {"ps": 0, "master": 0, "worker": 0}, {job: log[-2000:] for job, log in logs.items()}
     evaluated = [int(step) for step in re.findall(r"Saving dict for global step (\d+)", logs["master"])]
     assert len(evaluated) >= 2 and evaluated[-1] >= 300, logs["master"][-3000:]  # after saves, and the final one
-    assert last_evaluation(logs["master"])["auc"] > 0.75, logs["master"][-3000:]
+    assert log_lines.last_evaluation(logs["master"])["auc"] > 0.75, logs["master"][-3000:]
     [export_dir] = (tmp_path / "model" / "export" / "census").iterdir()
     assert (export_dir / "saved_model.pb").is_file()
 
@@ -275,7 +271,7 @@ def test_an_unmodified_program_trains_with_local_steps_given_outside_its_code_an
         assert (f"{job}:0: PS_TRAINER_FLAGS --local_steps=10: the lever makes the update with the model_fn's "
                 "AdagradOptimizer") in logs[job], logs[job][-3000:]
     # The held-out AUC as the program reaches it plain (chance 0.5; the one-process run's 0.877 at 300 steps).
-    metrics = last_evaluation(logs["evaluator"])
+    metrics = log_lines.last_evaluation(logs["evaluator"])
     assert metrics["global_step"] >= 1000 and metrics["auc"] > 0.8, metrics
     # The checkpoint holds the model's variables as a plain run's does: no worker-side copy is saved.
     import tensorflow as tf
@@ -299,7 +295,7 @@ def test_an_unmodified_asynchronous_program_trains_in_the_runtimes_synchronous_r
         assert f"{job}:0: {said}" in logs[job], logs[job][-3000:]
         assert "SyncReplicasV2: replicas_to_aggregate=2; total_num_replicas=2" in logs[job], logs[job][-3000:]
     # 300 rounds: past the AUC the program reaches plain in one process at 300 steps (0.877) less a margin.
-    metrics = last_evaluation(logs["evaluator"])
+    metrics = log_lines.last_evaluation(logs["evaluator"])
     assert metrics["global_step"] == 300 and metrics["auc"] > 0.8, metrics
 
 
@@ -317,7 +313,7 @@ def test_a_tf2_programs_v2_canned_class_trains_on_a_tf_config_cluster_and_stops_
     assert codes == {"ps": 0, "chief": 0, "worker": 0, "evaluator": 0}, {job: log[-2000:] for job, log in logs.items()}
     assert "Requesting early stopping at global step" in logs["chief"], logs["chief"][-3000:]
     assert "Early stopping requested, suspending run." in logs["worker"], logs["worker"][-3000:]
-    metrics = last_evaluation(logs["evaluator"])
+    metrics = log_lines.last_evaluation(logs["evaluator"])
     # One process reaches 0.950 at 300 steps, on TF 2.15's V2 class as here (scripts/estimator_parity.py); two
     # asynchronous workers' checkpoints land where their updates put them: 0.939-0.951 at 300 steps in most runs,
     # 0.892 in one of a suite's (chance: 0.33). The evaluation that crossed 0.9 came at a save (every 100 steps).
@@ -346,7 +342,7 @@ def absl_time(line: str) -> float:
 def test_a_sync_cnn_program_with_numpy_input_ends_when_its_last_step_is_done(tmp_path):
     codes, logs = run_tf_config_cluster(SYNC_CNN, tmp_path, "--train_steps=200")
     assert codes == {"ps": 0, "chief": 0, "worker": 0, "evaluator": 0}, {job: log[-2000:] for job, log in logs.items()}
-    metrics = last_evaluation(logs["evaluator"])
+    metrics = log_lines.last_evaluation(logs["evaluator"])
     assert metrics["global_step"] == 200 and metrics["accuracy"] > 0.85, metrics  # chance 0.5; measured 0.947
     # The chief's session closed at once after its last checkpoint: TF's grace period for the sync
     # optimizer's blocked thread (120 s) made TF1's chief end two minutes late.
@@ -1365,7 +1361,7 @@ def test_a_programs_dynamic_tables_train_on_two_ps_through_a_ps_restart_evaluate
         assert before and all(after[shard].get(key) == row for shard, rows in before.items()
                               for key, row in rows.items()), column
     # It learned: the evaluator's held-out AUC at the last step (chance 0.5; one process reaches 0.86 at 1,000).
-    metrics = last_evaluation(logs["evaluator"])
+    metrics = log_lines.last_evaluation(logs["evaluator"])
     assert metrics["global_step"] >= 1200 and metrics["auc"] > 0.8, metrics
     # The FinalExporter's export serves raw IDs, an unseen one included (it reads the default row).
     [export_dir] = (tmp_path / "model" / "export" / "clicks").iterdir()

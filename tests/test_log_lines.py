@@ -8,6 +8,7 @@ import logging as std_logging
 import pytest
 from absl import logging
 
+from ps_trainer.launch import terminal
 from ps_trainer.training import log_lines
 
 pytestmark = pytest.mark.pure
@@ -98,3 +99,50 @@ def test_an_errors_cause_is_its_first_line_that_is_not_framing():
     assert log_lines.error_cause(in_dataset) == log_lines.error_cause(gone).replace("task:1", "task:0")
     graph = "Graph execution error:\n\nDetected at node 'x' defined at:\n  File a.py\nloss is NaN\n\t [[{{node x}}]]"
     assert log_lines.error_cause(graph) == "loss is NaN"
+
+
+def test_the_last_evaluation_line_reads_back_as_tensorflows_own_does(written):
+    log_lines.log_evaluation({"global_step": 300, "loss": 0.61, "auc": 0.7})
+    log_lines.log_evaluation({"global_step": 600, "loss": 0.42937, "auc": 0.88101, "accuracy": 0.783})
+    assert log_lines.last_evaluation(written.getvalue()) == {"accuracy": 0.783, "auc": 0.88101, "global_step": 600,
+                                                             "loss": 0.42937}
+    assert "Saving dict for global step 600: accuracy = 0.783, auc = 0.88101, global_step = 600," in written.getvalue()
+    # TF 2.15's Estimator through TensorFlow's logger, a value that is not a number among them.
+    theirs = ("INFO:tensorflow:Saving dict for global step 1000: accuracy = 0.5, global_step = 1000, "
+              "label/mean = 0.25, loss = 18.25, note = n/a\n")
+    assert log_lines.last_evaluation(theirs) == {"accuracy": 0.5, "global_step": 1000, "label/mean": 0.25,
+                                                 "loss": 18.25}
+    assert log_lines.last_evaluation("I1123 07:00:00.000000 1 x.py:1] worker:0 step 1/2 loss 1\n") == {}
+
+
+class _Logs:
+    """A finished cluster's tasks and logs, as launch.terminal.summary reads them."""
+
+    def __init__(self, logs):
+        self.logs = logs
+
+    def tasks(self):
+        return [(key, None) for key in self.logs]
+
+    def log(self, job, index):
+        return self.logs[(job, index)]
+
+
+def test_the_launchers_summary_names_the_chiefs_figures_and_the_newest_evaluation(written):
+    log_lines.log_finished("worker:0", {"global_step": 2001, "loss": "0.3267", "accuracy": "0.859",
+                                        "heldout_loss": "0.4088", "heldout_accuracy": "0.8480"})
+    trainer = _Logs({("ps", 0): "", ("worker", 0): written.getvalue(), ("worker", 1): ""})
+    assert terminal.summary(trainer) == ("final step 2001, held-out loss 0.4088, held-out accuracy 0.8480 (final "
+                                         "checkpoint); last batch loss 0.3267, accuracy 0.859")
+    # An Estimator program on ps, master, worker and evaluator: the master's line has its step alone; it
+    # evaluated after its saves, the evaluator each checkpoint; the newest evaluation is named, the
+    # evaluator's where both evaluated the final step.
+    master = "I1130 23:50:55.000000 1 x.py:1] master:0 finished: global_step=602 seconds=6.0\n"
+    evaluated = {step: f"I1130 23:50:56.000000 1 x.py:1] Saving dict for global step {step}: accuracy = 0.78299, "
+                       f"auc = 0.8810188, global_step = {step}, loss = 0.4293794\n" for step in (400, 602)}
+    program = _Logs({("master", 0): master + evaluated[602], ("worker", 0): "", ("ps", 0): "",
+                     ("evaluator", 0): evaluated[400] + evaluated[602]})
+    assert terminal.summary(program) == ("final step 602; evaluation of global step 602 (evaluator 0): "
+                                         "accuracy 0.783, auc 0.881, loss 0.4294")
+    program.logs[("evaluator", 0)] = evaluated[400]  # the evaluator stopped before the last checkpoint
+    assert terminal.summary(program).startswith("final step 602; evaluation of global step 602 (master 0): ")

@@ -16,6 +16,10 @@ steps this worker ran itself, whatever the --local_steps lever). With
 
     worker:1: input queue: epoch 0 done at global step 150: 4800 examples, every file trained
     worker:1: input queue: trained 4 file(s), 2400 examples of epoch 0
+
+An Estimator's evaluation writes TF1's line, which a program's own log readers look for:
+
+    Saving dict for global step 600: accuracy = 0.78299, auc = 0.88101, global_step = 600, loss = 0.42937
 """
 
 import dataclasses
@@ -39,6 +43,8 @@ _ESTIMATOR_PROGRESS = re.compile(_PREFIX + r"loss = (?P<loss>[^,]+), step = (?P<
 _SESSION_AGAIN = re.compile(_PREFIX + _TASK + r" training session made again at global step (\d+)")
 _ANY_TASK_LINE = re.compile(_PREFIX + _TASK + r" (.*)$")
 _KEY_VALUE = re.compile(r"(\w+)=(\S+)")
+# Anywhere in a line: TensorFlow's logger (INFO:tensorflow:...) and absl's (with its prefix) both carry it.
+_EVALUATION = re.compile(r"Saving dict for global step (\d+): (.*)$")
 
 
 # ---------------------------------------------------------------- writers (the trainer)
@@ -104,6 +110,13 @@ def log_finished(task: str, fields: dict[str, object], log=logging.info) -> None
     """fields' values are written as given (format them first); none may contain a space. `log`: as
     log_first_step's."""
     log("%s finished: %s", task, " ".join(f"{key}={value}" for key, value in fields.items()))
+
+
+def log_evaluation(results: dict, log=logging.info) -> None:
+    """An evaluation's metrics (global_step among them), sorted by name, in TF1's words. `log`: as
+    log_first_step's."""
+    log("Saving dict for global step %d: %s", results["global_step"],
+        ", ".join(f"{key} = {value}" for key, value in sorted(results.items())))
 
 
 # ---------------------------------------------------------------- readers (launchers, drills, tests)
@@ -173,6 +186,22 @@ class TaskLine:
 def task_lines(text: str, now: datetime.datetime | None = None) -> list[TaskLine]:
     return [TaskLine(_time(m.group(1), m.group(2), now), m.group(3), m.group(4))
             for m in map(_ANY_TASK_LINE.match, text.splitlines()) if m]
+
+
+def last_evaluation(text: str) -> dict[str, float]:
+    """The metrics of the last evaluation line of one log (this project's Estimator's, or TensorFlow's own:
+    the same words), global_step among them; those that are not numbers are left out. {} if it holds none."""
+    found = [m for m in map(_EVALUATION.search, text.splitlines()) if m]
+    if not found:
+        return {}
+    metrics = {}
+    for pair in found[-1].group(2).split(", "):
+        key, _, value = pair.partition(" = ")
+        try:
+            metrics[key] = float(value)
+        except ValueError:
+            continue
+    return metrics
 
 
 def finished_values(text: str) -> dict[str, str]:

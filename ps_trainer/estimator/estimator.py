@@ -26,7 +26,7 @@ from ps_trainer.model.dynamic import column, storage as table_storage, upkeep as
 from ps_trainer.model.graph_tables import GraphTables
 from ps_trainer.model.spec import EstimatorSpec, ModeKeys
 from ps_trainer.training import checkpoints, plan, preemption, session_loop, watchdog
-from ps_trainer.training import graph as graph_lib, hooks as training_hooks
+from ps_trainer.training import graph as graph_lib, hooks as training_hooks, log_lines
 from ps_trainer.training.step import taken
 
 v1 = tf.compat.v1
@@ -249,8 +249,7 @@ class Estimator:
         results = dict(evaluation.final.final_ops_values)
         results["global_step"] = int(results["global_step"])
         self._write_eval_summary(results, name)
-        logging.info("Saving dict for global step %d: %s", results["global_step"],
-                     ", ".join(f"{key} = {value}" for key, value in sorted(results.items())))
+        log_lines.log_evaluation(results, logging.info)
         return results
 
     def eval_dir(self, name=None) -> str:
