@@ -244,6 +244,39 @@ def test_sigterm_to_a_programs_chief_saves_its_step_and_exits_143_and_a_restart_
 
 
 @pytest.mark.e2e
+@pytest.mark.drill
+def test_a_ps_lost_in_the_chiefs_final_save_and_restarted_is_restored_and_trained_to_the_end_by_the_same_chief(
+        tmp_path):
+    # The program's saving listener kills ps 0 as the chief's final save (of step 650, past the save of about 600)
+    # begins: the save fails in the session's end, where MonitoredSession makes no new session. The chief makes one,
+    # which restores the newest checkpoint onto the restarted ps, trains to the end again and saves.
+    with TfConfigCluster(ROOT / "tests" / "programs" / "ps_lost_at_final_save.py", tmp_path,
+                         "--train_steps=650") as cluster:
+        cluster.start("ps")
+        cluster.env["KILL_PS_PGID"] = str(cluster.procs["ps"].pid)
+        cluster.start("chief")
+        cluster.start("worker")
+        wait_for(lambda: cluster.procs["ps"].poll() is not None or cluster.procs["chief"].poll() is not None,
+                 TIMEOUT, "ps 0 killed in the chief's final save")
+        assert cluster.procs["chief"].poll() is None, describe(cluster)
+        cluster.start("ps")  # as its orchestrator restarts it
+        codes, logs = cluster.wait()
+    assert codes == {"ps": 0, "chief": 0, "worker": 0}, {job: log[-2000:] for job, log in logs.items()}
+    chief = logs["chief"]
+    killed = re.search(r"killed ps 0 as the save of global step (\d+) began", chief)
+    assert killed and int(killed.group(1)) >= 650, chief[-3000:]
+    before, after = chief[:killed.start()], chief[killed.end():]
+    newest = re.findall(r"Saving checkpoints for (\d+) into", before)[-1]  # the save past 600 (an async peer steps too)
+    assert re.search(r"chief:0: a task was lost as the session ended \(", after), chief[-3000:]
+    assert re.search(rf"Restoring parameters from .*model\.ckpt-{newest}\b", after), chief[-3000:]
+    finished_at = [int(step) for step in re.findall(r"chief:0 finished: global_step=(\d+)", after)]
+    assert finished_at and finished_at[-1] >= 650, chief[-3000:]
+    import tensorflow as tf
+    final = tf.train.latest_checkpoint(str(tmp_path / "model"))
+    assert tf.train.load_checkpoint(final).get_tensor("global_step") >= 650, final
+
+
+@pytest.mark.e2e
 def test_a_programs_chief_whose_loss_turns_nan_exits_1_in_one_line_and_its_ps_and_evaluator_end_with_it(tmp_path):
     # The worker of the cluster never starts: the ps would wait for it, but the chief's failure ends the job.
     with TfConfigCluster(ROOT / "tests" / "programs" / "diverging_estimator.py", tmp_path,
@@ -1001,6 +1034,46 @@ def test_a_program_task_with_a_public_address_is_refused_before_its_server_liste
     from ps_trainer.training import exit_codes
     assert exited.value.code == exit_codes.BAD_FLAGS.code, messages
     assert "8.8.8.8:2222" in messages[-1] and "publicly routable" in messages[-1] and "PS_TRAINER_FLAGS" in messages[-1]
+
+
+@pytest.mark.inprocess
+def test_a_train_specs_saving_listeners_are_called_around_the_saves_and_must_be_listeners(tmp_path, monkeypatch):
+    # TF 2.x's TrainSpec(saving_listeners=...): called around each save of the chief (here one process), beside
+    # the evaluation that train_and_evaluate adds; anything else is refused as TF 2.15 refused it.
+    import numpy as np
+    import tensorflow as tf
+
+    from ps_trainer import estimator
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    monkeypatch.delenv("PS_TRAINER_FLAGS", raising=False)
+    x = np.random.default_rng(0).normal(size=(256, 4)).astype(np.float32)
+
+    def input_fn():
+        return tf.data.Dataset.from_tensor_slices(({"x": x}, (x[:, 0] > 0).astype(np.int64))).repeat().batch(32)
+
+    def held_out():
+        return tf.data.Dataset.from_tensor_slices(({"x": x}, (x[:, 0] > 0).astype(np.int64))).batch(256)
+
+    class Saves(tf.compat.v1.train.CheckpointSaverListener):
+        def __init__(self):
+            self.calls = []
+
+        def before_save(self, session, global_step_value):
+            self.calls.append(("before", int(global_step_value)))
+
+        def after_save(self, session, global_step_value):
+            self.calls.append(("after", int(global_step_value)))
+
+    saves = Saves()
+    model = estimator.Estimator(lever_model_fn(lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1)),
+                                config=estimator.RunConfig(str(tmp_path / "model"), save_checkpoints_steps=10))
+    metrics, _ = estimator.train_and_evaluate(model, estimator.TrainSpec(input_fn, max_steps=20,
+                                                                         saving_listeners=[saves]),
+                                              estimator.EvalSpec(held_out, steps=None, throttle_secs=0))
+    assert metrics["global_step"] == 20
+    assert saves.calls == [(when, step) for step in (0, 10, 20) for when in ("before", "after")], saves.calls
+    with pytest.raises(TypeError, match="All saving_listeners must be `CheckpointSaverListener` instances"):
+        estimator.TrainSpec(input_fn, max_steps=1, saving_listeners=[object()])
 
 
 def lever_model_fn(optimizer_of, update="minimize"):

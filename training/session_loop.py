@@ -17,6 +17,7 @@ from ps_trainer.cluster import shutdown
 from ps_trainer.cluster.clock import SYSTEM
 from ps_trainer.input import work_queue
 from ps_trainer.training import exit_codes, log_lines
+from ps_trainer.training.ending import CLUSTER_ERRORS
 from ps_trainer.training.step import sync
 
 v1 = tf.compat.v1
@@ -99,6 +100,9 @@ class _Session(NamedTuple):
     ready: bool  # False: a non-chief found the variables not ready, and waits for the chief again
     over_at: int | None = None  # training was over before the session began: the global step it ended at
     cancelled: bool = False  # a step was cancelled: the session ended for a failure, not at its end
+    # Its steps were done and its end (the hooks' end(): the chief's final save) failed as a task was lost: what
+    # the ps tasks hold is unknown, and only a new session says where training is.
+    end_failed: bool = False
 
 
 def train_to_the_end(cfg, target, sessions: Sessions, stop=None, clock=SYSTEM) -> Ended:
@@ -110,12 +114,18 @@ def train_to_the_end(cfg, target, sessions: Sessions, stop=None, clock=SYSTEM) -
     reached = progress.global_step
     plain_global_step_read()
     saves = chief_saver_hook(train_cfg, sessions) if cluster.is_chief else None
+    failed_ends = 0
     while True:
         start_step = reached
         session = _one_session(cfg, target, sessions, saves, clock)
         if not session.ready:
             logging.info("%s: the variables on the ps are not initialized (did a ps task restart?); "
                          "waiting for the chief to restore them", cluster.task_name)
+            continue
+        # A session whose end failed says nothing of where training is: the next one does (unless a stop was
+        # requested, or its end failed MAX_EARLY_ENDS times in a row: the checks below judge what the last one left).
+        failed_ends = failed_ends + 1 if session.end_failed else 0
+        if 0 < failed_ends < MAX_EARLY_ENDS and not (stop and stop.requested.is_set()):
             continue
         reached = progress.global_step if session.over_at is None else session.over_at
         not_learning = sessions.not_learning
@@ -268,6 +278,7 @@ def _one_session(cfg, target, sessions: Sessions, saves: ChiefSaverHook | None, 
         refusal = sessions.peer_refusal() if sessions.peer_refusal else None
         if refusal:
             raise exit_codes.Failure(f"{cluster.task_name}: {refusal}", exit_codes.BAD_FLAGS)
+    steps_done = False
     try:
         with v1.train.MonitoredTrainingSession(
                 master=target,
@@ -293,16 +304,27 @@ def _one_session(cfg, target, sessions: Sessions, saves: ChiefSaverHook | None, 
             if progress.global_step < train_cfg.train_steps:
                 while not sess.should_stop():
                     sess.run(sessions.train_op)
-    except tf.errors.DeadlineExceededError as err:
-        if cluster.is_chief or SESSION_NOT_READY not in err.message:
+            steps_done = True
+    except (*CLUSTER_ERRORS, tf.errors.CancelledError) as err:
+        if steps_done and cluster.is_distributed:
+            # The session's end (its hooks' end(): the chief's final save, a read of the global step) met a lost
+            # task, where MonitoredSession makes no new session as it does for an error in a step. A ps restarted
+            # since has lost what was trained after the newest checkpoint: the chief's new session restores it
+            # and trains again, and a worker's waits for that restore and trains beside it; a ps that kept its
+            # state is taken as it is.
+            logging.warning("%s: a task was lost as the session ended (%s); making a new session, which trains on "
+                            "to the end from what the ps tasks hold", cluster.task_name,
+                            log_lines.error_cause(err.message))
+            return _Session(ready=True, end_failed=True)
+        if isinstance(err, tf.errors.DeadlineExceededError):
+            if cluster.is_chief or SESSION_NOT_READY not in err.message:
+                raise
+            return _Session(ready=False)
+        if not isinstance(err, tf.errors.CancelledError) or not cluster.is_distributed:
             raise
-        return _Session(ready=False)
-    except tf.errors.CancelledError:
         # MonitoredSession recreates its session on Aborted and Unavailable only. When a ps task
         # restarts mid-step, the step can end Cancelled instead (a receive cancelled because the ps
         # aborted a request it saw twice, seen in the chaos soak): the same recoverable failure.
-        if not cluster.is_distributed:
-            raise
         logging.warning("%s: a step was cancelled (a ps task or the network failed mid-step); starting a new "
                         "session", cluster.task_name)
         return _Session(ready=True, cancelled=True)

@@ -22,13 +22,19 @@ from ps_trainer.training.config import NO_STEP_LIMIT  # NO_STEP_LIMIT: the repli
 CHECKPOINT_POLL_SECS = 1.0
 
 
-class TrainSpec(collections.namedtuple("TrainSpec", ["input_fn", "max_steps", "hooks"])):
-    def __new__(cls, input_fn, max_steps=None, hooks=None):
+class TrainSpec(collections.namedtuple("TrainSpec", ["input_fn", "max_steps", "hooks", "saving_listeners"])):
+    """TF 2.x's: saving_listeners are called around the chief's saves."""
+
+    def __new__(cls, input_fn, max_steps=None, hooks=None, saving_listeners=None):
         if not callable(input_fn):
             raise TypeError("TrainSpec: input_fn must be callable")
         if max_steps is not None and max_steps <= 0:
             raise ValueError(f"TrainSpec: max_steps must be positive, not {max_steps}")
-        return super().__new__(cls, input_fn, max_steps, tuple(hooks or ()))
+        saving_listeners = tuple(saving_listeners or ())
+        for listener in saving_listeners:
+            if not isinstance(listener, tf.compat.v1.train.CheckpointSaverListener):
+                raise TypeError(f"All saving_listeners must be `CheckpointSaverListener` instances, given: {listener}")
+        return super().__new__(cls, input_fn, max_steps, tuple(hooks or ()), saving_listeners)
 
 
 class EvalSpec(collections.namedtuple("EvalSpec", ["input_fn", "steps", "name", "hooks", "exporters",
@@ -57,7 +63,7 @@ def train_and_evaluate(estimator, train_spec: TrainSpec, eval_spec: EvalSpec):
     if not config.cluster.job_name:  # one process: TF1's errors reach the program
         evaluations = _EvaluateAfterSaves(estimator, eval_spec)
         estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps,
-                        saving_listeners=[evaluations])
+                        saving_listeners=[*train_spec.saving_listeners, evaluations])
         return evaluations.final_evaluation()
     runtime = run_config.runtime_settings(config, config.cluster, train_spec.max_steps)
     code = ending.exit_code_of(lambda: _run_role(runtime, roles.Roles(
@@ -96,11 +102,12 @@ def _train_replica(estimator, train_spec, eval_spec, runtime, server) -> int:
     try:
         stop = preemption.Preemption(cluster.task_name, ps_hosts=cluster.ps_hosts).install()
         worker.wait_for_ps(cluster, runtime.train.startup_timeout_secs, estimator.config.startup_timeout_setting)
-        listeners = [_EvaluateAfterSaves(estimator, eval_spec)] if roles.evaluates_while_training(cluster) else []
+        evaluations = [_EvaluateAfterSaves(estimator, eval_spec)] if roles.evaluates_while_training(cluster) else []
         try:
             step = estimator._train(train_spec.input_fn, hooks=train_spec.hooks,  # noqa: SLF001  (the Estimator's own training, as train() runs it, on this task's server)
-                                    max_steps=train_spec.max_steps, saving_listeners=listeners, target=server.target,
-                                    stop=stop)
+                                    max_steps=train_spec.max_steps,
+                                    saving_listeners=[*train_spec.saving_listeners, *evaluations],
+                                    target=server.target, stop=stop)
         except tf.compat.v1.train.NanLossDuringTrainingError:
             raise exit_codes.Failure(
                 f"{cluster.task_name}: the loss became NaN or Inf (NanTensorHook stopped training); the latest "
@@ -119,8 +126,8 @@ def _train_replica(estimator, train_spec, eval_spec, runtime, server) -> int:
         shutdown.report_done(server, cluster, estimator.model_dir, step, runtime.train.train_steps)
         log_lines.log_finished(cluster.task_name, {"global_step": step, "seconds": f"{time.monotonic() - start:.1f}"},
                                logging.info)
-        for listener in listeners:
-            listener.final_evaluation()
+        for evaluation in evaluations:
+            evaluation.final_evaluation()
     finally:
         if claim:
             claim.release()
