@@ -414,6 +414,7 @@ class ItemFeed:
         self._lock = threading.Lock()
         self._session_factory = None
         self._session = None
+        self._dropped = []  # sessions a pipeline call gave up, for the hook's thread to close (_close_dropped)
         self._coord = None  # the training session's Coordinator, while that session lasts
         self._read, self._trained = collections.Counter(), collections.Counter()
         self._ended = set()
@@ -455,7 +456,14 @@ class ItemFeed:
                 self._seen_at = max(self._seen_at, began)
             return result
         except RETRYABLE as err:
-            self._close_session()
+            if pipeline:
+                # The pipeline calls inside a step of the training session, whose close (once the error reaches
+                # MonitoredSession) waits for that step: a session closed here can wait on that close in turn,
+                # and both waited for good (seen after a ps 0 restart). The hook's thread closes it.
+                self._dropped.append(self._session)
+                self._session = None
+            else:
+                self._close_session()
             raise tf.errors.AbortedError(
                 None, None, f"{self.task_name}: the input queue on ps 0 did not answer ({type(err).__name__} after "
                 f"{self._clock() - began:.1f} s: {_first_line(err.message)})") from err
@@ -491,12 +499,18 @@ class ItemFeed:
         return self.finished
 
     def _close_session(self):
-        if self._session is not None:
-            try:
-                self._session.close()
-            except tf.errors.OpError:
-                pass
-            self._session = None
+        session, self._session = self._session, None
+        self._close_dropped(session)
+
+    def _close_dropped(self, *more):
+        """Closes the sessions the pipeline gave up, and `more`: the hook's thread calls it, outside any step."""
+        sessions, self._dropped = [*self._dropped, *more], []
+        for session in sessions:
+            if session is not None:
+                try:
+                    session.close()
+                except tf.errors.OpError:
+                    pass
 
     # The input pipeline's side.
     def passes(self):
@@ -621,6 +635,7 @@ class ItemFeed:
         What the last session's last steps trained is reported first, as stop() does: a session made
         again after an error ends with no stop(), and the next reader would train those examples again
         (a restore that rolled them back drops the report: it carries their global step)."""
+        self._close_dropped()
         report = self.report()
         with self._lock:
             self.generation += 1

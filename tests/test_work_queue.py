@@ -533,6 +533,35 @@ class _TakeLostUntilMadeAgain(_FaultyFeedSessions):
                 raise tf.errors.FailedPreconditionError(None, None, "input_queue/state is not initialized")
 
 
+class _TakeUnavailableOnce(_FaultyFeedSessions):
+    """The second `take` fails as if ps 0 were gone (Unavailable); each session's close records whether the thread
+    that closed it is one Python started (the training session's) or one of TensorFlow's (the input pipeline's,
+    inside a step)."""
+    takes = 0
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.closed_by = []
+
+    def __call__(self):
+        session = super().__call__()
+        real_close = session.close
+
+        def close():
+            self.closed_by.append("pipeline" if isinstance(threading.current_thread(), threading._DummyThread)
+                                  else "training")
+            real_close()
+
+        session.close = close
+        return session
+
+    def before(self, fetches):
+        if fetches is self.queue.take:
+            self.takes += 1
+            if self.takes == 2:
+                raise tf.errors.UnavailableError(None, None, "failed to connect to all addresses")
+
+
 class _OneWorkerQueue:
     """One worker's graph of the queue over `files` TFRecord files of `per_file` examples (one epoch, a file a
     pass, each read in order) and a step that reads a batch of 16; the feed's sessions are `sessions`
@@ -690,6 +719,20 @@ def test_a_take_that_fails_until_the_session_is_made_again_ends_the_pipeline_and
     assert worker.trained_each_example()
     # Read twice: at most the first file's batches trained before the new session gave it back.
     assert len(worker.trained) - 3 * 40 <= 40
+
+
+@pytest.mark.servers
+def test_a_take_that_fails_inside_a_step_leaves_its_session_for_the_training_thread_to_close(cluster, tmp_path):
+    # The Criteo drill's chief once stopped for good after ps 0 was killed: MonitoredSession closed the training
+    # session, which waited for the step in flight, while that step's input pipeline closed the feed's session
+    # after a failed take, which waited in turn. A take that fails inside a step leaves its session to the hook's
+    # thread, which closes it as the next session is made.
+    worker = _OneWorkerQueue(cluster[0].target, tmp_path, 3, 40, _TakeUnavailableOnce)
+    feed_sessions = worker.sessions
+    assert worker.train(timeout_secs=60), f"the training session did not end in 60 s: closed {feed_sessions.closed_by}"
+    assert feed_sessions.takes >= 2 and len(worker.made) == 2  # the take failed, and the session was made again
+    assert feed_sessions.closed_by and set(feed_sessions.closed_by) == {"training"}, feed_sessions.closed_by
+    assert worker.feed.finished and worker.trained_each_example()
 
 
 @pytest.mark.servers
