@@ -503,8 +503,11 @@ class ItemFeed:
         self._close_dropped(session)
 
     def _close_dropped(self, *more):
-        """Closes the sessions the pipeline gave up, and `more`: the hook's thread calls it, outside any step."""
-        sessions, self._dropped = [*self._dropped, *more], []
+        """Closes the sessions the pipeline gave up, and `more`: the hook's thread calls it, outside any step. Each is
+        popped from the list, so one the pipeline drops meanwhile stays for the next call."""
+        sessions = [*more]
+        while self._dropped:
+            sessions.append(self._dropped.pop())
         for session in sessions:
             if session is not None:
                 try:
