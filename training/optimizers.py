@@ -54,6 +54,15 @@ class RMSPropOptimizer(RowUpdates, _v1.RMSPropOptimizer):
     pass
 
 
+def _counted_once(updates, global_step, name):
+    """Several optimizers' updates as one step: once they are made, global step + 1 (unless it is None)."""
+    with tf.control_dependencies(updates):
+        if global_step is None:
+            return tf.group(*updates, name=name)
+        with tf.compat.v1.colocate_with(global_step):
+            return tf.compat.v1.assign_add(global_step, 1, name=name).op
+
+
 class WideAndDeepOptimizer(_v1.Optimizer):
     """The optimizers of the canonical wide-and-deep model (DNNLinearCombinedClassifier): FTRL for the
     wide part, at min(0.2, 1/sqrt(its weight tables)), and Adagrad for the deep part at the learning
@@ -79,11 +88,7 @@ class WideAndDeepOptimizer(_v1.Optimizer):
                                                graph_tables=self._graph_tables)
         updates = ([self._wide.apply_gradients(wide)] if wide else []) + (
             [self._deep.apply_gradients(deep)] if deep else [])
-        with tf.control_dependencies(updates):
-            if global_step is None:
-                return tf.group(*updates, name=name)
-            with tf.compat.v1.colocate_with(global_step):
-                return tf.compat.v1.assign_add(global_step, 1, name=name).op
+        return _counted_once(updates, global_step, name)
 
     def get_slot(self, var, name):
         return (self._wide if var.op.name in needs.wide_variable_names() else self._deep).get_slot(var, name)
@@ -94,6 +99,48 @@ class WideAndDeepOptimizer(_v1.Optimizer):
 
     def get_slot_names(self):
         return sorted(set(self._deep.get_slot_names()) | set(self._wide.get_slot_names() if self._wide else ()))
+
+
+class PartsOptimizer(_v1.Optimizer):
+    """Optimizers that each update their own part of the model, as one: a program's model_fn that calls one
+    minimize per part (the canned wide & deep's Ftrl for its linear part and Adagrad for its DNN) trains under a
+    lever, which makes one update (training/step/taken.py). parts: (optimizer, its variables). A variable the
+    lever reads through a copy of its own (--local_steps' worker-side copies; the model_fn's var_lists may name
+    either) is updated by the optimizer of the variable it copies: `origin(variable)` names that one. The global
+    step counts one step per update."""
+
+    def __init__(self, parts, origin=lambda variable: variable):
+        super().__init__(use_locking=False, name="Parts")
+        self._parts = [(optimizer, {origin(variable).ref() for variable in variables})
+                       for optimizer, variables in parts]
+        self._origin = origin
+
+    def __str__(self):
+        return " and ".join(type(optimizer).__name__ for optimizer, _ in self._parts)
+
+    def _optimizer_of(self, variable):
+        key = self._origin(variable).ref()
+        return next((optimizer for optimizer, owned in self._parts if key in owned), None)
+
+    def compute_gradients(self, *args, **kwargs):
+        return self._parts[0][0].compute_gradients(*args, **kwargs)
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        by_optimizer = {}
+        for grad, variable in grads_and_vars:
+            optimizer = self._optimizer_of(variable)
+            if optimizer is None:
+                raise ValueError(f"{variable.op.name} is updated by none of the optimizers {self}")
+            by_optimizer.setdefault(id(optimizer), (optimizer, []))[1].append((grad, variable))
+        return _counted_once([optimizer.apply_gradients(pairs) for optimizer, pairs in by_optimizer.values()],
+                             global_step, name)
+
+    def get_slot(self, var, name):
+        optimizer = self._optimizer_of(var)
+        return optimizer.get_slot(var, name) if optimizer is not None else None
+
+    def get_slot_names(self):
+        return sorted({name for optimizer, _ in self._parts for name in optimizer.get_slot_names()})
 
 
 class GrowableFtrlOptimizer(RowUpdates, _v1.FtrlOptimizer):

@@ -19,7 +19,7 @@ from tensorflow.python.training import sync_replicas_optimizer  # the type of it
 
 from ps_trainer.cluster import model_dir as layout
 from ps_trainer.cluster import placement, spec as cluster_spec
-from ps_trainer.estimator import export, input_fn_result, run_config
+from ps_trainer.estimator import export, input_fn_result, inputs, run_config
 from ps_trainer.estimator.run_config import RunConfig
 from ps_trainer.model import spec
 from ps_trainer.model.dynamic import column, storage as table_storage, upkeep as table_upkeep
@@ -149,9 +149,13 @@ class Estimator:
                                  "(trainer.py --warm_start_from loads dynamic tables by ID)")
             with placed:
                 global_step = v1.train.get_or_create_global_step()
-                source = input_fn_result.of(self._call_input_fn(input_fn, ModeKeys.TRAIN))
                 runtime_sync = self._config.runtime_flags.sync_replicas
-                if path.name == plan.SINGLE and not runtime_optimizer and not runtime_sync:  # its train_op, as written
+                as_written = path.name == plan.SINGLE and not runtime_optimizer and not runtime_sync
+                # A lever reads several batches a run: of numpy_input_fn's data, as the tf.data.Dataset it is.
+                as_dataset = None if as_written else getattr(input_fn, inputs.AS_DATASET, None)
+                source = input_fn_result.of(as_dataset() if as_dataset else self._call_input_fn(input_fn,
+                                                                                                 ModeKeys.TRAIN))
+                if as_written:  # its train_op, as written
                     model = self._call_model_fn(*source.next_batch(), ModeKeys.TRAIN, graph_tables)
                     if model.train_op is None:
                         raise ValueError(spec.TRAIN_NEEDS)

@@ -1,13 +1,17 @@
 """tf.estimator.inputs: input_fns over numpy arrays and pandas frames, with TF1's arguments and results
 (features, or (features, labels), as tensors; the last batch of an epoch may be short). TF1 fed them
 through queues and queue runners; here they come from tf.data (the shuffle buffer is queue_capacity
-examples), so an input that fails is an error, never a queue closed as if the data had ended. The
+examples), so an input that fails is an error, never a queue closed as if the data had ended; a lever
+(PS_TRAINER_FLAGS), which reads several batches a session.run, reads that tf.data.Dataset (AS_DATASET). The
 arrays are held in the graph: for data larger than about 2 GB, read files with tf.data instead."""
 
 import numpy as np
 import tensorflow as tf
 
 v1 = tf.compat.v1
+# The attribute of these input_fns that gives their data as a tf.data.Dataset of (features, labels): what a lever
+# reads several batches a session.run of (training/step/taken.py), where the input_fn's tensors give one.
+AS_DATASET = "ps_trainer_as_dataset"
 
 
 def _checked_length(arrays: dict) -> int:
@@ -28,25 +32,31 @@ def numpy_input_fn(x, y=None, batch_size=128, num_epochs=1, shuffle=None, queue_
         raise ValueError(f"{sorted(set(x) & set(y))} in both x and y")
     del num_threads  # tf.data's own threads
 
-    def input_fn():
+    def dataset():
         features = dict(x) if isinstance(x, dict) else {"__x": x}
         labels = None if y is None else (dict(y) if isinstance(y, dict) else {"__y": y})
         arrays = {**{("x", k): np.asarray(v) for k, v in features.items()},
                   **{("y", k): np.asarray(v) for k, v in (labels or {}).items()}}
         _checked_length({f"{side}:{name}": array for (side, name), array in arrays.items()})
-        dataset = tf.data.Dataset.from_tensor_slices({f"{side}/{name}": array
-                                                      for (side, name), array in arrays.items()})
+        examples = tf.data.Dataset.from_tensor_slices({f"{side}/{name}": array
+                                                       for (side, name), array in arrays.items()})
         if shuffle:
-            dataset = dataset.shuffle(queue_capacity, reshuffle_each_iteration=True)
-        dataset = dataset.repeat(num_epochs).batch(batch_size)
-        batch = v1.data.make_one_shot_iterator(dataset).get_next()
-        got_x = {name: batch[f"x/{name}"] for name in features}
-        got_y = None if labels is None else {name: batch[f"y/{name}"] for name in labels}
-        got_x = got_x["__x"] if not isinstance(x, dict) else got_x
-        if got_y is None:
-            return got_x
-        return got_x, (got_y["__y"] if not isinstance(y, dict) else got_y)
+            examples = examples.shuffle(queue_capacity, reshuffle_each_iteration=True)
 
+        def split(batch):
+            got_x = {name: batch[f"x/{name}"] for name in features}
+            got_y = None if labels is None else {name: batch[f"y/{name}"] for name in labels}
+            got_x = got_x["__x"] if not isinstance(x, dict) else got_x
+            if got_y is None:
+                return got_x
+            return got_x, (got_y["__y"] if not isinstance(y, dict) else got_y)
+
+        return examples.repeat(num_epochs).batch(batch_size).map(split)
+
+    def input_fn():
+        return v1.data.make_one_shot_iterator(dataset()).get_next()
+
+    setattr(input_fn, AS_DATASET, dataset)
     return input_fn
 
 

@@ -34,6 +34,7 @@ import re
 
 import tensorflow as tf
 from absl import logging
+from tensorflow.python.ops import variables  # PartitionedVariable, of a partitioned variable's copies
 
 from ps_trainer.model import grouped_lookup, needs
 from ps_trainer.training import plan
@@ -50,8 +51,9 @@ OPTIMIZER_COUNTERS = re.compile(r"beta[12]_power(_\d+)?$")
 
 class LocalCopies:
     """A variable_scope custom_getter that gives the model a worker-side copy of each dense trainable
-    variable; the global variable (on the ps) is created as usual, under its own name, so checkpoints
-    and the export see no difference."""
+    variable (each shard of a partitioned one: a program's model_fn partitions its embeddings and its linear
+    model's weights as TF1 did, and the runtime reads them as dense); the global variable (on the ps) is created
+    as usual, under its own name, so checkpoints and the export see no difference."""
 
     def __init__(self, device, num_workers: int, rows: row_copies.RowCopies | None = None):
         self.device = device  # this worker's device: where the copies (and their slots) live
@@ -67,18 +69,32 @@ class LocalCopies:
         if needs.is_table(variable):
             self.tables[name] = variable
             return variable
-        if kwargs.get("partitioner") is not None:
-            raise ValueError(f"--local_steps: {name} is partitioned but not a table (model/needs.table_part); "
-                             "local copies are for dense variables")
+        if kwargs.get("partitioner") is not None:  # a program's partitioned variable: a copy of each of its shards
+            return variables.PartitionedVariable(
+                name, variable.get_shape().as_list(), variable.dtype, [self._copy(shard) for shard in variable],
+                variable._get_partitions())  # noqa: SLF001  (how it is cut, which its copies are cut as)
+        return self._copy(variable)
+
+    def _copy(self, variable):
+        """The worker-side copy of a global variable (or of a partitioned one's shard, placed in it as the shard is)."""
+        name = variable.op.name
         if name not in self.copies:
             with v1.device(self.device), v1.name_scope(None):
                 initial = variable.read_value()  # the ps's value, once the chief has set it
                 copy, anchor = (v1.Variable(initial, trainable=False, collections=[v1.GraphKeys.LOCAL_VARIABLES],
                                             name=f"{SCOPE}/{name}/{role}") for role in ("copy", "anchor"))
+            shard = variable._get_save_slice_info()  # noqa: SLF001  (a shard's place in its partitioned variable)
+            if shard is not None:
+                copy._set_save_slice_info(shard)  # noqa: SLF001  (the same place for its copy)
             if any(variable is wide for wide in v1.get_collection(needs.WIDE_VARIABLES)):
                 v1.add_to_collection(needs.WIDE_VARIABLES, copy)  # trained as its variable is (FTRL)
             self.copies[name] = (variable, copy, anchor)
         return self.copies[name][1]
+
+    def origin(self, variable):
+        """The global variable that `variable` is the copy of, or `variable` itself."""
+        return next((global_variable for global_variable, copy, _ in self.copies.values() if copy is variable),
+                    variable)
 
     @property
     def table_variables(self) -> list:

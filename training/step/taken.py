@@ -9,12 +9,15 @@ was given, as it does with --optimizer's. So the program needs no edit. A model_
 the runtime (no train_op, as under `trainer.py --model_fn`) is trained the same way with PS_TRAINER_FLAGS's
 --optimizer and --learning_rate, with a lever or on the single step path.
 
-What a lever cannot take is refused in one line, naming it: an update that is not one minimize of the
-whole model (several optimizers, a var_list of some variables, apply_gradients of gradients the model_fn
-computed, an optimizer of another kind), a SyncReplicasOptimizer (--local_steps is asynchronous; with
---sync_replicas --accumulate_batches the runtime makes the rounds with its own), batch
-normalization's UPDATE_OPS (the update would leave them out), an input_fn that gives tensors rather than a
-tf.data.Dataset (a lever reads several batches a run).
+Several minimizes of one loss, each of a var_list of its own part (the canned wide & deep's Ftrl and Adagrad),
+are one update in which each optimizer updates its part (optimizers.PartsOptimizer).
+
+What a lever cannot take is refused in one line, naming it: an update that is not of the whole model by
+minimize (several optimizers of the same variables or of different losses, a var_list of some variables,
+apply_gradients of gradients the model_fn computed, an optimizer of another kind), a SyncReplicasOptimizer
+(--local_steps is asynchronous; with --sync_replicas --accumulate_batches the runtime makes the rounds with its
+own), batch normalization's UPDATE_OPS (the update would leave them out), an input_fn that gives tensors rather
+than a tf.data.Dataset (a lever reads several batches a run; numpy_input_fn's data is read as its Dataset).
 
 The model_fn's summaries are left out under a lever (each would read a batch of its own when the summary
 hook runs it, a batch no step trains); the step's loss is summarized instead.
@@ -82,9 +85,11 @@ def is_recording() -> bool:
     return getattr(optimizer_lib.Optimizer.minimize, "taken_by_a_lever", False)
 
 
-def _the_update(record: Recorded, spec, lever_flag: str, runtime_optimizer: bool, sync: bool) -> Minimized:
-    """The one minimize of the whole model the model_fn called (runtime_optimizer: none, its loss the update's
-    with the runtime's optimizer), or LeverRefusal."""
+def _the_update(record: Recorded, spec, lever_flag: str, runtime_optimizer: bool, sync: bool,
+                origin=lambda variable: variable) -> Minimized:
+    """The update of the whole model the model_fn made: its one minimize, or its minimizes of one loss that each
+    update a part of it (origin(variable): the variable a lever's copy stands for); runtime_optimizer: none, its
+    loss the update's with the runtime's optimizer. Else LeverRefusal."""
     train_op = spec.train_op
     if runtime_optimizer:
         if record.minimized or record.applied or train_op is not None:
@@ -103,24 +108,41 @@ def _the_update(record: Recorded, spec, lever_flag: str, runtime_optimizer: bool
         kind = "" if train_op is None else ": its train_op was made otherwise (a Keras optimizer?)"
         raise LeverRefusal(f"{said}, but the model_fn called no tf.compat.v1.train optimizer's minimize{kind}; "
                            f"train without {lever_flag}")
-    if len(record.minimized) > 1:
-        names = ", ".join(type(taken.optimizer).__name__ for taken in record.minimized)
-        raise LeverRefusal(f"{said}, one, and the model_fn's train_op runs {len(record.minimized)} ({names}): "
-                           f"train without {lever_flag}")
-    taken = record.minimized[0]
-    if isinstance(taken.optimizer, v1.train.SyncReplicasOptimizer):
-        if sync:
-            raise LeverRefusal(f"{lever_flag}: the runtime makes the synchronous rounds, and the "
-                               "model_fn's optimizer is a SyncReplicasOptimizer of its own: give its minimize the "
-                               "optimizer it wraps")
-        raise LeverRefusal(f"{lever_flag} is for asynchronous training, and the model_fn's optimizer is a "
-                           "SyncReplicasOptimizer: drop one of the two")
+    for taken in record.minimized:
+        if isinstance(taken.optimizer, v1.train.SyncReplicasOptimizer):
+            if sync:
+                raise LeverRefusal(f"{lever_flag}: the runtime makes the synchronous rounds, and the "
+                                   "model_fn's optimizer is a SyncReplicasOptimizer of its own: give its minimize the "
+                                   "optimizer it wraps")
+            raise LeverRefusal(f"{lever_flag} is for asynchronous training, and the model_fn's optimizer is a "
+                               "SyncReplicasOptimizer: drop one of the two")
+    taken = record.minimized[0] if len(record.minimized) == 1 else _parts(record.minimized, said, lever_flag, origin)
     if taken.var_list is not None:
         trainable = {variable.ref() for variable in v1.trainable_variables()}
-        if not trainable <= {variable.ref() for variable in taken.var_list}:
+        if not trainable <= {origin(variable).ref() for variable in taken.var_list}:
             raise LeverRefusal(f"{said}, of every trainable variable, and the model_fn's minimize names a var_list "
                                f"of {len(taken.var_list)} of the {len(trainable)}: train without {lever_flag}")
     return taken
+
+
+def _parts(minimized: list, said: str, lever_flag: str, origin) -> Minimized:
+    """Several minimizes of one loss, each of a var_list of its own (the canned wide & deep's, of its linear part
+    and of its DNN), as one update of their var_lists (optimizers.PartsOptimizer), or LeverRefusal."""
+    runs = (f"the model_fn's train_op runs {len(minimized)} "
+            f"({', '.join(type(taken.optimizer).__name__ for taken in minimized)})")
+    if any(taken.loss is not minimized[0].loss for taken in minimized):
+        raise LeverRefusal(f"{said}, of one loss, and {runs} of different losses: train without {lever_flag}")
+    owned = [{origin(variable).ref() for variable in taken.var_list} if taken.var_list is not None else None
+             for taken in minimized]
+    if None in owned or sum(map(len, owned)) != len(set().union(*owned)):
+        raise LeverRefusal(f"{said}, one per variable, and {runs} of the same variables: train without {lever_flag}")
+    optimizer = optimizers.PartsOptimizer([(taken.optimizer, taken.var_list) for taken in minimized], origin)
+    return Minimized(optimizer, minimized[0].loss, [variable for taken in minimized for variable in taken.var_list])
+
+
+def _named(optimizer) -> str:
+    """An optimizer as the logs name it: its class (each part's, for PartsOptimizer)."""
+    return str(optimizer) if isinstance(optimizer, optimizers.PartsOptimizer) else type(optimizer).__name__
 
 
 class Lever(NamedTuple):
@@ -154,7 +176,8 @@ def build(call_model_fn: Callable, next_batch: Callable, from_dataset: bool, glo
         with v1.variable_scope(v1.get_variable_scope(), custom_getter=getter, reuse=v1.AUTO_REUSE), \
                 recording() as record:
             spec = call_model_fn(features, labels)
-        taken = _the_update(record, spec, lever_flag, runtime_optimizer, train.sync_replicas)
+        taken = _the_update(record, spec, lever_flag, runtime_optimizer, train.sync_replicas,
+                            getattr(reader, "origin", lambda variable: variable))
         specs.append((spec, taken))
         # The program's labels are its own: the runtime's not-learning check reads none.
         return model.ModelOutput(None, None, taken.loss, None, None, graph_tables=graph_tables), tf.zeros([0], tf.int64)
@@ -170,7 +193,7 @@ def build(call_model_fn: Callable, next_batch: Callable, from_dataset: bool, glo
                 "makes the update")
     else:
         optimizer = taken.optimizer
-        said = f"the lever makes the update with the model_fn's {type(optimizer).__name__}"
+        said = f"the lever makes the update with the model_fn's {_named(optimizer)}"
     if path == plan.SINGLE and train.sync_replicas and not runtime_optimizer:
         said = f"{lever_flag}: {said}, in the runtime's synchronous rounds"
     elif path != plan.SINGLE:
