@@ -272,6 +272,11 @@ def build(ctx: StepContext) -> Step:
                      "take wide_deep's tables and an optimizer of %s); the dense variables are pushed every %d steps",
                      train.local_steps, ", ".join(row_copies.ADDITIVE_SLOTS), train.local_steps)
         return build_with_tables(ctx)
+    sizes = [copy.shape.num_elements() * copy.dtype.base_dtype.size for copy in copies.local_variables]
+    shards = sum(copy._get_save_slice_info() is not None for copy in copies.local_variables)  # noqa: SLF001  (a copy of a partitioned variable's shard)
+    logging.info("--local_steps=%d: worker-side copies of %d variable(s)%s, %.1f MB, each pushed whole every %d "
+                 "steps", train.local_steps, len(sizes), f" ({shards} of them shards of partitioned ones)" if shards
+                 else "", sum(sizes) / 2**20, train.local_steps)
     with v1.variable_creator_scope(slots_stay_local):
         update.apply_update(ctx.first.loss, ctx.optimizer, None, train.clip_gradient_norm, summaries=False,
                             var_list=copies.local_variables)
