@@ -204,3 +204,62 @@ def test_tf1s_logit_fn_builders_give_the_canned_classes_logits_by_their_variable
         assert evaluated[key] == pytest.approx(reference[key], rel=1e-3), key
     with pytest.raises(ValueError, match="units must be an int"):
         experimental.linear_logit_fn_builder(1.0, tf215_cases.COLUMNS)
+
+
+@pytest.mark.inprocess
+def test_a_programs_own_head_subclasses_tf_estimator_head_and_trains_in_a_canned_estimator(tmp_path):
+    # TF 2.x's tf.estimator.Head: the abstract interface a program's own head implements (every member, metrics()
+    # and update_metrics() too, as TF 2.15 asked), which the heads of tf.estimator are instances of.
+    import tensorflow as tf
+
+    import ps_trainer.estimator  # noqa: F401  (the one line a program adds)
+    v1 = tf.compat.v1
+    assert isinstance(tf.estimator.RegressionHead(), tf.estimator.Head) and tf.compat.v1.estimator.Head is (
+        tf.estimator.Head)
+
+    class Incomplete(tf.estimator.Head):
+        name, logits_dimension, loss_reduction = None, 1, "sum_over_batch_size"
+
+        def loss(self, labels, logits, features=None, mode=None, regularization_losses=None):
+            return tf.reduce_mean(tf.square(logits - labels))
+
+        def predictions(self, logits, keys=None):
+            return {"predictions": logits}
+
+        def create_estimator_spec(self, features, mode, logits, labels=None, optimizer=None, trainable_variables=None,
+                                  train_op_fn=None, update_ops=None, regularization_losses=None):
+            raise NotImplementedError
+
+    with pytest.raises(TypeError, match="metrics"):
+        Incomplete()
+
+    class Doubled(Incomplete):
+        """A regression of twice the logits, by the heads of tf.estimator."""
+
+        def __init__(self):
+            self._regression = tf.estimator.RegressionHead()
+
+        def metrics(self, regularization_losses=None):
+            raise NotImplementedError
+
+        def update_metrics(self, eval_metrics, features, logits, labels, mode=None, regularization_losses=None):
+            raise NotImplementedError
+
+        def create_estimator_spec(self, features, mode, logits, labels=None, optimizer=None, trainable_variables=None,
+                                  train_op_fn=None, update_ops=None, regularization_losses=None):
+            return self._regression.create_estimator_spec(features, mode, 2 * logits, labels, optimizer,
+                                                          trainable_variables, train_op_fn, update_ops)
+
+    rng = np.random.RandomState(0)
+    x = rng.normal(size=(512, 3)).astype(np.float32)
+    y = (x @ np.array([1.0, -2.0, 0.5], np.float32))[:, None]
+    model = v1.estimator.LinearEstimator(Doubled(), [tf.feature_column.numeric_column("x", shape=[3])],
+                                         model_dir=str(tmp_path), optimizer=lambda: v1.train.FtrlOptimizer(0.5))
+
+    def input_fn(epochs):
+        return v1.estimator.inputs.numpy_input_fn({"x": x}, y, batch_size=64, num_epochs=epochs, shuffle=epochs is None)
+
+    model.train(input_fn(None), max_steps=200)
+    assert model.evaluate(input_fn(1))["average_loss"] < 0.1
+    weights = model.get_variable_value("linear/linear_model/x/weights")[:, 0]
+    np.testing.assert_allclose(weights, [0.5, -1.0, 0.25], atol=0.1)  # half of y's: the head doubles the logits

@@ -37,13 +37,15 @@ from ps_trainer.model.spec import EstimatorSpec, ModeKeys  # noqa: E402
 
 __all__ = ["BaselineClassifier", "BaselineRegressor", "BestExporter", "BinaryClassHead", "DNNClassifier",
            "DNNEstimator", "DNNLinearCombinedClassifier", "DNNLinearCombinedEstimator", "DNNLinearCombinedRegressor",
-           "DNNRegressor", "Estimator", "EstimatorSpec", "EvalSpec", "Exporter", "FinalExporter", "LatestExporter",
+           "DNNRegressor", "Estimator", "EstimatorSpec", "EvalSpec", "Exporter", "FinalExporter", "Head",
+           "LatestExporter",
            "LinearClassifier", "LinearEstimator", "LinearRegressor", "LogisticRegressionHead", "ModeKeys",
            "MultiClassHead", "MultiHead", "MultiLabelHead", "PoissonRegressionHead", "RegressionHead", "RunConfig",
            "TrainSpec",
            "experimental", "export", "inputs", "VocabInfo", "WarmStartSettings", "feature_column", "train_and_evaluate"]
 
 VocabInfo = tf.compat.v1.train.VocabInfo  # WarmStartSettings.var_name_to_vocab_info's values, as TF1's
+Head = module_paths.HeadV2  # TF 2.x's abstract head interface, which a program's own head subclasses
 globals().update({name: getattr(tf.compat.v1.train, name) for name in extras.HOOKS})
 add_metrics = extras.add_metrics
 classifier_parse_example_spec, regressor_parse_example_spec = extras.parse_example_specs(

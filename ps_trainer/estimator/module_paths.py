@@ -37,8 +37,9 @@ class _AnyHead(abc.ABC):
 
 
 class HeadV2(_AnyHead):
-    """TF 2.x's head interface (head/base_head.py's Head), which tf.estimator's heads implement: a library's head
-    subclasses it and implements each member."""
+    """TF 2.x's head interface (tf.estimator.Head, head/base_head.py's Head), which tf.estimator's heads implement
+    but for metrics() and update_metrics(): a program's or a library's head subclasses it and implements each
+    member, as TF 2.15 asked."""
 
     @property
     @abc.abstractmethod
@@ -52,6 +53,14 @@ class HeadV2(_AnyHead):
     @abc.abstractmethod
     def predictions(self, logits, keys=None):
         """The predictions from the logits, by key."""
+
+    @abc.abstractmethod
+    def metrics(self, regularization_losses=None):
+        """The eval metrics by key: Keras metric objects."""
+
+    @abc.abstractmethod
+    def update_metrics(self, eval_metrics, features, logits, labels, mode=None, regularization_losses=None):
+        """eval_metrics, each updated with the batch."""
 
     @abc.abstractmethod
     def create_estimator_spec(self, features, mode, logits, labels=None, optimizer=None, trainable_variables=None,
