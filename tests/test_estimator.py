@@ -1229,12 +1229,13 @@ def test_a_lever_given_outside_the_program_trains_with_the_model_fns_own_optimiz
 
 
 @pytest.mark.inprocess
-def test_a_lever_trains_the_canned_wide_and_deep_with_each_of_its_optimizers_on_its_own_part(tmp_path, monkeypatch):
+def test_a_lever_trains_the_canned_wide_and_deep_with_each_of_its_optimizers_on_its_own_part(tmp_path, monkeypatch,
+                                                                                            caplog):
     # TF1's DNNLinearCombinedClassifier updates its linear part with one optimizer and its DNN with another, and
     # partitions the linear model's weights and its input layer's (here the embedding, in 2): under
-    # PS_TRAINER_FLAGS="--local_steps=5" (one process: local copies of every variable, each shard of a partitioned
-    # one) each optimizer still updates its own part, a step counts once, and the model learns from
-    # numpy_input_fn's data.
+    # PS_TRAINER_FLAGS="--local_steps=5" (the partitioned variables read and updated where they are, as tables, the
+    # DNN's layers through local copies) each optimizer still updates its own part, a step counts once, and the
+    # model learns from numpy_input_fn's data.
     import numpy as np
     import tensorflow as tf
 
@@ -1264,7 +1265,9 @@ def test_a_lever_trains_the_canned_wide_and_deep_with_each_of_its_optimizers_on_
 
     # A rate of 0 for the linear part leaves its weights where they started (zeros); the DNN's Adagrad moves its own
     # from where they started (the checkpoint of step 0).
+    caplog.set_level("INFO", logger="absl")
     still, _ = trained("still", v1.train.GradientDescentOptimizer(0.0), 50)
+    assert "--local_steps=5: the tables stay on the ps, read and updated every step" in caplog.text
     assert still.get_variable_value("global_step") == 50
     assert not still.get_variable_value("linear/linear_model/group/weights").any()
     started = tf.train.load_checkpoint(str(tmp_path / "still" / "model.ckpt-0"))

@@ -135,7 +135,10 @@ class Estimator:
         with tf.Graph().as_default():
             self._seed()
             cluster = self._config.cluster if target else cluster_spec.ClusterConfig()
-            path = run_config.step_path(self._config, cluster)
+            # --local_steps keeps a program's partitioned variables on the ps, as tables: a run is then one step.
+            partitioned = (self._config.runtime_flags.local_steps > 1 and run_config.table_options(self._config) is None
+                           and self._partitions_variables(input_fn))
+            path = run_config.step_path(self._config, cluster, partitioned)
             placed = v1.device(placement.device_setter(cluster)) if cluster.is_distributed else contextlib.nullcontext()
             tables = run_config.table_options(self._config) is not None
             table_devices = cluster.ps_devices() if cluster.is_distributed else ()
@@ -343,6 +346,25 @@ class Estimator:
                                        checkpoint_path)
 
     # ---------------------------------------------------------------- the model_fn contract
+    def _partitions_variables(self, input_fn) -> bool:
+        """Whether the model_fn makes partitioned trainable variables (TF1's canned classes partition their input
+        layer's and linear model's): it is called once for this, in a graph of its own, its update recorded rather
+        than built."""
+        partitioned = []
+
+        def noting(getter, name, *args, **kwargs):  # TensorFlow passes the next getter as `getter`
+            if kwargs.get("partitioner") is not None and kwargs.get("trainable", True) is not False:
+                partitioned.append(name)
+            return getter(name, *args, **kwargs)
+
+        with tf.Graph().as_default(), taken.recording(), v1.variable_scope(v1.get_variable_scope(),
+                                                                          custom_getter=noting):
+            v1.train.get_or_create_global_step()
+            as_dataset = getattr(input_fn, inputs.AS_DATASET, None)
+            source = input_fn_result.of(as_dataset() if as_dataset else self._call_input_fn(input_fn, ModeKeys.TRAIN))
+            self._call_model_fn(*source.next_batch(), ModeKeys.TRAIN, GraphTables())
+        return bool(partitioned)
+
     def _call_input_fn(self, input_fn, mode):
         kwargs = {key: value for key, value in (("mode", mode), ("params", self.params), ("config", self.config))
                   if spec.takes(input_fn, key)}

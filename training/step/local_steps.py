@@ -22,8 +22,9 @@ session.run reads the round's K batches at once and trains them on copies of the
 fetched and pushed once (build_rounds; training/step/row_copies.py).
 
 Other tables (model/needs.table_part: trained by an optimizer whose slots decay, or a model_fn's
-dynamic columns) stay on the ps: a step reads and updates only the rows its batch names, there, every
-step, as without the lever. The model's dense variables (the deep
+dynamic columns), and a program's partitioned variables (TF1's tables: the canned classes partition their
+input layer's and linear model's weights), stay on the ps: a step reads and updates only the rows its batch
+names, there, every step, as without the lever. The model's dense variables (the deep
 part's layers, the wide part's numeric weights: most of the bytes a step moves) get worker-side copies
 as above, pushed and fetched every K steps. A session.run is then one step, not a round. The push
 rides on every Kth step's run (PushEveryK), and the last, partial round is pushed when the session
@@ -34,7 +35,6 @@ import re
 
 import tensorflow as tf
 from absl import logging
-from tensorflow.python.ops import variables  # PartitionedVariable, of a partitioned variable's copies
 
 from ps_trainer.model import grouped_lookup, needs
 from ps_trainer.training import plan
@@ -51,41 +51,28 @@ OPTIMIZER_COUNTERS = re.compile(r"beta[12]_power(_\d+)?$")
 
 class LocalCopies:
     """A variable_scope custom_getter that gives the model a worker-side copy of each dense trainable
-    variable (each shard of a partitioned one: a program's model_fn partitions its embeddings and its linear
-    model's weights as TF1 did, and the runtime reads them as dense); the global variable (on the ps) is created
-    as usual, under its own name, so checkpoints and the export see no difference."""
+    variable; the global variable (on the ps) is created as usual, under its own name, so checkpoints
+    and the export see no difference. A table, or a program's partitioned variable, is read as it is."""
 
     def __init__(self, device, num_workers: int, rows: row_copies.RowCopies | None = None):
         self.device = device  # this worker's device: where the copies (and their slots) live
         self.rows = rows  # with hashed tables in rounds: the copies of a round's rows (training/step/row_copies.py)
         self.push_scale = 1.0 / num_workers  # the ps moves by the mean of the workers' rounds
         self.copies = {}  # global variable's name: (global variable, copy, anchor: its value at the last fetch)
-        self.tables = {}  # name: a table's variable (whole or partitioned), read as it is
+        self.tables = {}  # name: a table's variable, or a program's partitioned one (each read as it is)
 
     def getter(self, getter, name, *args, **kwargs):  # TensorFlow passes the next getter as `getter`
         variable = getter(name, *args, **kwargs)
         if not kwargs.get("trainable", True):
             return variable
-        if needs.is_table(variable):
+        if needs.is_table(variable) or kwargs.get("partitioner") is not None:
             self.tables[name] = variable
             return variable
-        if kwargs.get("partitioner") is not None:  # a program's partitioned variable: a copy of each of its shards
-            return variables.PartitionedVariable(
-                name, variable.get_shape().as_list(), variable.dtype, [self._copy(shard) for shard in variable],
-                variable._get_partitions())  # noqa: SLF001  (how it is cut, which its copies are cut as)
-        return self._copy(variable)
-
-    def _copy(self, variable):
-        """The worker-side copy of a global variable (or of a partitioned one's shard, placed in it as the shard is)."""
-        name = variable.op.name
         if name not in self.copies:
             with v1.device(self.device), v1.name_scope(None):
                 initial = variable.read_value()  # the ps's value, once the chief has set it
                 copy, anchor = (v1.Variable(initial, trainable=False, collections=[v1.GraphKeys.LOCAL_VARIABLES],
                                             name=f"{SCOPE}/{name}/{role}") for role in ("copy", "anchor"))
-            shard = variable._get_save_slice_info()  # noqa: SLF001  (a shard's place in its partitioned variable)
-            if shard is not None:
-                copy._set_save_slice_info(shard)  # noqa: SLF001  (the same place for its copy)
             if any(variable is wide for wide in v1.get_collection(needs.WIDE_VARIABLES)):
                 v1.add_to_collection(needs.WIDE_VARIABLES, copy)  # trained as its variable is (FTRL)
             self.copies[name] = (variable, copy, anchor)
@@ -272,11 +259,6 @@ def build(ctx: StepContext) -> Step:
                      "take wide_deep's tables and an optimizer of %s); the dense variables are pushed every %d steps",
                      train.local_steps, ", ".join(row_copies.ADDITIVE_SLOTS), train.local_steps)
         return build_with_tables(ctx)
-    sizes = [copy.shape.num_elements() * copy.dtype.base_dtype.size for copy in copies.local_variables]
-    shards = sum(copy._get_save_slice_info() is not None for copy in copies.local_variables)  # noqa: SLF001  (a copy of a partitioned variable's shard)
-    logging.info("--local_steps=%d: worker-side copies of %d variable(s)%s, %.1f MB, each pushed whole every %d "
-                 "steps", train.local_steps, len(sizes), f" ({shards} of them shards of partitioned ones)" if shards
-                 else "", sum(sizes) / 2**20, train.local_steps)
     with v1.variable_creator_scope(slots_stay_local):
         update.apply_update(ctx.first.loss, ctx.optimizer, None, train.clip_gradient_norm, summaries=False,
                             var_list=copies.local_variables)
