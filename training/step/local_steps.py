@@ -259,6 +259,9 @@ def build(ctx: StepContext) -> Step:
                      "take wide_deep's tables and an optimizer of %s); the dense variables are pushed every %d steps",
                      train.local_steps, ", ".join(row_copies.ADDITIVE_SLOTS), train.local_steps)
         return build_with_tables(ctx)
+    size = sum(copy.shape.num_elements() * copy.dtype.base_dtype.size for copy in copies.local_variables)
+    logging.info("--local_steps=%d: worker-side copies of %d variable(s), %.1f MB, each pushed whole every %d steps",
+                 train.local_steps, len(copies.local_variables), size / 2**20, train.local_steps)
     with v1.variable_creator_scope(slots_stay_local):
         update.apply_update(ctx.first.loss, ctx.optimizer, None, train.clip_gradient_norm, summaries=False,
                             var_list=copies.local_variables)
