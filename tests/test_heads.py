@@ -263,3 +263,51 @@ def test_a_programs_own_head_subclasses_tf_estimator_head_and_trains_in_a_canned
     assert model.evaluate(input_fn(1))["average_loss"] < 0.1
     weights = model.get_variable_value("linear/linear_model/x/weights")[:, 0]
     np.testing.assert_allclose(weights, [0.5, -1.0, 0.25], atol=0.1)  # half of y's: the head doubles the logits
+
+
+@pytest.mark.inprocess
+def test_a_heads_keras_metric_objects_give_the_keys_and_figures_of_its_own_evaluation():
+    # TF 2.x's head.metrics() and update_metrics(): Keras metric objects a model_fn puts in its eval_metric_ops, with
+    # the keys and, over the same batches, the figures of the evaluation create_estimator_spec builds.
+    import tensorflow as tf
+
+    import ps_trainer.estimator  # noqa: F401  (the one line a program adds)
+    from ps_trainer.estimator import heads
+    v1 = tf.compat.v1
+    rng = np.random.RandomState(0)
+    batch = 64
+    weights = rng.uniform(0.5, 2.0, size=(batch, 1)).astype(np.float32)
+    cases = {
+        "binary": (tf.estimator.BinaryClassHead(weight_column="w", thresholds=[0.3, 0.7]), 1,
+                   rng.randint(0, 2, size=(batch, 1))),
+        "named_multi_class": (tf.estimator.MultiClassHead(3, name="kind"), 3, rng.randint(0, 3, size=(batch, 1))),
+        "regression": (tf.estimator.RegressionHead(label_dimension=2, weight_column="w"), 2,
+                       rng.normal(size=(batch, 2)).astype(np.float32)),
+        "multi_label": (tf.estimator.MultiLabelHead(3, thresholds=[0.5], classes_for_class_based_metrics=[1]), 3,
+                        rng.randint(0, 2, size=(batch, 3))),
+        "multi_head": (tf.estimator.MultiHead([tf.estimator.BinaryClassHead(name="click"),
+                                               tf.estimator.RegressionHead(name="dwell")]), 2,
+                       {"click": rng.randint(0, 2, size=(batch, 1)),
+                        "dwell": rng.normal(size=(batch, 1)).astype(np.float32)}),
+    }
+    for case, (head, width, labels) in cases.items():
+        with tf.Graph().as_default():
+            logits = tf.constant(rng.normal(size=(batch, width)).astype(np.float32))
+            features = {"w": tf.constant(weights)}
+            regularization = [tf.constant(0.25)]
+            spec = head.create_estimator_spec(features, tf.estimator.ModeKeys.EVAL, logits, labels,
+                                              regularization_losses=regularization)
+            updated = head.update_metrics(head.metrics(regularization_losses=regularization), features, logits, labels,
+                                          regularization_losses=regularization)
+            keras = tf.estimator.EstimatorSpec(tf.estimator.ModeKeys.EVAL, loss=spec.loss,
+                                               eval_metric_ops=updated).eval_metric_ops
+            assert sorted(keras) == sorted(spec.eval_metric_ops), case
+            assert all(not isinstance(metric, tuple) for metric in updated.values()), case
+            with v1.Session() as session:
+                session.run([v1.local_variables_initializer(), v1.tables_initializer()])
+                session.run([update for _, update in [*spec.eval_metric_ops.values(), *keras.values()]])
+                figures = session.run({key: value for key, (value, _) in spec.eval_metric_ops.items()})
+                from_keras = session.run({key: value for key, (value, _) in keras.items()})
+        for key, figure in figures.items():
+            np.testing.assert_allclose(from_keras[key], figure, rtol=1e-4, atol=1e-6, err_msg=f"{case}: {key}")
+    assert issubclass(heads.BinaryClassHead, tf.estimator.Head)

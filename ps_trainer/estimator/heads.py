@@ -284,8 +284,10 @@ def _train_op(loss, optimizer, trainable_variables, train_op_fn, update_ops):
 
 
 class _V2Head(Head):
-    """TF 2.x's head interface: `name`, `logits_dimension`, `loss_reduction` (Keras's), `loss`, `predictions`
-    and `create_estimator_spec`, whose train op is built in the `training` name scope."""
+    """TF 2.x's head interface: `name`, `logits_dimension`, `loss_reduction` (Keras's), `loss`, `predictions`,
+    `metrics` and `update_metrics` (TF 2.15's eval metrics as Keras metric objects, for a model_fn that evaluates
+    with them; create_estimator_spec's are the same figures) and `create_estimator_spec`, whose train op is built
+    in the `training` name scope."""
 
     _training_scope = True
 
@@ -300,6 +302,125 @@ class _V2Head(Head):
     @property
     def loss_reduction(self):
         return self._keras_reduction
+
+    def metrics(self, regularization_losses=None) -> dict:
+        """The eval metrics by key, each a Keras metric object (tf_keras's) that update_metrics updates."""
+        import tf_keras  # noqa: PLC0415  (Keras 2 loads only for a program that asks for Keras metric objects)
+        keras = tf_keras.metrics
+        with v1.name_scope("metrics"):
+            found = {"average_loss": keras.Mean(name="average_loss"), **self._keras_metrics(tf_keras)}
+            found.update(self._keras_threshold_metrics(keras))
+            if regularization_losses is not None:
+                found["regularization_loss"] = keras.Mean(name="regularization_loss")
+        return {self._key(key): metric for key, metric in found.items()}
+
+    def _keras_metrics(self, tf_keras) -> dict:
+        keras = tf_keras.metrics
+        if self.n_classes is None:
+            return {"prediction/mean": keras.Mean(name="prediction/mean"), "label/mean": keras.Mean(name="label/mean")}
+        found = {"accuracy": keras.Accuracy(name="accuracy")}
+        if self.n_classes == 2:
+            found.update({"precision": keras.Precision(name="precision"), "recall": keras.Recall(name="recall"),
+                          "prediction/mean": keras.Mean(name="prediction/mean"),
+                          "label/mean": keras.Mean(name="label/mean"), **self._keras_aucs(keras, "")})
+            found["accuracy_baseline"] = _accuracy_baseline_class(tf_keras)(found["label/mean"])
+        return found
+
+    def update_metrics(self, eval_metrics, features, logits, labels, mode=None, regularization_losses=None) -> dict:
+        """eval_metrics (metrics()'s) updated with the batch; returns them."""
+        del mode  # the same in every mode, as TF 2.15's
+        unreduced, taken = self._unreduced_loss(features, logits, labels)
+        weights, predictions = self._weights(features), self.outputs(logits)[0]
+        metric = {key: eval_metrics[self._key(key)] for key in self._plain_keys(eval_metrics)}
+        metric["average_loss"].update_state(unreduced, sample_weight=_or_none(weights))
+        self._update_keras(metric, taken, weights, predictions)
+        if regularization_losses is not None:
+            metric["regularization_loss"].update_state(tf.add_n(list(regularization_losses)))
+        return eval_metrics
+
+    def _update_keras(self, metric, labels, weights, predictions) -> None:
+        """Updates the metrics of _keras_metrics and the thresholds' with the labels as the loss took them."""
+        if self.n_classes is None:
+            value = predictions["predictions"]
+            metric["prediction/mean"].update_state(value, sample_weight=_broadcast(weights, value))
+            metric["label/mean"].update_state(labels, sample_weight=_broadcast(weights, labels))
+            return
+        metric["accuracy"].update_state(labels, predictions["class_ids"], sample_weight=_or_none(weights))
+        if self.n_classes > 2:
+            return
+        logistic = predictions["logistic"]
+        for key in ("precision", "recall"):
+            metric[key].update_state(labels, predictions["class_ids"], sample_weight=_or_none(weights))
+        metric["prediction/mean"].update_state(logistic, sample_weight=_broadcast(weights, logistic))
+        metric["label/mean"].update_state(labels, sample_weight=_broadcast(weights, labels))
+        metric["accuracy_baseline"].add_update(tf.no_op())  # its update is label/mean's; EstimatorSpec runs one each
+        self._update_keras_aucs(metric, "", labels, logistic, weights)
+        self._update_threshold_metrics(metric, labels, logistic, weights)
+
+    def _plain_keys(self, eval_metrics) -> list:
+        """The keys of eval_metrics without this head's name."""
+        suffix = f"/{self._name}" if self._name else ""
+        return [key[:len(key) - len(suffix)] if suffix else key for key in eval_metrics
+                if not suffix or key.endswith(suffix)]
+
+    def _keras_aucs(self, keras, suffix) -> dict:
+        return {f"auc{suffix}": keras.AUC(name=f"auc{suffix}"),
+                f"auc_precision_recall{suffix}": keras.AUC(curve="PR", name=f"auc_precision_recall{suffix}")}
+
+    def _update_keras_aucs(self, metric, suffix, labels, scores, weights) -> None:
+        for key in (f"auc{suffix}", f"auc_precision_recall{suffix}"):
+            metric[key].update_state(labels, scores, sample_weight=_broadcast(weights, scores))
+
+    def _keras_threshold_metrics(self, keras) -> dict:
+        found = {}
+        for threshold in self._thresholds:
+            names = [f"{name}/positive_threshold_{threshold:g}" for name in ("accuracy", "precision", "recall")]
+            found.update({names[0]: keras.BinaryAccuracy(name=names[0], threshold=threshold),
+                          names[1]: keras.Precision(name=names[1], thresholds=threshold),
+                          names[2]: keras.Recall(name=names[2], thresholds=threshold)})
+        return found
+
+    def _update_threshold_metrics(self, metric, labels, scores, weights) -> None:
+        for threshold in self._thresholds:
+            for name in ("accuracy", "precision", "recall"):
+                metric[f"{name}/positive_threshold_{threshold:g}"].update_state(labels, scores,
+                                                                                sample_weight=_or_none(weights))
+
+
+def _or_none(weights):
+    """A head's weights as a Keras metric takes them: None for every example weighing 1."""
+    return None if isinstance(weights, float) else weights
+
+
+def _broadcast(weights, values):
+    """A head's weights ([batch, 1], or 1.0) broadcast to values' shape, as TF 2.15's heads gave a metric them."""
+    return None if isinstance(weights, float) else weights * tf.ones_like(tf.cast(values, tf.float32))
+
+
+_ACCURACY_BASELINE = {}
+
+
+def _accuracy_baseline_class(tf_keras):
+    """The Keras metric of accuracy_baseline: max(label mean, 1 - label mean) of a label/mean metric, what always
+    predicting the one class scores (TF 2.15's, which set a Mean's total and count from the label mean's)."""
+    if "class" not in _ACCURACY_BASELINE:
+        class AccuracyBaseline(tf_keras.metrics.Metric):
+            def __init__(self, label_mean):
+                super().__init__(name="accuracy_baseline")
+                self._label_mean = label_mean
+
+            def update_state(self, *args, **kwargs):
+                del args, kwargs  # label/mean's own update counts the labels
+
+            def result(self):
+                mean = self._label_mean.result()
+                return tf.maximum(mean, 1 - mean)
+
+            def reset_state(self):
+                pass  # label/mean's own reset
+
+        _ACCURACY_BASELINE["class"] = AccuracyBaseline
+    return _ACCURACY_BASELINE["class"]
 
 
 class BinaryClassHead(_V2Head):
@@ -443,11 +564,32 @@ class MultiLabelHead(_V2Head):
                    **self._aucs("", labels, probabilities, weights),
                    **self._threshold_metrics(labels, probabilities, weights)}
         for class_id in self._metric_classes:
-            named = f"class{class_id}" if self.label_vocabulary is None else self.label_vocabulary[class_id]
+            named = self._metric_class_name(class_id)
             of = probabilities[:, class_id:class_id + 1]
             metrics[key(f"probability_mean/{named}")] = v1.metrics.mean(of, weights=weights)
             metrics.update(self._aucs(f"/{named}", labels[:, class_id:class_id + 1], of, weights))
         return metrics
+
+    def _metric_class_name(self, class_id: int) -> str:
+        return f"class{class_id}" if self.label_vocabulary is None else self.label_vocabulary[class_id]
+
+    def _keras_metrics(self, tf_keras) -> dict:
+        keras = tf_keras.metrics
+        found = self._keras_aucs(keras, "")
+        for class_id in self._metric_classes:
+            named = self._metric_class_name(class_id)
+            found.update({f"probability_mean/{named}": keras.Mean(name=f"probability_mean/{named}"),
+                          **self._keras_aucs(keras, f"/{named}")})
+        return found
+
+    def _update_keras(self, metric, labels, weights, predictions) -> None:
+        probabilities = predictions["probabilities"]
+        self._update_keras_aucs(metric, "", labels, probabilities, weights)
+        self._update_threshold_metrics(metric, labels, probabilities, weights)
+        for class_id in self._metric_classes:
+            named, of = self._metric_class_name(class_id), probabilities[:, class_id:class_id + 1]
+            metric[f"probability_mean/{named}"].update_state(of, sample_weight=_broadcast(weights, of))
+            self._update_keras_aucs(metric, f"/{named}", labels[:, class_id:class_id + 1], of, weights)
 
 
 class MultiHead:
@@ -524,6 +666,27 @@ class MultiHead:
         logits_by = self._by_head(logits)
         return {(head.name, key): value for head in self._heads
                 for key, value in head.predictions(logits_by[head.name]).items()}
+
+    def metrics(self, regularization_losses=None) -> dict:
+        """Each head's `loss/<name>` (and `regularization_loss/<name>`) as Keras metric objects: update_metrics adds
+        each head's own metrics, as TF 2.15's did."""
+        import tf_keras  # noqa: PLC0415  (Keras 2 loads only for a program that asks for Keras metric objects)
+        found = {f"loss/{head.name}": tf_keras.metrics.Mean(name=f"loss/{head.name}") for head in self._heads}
+        if regularization_losses is not None:
+            found[f"regularization_loss/{self.name}"] = tf_keras.metrics.Mean(name="regularization_loss")
+        return found
+
+    def update_metrics(self, eval_metrics, features, logits, labels, mode=None, regularization_losses=None) -> dict:
+        """eval_metrics (metrics()'s) updated with the batch, each head's own metrics added and updated."""
+        del mode
+        logits_by = self._by_head(logits, labels)
+        if regularization_losses is not None:
+            eval_metrics[f"regularization_loss/{self.name}"].update_state(tf.add_n(list(regularization_losses)))
+        for head in self._heads:
+            eval_metrics[f"loss/{head.name}"].update_state(head.loss(labels[head.name], logits_by[head.name],
+                                                                     features))
+            eval_metrics.update(head.update_metrics(head.metrics(), features, logits_by[head.name], labels[head.name]))
+        return eval_metrics
 
     def create_estimator_spec(self, features, mode, logits, labels=None, optimizer=None, trainable_variables=None,
                               train_op_fn=None, update_ops=None, regularization_losses=None) -> EstimatorSpec:

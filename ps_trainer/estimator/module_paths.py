@@ -37,9 +37,8 @@ class _AnyHead(abc.ABC):
 
 
 class HeadV2(_AnyHead):
-    """TF 2.x's head interface (tf.estimator.Head, head/base_head.py's Head), which tf.estimator's heads implement
-    but for metrics() and update_metrics(): a program's or a library's head subclasses it and implements each
-    member, as TF 2.15 asked."""
+    """TF 2.x's head interface (tf.estimator.Head, head/base_head.py's Head), which tf.estimator's heads implement:
+    a program's or a library's head subclasses it and implements each member, as TF 2.15 asked."""
 
     @property
     @abc.abstractmethod
