@@ -22,7 +22,9 @@ the chief's mark and exits at once, with no ps to talk to.
 A chief that ends in a permanent error (exit 1: a rerun fails the same way until someone fixes its cause)
 never reports: it leaves <model_dir>/done/chief-failed with its one-line reason instead, and the ps tasks
 end with it, as the workers do once their ps is gone (ChiefFailure). A task reads the mark found when it
-began as an earlier run's, never this run's.
+began as an earlier run's, since this run's chief removes it as it begins; but a ps whose mark from before it
+began still stands while the chief's address has refused connections for --startup_timeout_secs takes it as
+this run's: a chief that failed before this ps started (refused at its start, say) ends its ps tasks too.
 """
 
 import concurrent.futures
@@ -127,7 +129,15 @@ class ChiefFailure:
     def reason(self) -> str | None:
         """The chief's one-line reason, once it marked a permanent error since this watch began; else None."""
         text = self._read()
-        return text.split(" ", 1)[-1].strip() if text and text != self._earlier else None
+        return _reason_in(text) if text and text != self._earlier else None
+
+    def earlier_standing(self) -> str | None:
+        """The reason of the mark there when this watch began, while it is still there (no chief began since)."""
+        return _reason_in(self._earlier) if self._earlier and self._read() == self._earlier else None
+
+
+def _reason_in(mark: str) -> str:
+    return mark.split(" ", 1)[-1].strip()
 
 
 def marked_done(model_dir: str | None, replicas, train_steps: int, num_epochs: int = 0) -> set[int]:
@@ -170,15 +180,18 @@ def joined(model_dir: str | None) -> dict[int, str]:
 class Roll:
     """One ps's roll of the training replicas it waits for: its cluster's, and those that joined since.
     A replica is off the roll once done (told, or marked in model_dir), or once the chief is done and
-    the replica's address has refused connections for gone_secs."""
+    the replica's address has refused connections for gone_secs. A chief failure mark there when the roll began
+    is this run's once the chief's address has refused connections for chief_start_secs while it stands."""
 
     def __init__(self, cluster: spec.ClusterConfig, model_dir: str | None, train_steps: int, num_epochs: int = 0,
                  gone_secs: float = 60.0, probe: Callable[[str], bool] = peers.is_listening,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, chief_start_secs: float = 600.0):
         self.who = f"ps {cluster.task_index}"
         self.addresses = cluster.replica_addresses()
         self.model_dir, self.train_steps, self.num_epochs = model_dir, train_steps, num_epochs
         self.gone_secs, self.probe, self.clock = gone_secs, probe, clock
+        self.chief_start_secs = chief_start_secs
+        self._chief_silent_since: float | None = None
         self.done: set[int] = set()
         self.gone: set[int] = set()
         self.silent_since: dict[int, float] = {}
@@ -193,6 +206,23 @@ class Roll:
         self.done.add(replica)
         logging.info("%s: training replica %d finished; waiting for %s", self.who, replica,
                      sorted(self.pending()) or "nobody")
+
+    def _earlier_failure_stands(self) -> str | None:
+        """The failure mark found when the roll began, once the chief's address has refused connections for
+        chief_start_secs while the mark stood (a chief that begins removes it): no chief of this run is coming."""
+        earlier = self.chief_failure.earlier_standing()
+        if earlier is None or 0 not in self.addresses or self.probe(self.addresses[0]):
+            self._chief_silent_since = None
+            return None
+        now = self.clock()
+        if self._chief_silent_since is None:
+            self._chief_silent_since = now
+        if now - self._chief_silent_since < self.chief_start_secs:
+            return None
+        logging.warning("%s: the chief (%s) has refused connections for %.0f s, and model_dir's mark that it failed "
+                        "still stands: taking that mark as this run's", self.who, self.addresses[0],
+                        now - self._chief_silent_since)
+        return earlier
 
     def over(self) -> bool:
         """No replica is left to wait for, or the chief ended in a permanent error: nothing more will train."""
@@ -211,7 +241,7 @@ class Roll:
             logging.info("%s: training replica(s) %s finished before this ps started (marked in model_dir); "
                          "waiting for %s", self.who, sorted(marked), sorted(self.pending()) or "nobody")
         if 0 not in self.done:  # a chief that fails once done (in its export, say) trained to the end
-            self.chief_failed = self.chief_failure.reason()
+            self.chief_failed = self.chief_failure.reason() or self._earlier_failure_stands()
         left = sorted(self.pending())
         if 0 not in self.done or not left:
             return
@@ -231,7 +261,8 @@ class Roll:
 
 
 def wait_for_every_replica(server, cluster: spec.ClusterConfig, model_dir: str | None, train_steps: int,
-                           stop: threading.Event, num_epochs: int = 0, gone_secs: float = 60.0) -> Roll:
+                           stop: threading.Event, num_epochs: int = 0, gone_secs: float = 60.0,
+                           chief_start_secs: float = 600.0) -> Roll:
     """The ps's verb: blocks until every training replica on the Roll is off it, the chief ended in a permanent
     error, or `stop` is set (some are pending then); returns the Roll. It reads model_dir at once, then every
     MARK_CHECK_SECS.
@@ -244,7 +275,7 @@ def wait_for_every_replica(server, cluster: spec.ClusterConfig, model_dir: str |
     with graph.as_default():
         queue = _done_queue(cluster.task_index, cluster.num_replicas)
         dequeue, close = queue.dequeue(), queue.close(cancel_pending_enqueues=True)
-    roll = Roll(cluster, model_dir, train_steps, num_epochs, gone_secs)
+    roll = Roll(cluster, model_dir, train_steps, num_epochs, gone_secs, chief_start_secs=chief_start_secs)
     told = []  # replicas the queue named, for this thread to enter on the roll
     with tf.compat.v1.Session(server.target, graph=graph, config=spec.session_config(cluster)) as sess:
 

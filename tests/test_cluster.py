@@ -130,3 +130,36 @@ def test_a_ps_ends_on_its_chiefs_failure_mark_but_not_on_an_earlier_runs_nor_aft
     shutdown.mark_chief_failed(model_dir, "worker:0: its export failed")  # after its done mark
     roll.check()
     assert roll.chief_failed is None and roll.pending() == {1}
+
+
+def test_a_ps_ends_on_a_failure_mark_from_before_it_began_once_the_chief_stays_silent_for_the_startup_timeout(
+        tmp_path):
+    model_dir = str(tmp_path)
+    shutdown.mark_chief_failed(model_dir, "worker:0: --batch_size must be positive")  # refused before the ps began
+    now, serving = [0.0], {"w0:1": False, "w1:1": True}
+    ps = spec.ClusterConfig(("h0:1",), ("w0:1", "w1:1"), "ps", 0)
+    roll = shutdown.Roll(ps, model_dir, 100, gone_secs=10, probe=lambda address: serving[address],
+                         clock=lambda: now[0], chief_start_secs=30)
+
+    def checked_at(*times):
+        for time in times:
+            now[0] = time
+            roll.check()
+
+    checked_at(0.0, 29.0)
+    assert not roll.over()  # a chief may still be starting: it would remove the mark as it begins
+    serving["w0:1"] = True  # it serves (and has not yet removed the mark): the count starts over
+    checked_at(40.0)
+    serving["w0:1"] = False
+    checked_at(45.0, 74.0)
+    assert not roll.over()
+    checked_at(75.0)
+    assert roll.over() and roll.chief_failed == "worker:0: --batch_size must be positive"
+
+    shutdown.mark_chief_failed(model_dir, "worker:0: an earlier run's bad record")
+    roll = shutdown.Roll(ps, model_dir, 100, probe=lambda address: False, clock=lambda: now[0], chief_start_secs=30)
+    roll.check()
+    shutdown.clear_chief_failed(model_dir)  # this run's chief began, and its server is not up yet
+    now[0] = 200.0
+    roll.check()
+    assert not roll.over() and roll.chief_failed is None

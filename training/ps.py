@@ -25,7 +25,8 @@ def run(cfg, server) -> int:
     logging.info("ps %d: serving on %s for %d training replica(s)", cluster.task_index,
                  cluster.ps_hosts[cluster.task_index], cluster.num_replicas)
     roll = shutdown.wait_for_every_replica(server, cluster, cfg.train.model_dir, cfg.train.train_steps, stop,
-                                           cfg.train.num_epochs, cfg.train.worker_gone_secs)
+                                           cfg.train.num_epochs, cfg.train.worker_gone_secs,
+                                           cfg.train.startup_timeout_secs)
     if roll.chief_failed is not None:
         raise ending.with_the_chief(f"ps {cluster.task_index}", roll.chief_failed)
     if not roll.pending():
