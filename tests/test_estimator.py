@@ -284,6 +284,11 @@ def test_a_programs_chief_whose_loss_turns_nan_exits_1_in_one_line_and_its_ps_an
         for job in ("ps", "chief", "evaluator"):
             cluster.start(job)
         codes, logs = cluster.wait()
+        # The ps as its orchestrator starts it again: the chief's mark is older than it, and the chief's address
+        # refuses connections for the startup timeout, so it ends with the chief's reason too (not serving on).
+        cluster.env["PS_TRAINER_FLAGS"] = "--startup_timeout_secs=1"
+        cluster.start("ps")
+        again = cluster.procs["ps"].wait(timeout=TIMEOUT)
     assert codes == {"ps": 1, "chief": 1, "evaluator": 1}, {job: log[-2000:] for job, log in logs.items()}
     reason = ("chief:0: the loss became NaN or Inf (NanTensorHook stopped training); the latest checkpoint in "
               f"{tmp_path / 'model'} is the last good one")
@@ -291,6 +296,9 @@ def test_a_programs_chief_whose_loss_turns_nan_exits_1_in_one_line_and_its_ps_an
     for job in ("ps", "evaluator"):
         assert "the chief ended in a permanent error, so nothing more will train; exiting with it: " + reason in (
             logs[job]), logs[job][-2000:]
+    restarted = cluster.log("ps")[len(logs["ps"]):]
+    assert again == 1 and "model_dir's mark that it failed still stands" in restarted, restarted[-2000:]
+    assert "exiting with it: " + reason in restarted, restarted[-2000:]
 
 
 @pytest.mark.e2e
