@@ -155,3 +155,51 @@ def test_batch_norm_trains_and_keeps_its_moving_averages_as_keras_batchnormaliza
             ours_moving, theirs_moving = session.run((ours_moving, keras.moving_mean))
     np.testing.assert_allclose(ours_moving, theirs_moving, rtol=1e-5)
     assert np.all(ours_moving > 0.004)  # three updates of 0.001 toward the batches' mean, about 2
+
+
+@pytest.mark.inprocess
+@pytest.mark.parametrize("case, optimizers", [("v2_dnn_linear_combined_classifier", "Adagrad and Ftrl"),
+                                              ("head_model_fn", "Adagrad"),
+                                              ("v2_dnn_estimator_multi_head", "Adagrad")])
+def test_a_tf215_v2_checkpoint_trains_on_under_a_lever_with_its_keras_optimizers(case, optimizers, tmp_path,
+                                                                                  monkeypatch, caplog):
+    # PS_TRAINER_FLAGS="--local_steps=5" in one process: the lever takes the Keras optimizers TF 2.x's V2 class (or
+    # a head's model_fn, or a MultiHead's, whose scope is `training_<n>`) built, and counts the global step itself;
+    # the second optimizer's own count (Ftrl's) goes on from TF 2.15's; the worker-side copies' slots are never
+    # saved.
+    import tensorflow as tf
+
+    import ps_trainer.estimator  # noqa: F401  (the one line a program adds)
+    import tf215_cases
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    monkeypatch.setenv("PS_TRAINER_FLAGS", "--local_steps=5")
+    caplog.set_level("INFO", logger="tensorflow")  # tf.compat.v1.logging's, where the Estimator logs
+    model_dir = tmp_path / "model"
+    shutil.copytree(FIXTURES / case, model_dir)
+    regression, make = tf215_cases.CASES[case]
+    estimator = make(str(model_dir))
+    start = tf.train.load_checkpoint(str(FIXTURES / case))
+    estimator.train(tf215_cases.input_fn(regression), max_steps=tf215_cases.STEPS + 100)
+    assert f"PS_TRAINER_FLAGS --local_steps=5: the lever makes the update with the model_fn's {optimizers}" in (
+        caplog.text)
+    trained = tf.train.load_checkpoint(str(model_dir))
+    assert trained.get_tensor("global_step") == tf215_cases.STEPS + 100
+    saved = set(trained.get_variable_to_shape_map())
+    assert not [name for name in saved if "local_copy" in name or "updates_here" in name], sorted(saved)
+    weights = [name for name in saved if name.endswith(("kernel", "weights", "bias"))]
+    assert weights and all(np.any(trained.get_tensor(name) != start.get_tensor(name)) for name in weights), weights
+    if "training/Ftrl/iter" in saved:  # the linear model, a table on the ps: FTRL's state goes on from TF 2.15's
+        assert trained.get_tensor("training/Ftrl/iter") == start.get_tensor("training/Ftrl/iter") + 100
+        accumulator = "training/Ftrl/linear/linear_model/x/weights/accumulator"
+        assert np.all(trained.get_tensor(accumulator) > start.get_tensor(accumulator)), accumulator
+    # It learned on from TF 2.15's weights, at least as the same 100 steps without the lever do (the worker-side
+    # copies' slots are the worker's own, started afresh: an Adagrad accumulator from its initial value).
+    reference = json.loads((FIXTURES / case / "metrics.json").read_text())
+    evaluated = estimator.evaluate(tf215_cases.input_fn(regression, epochs=1))
+    monkeypatch.delenv("PS_TRAINER_FLAGS")
+    shutil.copytree(FIXTURES / case, tmp_path / "plain")
+    plain = make(str(tmp_path / "plain"))
+    plain.train(tf215_cases.input_fn(regression), max_steps=tf215_cases.STEPS + 100)
+    plainly = plain.evaluate(tf215_cases.input_fn(regression, epochs=1))
+    assert evaluated["loss"] < reference["loss"] - 0.02, (evaluated, reference)
+    assert evaluated["loss"] < plainly["loss"] * 1.05, (evaluated, plainly)

@@ -101,6 +101,12 @@ class WideAndDeepOptimizer(_v1.Optimizer):
         return sorted(set(self._deep.get_slot_names()) | set(self._wide.get_slot_names() if self._wide else ()))
 
 
+def named(optimizer) -> str:
+    """An optimizer as the logs name it: its str() where its class says one (PartsOptimizer's parts, a Keras
+    optimizer a lever took), else its class's name."""
+    return type(optimizer).__name__ if type(optimizer).__str__ is object.__str__ else str(optimizer)
+
+
 class PartsOptimizer(_v1.Optimizer):
     """Optimizers that each update their own part of the model, as one: a program's model_fn that calls one
     minimize per part (the canned wide & deep's Ftrl for its linear part and Adagrad for its DNN) trains under a
@@ -116,7 +122,7 @@ class PartsOptimizer(_v1.Optimizer):
         self._origin = origin
 
     def __str__(self):
-        return " and ".join(type(optimizer).__name__ for optimizer, _ in self._parts)
+        return " and ".join(named(optimizer) for optimizer, _ in self._parts)
 
     def _optimizer_of(self, variable):
         key = self._origin(variable).ref()

@@ -9,6 +9,7 @@ part, of at least 256 KB) and update with tf.compat.v1.train optimizers, the los
 V2 classes partition nothing and update with Keras optimizers in the `training` name scope, the loss
 averaged over the batch."""
 
+import contextlib
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -17,6 +18,7 @@ import tensorflow as tf
 
 from ps_trainer.estimator.estimator import Estimator
 from ps_trainer.estimator.heads import Head
+from ps_trainer.model import needs
 from ps_trainer.model.spec import ModeKeys
 
 v1 = tf.compat.v1
@@ -189,7 +191,10 @@ def model_fn_of(head, dnn=None, linear=None, baseline=None, version=V1):
                 partitioner = linear["partitioner"] or (
                     v1.min_max_variable_partitioner(max_partitions=max(1, config.num_ps_replicas))
                     if dnn is not None else _partitioner(config))
-            with v1.variable_scope("linear", partitioner=partitioner):
+            # The linear model's weights are a table: TF1's partitioned; TF 2.x's made whole, in table_part() (a
+            # lever keeps them on the ps, where its optimizer's slots stay too: FTRL's weights follow from them).
+            with v1.variable_scope("linear", partitioner=partitioner), (
+                    contextlib.nullcontext() if version.partitions else needs.table_part()):
                 logits += _linear_logits(features, linear["feature_columns"], head.logits_dimension,
                                          linear["sparse_combiner"])
         if baseline is not None:

@@ -21,7 +21,7 @@ from ps_trainer.cluster import model_dir as layout
 from ps_trainer.cluster import placement, spec as cluster_spec
 from ps_trainer.estimator import export, input_fn_result, inputs, run_config
 from ps_trainer.estimator.run_config import RunConfig
-from ps_trainer.model import spec
+from ps_trainer.model import needs, spec
 from ps_trainer.model.dynamic import column, storage as table_storage, upkeep as table_upkeep
 from ps_trainer.model.graph_tables import GraphTables
 from ps_trainer.model.spec import EstimatorSpec, ModeKeys
@@ -135,10 +135,11 @@ class Estimator:
         with tf.Graph().as_default():
             self._seed()
             cluster = self._config.cluster if target else cluster_spec.ClusterConfig()
-            # --local_steps keeps a program's partitioned variables on the ps, as tables: a run is then one step.
-            partitioned = (self._config.runtime_flags.local_steps > 1 and run_config.table_options(self._config) is None
-                           and self._partitions_variables(input_fn))
-            path = run_config.step_path(self._config, cluster, partitioned)
+            # --local_steps keeps a program's tables (its partitioned variables, a V2 class's linear model) on the ps:
+            # a run is then one step.
+            own_tables = (self._config.runtime_flags.local_steps > 1 and run_config.table_options(self._config) is None
+                          and self._makes_tables(input_fn))
+            path = run_config.step_path(self._config, cluster, own_tables)
             placed = v1.device(placement.device_setter(cluster)) if cluster.is_distributed else contextlib.nullcontext()
             tables = run_config.table_options(self._config) is not None
             table_devices = cluster.ps_devices() if cluster.is_distributed else ()
@@ -346,10 +347,11 @@ class Estimator:
                                        checkpoint_path)
 
     # ---------------------------------------------------------------- the model_fn contract
-    def _partitions_variables(self, input_fn) -> bool:
-        """Whether the model_fn makes partitioned trainable variables (TF1's canned classes partition their input
-        layer's and linear model's): it is called once for this, in a graph of its own, its update recorded rather
-        than built."""
+    def _makes_tables(self, input_fn) -> bool:
+        """Whether the model_fn makes tables: partitioned trainable variables (TF1's canned classes partition their
+        input layer's and linear model's) or trainable variables made in model.needs.table_part() (TF 2.x's canned
+        classes' linear model). It is called once for this, in a graph of its own, its update recorded rather than
+        built."""
         partitioned = []
 
         def noting(getter, name, *args, **kwargs):  # TensorFlow passes the next getter as `getter`
@@ -357,13 +359,14 @@ class Estimator:
                 partitioned.append(name)
             return getter(name, *args, **kwargs)
 
-        with tf.Graph().as_default(), taken.recording(), v1.variable_scope(v1.get_variable_scope(),
-                                                                          custom_getter=noting):
+        with tf.Graph().as_default() as graph, taken.recording(), v1.variable_scope(v1.get_variable_scope(),
+                                                                                   custom_getter=noting):
             v1.train.get_or_create_global_step()
             as_dataset = getattr(input_fn, inputs.AS_DATASET, None)
             source = input_fn_result.of(as_dataset() if as_dataset else self._call_input_fn(input_fn, ModeKeys.TRAIN))
             self._call_model_fn(*source.next_batch(), ModeKeys.TRAIN, GraphTables())
-        return bool(partitioned)
+            tables = [variable for variable in v1.trainable_variables() if needs.is_table(variable, graph)]
+        return bool(partitioned or tables)
 
     def _call_input_fn(self, input_fn, mode):
         kwargs = {key: value for key, value in (("mode", mode), ("params", self.params), ("config", self.config))

@@ -13,6 +13,7 @@ import tensorflow as tf
 from tensorflow.python.saved_model.model_utils import export_output  # TF's own ExportOutput classes
 
 from ps_trainer.estimator import keras_optimizers
+from ps_trainer.training.step import taken
 from ps_trainer.model.spec import EstimatorSpec, ModeKeys
 
 v1 = tf.compat.v1
@@ -276,8 +277,10 @@ def _train_op(loss, optimizer, trainable_variables, train_op_fn, update_ops):
         if not isinstance(trainable_variables, list | tuple):
             raise ValueError("trainable_variables should be a list or a tuple. Given type: "
                              f"{type(trainable_variables)}.")
-        keras_optimizers.refuse_under_a_lever()
-        train_op = optimizer.get_updates(loss, list(trainable_variables))[0]
+        if taken.is_recording():  # a lever makes the update with it, stepping the global step itself
+            train_op = taken.take(keras_optimizers.TakenByALever(optimizer, False), loss, list(trainable_variables))
+        else:
+            train_op = optimizer.get_updates(loss, list(trainable_variables))[0]
     if update_ops:
         train_op = tf.group(train_op, *update_ops)
     return train_op

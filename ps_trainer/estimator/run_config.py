@@ -158,17 +158,18 @@ class RunConfig:
         return ""
 
 
-def step_path(config: RunConfig, cluster: spec.ClusterConfig, partitioned: bool = False) -> plan.StepPath:
+def step_path(config: RunConfig, cluster: spec.ClusterConfig, own_tables: bool = False) -> plan.StepPath:
     """What one session.run of this task's training does (training/plan.py), from PS_TRAINER_FLAGS's levers:
     the model_fn's dense variables get the levers' worker-side copies, so a round is one loop; its tables, the
-    runtime's dynamic ones (--embedding=dynamic) and its own partitioned variables (`partitioned`: TF1's canned
-    classes partition their input layer's and linear model's), are read and updated on the ps a step at a time."""
+    runtime's dynamic ones (--embedding=dynamic) and its own (`own_tables`: partitioned variables, as TF1's canned
+    classes partition their input layer's and linear model's, and a V2 class's linear model), are read and updated
+    on the ps a step at a time."""
     given = config.runtime_flags
     try:
         return plan.step_path(plan.StepSettings(local_steps=given.local_steps, steps_per_run=given.steps_per_run,
                                                 steps_per_run_given=given.steps_per_run > 1,
                                                 accumulate_batches=given.accumulate_batches, sync=given.sync_replicas,
-                                                has_tables=given.embedding == "dynamic" or partitioned,
+                                                has_tables=given.embedding == "dynamic" or own_tables,
                                                 model="model_fn",
                                                 distributed=cluster.is_distributed))
     except plan.Conflict as conflict:

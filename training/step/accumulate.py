@@ -10,6 +10,7 @@ one round (one update); each round now covers batch_size x K x replicas_to_aggre
 
 import tensorflow as tf
 
+from ps_trainer.model import needs
 from ps_trainer.training.step import single, update
 from ps_trainer.training.step.base import Step, StepContext
 from ps_trainer.training.step.loop import Iteration, LoopResult, Metrics, training_loop
@@ -27,8 +28,12 @@ class Snapshot:
 
     def getter(self, getter, name, *args, **kwargs):  # TensorFlow passes the next getter as `getter`
         variable = getter(name, *args, **kwargs)
-        if kwargs.get("partitioner") is not None:  # flags/config.py refuses models that declare such tables
+        # flags/config.py refuses the trainer's models that declare tables; a program's are refused here.
+        if kwargs.get("partitioner") is not None:
             raise ValueError(f"--accumulate_batches: {name} is partitioned; the snapshot is for dense variables")
+        if needs.is_table(variable):
+            raise ValueError(f"--accumulate_batches: {name} is a table on the ps (as a canned linear model's "
+                             "weights are); the snapshot is for dense variables")
         if name not in self.reads:
             with v1.device(self.device), v1.name_scope(None):
                 self.reads[name] = (variable, tf.identity(variable.read_value(), name=f"snapshot/{name}"))

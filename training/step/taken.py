@@ -10,7 +10,9 @@ the runtime (no train_op, as under `trainer.py --model_fn`) is trained the same 
 --optimizer and --learning_rate, with a lever or on the single step path.
 
 Several minimizes of one loss, each of a var_list of its own part (the canned wide & deep's Ftrl and Adagrad),
-are one update in which each optimizer updates its part (optimizers.PartsOptimizer).
+are one update in which each optimizer updates its part (optimizers.PartsOptimizer). TF 2.x's V2 canned classes
+and heads update with a Keras optimizer: each records its update with take(), as a minimize of its own
+(ps_trainer/estimator/keras_optimizers.TakenByALever).
 
 What a lever cannot take is refused in one line, naming it: an update that is not of the whole model by
 minimize (several optimizers of the same variables or of different losses, a var_list of some variables,
@@ -72,6 +74,7 @@ def recording():
         return tf.no_op(name="apply_gradients_taken_by_the_runtime")
 
     record_minimize.taken_by_a_lever = True  # is_recording's mark
+    record_minimize.record = record  # take()'s
     base.minimize, base.apply_gradients = record_minimize, record_apply
     try:
         yield record
@@ -80,9 +83,17 @@ def recording():
 
 
 def is_recording() -> bool:
-    """A lever is recording the model_fn's update (recording() is open): an update of another kind, which it cannot
-    take, refuses itself with LeverRefusal (TF 2.x's V2 canned classes, ps_trainer/estimator/canned_v2.py)."""
+    """A lever is recording the model_fn's update (recording() is open): an update of another kind records itself
+    with take() (TF 2.x's Keras optimizers: ps_trainer/estimator/keras_optimizers.py), or refuses itself with
+    LeverRefusal."""
     return getattr(optimizer_lib.Optimizer.minimize, "taken_by_a_lever", False)
+
+
+def take(optimizer: v1.train.Optimizer, loss, var_list) -> tf.Operation:
+    """While recording(): records an update of `loss` over var_list by `optimizer` as a minimize, and returns the
+    no-op that stands for it."""
+    optimizer_lib.Optimizer.minimize.record.minimized.append(Minimized(optimizer, loss, var_list))
+    return tf.no_op(name="minimize_taken_by_the_runtime")
 
 
 def _the_update(record: Recorded, spec, lever_flag: str, runtime_optimizer: bool, sync: bool,
@@ -129,7 +140,7 @@ def _parts(minimized: list, said: str, lever_flag: str, origin) -> Minimized:
     """Several minimizes of one loss, each of a var_list of its own (the canned wide & deep's, of its linear part
     and of its DNN), as one update of their var_lists (optimizers.PartsOptimizer), or LeverRefusal."""
     runs = (f"the model_fn's train_op runs {len(minimized)} "
-            f"({', '.join(type(taken.optimizer).__name__ for taken in minimized)})")
+            f"({', '.join(optimizers.named(taken.optimizer) for taken in minimized)})")
     if any(taken.loss is not minimized[0].loss for taken in minimized):
         raise LeverRefusal(f"{said}, of one loss, and {runs} of different losses: train without {lever_flag}")
     owned = [{origin(variable).ref() for variable in taken.var_list} if taken.var_list is not None else None
@@ -138,11 +149,6 @@ def _parts(minimized: list, said: str, lever_flag: str, origin) -> Minimized:
         raise LeverRefusal(f"{said}, one per variable, and {runs} of the same variables: train without {lever_flag}")
     optimizer = optimizers.PartsOptimizer([(taken.optimizer, taken.var_list) for taken in minimized], origin)
     return Minimized(optimizer, minimized[0].loss, [variable for taken in minimized for variable in taken.var_list])
-
-
-def _named(optimizer) -> str:
-    """An optimizer as the logs name it: its class (each part's, for PartsOptimizer)."""
-    return str(optimizer) if isinstance(optimizer, optimizers.PartsOptimizer) else type(optimizer).__name__
 
 
 class Lever(NamedTuple):
@@ -193,7 +199,7 @@ def build(call_model_fn: Callable, next_batch: Callable, from_dataset: bool, glo
                 "makes the update")
     else:
         optimizer = taken.optimizer
-        said = f"the lever makes the update with the model_fn's {_named(optimizer)}"
+        said = f"the lever makes the update with the model_fn's {optimizers.named(optimizer)}"
     if path == plan.SINGLE and train.sync_replicas and not runtime_optimizer:
         said = f"{lever_flag}: {said}, in the runtime's synchronous rounds"
     elif path != plan.SINGLE:
