@@ -13,8 +13,8 @@ import tensorflow as tf
 from tensorflow.python.saved_model.model_utils import export_output  # TF's own ExportOutput classes
 
 from ps_trainer.estimator import keras_optimizers
-from ps_trainer.training.step import taken
 from ps_trainer.model.spec import EstimatorSpec, ModeKeys
+from ps_trainer.training.step import taken
 
 v1 = tf.compat.v1
 # Keras's loss reductions, as the V2 heads take them, and the tf.compat.v1.losses reduction that computes each.
