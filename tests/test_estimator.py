@@ -1219,6 +1219,12 @@ def test_a_lever_given_outside_the_program_trains_with_the_model_fns_own_optimiz
     v2_class.train(input_fn, max_steps=300)
     assert v2_class.get_variable_value("global_step") == 300 and v2_class.evaluate(held_out)["accuracy"] > 0.95
     assert optimizer_lib.Optimizer.minimize is minimize
+    # And in the runtime's synchronous rounds, which wrap its Keras optimizer as they wrap a tf.compat.v1.train one.
+    monkeypatch.setenv("PS_TRAINER_FLAGS", "--sync_replicas")
+    v2_class = v2.LinearClassifier([tf.feature_column.numeric_column("x", shape=[4])], str(tmp_path / "v2_sync"))
+    v2_class.train(input_fn, max_steps=300)
+    assert v2_class.get_variable_value("global_step") == 300 and v2_class.evaluate(held_out)["accuracy"] > 0.95
+    monkeypatch.setenv("PS_TRAINER_FLAGS", "--local_steps=5")
     # A model_fn that leaves the update to the runtime (no train_op, as under trainer.py --model_fn) trains in
     # the program too once PS_TRAINER_FLAGS says how, with a lever or without; without, it is TF1's refusal.
     runtime_update = lever_model_fn(lambda: None, "left to the runtime")
