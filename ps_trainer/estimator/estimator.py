@@ -155,10 +155,7 @@ class Estimator:
                 global_step = v1.train.get_or_create_global_step()
                 runtime_sync = self._config.runtime_flags.sync_replicas
                 as_written = path.name == plan.SINGLE and not runtime_optimizer and not runtime_sync
-                # A lever reads several batches a run: of numpy_input_fn's data, as the tf.data.Dataset it is.
-                as_dataset = None if as_written else getattr(input_fn, inputs.AS_DATASET, None)
-                source = input_fn_result.of(as_dataset() if as_dataset else self._call_input_fn(input_fn,
-                                                                                                 ModeKeys.TRAIN))
+                source = self._training_source(input_fn, as_dataset=not as_written)
                 if as_written:  # its train_op, as written
                     model = self._call_model_fn(*source.next_batch(), ModeKeys.TRAIN, graph_tables)
                     if model.train_op is None:
@@ -362,11 +359,16 @@ class Estimator:
         with tf.Graph().as_default() as graph, taken.recording(), v1.variable_scope(v1.get_variable_scope(),
                                                                                    custom_getter=noting):
             v1.train.get_or_create_global_step()
-            as_dataset = getattr(input_fn, inputs.AS_DATASET, None)
-            source = input_fn_result.of(as_dataset() if as_dataset else self._call_input_fn(input_fn, ModeKeys.TRAIN))
+            source = self._training_source(input_fn, as_dataset=True)
             self._call_model_fn(*source.next_batch(), ModeKeys.TRAIN, GraphTables())
             tables = [variable for variable in v1.trainable_variables() if needs.is_table(variable, graph)]
         return bool(partitioned or tables)
+
+    def _training_source(self, input_fn, as_dataset: bool):
+        """The input_fn's training batches. as_dataset: for a lever, which reads several batches a run, of
+        numpy_input_fn's data as the tf.data.Dataset it is."""
+        dataset = getattr(input_fn, inputs.AS_DATASET, None) if as_dataset else None
+        return input_fn_result.of(dataset() if dataset else self._call_input_fn(input_fn, ModeKeys.TRAIN))
 
     def _call_input_fn(self, input_fn, mode):
         kwargs = {key: value for key, value in (("mode", mode), ("params", self.params), ("config", self.config))
