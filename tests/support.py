@@ -197,9 +197,16 @@ def wait_recording_exits(cluster, timeout: float) -> dict:
 
 
 # ---------------------------------------------------------------- in-process clusters
+def tf_session(target: str = "", graph=None) -> v1.Session:
+    """A session with the graph optimizer set as the runtime sets its own (cluster/spec.graph_rewrites)."""
+    return v1.Session(target, graph=graph, config=spec.graph_rewrites())
+
+
 def in_process_cluster(num_workers: int = 1, num_ps: int = 1):
     """tf.test.create_local_cluster's servers: (worker servers, ps servers, a ClusterConfig per worker)."""
-    workers, ps_servers = tf.test.create_local_cluster(num_workers=num_workers, num_ps=num_ps)
+    workers, ps_servers = tf.test.create_local_cluster(num_workers=num_workers, num_ps=num_ps,
+                                                       worker_config=spec.graph_rewrites(),
+                                                       ps_config=spec.graph_rewrites())
     hosts = {job.name: tuple(job.tasks[i] for i in sorted(job.tasks)) for job in workers[0].server_def.cluster.job}
     configs = [spec.ClusterConfig(hosts["ps"], hosts["worker"], "worker", i) for i in range(num_workers)]
     return workers, ps_servers, configs
@@ -235,6 +242,7 @@ def train_one_worker(tmp_path, data_cfg, model_cfg, steps_per_run, train_steps, 
         saves = session_loop.ChiefSaverHook(str(tmp_path), None, save_steps, scaffold, steps_per_run=path.steps_per_run,
                                             save_graph_def=False)
         with v1.train.MonitoredTrainingSession(master=target, checkpoint_dir=str(tmp_path), scaffold=scaffold,
+                                               config=spec.graph_rewrites(),
                                                hooks=[*step.hooks, progress],
                                                chief_only_hooks=[*step.chief_only_hooks, saves],
                                                save_checkpoint_steps=None, save_summaries_steps=None,

@@ -13,7 +13,7 @@ from ps_trainer import input as inputs
 from ps_trainer import model
 from ps_trainer.cluster import model_dir as layout
 from ps_trainer.cluster import spec
-from tests.support import run_trainer, train_one_worker
+from tests.support import run_trainer, tf_session, train_one_worker
 from ps_trainer.training import checkpoints, chief_claim, evaluator, exit_codes, log_lines
 from ps_trainer.training.config import RunConfig, TrainConfig
 
@@ -144,7 +144,7 @@ def model_variables(shards: int, rows: int, width: int, grown: int):
 def test_a_resume_is_refused_only_for_a_variable_saved_with_another_shape(tmp_path):
     with tf.Graph().as_default():
         model_variables(shards=2, rows=100, width=4, grown=30)
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run(v1.global_variables_initializer())
             prefix = v1.train.Saver().save(sess, str(tmp_path / "model.ckpt"), global_step=7)
     for shards, rows, width, grown, refusal in (
@@ -184,7 +184,7 @@ def test_the_check_after_writing_finds_a_short_shard_a_missing_one_and_a_missing
     with tf.Graph().as_default():
         variable = v1.get_variable("table", initializer=tf.zeros([1000, 16]))
         saver = v1.train.Saver(sharded=True)
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run(variable.initializer)
             prefix = saver.save(sess, str(tmp_path / "model.ckpt"), global_step=7)
     assert checkpoints.checkpoint_problem(prefix) is None

@@ -20,7 +20,8 @@ from ps_trainer.model.dynamic import ids as table_ids, storage as table_storage
 from ps_trainer.model.dynamic import table as dynamic_table, upkeep as table_upkeep
 from ps_trainer.model.graph_tables import GraphTables
 from tests.support import (ROOT, describe, finished, in_process_cluster, join_all, logged_step, read_flags,
-                           run_trainer, saved_maps, serve_in_fresh_process, wait_for, write_criteo_shaped_tsvs)
+                           run_trainer, saved_maps, serve_in_fresh_process, tf_session, wait_for,
+                           write_criteo_shaped_tsvs)
 from ps_trainer.training import export, incremental, log_lines, run_record
 from ps_trainer.training import graph as train_graph
 from ps_trainer.training.config import TrainConfig
@@ -50,7 +51,7 @@ def table_graph(ids_dtype=tf.string, capacity=40, shards=2, min_count=1, trainin
 def test_each_id_gets_a_row_of_its_own_that_stays_across_steps_and_a_checkpoint(tmp_path, dtype, batches):
     with tf.Graph().as_default():
         ids, rows, _ = table_graph(dtype)
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run(v1.global_variables_initializer())
             seen = {}
             for batch in batches:
@@ -83,7 +84,7 @@ def test_a_rounds_push_skips_the_rows_an_eviction_took_from_the_ids_it_read_them
         kept = row_copies.Guard(shard, keys, found).kept(pushed)
         evict_b_and_c = shard.map.remove(tf.constant(["b", "c"]))
         give_b_row_to_d = shard.map.insert(tf.constant(["d"]), tf.constant([2], tf.int64))
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run(v1.global_variables_initializer())
             sess.run(rows, {ids: ["a", "b", "c"]})  # rows 1, 2 and 3
             read = {keys: ["a", "b", "c", "never admitted"], found: [1, 2, 3, 0], pushed: [0, 1, 2, 3]}
@@ -100,7 +101,7 @@ def test_a_step_updates_the_rows_of_the_batch_and_no_other():
         ids, rows, _ = table_graph(capacity=20, shards=1)
         train = v1.train.GradientDescentOptimizer(0.5).minimize(tf.reduce_sum(rows))
         table = [v for v in v1.global_variables() if v.op.name == "user/shard0/embedding"][0]
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run(v1.global_variables_initializer())
             sess.run(rows, {ids: ["a", "b"]})  # rows 1 and 2
             before = sess.run(table)
@@ -117,7 +118,7 @@ def test_an_id_reads_the_default_row_until_its_nth_sighting_then_gets_its_own():
     with tf.Graph().as_default():
         ids, rows, table = table_graph(shards=1, min_count=3)
         live = v1.get_collection(table_storage.LIVE_ROWS)
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run(v1.global_variables_initializer())
             default = sess.run(rows, {ids: ["never"]})[0]
             got = sess.run(rows, {ids: ["x", "y"]})  # one sighting each
@@ -135,7 +136,7 @@ def test_an_id_reads_the_default_row_until_its_nth_sighting_then_gets_its_own():
 def test_a_full_table_stops_with_a_message_naming_the_table_and_the_flag():
     with tf.Graph().as_default():
         ids, rows, _ = table_graph(capacity=4, shards=1)  # the default row and 3 IDs
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run(v1.global_variables_initializer())
             sess.run(rows, {ids: ["a", "b", "c"]})
             with pytest.raises(tf.errors.InvalidArgumentError,
@@ -170,7 +171,7 @@ def test_storage_grows_with_the_ids_met_keeping_every_row_value_and_slot_and_nev
                           key=lambda v: v.op.name)
         slots = [optimizer.get_slot(v, "accumulator") for v in storages]
         assert storages[0].shape.as_list() == [None, WIDTH]  # rows grow; the width is known
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run(v1.global_variables_initializer())
             assert [len(v) for v in sess.run(storages)] == [table_storage.GROWTH_ROWS] * 2
             first = np.arange(batch, dtype=np.int64) * 7 + 1
@@ -218,7 +219,7 @@ def test_a_full_table_resumes_from_its_checkpoint_with_a_higher_capacity(tmp_pat
 
     with tf.Graph().as_default():
         ids, rows, table, _ = graph(capacity=4)
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run(v1.global_variables_initializer())
             trained = sess.run(rows, {ids: ["a", "b", "c"]})
             with pytest.raises(tf.errors.InvalidArgumentError, match="embedding table user is full"):
@@ -226,7 +227,7 @@ def test_a_full_table_resumes_from_its_checkpoint_with_a_higher_capacity(tmp_pat
             checkpoint = v1.train.Saver().save(sess, str(tmp_path / "model.ckpt"))
     with tf.Graph().as_default():
         ids, rows, table, upkeep = graph(capacity=8)
-        with v1.Session() as sess:
+        with tf_session() as sess:
             v1.train.Saver().restore(sess, checkpoint)
             upkeep.after_restore(sess)
             np.testing.assert_array_equal(sess.run(rows, {ids: ["a", "b", "c"]}), trained)
@@ -247,13 +248,13 @@ def test_a_map_saved_by_the_last_release_restores_and_the_map_saves_the_same_pai
     with tf.Graph().as_default():
         with v1.name_scope(None):
             old = tf.lookup.experimental.MutableHashTable(tf.string, tf.int64, -1, name="user/shard0/rows_of_ids")
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run(old.insert(["a", "b", "c"], tf.constant([3, 1, 2], tf.int64)))
             checkpoint = v1.train.Saver().save(sess, str(tmp_path / "old.ckpt"))
     with tf.Graph().as_default():
         ids, _, table = table_graph(shards=1)
         maps = v1.get_collection(v1.GraphKeys.SAVEABLE_OBJECTS)
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run(v1.global_variables_initializer())
             sess.run(table._shards[0].map.insert(["z"], tf.constant([9], tf.int64)))  # replaced by the restore
             v1.train.Saver(maps).restore(sess, checkpoint)
@@ -267,7 +268,7 @@ def test_the_ids_the_map_keeps_for_itself_read_the_default_row_and_are_never_adm
     with tf.Graph().as_default():
         ids, rows, table = table_graph(tf.int64, shards=1)
         lowest = np.iinfo(np.int64).min
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run(v1.global_variables_initializer())
             storage = [v for v in v1.global_variables() if v.op.name == "user/shard0/embedding"][0]
             default = sess.run(storage)[table_storage.DEFAULT_ROW]
@@ -289,7 +290,7 @@ def test_a_restore_of_a_save_caught_mid_growth_gives_every_row_variable_the_rows
         shard = table._shards[0]
         storage = [v for v in v1.global_variables() if v.op.name == "user/shard0/embedding"][0]
         accumulator = optimizer.get_slot(storage, "accumulator")
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run(v1.global_variables_initializer())
             sess.run(train, {ids: np.arange(100, dtype=np.int64)})
             # As a save might catch it: the rows grown, their slot not yet; next_row read before an admission.
@@ -311,14 +312,14 @@ def test_a_restore_of_a_save_caught_mid_growth_gives_every_row_variable_the_rows
 def test_a_restored_table_serves_raw_ids_and_stores_none_it_does_not_know(tmp_path):
     with tf.Graph().as_default():
         ids, rows, _ = table_graph()
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run(v1.global_variables_initializer())
             trained = dict(zip(["a", "b", "c"], sess.run(rows, {ids: ["a", "b", "c"]})))
             checkpoint = v1.train.Saver().save(sess, str(tmp_path / "model.ckpt"))
     with tf.Graph().as_default():
         ids, rows, _ = table_graph(training=False)
         live = v1.get_collection(table_storage.LIVE_ROWS)
-        with v1.Session() as sess:
+        with tf_session() as sess:
             v1.train.Saver().restore(sess, checkpoint)
             served = sess.run(rows, {ids: ["c", "new", "a", "", "b", "other"]})
             assert sum(sess.run(live)) == 3  # nothing stored for "new", "" or "other"
@@ -343,7 +344,7 @@ def test_eviction_frees_the_rows_untouched_for_steps_to_live_resets_them_and_the
         table = [v for v in v1.global_variables() if v.op.name == "user/shard0/embedding"][0]
         accumulator = optimizer.get_slot(table, "accumulator")
         live = v1.get_collection(table_storage.LIVE_ROWS)
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run(v1.global_variables_initializer())
             sess.run(train, {ids: ["a", "b"]})  # step 1: a row 1, b row 2
             for _ in range(4):  # steps 2-5: a only
@@ -387,13 +388,13 @@ def test_workers_admitting_the_same_new_ids_at_once_give_each_one_row_and_lose_n
     keys = [f"id{i}" for i in range(3000)]
     with tf.Graph().as_default():
         table_graph(capacity=4000, shards=1, devices=configs[0].ps_devices())
-        with v1.Session(workers[0].target) as sess:
+        with tf_session(workers[0].target) as sess:
             sess.run(v1.global_variables_initializer())
 
     def admit(worker, order):
         with tf.Graph().as_default():
             ids, rows, _ = table_graph(capacity=4000, shards=1, devices=configs[0].ps_devices())
-            with v1.Session(worker.target) as sess:
+            with tf_session(worker.target) as sess:
                 start.wait(30)
                 for first in range(0, len(order), 100):  # the same new IDs, batch after batch, at once
                     sess.run(rows, {ids: order[first:first + 100]})
@@ -406,7 +407,7 @@ def test_workers_admitting_the_same_new_ids_at_once_give_each_one_row_and_lose_n
     with tf.Graph().as_default():
         _, _, table = table_graph(capacity=4000, shards=1, devices=configs[0].ps_devices())
         next_row = [v for v in v1.global_variables() if v.op.name == "user/shard0/next_row"][0]
-        with v1.Session(workers[0].target) as sess:
+        with tf_session(workers[0].target) as sess:
             (exported_keys, exported_rows), = sess.run(table.contents())
             next_row = sess.run(next_row)
     assert sorted(k.decode() for k in exported_keys) == sorted(keys)
@@ -431,13 +432,13 @@ def test_workers_training_while_the_storage_grows_under_them_never_meet_a_slot_o
 
     with tf.Graph().as_default():
         graph()
-        with v1.Session(workers[0].target) as sess:
+        with tf_session(workers[0].target) as sess:
             sess.run(v1.global_variables_initializer())
 
     def train(worker, order):
         with tf.Graph().as_default():
             ids, step, upkeep, _, _ = graph()
-            with v1.Session(worker.target) as sess:
+            with tf_session(worker.target) as sess:
                 start.wait(30)
                 for _ in range(2):  # twice: an ID that met no room gets a row at its next sighting
                     for first in range(0, len(order), 400):
@@ -453,7 +454,7 @@ def test_workers_training_while_the_storage_grows_under_them_never_meet_a_slot_o
     with tf.Graph().as_default():
         _, _, _, table, optimizer = graph()
         storage = [v for v in v1.global_variables() if v.op.name == "user/shard0/embedding"][0]
-        with v1.Session(workers[0].target) as sess:
+        with tf_session(workers[0].target) as sess:
             (keys, rows), = sess.run(table.contents())
             lengths = [len(value) for value in sess.run([storage, optimizer.get_slot(storage, "accumulator")])]
             held = sess.run(table._shards[0].held)
@@ -473,7 +474,7 @@ def test_rows_a_table_adds_start_their_slots_where_the_optimizer_starts_them(nam
         storage = [v for v in v1.global_variables() if v.op.name == "user/shard0/embedding"][0]
         slots = optimizers.slots_and_starts(optimizer, storage)
         upkeep = table_upkeep.upkeep(table.graph_tables, lambda v: optimizers.slots_and_starts(optimizer, v))
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run(v1.global_variables_initializer())
             for slot, start in slots:  # as the optimizer made them
                 np.testing.assert_allclose(sess.run(slot), start)
@@ -494,7 +495,7 @@ def test_shards_live_on_their_own_ps_and_every_worker_reads_the_same_rows():
             ids, rows, _ = table_graph(devices=devices)
             placed = {op.name: op.device for op in v1.get_default_graph().get_operations()
                       if op.type in ("MutableDenseHashTableV2", "VarHandleOp")}
-            with v1.Session(worker.target) as sess:
+            with tf_session(worker.target) as sess:
                 if not served:
                     sess.run(v1.global_variables_initializer())
                 served.append(dict(zip(batch, sess.run(rows, {ids: batch}))))
@@ -698,7 +699,7 @@ def test_lazy_adam_updates_exactly_the_rows_a_batch_touched_and_adam_every_row()
             loss = tf.reduce_sum(tf.gather(table, ids) * weights)
             optimizer = optimizers.OPTIMIZERS[name](0.1, None)
             train = optimizer.minimize(loss)
-            with v1.Session() as sess:
+            with tf_session() as sess:
                 sess.run(v1.global_variables_initializer())
                 results[name] = []
                 for batch in batches:

@@ -17,7 +17,7 @@ from ps_trainer.launch.forked import ForkedTask
 from ps_trainer.launch.processes import LOOPBACK, free_ports
 from ps_trainer.training import exit_codes, incremental, log_lines
 from tests.support import (ROOT, SCRIPTS, describe, lines_with, run_launcher, saved_maps, stop_process_group,
-                           wait_for)
+                           tf_session, wait_for)
 
 PROGRAM = ROOT / "tests" / "programs" / "clicks_estimator.py"
 TIMEOUT = 240
@@ -622,7 +622,7 @@ def test_canned_wide_and_deep_is_tf1s_summed_loss_names_and_optimizers_and_steps
         v1.train.get_or_create_global_step()
         spec = model._call_model_fn(features, labels, estimator.ModeKeys.TRAIN, GraphTables())
         names = {variable.op.name for variable in v1.global_variables()}
-        with v1.Session() as session:
+        with tf_session() as session:
             session.run((v1.global_variables_initializer(), v1.tables_initializer()))
             loss, logits = session.run((spec.loss, spec.predictions["logits"]))
             session.run(spec.train_op)
@@ -748,7 +748,7 @@ def test_a_tensor_serving_input_receiver_hands_the_model_fn_its_one_tensor_and_s
 
     exported = model.export_saved_model(str(tmp_path / "export"), receiver_fn).decode()
     assert isinstance(given[-1], tf.Tensor)  # not a dict
-    with tf.Graph().as_default(), v1.Session() as session:
+    with tf.Graph().as_default(), tf_session() as session:
         signature = v1.saved_model.load(session, [tf.saved_model.SERVING], exported).signature_def["serving_default"]
         assert list(signature.inputs) == ["input"]  # TF1's name of a single receiver tensor
         y = session.run(signature.outputs["y"].name, {signature.inputs["input"].name: [[2.0, 4.0]]})
@@ -881,7 +881,7 @@ def test_stop_at_checkpoint_step_hooks_stop_the_chief_at_its_step_and_another_re
     def chief_saves(step):  # the chief's checkpoint at `step`, from a graph of its own
         with tf.Graph().as_default():
             global_step = v1.train.get_or_create_global_step()
-            with v1.Session() as session:
+            with tf_session() as session:
                 global_step.load(step, session)
                 v1.train.Saver().save(session, str(tmp_path / "model.ckpt"), global_step=step)
 
@@ -1437,7 +1437,7 @@ def test_a_programs_dynamic_embedding_columns_train_on_the_runtimes_tables_evalu
         lambda: tf.data.Dataset.from_tensor_slices({"user": raw}).batch(3))]
     receiver = estimator.export.build_raw_serving_input_receiver_fn({"user": tf.constant([b"an id"])})
     exported = model.export_saved_model(str(tmp_path / "export"), receiver)
-    with tf.Graph().as_default(), v1.Session() as sess:
+    with tf.Graph().as_default(), tf_session() as sess:
         signature = v1.saved_model.loader.load(sess, ["serve"], exported).signature_def["serving_default"]
         served = sess.run(signature.outputs["logits"].name, {signature.inputs["user"].name: raw})
     np.testing.assert_allclose(served, np.stack(predicted), rtol=1e-5)
@@ -1539,7 +1539,7 @@ def test_a_programs_dynamic_tables_train_on_two_ps_through_a_ps_restart_evaluate
     [export_dir] = (tmp_path / "model" / "export" / "clicks").iterdir()
     raw = {"user": [b"u1", b"u1", b"a user training never met"], "item": [b"i2", b"i3", b"i2"],
            "category": [b"c2", b"c3", b"c2"], "hour": [3.0, 3.0, 3.0], "price": [0.0, 0.0, 0.0]}
-    with tf.Graph().as_default(), v1.Session() as sess:
+    with tf.Graph().as_default(), tf_session() as sess:
         signature = v1.saved_model.loader.load(sess, ["serve"], str(export_dir)).signature_def["serving_default"]
         logits = sess.run(signature.outputs["logits"].name,
                           {signature.inputs[name].name: value for name, value in raw.items()})

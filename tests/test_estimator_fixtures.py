@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.support import ROOT
+from tests.support import ROOT, tf_session
 
 FIXTURES = ROOT / "tests" / "data" / "tf215"
 sys.path.insert(0, str(ROOT / "tests" / "programs"))
@@ -143,7 +143,7 @@ def test_batch_norm_trains_and_keeps_its_moving_averages_as_keras_batchnormaliza
         with v1.variable_scope("dnn", reuse=True):
             serving = canned._batch_normalized(given, 0, False, [])  # noqa: SLF001
         assert len(updates) == 2 and set(updates) <= set(v1.get_collection(v1.GraphKeys.UPDATE_OPS))
-        with v1.Session() as session:
+        with tf_session() as session:
             session.run(v1.global_variables_initializer())
             for batch in batches:
                 ours, theirs = session.run((training, keras_training), {given: batch})

@@ -17,8 +17,8 @@ import tensorflow as tf
 
 from ps_trainer.cluster import peers, shutdown
 from ps_trainer.launch import faults
-from tests.support import (ROOT, SCRIPTS, FakeClock, describe, finished, logged_step, run_launcher, wait_for,
-                           write_numbered_csvs)
+from tests.support import (ROOT, SCRIPTS, FakeClock, describe, finished, logged_step, run_launcher, tf_session,
+                           wait_for, write_numbered_csvs)
 from ps_trainer.training import checkpoints, exit_codes, log_lines, session_loop, watchdog
 
 TRAIN_STEPS = 300
@@ -332,7 +332,7 @@ def test_a_worker_waiting_for_the_chief_rides_out_a_ps_that_goes_down_meanwhile(
         wait_for(serving(2), deadline - time.monotonic(), "the restarted ps to serve", cluster)
         wait_for(lambda: "did not answer while waiting for the chief" in caplog.text or not waiter.is_alive(),
                  deadline - time.monotonic(), "the waiting worker to meet the restarted ps")
-        with v1.Session(server.target) as chief:
+        with tf_session(server.target) as chief:
             chief.run(initialize)
         waiter.join(timeout=60)
     assert outcome == {"returned": None}, outcome
@@ -439,14 +439,14 @@ def test_the_chief_restores_only_lost_state_and_then_clears_what_a_restore_makes
         marks = v1.Variable([-1, -1], collections=[], name="marks")  # as SyncReplicasHook's pushed rounds
         v1.add_to_collection(checkpoints.RESET_BEFORE_RESTORE, lambda sess: sess.run(marks.initializer))
         saver = checkpoints.LiveStateSaver(checkpoints.report_uninitialized())
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run([v1.global_variables_initializer(), marks.initializer])
             sess.run(step.assign(7))  # after the initializer: in one run their order is not defined
             path = saver.save(sess, str(tmp_path / "model.ckpt"), global_step=step)
             sess.run([step.assign(9), marks.assign([9, 9])])
             saver.restore(sess, path)  # every variable is there: the live state stays
             assert sess.run(step) == 9 and sess.run(marks).tolist() == [9, 9]
-        with v1.Session() as sess:  # as after a ps restart: the variables are gone
+        with tf_session() as sess:  # as after a ps restart: the variables are gone
             sess.run(marks.initializer)
             sess.run(marks.assign([7, 7]))
             saver.restore(sess, path)

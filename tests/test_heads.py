@@ -10,7 +10,9 @@ import pytest
 
 def _session_values(fetches):
     import tensorflow as tf
-    with tf.compat.v1.Session() as session:
+
+    from tests.support import tf_session
+    with tf_session() as session:
         session.run(tf.compat.v1.tables_initializer())
         return session.run(fetches)
 
@@ -273,6 +275,7 @@ def test_a_heads_keras_metric_objects_give_the_keys_and_figures_of_its_own_evalu
 
     import ps_trainer.estimator  # noqa: F401  (the one line a program adds)
     from ps_trainer.estimator import heads
+    from tests.support import tf_session
     v1 = tf.compat.v1
     rng = np.random.RandomState(0)
     batch = 64
@@ -303,7 +306,7 @@ def test_a_heads_keras_metric_objects_give_the_keys_and_figures_of_its_own_evalu
                                                eval_metric_ops=updated).eval_metric_ops
             assert sorted(keras) == sorted(spec.eval_metric_ops), case
             assert all(not isinstance(metric, tuple) for metric in updated.values()), case
-            with v1.Session() as session:
+            with tf_session() as session:
                 session.run([v1.local_variables_initializer(), v1.tables_initializer()])
                 session.run([update for _, update in [*spec.eval_metric_ops.values(), *keras.values()]])
                 figures = session.run({key: value for key, (value, _) in spec.eval_metric_ops.items()})

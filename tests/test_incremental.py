@@ -17,6 +17,7 @@ from ps_trainer.model.dynamic import storage as table_storage
 from ps_trainer.training import checkpoints, evaluator, export, incremental
 from ps_trainer.training import graph as train_graph
 from ps_trainer.training.config import RunConfig, TrainConfig
+from tests.support import tf_session
 
 v1 = tf.compat.v1
 DATA = inputs.DataConfig(name="clicks")
@@ -46,7 +47,7 @@ class Trainer:
         self.graph = tf.Graph()
         with self.graph.as_default():
             self.train = train_graph.build_graph(cfg)
-            self.sess = v1.Session(graph=self.graph)
+            self.sess = tf_session(graph=self.graph)
             self.sess.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
         self.model_dir = cfg.train.model_dir
 
@@ -77,7 +78,7 @@ def restored(trainer, *prefixes) -> list[dict[str, np.ndarray]]:
                      if isinstance(variable, tf.Variable)}
         found = []
         for prefix in prefixes:  # a session each, where the restore is the first thing run
-            with v1.Session(graph=trainer.graph) as sess:
+            with tf_session(graph=trainer.graph) as sess:
                 trainer.train.saver.restore(sess, prefix)
                 values, pairs = sess.run((variables, maps))  # one run: each costs a prune of the graph
             for name, (keys, rows) in pairs.items():

@@ -16,8 +16,8 @@ from ps_trainer import model
 from ps_trainer.model import needs, touched_rows, wide_deep
 from ps_trainer.cluster import placement, spec
 from ps_trainer.launch import measure
-from tests.support import (held_out, in_process_cluster, join_all, train_one_worker, trained_runs, wait_for,
-                           write_click_csvs)
+from tests.support import (held_out, in_process_cluster, join_all, tf_session, train_one_worker, trained_runs,
+                           wait_for, write_click_csvs)
 from ps_trainer.training import graph as train_graph
 from ps_trainer.training import plan
 from ps_trainer.training.config import RunConfig, TrainConfig
@@ -107,7 +107,7 @@ class LocalReplica:
             self.var = v1.trainable_variables()[0]
             self.copy = copies.local_variables[0]
             init = v1.global_variables_initializer() if cluster_cfg.is_chief else tf.no_op()
-            self.session = v1.Session(server.target)
+            self.session = tf_session(server.target)
             self.session.run(init)
             self.session.run(v1.local_variables_initializer())
 
@@ -403,7 +403,7 @@ def test_a_round_marks_the_rows_it_changed_for_the_next_incremental_checkpoint()
         markers = [touched_rows.marker_of(graph.graph_tables, shard) for shard in shards]
         assert len(shards) >= 8 and all(marker is not None for marker in markers)
         changed = [touched_rows.changed_rows(graph.graph_tables, marker) for marker in markers]
-        with v1.Session(servers[0].target) as sess:
+        with tf_session(servers[0].target) as sess:
             sess.run(v1.global_variables_initializer())
             sess.run(v1.local_variables_initializer())
             before = sess.run(shards)

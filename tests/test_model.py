@@ -5,6 +5,7 @@ import tensorflow as tf
 
 from ps_trainer import input as inputs
 from ps_trainer import model
+from tests.support import tf_session
 
 v1 = tf.compat.v1
 
@@ -30,7 +31,7 @@ def test_model_gives_logits_a_scalar_loss_and_accuracy(name, data):
                           data_spec)
         assert out.logits.shape.as_list() == [5, data_spec.num_classes]
         assert out.loss.shape.as_list() == [] and out.accuracy.shape.as_list() == []
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run(v1.global_variables_initializer())
             loss, accuracy, summary = sess.run([out.loss, out.accuracy, v1.summary.merge_all()])
         tags = {value.tag for value in tf.compat.v1.Summary.FromString(summary).value}
@@ -105,7 +106,7 @@ def test_an_empty_batch_has_zero_loss_and_zero_gradients(name, data, embedding):
         variables = v1.trainable_variables()
         grads = [g for g in tf.gradients(out.loss, variables) if g is not None]
         assert grads, variables
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run([v1.global_variables_initializer(), v1.tables_initializer()])
             loss, accuracy, grads = sess.run([out.loss, out.accuracy, grads])
     assert (loss, accuracy) == (0.0, 0.0)

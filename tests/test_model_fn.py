@@ -17,7 +17,7 @@ from ps_trainer.model import user_fn
 from ps_trainer.model.graph_tables import GraphTables
 from ps_trainer.model.dynamic import storage as table_storage
 from ps_trainer.training import graph as train_graph
-from tests.support import ROOT, describe, finished, read_flags, stop_process_group, write_click_csvs
+from tests.support import ROOT, describe, finished, read_flags, stop_process_group, tf_session, write_click_csvs
 
 PROGRAM = ROOT / "tests" / "programs" / "clicks_model_fn.py"
 DYNAMIC = ROOT / "tests" / "programs" / "clicks_dynamic_model_fn.py"  # user and item in dynamic tables
@@ -108,7 +108,7 @@ def test_dynamic_columns_of_a_model_fn_are_the_runs_dynamic_tables_and_refuse_to
         trained = sorted({name for name, _ in train.graph_tables.of(graph).trained_shards})
         assert trained == ["model_fn/input_layer/item_dynamic_embedding", "model_fn/input_layer/user_dynamic_embedding"]
         live = graph.get_collection(table_storage.LIVE_ROWS)
-        with tf.compat.v1.Session() as sess:
+        with tf_session() as sess:
             sess.run([tf.compat.v1.global_variables_initializer(), tf.compat.v1.local_variables_initializer()])
             for _ in range(3):
                 sess.run(train.step.train_op)
@@ -140,7 +140,7 @@ def test_a_dynamic_column_of_several_values_per_example_combines_each_examples_r
                 for name in features:
                     outputs[combiner, name] = tf.compat.v1.feature_column.input_layer(
                         features, [dynamic_column.dynamic_embedding_column(name, 3, combiner=combiner)])
-        with tf.compat.v1.Session() as sess:
+        with tf_session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
             values = sess.run(outputs)
     for (combiner, name), got in values.items():
@@ -173,7 +173,7 @@ def test_a_model_fns_dynamic_column_trains_a_multi_valued_csv_column_a_row_per_i
         train = train_graph.build_graph(cfg)
         assert isinstance(seen["recent"], tf.SparseTensor)
         live = graph.get_collection(table_storage.LIVE_ROWS)
-        with tf.compat.v1.Session() as sess:
+        with tf_session() as sess:
             sess.run([tf.compat.v1.global_variables_initializer(), tf.compat.v1.local_variables_initializer()])
             for _ in range(5):
                 sess.run(train.step.train_op)

@@ -13,7 +13,7 @@ from absl.flags import FLAGS
 from ps_trainer import input as inputs
 from ps_trainer import model
 from ps_trainer.model import layers, needs, spec
-from tests.support import read_flags
+from tests.support import read_flags, tf_session
 from ps_trainer.training import graph as train_graph
 from ps_trainer.training.config import RunConfig
 from ps_trainer.training.step import local_steps
@@ -68,7 +68,7 @@ def test_a_sparse_model_added_in_one_module_trains_its_declared_wide_part_with_f
         # FTRL's slots on every shard of the wide tables, Adagrad's on the deep layer, nothing crossed.
         assert all(f"{v.op.name}/Ftrl" in slots and f"{v.op.name}/Adagrad" not in slots for v in wide)
         assert "tiny_sparse/deep/kernel/Adagrad" in slots and "tiny_sparse/deep/kernel/Ftrl" not in slots
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run(v1.global_variables_initializer())
             before = sess.run(wide)
             for _ in range(5):

@@ -11,7 +11,7 @@ from ps_trainer import model
 from ps_trainer.input import tfrecord
 from ps_trainer.model import multi_valued, tables
 from ps_trainer.model.graph_tables import GraphTables
-from tests.support import in_process_cluster, read_flags, train_one_worker, trained_runs, write_records
+from tests.support import in_process_cluster, read_flags, tf_session, train_one_worker, trained_runs, write_records
 from tests.test_flags import WORKER, usage_error
 
 v1 = tf.compat.v1
@@ -112,7 +112,7 @@ def test_each_example_reads_a_row_per_value_combined_and_an_empty_field_reads_ze
             deep, wide = tables.KINDS[embedding].columns(features, ["city", "tags"], model_cfg, 2, True,
                                                          v1.random_normal_initializer(seed=1), graph_tables)
         shards = graph_tables.of().trained_shards
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run([v1.global_variables_initializer(), v1.tables_initializer()])
             got, got_wide = sess.run([deep, wide])
             variables = {v.op.name: value for v, value in zip(v1.global_variables(),

@@ -11,7 +11,7 @@ import tensorflow as tf
 from ps_trainer import input as inputs
 from ps_trainer import model
 from ps_trainer.cluster import spec
-from tests.support import finished, run_trainer, train_one_worker
+from tests.support import finished, run_trainer, tf_session, train_one_worker
 from ps_trainer.training import graph as train_graph
 from ps_trainer.training import log_lines
 from ps_trainer.training import run_record
@@ -33,7 +33,7 @@ def restored(model_dir, partitions) -> dict[str, np.ndarray]:
     shards = {}
     with tf.Graph().as_default():
         graph = train_graph.build_graph(cfg)
-        with v1.Session() as sess:
+        with tf_session() as sess:
             graph.saver.restore(sess, tf.train.latest_checkpoint(str(model_dir)))
             variables = v1.global_variables()
             for variable, value in zip(variables, sess.run(variables)):  # one run: each costs a prune of the graph

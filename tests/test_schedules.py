@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.support import read_flags
+from tests.support import read_flags, tf_session
 from ps_trainer.training import schedules
 from ps_trainer.training.step import update
 from ps_trainer.training.config import TrainConfig
@@ -18,7 +18,7 @@ def rates(cfg, steps):
     with tf.Graph().as_default():
         step = v1.placeholder(tf.int64, [])
         rate = schedules.learning_rate(step, cfg)
-        with v1.Session() as sess:
+        with tf_session() as sess:
             return [float(sess.run(rate, {step: s})) for s in steps]
 
 
@@ -57,7 +57,7 @@ def test_gradients_are_clipped_by_their_global_norm():
         weights = v1.get_variable("w", initializer=[0.0, 0.0])
         loss = tf.reduce_sum(weights * tf.constant([30.0, 40.0]))  # gradient (30, 40), global norm 50
         applied = update.apply_update(loss, v1.train.GradientDescentOptimizer(1.0), step, clip_norm=5.0)
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run(v1.global_variables_initializer())
             sess.run(applied)
             np.testing.assert_allclose(sess.run(weights), [-3.0, -4.0], rtol=1e-6)
@@ -81,7 +81,7 @@ def test_wide_and_deep_optimizer_gives_the_wide_part_ftrl_and_the_deep_part_adag
         optimizer = optimizers.make_optimizer(0.05, TrainConfig(optimizer="ftrl_adagrad"))
         update = optimizer.apply_gradients(optimizer.compute_gradients(loss), global_step=step)
         assert optimizer.get_slot(wide, "linear") is not None and optimizer.get_slot(deep, "accumulator") is not None
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run(v1.global_variables_initializer())
             sess.run(update)
             assert sess.run(step) == 1

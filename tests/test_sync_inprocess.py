@@ -14,7 +14,7 @@ import tensorflow as tf
 from ps_trainer import input as inputs
 from ps_trainer import model
 from ps_trainer.cluster import placement, spec
-from tests.support import in_process_cluster, join_all, wait_for
+from tests.support import in_process_cluster, join_all, tf_session, wait_for
 from ps_trainer.training import graph as train_graph
 from ps_trainer.training import checkpoints, learning, session_loop, worker
 from ps_trainer.training.step import single, sync
@@ -106,21 +106,21 @@ class Replica:
         return thread, outcome
 
     def run(self, op):
-        with self.graph.as_default(), v1.Session(self.session_target) as sess:
+        with self.graph.as_default(), tf_session(self.session_target) as sess:
             sess.run(op, options=v1.RunOptions(timeout_in_ms=PLAIN_RUN_TIMEOUT_MS))
 
     def wake_workers(self):
         """What the chief's aggregation thread does when its take fails."""
-        with self.graph.as_default(), v1.Session(self.session_target) as sess:
+        with self.graph.as_default(), tf_session(self.session_target) as sess:
             self.sync_hook.wake_workers(sess)
 
     def accumulated(self):
-        with self.graph.as_default(), v1.Session(self.session_target) as sess:
+        with self.graph.as_default(), tf_session(self.session_target) as sess:
             return sess.run(self.num_accumulated)
 
     def read(self):
         """(global step, var) read through a plain session that runs no hooks and no train op."""
-        with self.graph.as_default(), v1.Session(self.session_target) as sess:
+        with self.graph.as_default(), tf_session(self.session_target) as sess:
             step, value = sess.run([self.global_step, self.var])
         return int(step), value
 
@@ -411,7 +411,7 @@ def test_after_a_restore_a_ps_that_kept_its_rounds_counts_the_first_push_of_the_
         take = accumulator.take_grad(1)
         lose_the_weights = tf.raw_ops.DestroyResourceOp(resource=weights.handle)  # as their ps restarted
         saver = checkpoints.LiveStateSaver(checkpoints.report_uninitialized())
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run(v1.global_variables_initializer())
             sess.run(step.assign(50))
             path = saver.save(sess, str(tmp_path / "model.ckpt"), global_step=step)
@@ -441,7 +441,7 @@ def test_a_restore_empties_an_accumulator_behind_a_take_of_a_session_that_is_gon
         push = accumulator.apply_grad(tf.constant([1.0, 3.0]), local_step=0)
         lose_the_weights = tf.raw_ops.DestroyResourceOp(resource=weights.handle)  # as their ps restarted
         saver = checkpoints.LiveStateSaver(checkpoints.report_uninitialized())
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run(v1.global_variables_initializer())
             path = saver.save(sess, str(tmp_path / "model.ckpt"), global_step=step)
             sess.run(lose_the_weights)

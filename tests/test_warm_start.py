@@ -15,7 +15,7 @@ from ps_trainer.model.dynamic import storage as storage_module
 from ps_trainer.training import checkpoints, exit_codes, warm_start
 from ps_trainer.training import graph as train_graph
 from ps_trainer.training.config import RunConfig, TrainConfig
-from tests.support import finished, read_flags, run_trainer
+from tests.support import finished, read_flags, run_trainer, tf_session
 
 v1 = tf.compat.v1
 WIDE_DEEP = model.ModelConfig(name="wide_deep", hidden_units=(8,), hash_buckets=50, embedding_dim=4,
@@ -45,7 +45,7 @@ def source_checkpoint(directory) -> tuple[str, dict]:
         moved = [variable.assign_add(tf.ones_like(variable)) for variable in v1.global_variables()
                  if variable.dtype.base_dtype == tf.float32]
         directory.mkdir(parents=True, exist_ok=True)
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run(v1.global_variables_initializer())
             sess.run(moved)
             path = v1.train.Saver().save(sess, str(directory / "model.ckpt"), global_step=100)
@@ -60,7 +60,7 @@ def initialized(tmp_path, model_cfg=WIDE_DEEP, **train) -> dict:
     with tf.Graph().as_default():
         train_graph.build_graph(cfg)
         (tmp_path / "initialized").mkdir(parents=True, exist_ok=True)
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run(v1.global_variables_initializer())
             path = v1.train.Saver().save(sess, str(tmp_path / "initialized" / "model.ckpt"))
     return {name: tf.train.load_variable(path, name) for name, _ in tf.train.list_variables(path)}
@@ -151,7 +151,7 @@ def warm_started(tmp_path, source_path, model_cfg, name):
                                                        warm_start_from=source_path), model_cfg, CLICKS)
     with tf.Graph().as_default():
         built = train_graph.build_graph(warm)
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run(v1.get_collection(v1.GraphKeys.INIT_OP))
             assert "warm_start_done" in str(sess.run(built.uninitialized))  # a worker waits for the load
             built.warm_load.init_fn(None, sess)
@@ -165,7 +165,7 @@ def fixture_dynamic_source(tmp_path_factory) -> str:
     source = RunConfig(spec.ClusterConfig(), TrainConfig(optimizer="adagrad"), COUNTED, CLICKS)
     with tf.Graph().as_default():
         built = train_graph.build_graph(source)
-        with v1.Session() as sess:
+        with tf_session() as sess:
             sess.run(v1.global_variables_initializer())
             for _ in range(5):
                 sess.run(built.step.train_op)

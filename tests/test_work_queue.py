@@ -15,7 +15,7 @@ from ps_trainer import input as inputs
 from ps_trainer.cluster import model_dir as layout
 from ps_trainer.input import work_queue
 from ps_trainer.input.work_queue import DONE, TODO
-from tests.support import read_flags, write_click_csvs, write_embedded_as_tfrecord
+from tests.support import read_flags, tf_session, write_click_csvs, write_embedded_as_tfrecord
 from ps_trainer.training import checkpoints, queue_hook, worker
 from ps_trainer.training import graph as train_graph
 
@@ -35,7 +35,7 @@ class Worker:
                                               "/job:ps/task:0", self.global_step)
             self.init = v1.global_variables_initializer()
             self.saver = v1.train.Saver()
-        self.session = v1.Session(server.target, graph=self.graph)
+        self.session = tf_session(server.target, graph=self.graph)
 
     def take(self):
         key, over, *_ = self.session.run(self.queue.take)
@@ -81,7 +81,7 @@ def _one_feed(cluster, cfg, num_files, files_per_pass=work_queue.FILES_PER_PASS)
         batches = v1.data.make_initializable_iterator(inputs.queued_batches(cfg, inputs.Shard(0, 1, feed), 8))
         _, _, keys, ordinals = batches.get_next()
         init = v1.global_variables_initializer()
-    feed.connect(lambda: v1.Session(cluster[0].target, graph=graph))
+    feed.connect(lambda: tf_session(cluster[0].target, graph=graph))
     return graph, queue, feed, batches, (keys, ordinals), init
 
 
@@ -218,7 +218,7 @@ def _local_queue():
     graph = tf.Graph()
     with graph.as_default():
         queue = work_queue.WorkQueue(NUM_FILES, 0, 1, 0, 60.0, "/cpu:0", v1.train.get_or_create_global_step())
-    return graph, queue, v1.Session(graph=graph)
+    return graph, queue, tf_session(graph=graph)
 
 
 @pytest.mark.inprocess
@@ -256,7 +256,7 @@ def test_the_heartbeats_are_no_checkpoints_and_a_checkpoint_that_held_them_for_f
     # The last release saved the heartbeats, one per worker the job started with; now they have a slot
     # for every worker that may join, are saved by no checkpoint, and start at 0 after a restore.
     graph = tf.Graph()
-    with graph.as_default(), v1.Session(graph=graph) as session:
+    with graph.as_default(), tf_session(graph=graph) as session:
         queue = work_queue.WorkQueue(NUM_FILES, 1, 2, 0, 60.0, "/cpu:0", v1.train.get_or_create_global_step())
         tf.lookup.experimental.MutableHashTable(tf.int64, tf.int64, -1, name="ids")
         session.run(v1.global_variables_initializer())
@@ -266,7 +266,7 @@ def test_the_heartbeats_are_no_checkpoints_and_a_checkpoint_that_held_them_for_f
     assert tf.train.load_checkpoint(path).get_variable_to_shape_map()["input_queue/last_seen"] == [2]
 
     graph = tf.Graph()
-    with graph.as_default(), v1.Session(graph=graph) as session:
+    with graph.as_default(), tf_session(graph=graph) as session:
         queue = work_queue.WorkQueue(NUM_FILES, 5, 8, 0, 60.0, "/cpu:0", v1.train.get_or_create_global_step(),
                                      not_saved=checkpoints.NOT_SAVED)
         table = tf.lookup.experimental.MutableHashTable(tf.int64, tf.int64, -1, name="ids")  # saved, as ever
@@ -285,7 +285,7 @@ def test_the_heartbeats_are_no_checkpoints_and_a_checkpoint_that_held_them_for_f
 @pytest.mark.inprocess
 def test_a_checkpoint_saved_without_the_queue_is_named_not_resumed(tmp_path):
     graph = tf.Graph()
-    with graph.as_default(), v1.Session(graph=graph) as sess:
+    with graph.as_default(), tf_session(graph=graph) as sess:
         v1.train.get_or_create_global_step()
         sess.run(v1.global_variables_initializer())
         path = v1.train.Saver().save(sess, str(tmp_path / "model.ckpt"))
@@ -301,7 +301,7 @@ def test_the_queue_chosen_by_default_gives_way_to_a_checkpoint_of_fixed_shards(t
     assert cfg.data.input_queue and cfg.data.input_queue_by_default
     assert worker._settle_input(cfg) is cfg  # (nothing to resume)
     graph = tf.Graph()
-    with graph.as_default(), v1.Session(graph=graph) as sess:
+    with graph.as_default(), tf_session(graph=graph) as sess:
         v1.train.get_or_create_global_step()
         sess.run(v1.global_variables_initializer())
         v1.train.Saver().save(sess, str(tmp_path / "model" / "model.ckpt"))
@@ -323,7 +323,7 @@ def test_an_empty_file_is_finished_and_a_file_cut_short_is_named_or_skipped_as_c
         path.write_bytes(content)
     cfg = inputs.DataConfig(name="tfrecord", data_dir=str(tmp_path), skip_bad_records=skip, input_queue=True)
     graph, _, feed, batches, (keys, ordinals), init = _one_feed(cluster, cfg, 3)
-    with v1.Session(cluster[0].target, graph=graph) as session:
+    with tf_session(cluster[0].target, graph=graph) as session:
         session.run(init)
         feed.restart()
         session.run(batches.initializer)
@@ -388,7 +388,7 @@ def test_a_pass_takes_no_more_than_its_share_of_few_files_so_a_peer_that_starts_
     for index, worker_of in enumerate((first, second)):
         feed = work_queue.ItemFeed(worker_of.queue, f"worker:{index}",
                                    files_per_pass=work_queue.files_per_pass(NUM_FILES, 2))
-        feed.connect(lambda graph=worker_of.graph, index=index: v1.Session(cluster[index].target, graph=graph))
+        feed.connect(lambda graph=worker_of.graph, index=index: tf_session(cluster[index].target, graph=graph))
         feeds.append(feed)
     try:
         for feed in feeds:
@@ -415,8 +415,8 @@ def _queued_pipeline(cluster, data_dir, index, num_files, cfg=None, batch_size=8
                                                                             batch_size))
         _, _, keys, ordinals = batches.get_next()
         init = v1.global_variables_initializer()
-    feed.connect(lambda: v1.Session(cluster[index].target, graph=graph))
-    return feed, v1.Session(cluster[index].target, graph=graph), init, batches.initializer, (keys, ordinals)
+    feed.connect(lambda: tf_session(cluster[index].target, graph=graph))
+    return feed, tf_session(cluster[index].target, graph=graph), init, batches.initializer, (keys, ordinals)
 
 
 @pytest.mark.servers
@@ -471,7 +471,7 @@ def test_a_queue_lost_while_the_session_was_made_makes_monitored_session_try_aga
     worker = Worker(cluster[0], 0)
     with worker.graph.as_default(), worker.session:
         feed = work_queue.ItemFeed(worker.queue, "worker:0")
-        feed.connect(lambda: v1.Session(cluster[0].target, graph=worker.graph))
+        feed.connect(lambda: tf_session(cluster[0].target, graph=worker.graph))
         hook = queue_hook.InputQueueHook(feed, tf.zeros([0], tf.int64), tf.zeros([0], tf.int64), tf.no_op(), 60.0)
         with pytest.raises(tf.errors.AbortedError, match="worker:0: input queue on ps 0 lost while the session was "
                                                           "made"):
@@ -489,7 +489,7 @@ class _FaultyFeedSessions:
         self.target, self.graph, self.queue, self.sessions_made = target, graph, queue, sessions_made
 
     def __call__(self):
-        session = v1.Session(self.target, graph=self.graph)
+        session = tf_session(self.target, graph=self.graph)
         real_run = session.run
 
         def run(fetches, **kwargs):
@@ -586,7 +586,7 @@ class _OneWorkerQueue:
                 self.feed, self.keys, self.ordinals, batches.initializer, 60.0,
                 reached=reached or train_graph.step_reached(self.step.op, global_step))
             self.global_step, self.queue = global_step, queue
-            with v1.Session(target) as session:
+            with tf_session(target) as session:
                 session.run(v1.global_variables_initializer())
         self.made, self.trained = [], []
         self.sessions = sessions(target, self.graph, queue, self.made)
@@ -644,7 +644,7 @@ def test_a_round_that_a_ps_0_restore_undid_is_trained_again_for_its_report_carri
     # delta saved just before the round's count is not behind: it would take the report of a round whose
     # update it no longer holds, and those examples would never be trained again.
     worker = _OneWorkerQueue(cluster[0].target, tmp_path, 1, 48, _FaultyFeedSessions, count=10)
-    restore = v1.Session(worker.target, graph=worker.graph)
+    restore = tf_session(worker.target, graph=worker.graph)
 
     def restored_after_the_first_round(steps):
         if steps == 1:  # ps 0 restarts, restored to a delta saved before the round's count
@@ -671,7 +671,7 @@ def test_a_sync_workers_report_carries_the_step_its_round_went_in_at_and_a_resto
     applied = [0]
     worker = _OneWorkerQueue(cluster[0].target, tmp_path, 1, 48, _FaultyFeedSessions, count=0,
                              reached=lambda: applied[0])
-    chief = v1.Session(worker.target, graph=worker.graph)
+    chief = tf_session(worker.target, graph=worker.graph)
 
     def round_applied(steps):  # before the queue hook, as the sync hook runs
         applied[0] += 1
@@ -753,7 +753,7 @@ def test_a_worker_silent_past_its_lease_trains_none_of_the_file_another_worker_t
         with v1.device("/job:ps/task:0"):
             global_step = v1.train.get_or_create_global_step()
         other = work_queue.WorkQueue(3, 1, 2, 1, 60.0, "/job:ps/task:0", global_step)
-        other_session = v1.Session(cluster[1].target, graph=graph)
+        other_session = tf_session(cluster[1].target, graph=graph)
     taken = []
 
     def pause_past_the_lease(step):
@@ -780,7 +780,7 @@ def test_the_report_of_a_step_that_failed_rides_on_the_next_call(cluster, tmp_pa
     write_embedded_as_tfrecord(tmp_path, examples=80, num_files=2)
     cfg = inputs.DataConfig(name="tfrecord", data_dir=str(tmp_path), input_queue=True, shuffle_buffer=1)
     graph, queue, feed, batches, (keys, ordinals), init = _one_feed(cluster, cfg, 2, files_per_pass=1)
-    with v1.Session(cluster[0].target, graph=graph) as session:
+    with tf_session(cluster[0].target, graph=graph) as session:
         session.run(init)
         feed.restart()
         session.run(batches.initializer)
