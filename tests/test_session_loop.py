@@ -50,8 +50,10 @@ def test_the_chiefs_saves_write_the_graph_with_its_first_session_and_a_checkpoin
     the graph in the events file once, saves the step each session starts at, and each .meta holds the same
     bytes, which import_meta_graph reads; with save_graph_def=False (checkpoint_save_graph_def) neither file."""
     import tensorflow as tf
+    from google.protobuf import text_format
 
     from ps_trainer.training import checkpoints, session_loop
+    from tests.support import tf_session
     v1 = tf.compat.v1
     with tf.Graph().as_default():
         step = v1.train.get_or_create_global_step()
@@ -71,6 +73,9 @@ def test_the_chiefs_saves_write_the_graph_with_its_first_session_and_a_checkpoin
                 while not session.should_stop():
                     session.run(train_op)
             assert (tmp_path / "graph.pbtxt").exists() == (save_graph_def and last == 3), last
+            if (tmp_path / "graph.pbtxt").exists():  # the graph with its shapes, in protobuf's text format
+                written = text_format.Parse((tmp_path / "graph.pbtxt").read_text(), v1.GraphDef())
+                assert written == v1.get_default_graph().as_graph_def(add_shapes=True)
             (tmp_path / "graph.pbtxt").unlink(missing_ok=True)  # written again would show
             graphs.append(_graphs_in_events(tmp_path))
         trained = v1.train.load_variable(str(tmp_path), "weight")
@@ -82,7 +87,7 @@ def test_the_chiefs_saves_write_the_graph_with_its_first_session_and_a_checkpoin
         assert metas == []
         return
     assert len(metas) == 5 and len({meta.read_bytes() for meta in metas}) == 1
-    with tf.Graph().as_default(), v1.Session() as sess:
+    with tf.Graph().as_default(), tf_session() as sess:
         v1.train.import_meta_graph(str(metas[-1])).restore(sess, state.model_checkpoint_path)
         [restored] = [variable for variable in v1.global_variables() if variable.op.name == "weight"]
         assert sess.run(restored) == trained != 1
