@@ -584,16 +584,16 @@ def test_only_the_chief_builds_the_reconciliation_and_the_eviction_of_its_tables
 @pytest.mark.drill
 def test_criteo_shaped_logs_train_each_epoch_once_in_dynamic_rounds_through_a_ps_restart(make_cluster, tmp_path):
     """Criteo's columns and a user's history (a multi-valued column) in TSV files handed out by the input
-    queue, 6 dynamic tables (the history and 5 of the 26 ID columns, the ad's among them) trained in rounds
+    queue, 4 dynamic tables (the history and 3 of the 26 ID columns, the ad's among them) trained in rounds
     (--local_steps=10) with --embedding_growth on 2 ps, deltas on.
     ps 0, which holds the queue and the global step, is killed and restarted mid-run: the chief restores
     its tables and the queue from a full checkpoint and its deltas, they reconcile, and every epoch ends
     with each of its examples trained; every task exits 0."""
     rows, epochs, batch = 4000, 3, 64
     write_criteo_shaped_tsvs(tmp_path / "tsv", rows=rows)
-    # 5 of the ID columns (every file keeps all 26): the round's graph builds the model four times, and its
-    # start-up grows with the tables (about 3 s a table on this machine).
-    categorical = [f"C{i}" for i in range(1, 10, 2)]
+    # 3 of the ID columns (every file keeps all 26), the ad's first: the round's graph builds the model four
+    # times, and its start-up grows with the tables (about 3 s a table on this machine).
+    categorical = ["C1", "C3", "C5"]
     cluster = make_cluster(num_ps=2, num_workers=2, trainer_args=[
         "--model=wide_deep", "--dataset=csv", f"--data_dir={tmp_path / 'tsv'}", "--label_column=label",
         "--numeric_columns=" + ",".join(f"I{i}" for i in range(1, 14)),
@@ -632,7 +632,7 @@ def test_criteo_shaped_logs_train_each_epoch_once_in_dynamic_rounds_through_a_ps
     again = chief.split("training session made again")[0]  # the restore is logged as the session is made
     assert re.search(r"Restoring parameters from .*model\.ckpt-\d+", again.split("An error was raised", 1)[-1])
     assert re.search(rf"restored {os.path.basename(at_kill)} and its [1-9]\d* delta checkpoint", chief), chief[-3000:]
-    # Each table whole on one ps (6 tables spread over 2): what each ps holds is the sum of its tables.
+    # Each table whole on one ps (4 tables spread over 2): what each ps holds is the sum of its tables.
     line = re.findall(r"live rows: .*", chief)[-1]
     tables = [int(count) for count in re.findall(r"wide_deep/\w+ (\d+)", line)]
     per_ps = [int(n) for n in re.search(r"; per ps: ps 0 (\d+), ps 1 (\d+)$", line).groups()]
