@@ -283,9 +283,12 @@ class WorkQueue:
         count = tf.size(entries, out_type=tf.int64)
         first = tf.gather(self.ahead_written.read_value(), self._ring)
         places = self._ring * self._ring_places + (first + tf.range(count)) % self._ring_places
-        return tf.group(
-            self.ahead_written.scatter_add(tf.IndexedSlices(tf.reshape(count, [1]), [self._ring])),
-            tf.raw_ops.ResourceScatterUpdate(resource=self.ahead_log.handle, indices=places, updates=entries))
+        # The count moves on only once it was read: in a graph nothing else orders a read and a write of one
+        # variable, and a count read after its own add would place these entries over the last report's.
+        with tf.control_dependencies([first]):
+            moved = self.ahead_written.scatter_add(tf.IndexedSlices(tf.reshape(count, [1]), [self._ring]))
+        return tf.group(moved, tf.raw_ops.ResourceScatterUpdate(resource=self.ahead_log.handle, indices=places,
+                                                                updates=entries))
 
     def _ahead_of(self, key, prefix):
         """The ordinals of file `key` the ring holds past `prefix`, sorted, each once."""

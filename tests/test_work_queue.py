@@ -222,6 +222,25 @@ def _local_queue():
 
 
 @pytest.mark.inprocess
+def test_every_example_reported_trained_past_its_prefix_is_handed_to_the_files_next_reader():
+    # 400 reports of 1-60 examples each, as the steps of a shuffled pass make them: the file's take
+    # hands out every one of them (none placed over an earlier report's), for its reader to skip.
+    graph = tf.Graph()
+    with graph.as_default():
+        queue = work_queue.WorkQueue(NUM_FILES, 0, 1, 0, 60.0, "/cpu:0", v1.train.get_or_create_global_step(),
+                                     ahead_shape=(1, 1 << 16))
+    with graph.as_default(), tf_session(graph=graph) as session:
+        session.run(v1.global_variables_initializer())
+        sizes = np.random.default_rng(0).integers(1, 60, size=400)
+        ordinals = np.arange(1, sizes.sum() + 1)  # file 0 of epoch 0 (key 0): ordinal 0 untrained, prefix 0
+        for report in np.split(ordinals, np.cumsum(sizes)[:-1]):
+            assert session.run(queue.report, {queue.report_ahead: report, queue.report_step: 0})
+        key, _, _, prefix, ahead = session.run(queue.take)
+    assert (key, prefix) == (0, 0)
+    np.testing.assert_array_equal(ahead, ordinals)
+
+
+@pytest.mark.inprocess
 def test_a_checkpoint_of_the_queue_without_trained_prefixes_restores_them_from_zero(tmp_path):
     # The last release's queue saved no prefixes: its checkpoints restore, and the prefixes start at 0.
     graph, queue, session = _local_queue()
