@@ -158,8 +158,8 @@ def _cached(dataset: tf.data.Dataset, mode: str, split: str, shard: Shard) -> tf
     # evaluation and by an evaluator process at once, and often only in part.
     if mode == NO_CACHE or split != "train":
         return dataset
-    # "packed": its examples as input/packing.py stacks them; a cache of unpacked examples (written
-    # before 2026-11-27) holds other tensors, and TensorFlow would refuse it.
+    # "packed": its examples as input/packing.py stacks them; a cache of unpacked examples (an earlier
+    # release's) holds other tensors, and TensorFlow would refuse it.
     prefix = os.path.join(mode, f"{split}-packed-shard-{shard.index}-of-{shard.count}")
     tf.io.gfile.makedirs(mode)
     # A cache written by a process that died keeps its lock file, and TensorFlow then refuses the
