@@ -40,23 +40,26 @@ def busy_cores(count: int):
 
 
 @pytest.mark.drill
+@pytest.mark.parametrize("mode, batches_a_step", [([], 1), (["--sync_replicas"], 2)], ids=["async", "sync"])
 def test_a_worker_killed_mid_epoch_on_a_busy_machine_trains_each_example_once_and_the_epochs_end_on_time(
-        make_cluster, tmp_path):
-    """Two epochs of 12,000 examples in 4 files at batch 100 (120 steps an epoch), shuffled over a buffer that
-    holds a whole pass, worker 1 killed once a checkpoint reached step 80 and restarted, two busy processes
-    beside the cluster: the files it held go on where its steps left them, past its trained prefix
-    too (the examples its shuffle trained ahead of it are skipped), so the run ends at 2 x 120 steps."""
+        make_cluster, tmp_path, mode, batches_a_step):
+    """Two epochs of 12,000 examples in 4 files at batch 100 (120 steps an epoch; 60 in sync mode, where a step
+    is a round of both workers' batches), shuffled over a buffer that holds a whole pass, worker 1 killed once
+    a checkpoint reached a third of the run and restarted, two busy processes beside the cluster: the files it
+    held go on where its steps left them, past its trained prefix too (the examples its shuffle trained ahead
+    of it are skipped), so the run ends at the two epochs' steps."""
     data_dir = tmp_path / "data"
     support.write_embedded_as_tfrecord(data_dir, examples=EPOCH_EXAMPLES, num_files=4)
     support.write_embedded_as_tfrecord(data_dir, split="eval")
     cluster = make_cluster(num_ps=1, num_workers=2, trainer_args=[
         "--dataset=tfrecord", f"--data_dir={data_dir}", "--num_epochs=2", f"--batch_size={EPOCH_BATCH}",
         "--input_queue_audit", "--train_steps=100000", "--save_checkpoint_steps=20", "--log_every_n_steps=20",
-        "--export_saved_model=false"])
+        "--export_saved_model=false", *mode])
+    ideal = 2 * EPOCH_EXAMPLES // (EPOCH_BATCH * batches_a_step)
     with busy_cores(2):
         cluster.start_all()
-        wait_for(lambda: (checkpoints.checkpoint_step(tf.train.latest_checkpoint(str(cluster.model_dir))) or 0) >= 80,
-                 240, "a checkpoint of step 80", cluster)
+        wait_for(lambda: (checkpoints.checkpoint_step(tf.train.latest_checkpoint(str(cluster.model_dir))) or 0)
+                 >= ideal // 3, 240, f"a checkpoint of step {ideal // 3}", cluster)
         cluster.kill("worker", 1)
         cluster.start("worker", 1)
         codes = cluster.wait(timeout=240)
@@ -66,7 +69,6 @@ def test_a_worker_killed_mid_epoch_on_a_busy_machine_trains_each_example_once_an
     assert [(epoch, examples) for epoch, _, examples in done] == [(0, EPOCH_EXAMPLES), (1, EPOCH_EXAMPLES)], done
     # The global step is the epochs' steps, within the killed worker's last step (trained, its report to ride
     # on the next): nothing its shuffle had trained ahead of a file's prefix is trained again.
-    ideal = 2 * EPOCH_EXAMPLES // EPOCH_BATCH
     final_step = int(finished(logs[0])["global_step"])
     assert ideal <= final_step <= ideal + 5, (final_step, done)
     assert final_step == done[-1][1]
