@@ -227,7 +227,7 @@ def test_a_model_fn_with_its_own_train_op_is_refused_in_one_line_by_a_lever_that
 def test_one_model_fn_file_with_its_own_train_op_trains_under_trainer_py_and_in_its_own_program_alike(tmp_path):
     # The same file, both doors: trainer.py --model_fn runs its train_op as written; run as a program, it trains
     # in its own train_and_evaluate. Same data (the trainer's clicks), same steps: the same held-out AUC.
-    steps = 3000
+    steps = 2000
     program = subprocess.Popen([sys.executable, str(PROGRAM), str(tmp_path / "program"), str(steps)],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
                                start_new_session=True)
@@ -249,6 +249,6 @@ def test_one_model_fn_file_with_its_own_train_op_trains_under_trainer_py_and_in_
     assert int(by_trainer["global_step"]) == steps, by_trainer
     by_program = re.search(r"held-out auc ([0-9.]+) at global step (\d+)", output)
     assert by_program and int(by_program.group(2)) == steps, output[-3000:]
-    # Chance is 0.5; measured 0.709 (the program) and 0.714 (trainer.py) at 3,000 steps, 0.699-0.713 at 2,000.
+    # Chance is 0.5; measured 0.710 (the program) and 0.711 (trainer.py) at 2,000 steps.
     assert float(by_trainer["heldout_auc"]) > 0.65
     assert abs(float(by_trainer["heldout_auc"]) - float(by_program.group(1))) <= 0.01, (by_trainer, output[-500:])
