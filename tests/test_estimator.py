@@ -433,6 +433,27 @@ except AttributeError as err:
                                      "(docs/estimator.md lists what is)")
 
 
+@pytest.mark.pure
+@pytest.mark.parametrize("installed", [True, False], ids=["tf-keras installed", "tf-keras missing"])
+def test_the_import_names_tf_keras_in_one_line_where_keras_2_is_chosen_and_missing(monkeypatch, caplog, installed):
+    # TensorFlow's own error, at a program's first Keras use, would say only "Keras cannot be imported".
+    import importlib.util
+    import ps_trainer.estimator
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: find_spec(name, *args) if installed or name != "tf_keras" else None)
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
+    ps_trainer.estimator._warn_if_keras_2_missing()
+    warned = [record.getMessage() for record in caplog.records if "tf-keras" in record.getMessage()]
+    assert warned == ([] if installed else [
+        "tf-keras is not installed: a program's tf.compat.v1.layers and tf.keras, and tf.estimator's V2 classes, "
+        "need Keras 2 (pip install --no-deps 'tf-keras==2.21.*', as in README's set-up)"])
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "0")  # the program chose Keras 3: nothing to say
+    caplog.clear()
+    ps_trainer.estimator._warn_if_keras_2_missing()
+    assert not caplog.records
+
+
 # A program that touches Keras every way a TF 2.x program does after the one line, then trains with no step
 # count and logs at INFO through TensorFlow's logger, as the layers CNN tutorial and DeepCTR's examples do.
 KERAS_LATER = """

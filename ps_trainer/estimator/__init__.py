@@ -10,6 +10,7 @@ no absl flags and parses nothing.
 docs/estimator.md lists the names it covers; any other name fails where the program uses it, naming it.
 """
 
+import importlib.util
 import os
 import sys
 
@@ -18,6 +19,7 @@ import sys
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import tensorflow as tf  # noqa: E402  (after the Keras choice)
+from tensorflow.python.platform import tf_logging as _logging  # noqa: E402  (tf.compat.v1.logging: a program's)
 from tensorflow.python.tools import module_util as _module_util  # noqa: E402  (where TensorFlow finds Keras)
 
 from ps_trainer.estimator import experimental, export, extras, feature_column, inputs  # noqa: E402
@@ -84,6 +86,19 @@ def _install(v1_module, v2_module) -> None:
         tf.__path__[:] = [legacy, *(path for path in tf.__path__ if path != keras_3)]
 
 
+KERAS_2_MISSING = ("tf-keras is not installed: a program's tf.compat.v1.layers and tf.keras, and tf.estimator's "
+                   "V2 classes, need Keras 2 (pip install --no-deps 'tf-keras==2.21.*', as in README's set-up)")
+
+
+def _warn_if_keras_2_missing() -> None:
+    """One line at import where Keras 2 is chosen and absent: TensorFlow's own error, at the program's first use
+    of Keras, says only "Keras cannot be imported"."""
+    if (os.environ.get("TF_USE_LEGACY_KERAS") in ("1", "true", "True")
+            and importlib.util.find_spec("tf_keras") is None):
+        _logging.warning(KERAS_2_MISSING)
+
+
 from ps_trainer.estimator import v2  # noqa: E402  (made of the names above)
 
 _install(sys.modules[__name__], v2)
+_warn_if_keras_2_missing()
