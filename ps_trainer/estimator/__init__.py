@@ -60,6 +60,11 @@ def __getattr__(name):
                          "what is)")
 
 
+def _keras_2_chosen() -> bool:
+    """TF_USE_LEGACY_KERAS as TensorFlow's lazy loaders read it: this import's "1" unless the program set it."""
+    return os.environ.get("TF_USE_LEGACY_KERAS") in ("1", "true", "True")
+
+
 def _install(v1_module, v2_module) -> None:
     """Makes this module tf.compat.v1.estimator and its v2 module tf.estimator and tf.compat.v2.estimator for
     good, and tf.keras Keras 2 for `from tensorflow.keras... import`.
@@ -78,7 +83,7 @@ def _install(v1_module, v2_module) -> None:
             module.estimator = v1_module if name.endswith("compat.v1") else v2_module
     # `from tensorflow.keras.layers import Dense` is found through tensorflow.__path__, which TensorFlow set at
     # its import for the Keras chosen then: Keras 3 where TF_USE_LEGACY_KERAS came later (this module sets it).
-    if os.environ.get("TF_USE_LEGACY_KERAS") not in ("1", "true", "True"):  # the program chose Keras 3
+    if not _keras_2_chosen():  # the program chose Keras 3
         return
     legacy = _module_util.get_parent_dir_for_name("tf_keras.api._v2.keras")
     keras_3 = _module_util.get_parent_dir_for_name("keras.api._v2.keras")
@@ -93,8 +98,7 @@ KERAS_2_MISSING = ("tf-keras is not installed: a program's tf.compat.v1.layers a
 def _warn_if_keras_2_missing() -> None:
     """One line at import where Keras 2 is chosen and absent: TensorFlow's own error, at the program's first use
     of Keras, says only "Keras cannot be imported"."""
-    if (os.environ.get("TF_USE_LEGACY_KERAS") in ("1", "true", "True")
-            and importlib.util.find_spec("tf_keras") is None):
+    if _keras_2_chosen() and importlib.util.find_spec("tf_keras") is None:
         _logging.warning(KERAS_2_MISSING)
 
 
