@@ -13,8 +13,9 @@ from ps_trainer import input as inputs
 from ps_trainer import model
 from ps_trainer.cluster import model_dir as layout
 from ps_trainer.cluster import spec
-from tests.support import run_trainer, tf_session, train_one_worker
-from ps_trainer.training import checkpoints, chief_claim, evaluator, exit_codes, log_lines
+from tests.support import finished, run_trainer, tf_session, train_one_worker, wait_for
+from ps_trainer.launch.processes import SingleProcess
+from ps_trainer.training import checkpoints, chief_claim, evaluator, exit_codes, incremental, log_lines
 from ps_trainer.training.config import RunConfig, TrainConfig
 
 v1 = tf.compat.v1
@@ -131,6 +132,39 @@ def test_a_directory_of_only_unreadable_checkpoints_stops_rather_than_start_from
     assert re.search(r"no checkpoint in \S+ can be read \(model\.ckpt-100, model\.ckpt-0\); not starting from "
                      "scratch", again.stderr), again.stderr[-3000:]
     assert "Traceback" not in again.stderr
+
+
+@pytest.mark.e2e
+def test_a_run_continued_without_its_lever_restores_its_checkpoint_and_deltas_and_starts_the_optimizer_afresh(
+        tmp_path):
+    # --local_steps keeps each worker's slots of the dense variables on the worker: its checkpoints and their
+    # deltas hold none. A run killed under the lever and continued without it restores the full checkpoint and
+    # every delta of it, and the optimizer's dense slots start afresh.
+    model_dir = tmp_path / "model"
+    args = [f"--model_dir={model_dir}", "--model=wide_deep", "--dataset=zipf_clicks", "--embedding=dynamic",
+            "--embedding_capacity=20000", "--incremental_save_secs=1", "--save_checkpoint_steps=100000", *ONE_PROCESS]
+    full = str(model_dir / "model.ckpt-0")
+    with SingleProcess(tmp_path / "lever", [*args, "--train_steps=100000", "--local_steps=5"]) as lever:
+        lever.preload = True
+        lever.start("worker", 0)
+        wait_for(lambda: len(incremental.deltas_of(full)) >= 2, 120, "two deltas of model.ckpt-0", lever)
+        lever.kill("worker", 0)
+    deltas = incremental.deltas_of(full)
+    for prefix in (full, deltas[-1]):  # the dense variables' slots were the worker's own
+        assert "wide_deep/deep_logits/bias/Adagrad" not in dict(tf.train.list_variables(prefix)), prefix
+    at = int(deltas[-1].rpartition("-")[2])
+    # Without --incremental_save_secs a run would restore no delta: the steps they hold would be trained again.
+    refused = run_trainer(*[arg for arg in args if not arg.startswith("--incremental")], f"--train_steps={at + 20}")
+    assert refused.returncode == exit_codes.BAD_FLAGS.code, refused.stderr[-3000:]
+    assert (f"model.ckpt-0 has {len(deltas)} delta checkpoint(s), to global step {at}, which a run without "
+            "--incremental_save_secs does not restore: resume with --incremental_save_secs above 0") in refused.stderr
+    assert incremental.deltas_of(full) == deltas
+    plain = run_trainer(*args, f"--train_steps={at + 20}")
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    assert re.search(rf"restored model\.ckpt-0 and its {len(deltas)} delta checkpoint\(s\), which hold no optimizer "
+                     r"state of \d+ variable\(s\) \(\S+/Adagrad; written under a lever", plain.stderr), (
+        plain.stderr[-3000:])
+    assert finished(plain.stderr)["global_step"] == str(at + 20) and finished(plain.stderr)["local_steps"] == "20"
 
 
 def model_variables(shards: int, rows: int, width: int, grown: int):

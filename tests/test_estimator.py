@@ -1163,6 +1163,45 @@ def lever_model_fn(optimizer_of, update="minimize"):
 
 
 @pytest.mark.inprocess
+def test_a_program_continued_without_its_lever_keeps_its_weights_and_starts_the_optimizer_afresh(tmp_path, monkeypatch,
+                                                                                                  caplog):
+    # A checkpoint written under PS_TRAINER_FLAGS="--local_steps=5" holds no slots of the dense variables (each
+    # worker keeps its own): the same program without the lever restores every variable it holds, and its
+    # optimizer's slots start from their initial values. A checkpoint of another optimizer is still refused.
+    import numpy as np
+    import tensorflow as tf
+
+    from ps_trainer import estimator
+    v1 = tf.compat.v1
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    caplog.set_level("INFO", logger="absl")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2000, 4)).astype(np.float32)
+    y = (x @ np.array([1.0, -2.0, 0.5, 1.0]) > 0).astype(np.int64)
+
+    def input_fn():
+        return tf.data.Dataset.from_tensor_slices(({"x": x}, y)).shuffle(2000, seed=1).repeat().batch(32)
+
+    model_dir = str(tmp_path / "model")
+    monkeypatch.setenv("PS_TRAINER_FLAGS", "--local_steps=5")
+    under_lever = estimator.Estimator(lever_model_fn(lambda: v1.train.AdagradOptimizer(0.5)), model_dir)
+    under_lever.train(input_fn, max_steps=100)
+    weights = under_lever.get_variable_value("weights")
+    assert weights.any() and "weights/Adagrad" not in under_lever.get_variable_names()
+    monkeypatch.delenv("PS_TRAINER_FLAGS")
+    plain = estimator.Estimator(lever_model_fn(lambda: v1.train.AdagradOptimizer(0.5)), model_dir)
+    plain.train(input_fn, max_steps=101)  # one step on: the weights moved from where the lever left them, no further
+    assert re.search(r"restored model\.ckpt-100 and its 0 delta checkpoint\(s\), which hold no optimizer state of 2 "
+                     r"variable\(s\) \(bias/Adagrad; written under a lever", caplog.text), caplog.text[-2000:]
+    assert plain.get_variable_value("global_step") == 101 and "weights/Adagrad" in plain.get_variable_names()
+    np.testing.assert_allclose(plain.get_variable_value("weights"), weights, atol=0.6)  # one Adagrad step: <= 0.5
+    assert np.abs(plain.get_variable_value("weights")).max() > 0.6  # not a fresh start from zero either
+    other = estimator.Estimator(lever_model_fn(lambda: v1.train.MomentumOptimizer(0.1, 0.9)), model_dir)
+    with pytest.raises(Exception, match=r"holds this run's model: \S+/Momentum is not in model\.ckpt-101"):
+        other.train(input_fn, max_steps=110)
+
+
+@pytest.mark.inprocess
 def test_a_lever_given_outside_the_program_trains_with_the_model_fns_own_optimizer_or_says_why_not(tmp_path,
                                                                                                    monkeypatch):
     # PS_TRAINER_FLAGS="--local_steps=5" in one process (one worker: plain SGD's updates, in rounds): the

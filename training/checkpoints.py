@@ -154,7 +154,8 @@ def program_scaffold(scaffold, uninitialized, model_dir: str | None, keep_checkp
         return scaffold or tf.compat.v1.train.Scaffold()
     saver = LiveStateSaver(uninitialized, sharded=True, max_to_keep=keep_checkpoint_max, save_relative_paths=True,
                            keep_checkpoint_every_n_hours=keep_checkpoint_every_n_hours,
-                           renamed=tf2_slot_layout(model_dir, sharded=True), before_save=before_save,
+                           renamed=tf2_slot_layout(model_dir, sharded=True),
+                           fresh_state=optimizer_state_layout(model_dir, sharded=True), before_save=before_save,
                            after_restore=after_restore, slots_of=slots_of, graph_tables=graph_tables)
     tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.SAVERS, saver)
     return tf.compat.v1.train.Scaffold(saver=saver, copy_from_scaffold=scaffold)
@@ -281,6 +282,64 @@ def older_layout(model_dir: str, added: list, **saver_kwargs) -> OlderLayout | N
                        tf.compat.v1.variables_initializer(list(added)))
 
 
+class FreshStateLayout(NamedTuple):
+    """How to restore a checkpoint that lacks this graph's optimizer state: a Saver of every other variable, the
+    lacking ones' initializer, and what the deltas of that checkpoint leave out."""
+    added: frozenset[str]  # the lacking variables' names in the checkpoints
+    saver: tf.compat.v1.train.Saver
+    initializer: tf.Operation
+    leave_out: frozenset[str]  # the op names of the lacking variables (a partitioned one's parts)
+
+
+def optimizer_state_layout(model_dir: str | None, **saver_kwargs) -> FreshStateLayout | None:
+    """A FreshStateLayout when the newest checkpoint in model_dir lacks only optimizer state of this graph (the slots
+    of its trainable variables, an optimizer's own counters) and holds no optimizer state this graph lacks, else
+    None (no second Saver). Such a checkpoint was written under --local_steps (the trainer's flag, or a program's
+    PS_TRAINER_FLAGS), whose workers keep the dense variables' slots as their own: a run without the lever restores
+    every variable it holds, and the optimizer's missing state starts from its initial values. A checkpoint of
+    another optimizer holds slots this graph lacks, and its restore stays refused (resume with its flags).
+    model_dir None: this task restores nothing (only the chief does), so nothing is read."""
+    try:
+        newest = tf.train.latest_checkpoint(model_dir) if model_dir else None
+        held = set(tf.train.load_checkpoint(newest).get_variable_to_shape_map()) if newest else set()
+    except (tf.errors.OpError, ValueError):  # unreadable, or its state file: the restore names it
+        return None
+    saved = {}  # the checkpoint's name of each saved variable: its variables (a partitioned one's parts)
+    for variable in saved_variables():
+        if isinstance(variable, tf.Variable):
+            info = getattr(variable, "_save_slice_info", None)
+            saved.setdefault(info.full_name if info else variable.op.name, []).append(variable)
+    trainable = {variable.op.name for variable in tf.compat.v1.trainable_variables()}
+    weights = {name for name, parts in saved.items() if any(part.op.name in trainable for part in parts)}
+    lacking = set(saved) - held
+    if not held or not lacking or not weights <= held:
+        return None
+    state = [_is_optimizer_state(name, weights) for name in lacking]
+    foreign = [name for name in held - set(saved) if _is_optimizer_state(name, weights)]
+    if not all(state) or foreign:
+        return None
+    added = [part for name in lacking for part in saved[name]]
+    leave_out = frozenset(part.op.name for part in added)
+    return FreshStateLayout(frozenset(lacking), tf.compat.v1.train.Saver(saved_variables(leave_out), **saver_kwargs),
+                            tf.compat.v1.variables_initializer(added), leave_out)
+
+
+# Variables of an optimizer that are no slot of one variable: TF1 Adam's powers of its decay rates, a Keras
+# optimizer's iteration count and hyperparameters (under its `training/<Optimizer>/` scope in an Estimator's graph).
+OPTIMIZER_COUNTERS = re.compile(r"(^|/)beta[12]_power(_\d+)?$|^training/[^/]+/[^/]+$")
+
+
+def _is_optimizer_state(name: str, weights: set[str]) -> bool:
+    """Whether a checkpoint name is an optimizer's: a slot of one of `weights` (<weight>/<slot>, or a Keras
+    optimizer's training/<Optimizer>/<weight>/<slot>), or one of its counters."""
+    if OPTIMIZER_COUNTERS.search(name):
+        return True
+    keras = re.match(r"^training/[^/]+/(.+)/[^/]+$", name)
+    owner = name.rpartition("/")[0]
+    return owner in weights or bool(keras and keras.group(1) in weights) or any(
+        owner.startswith(weight + "/") for weight in weights)
+
+
 class RenamedLayout(NamedTuple):
     """How to restore a checkpoint that holds some of this graph's variables under other names: a Saver of
     every variable, each read under its name there."""
@@ -362,13 +421,15 @@ class LiveStateSaver(tf.compat.v1.train.Saver):
     """
 
     def __init__(self, uninitialized, *args, before_save=None, after_restore=None, older: OlderLayout | None = None,
-                 slots_of=None, graph_tables=None, renamed: RenamedLayout | None = None, **kwargs):
+                 slots_of=None, graph_tables=None, renamed: RenamedLayout | None = None,
+                 fresh_state: FreshStateLayout | None = None, **kwargs):
         """uninitialized: report_uninitialized() of this graph; before_save(session), if given, runs
         before each save (the eviction of embedding rows, which the checkpoint then leaves out);
         after_restore(session), if given, runs after each restore, once the NOT_SAVED variables are
         initialized (the dynamic tables' reconciliation); older: how to restore a checkpoint that lacks variables added
         since (older_layout()); renamed: how to restore a checkpoint that names variables otherwise
-        (tf2_slot_layout()); slots_of, given when training marks the table rows it changes: the
+        (tf2_slot_layout()); fresh_state: how to restore a checkpoint that lacks the optimizer's state, written
+        under a lever (optimizer_state_layout()); slots_of, given when training marks the table rows it changes: the
         optimizer's slots of a variable, for the delta checkpoints (save_delta()). Saves
         saved_variables(); a restore initializes the NOT_SAVED ones."""
         super().__init__(saved_variables(), *args, **kwargs)
@@ -379,8 +440,12 @@ class LiveStateSaver(tf.compat.v1.train.Saver):
         self._after_restore = after_restore
         self._older = older
         self._renamed = renamed
+        self._fresh_state = fresh_state
         self._global_step = tf.compat.v1.train.get_global_step()
         self.deltas = incremental.Deltas(graph_tables, saved_variables(), slots_of) if slots_of else None
+        # The deltas of a checkpoint without the optimizer's state lack it too.
+        self._fresh_deltas = incremental.Deltas(graph_tables, saved_variables(fresh_state.leave_out), slots_of) if (
+            slots_of and fresh_state) else None
         # The full checkpoint that this run's deltas build on: the last saved or restored (None: the
         # newest registered, which a chief restarted over live ps tasks continues).
         self._base = None
@@ -515,6 +580,20 @@ class LiveStateSaver(tf.compat.v1.train.Saver):
             self._after_restore(sess)
         return restored
 
+    def _refuse_to_leave_deltas_out(self, path):
+        """A run without --incremental_save_secs restores no delta: resumed from a checkpoint that has some, it would
+        train again the steps they hold, and lose the table rows they saved."""
+        chain = incremental.deltas_of(path) if self.deltas is None else []
+        if chain:
+            raise exit_codes.Failure(
+                f"{os.path.basename(path)} has {len(chain)} delta checkpoint(s), to global step "
+                f"{chain[-1].rpartition('-')[2]}, which a run without --incremental_save_secs does not restore: resume "
+                "with --incremental_save_secs above 0 (a program: in PS_TRAINER_FLAGS)", exit_codes.BAD_FLAGS)
+
+    def _restore_without_optimizer_state(self, sess, path):
+        self._fresh_state.saver.restore(sess, path)
+        sess.run(self._fresh_state.initializer)
+
     def _restore_newest_readable(self, sess, save_path):
         """Restores save_path or, if it cannot be read, the newest older registered checkpoint that can."""
         if save_path is None:
@@ -527,6 +606,7 @@ class LiveStateSaver(tf.compat.v1.train.Saver):
         absent = []  # for each, the variable of this run's model it lacks, if that is why it could not be read
         for path in [save_path, *older]:
             path = path if os.path.isabs(path) or "://" in path else os.path.join(model_dir, path)
+            self._refuse_to_leave_deltas_out(path)
             try:
                 if self._older and _lacks(path, self._older.added):
                     self._older.saver.restore(sess, path)
@@ -539,6 +619,14 @@ class LiveStateSaver(tf.compat.v1.train.Saver):
                     logging.info("restored %s, written by TensorFlow 2.x's V1 canned estimators: %d optimizer slots "
                                  "read where it put them (%s); saved under TF1's names from now on",
                                  os.path.basename(path), len(self._renamed.names), sorted(self._renamed.names)[0])
+                elif self._fresh_state and _lacks(path, self._fresh_state.added):
+                    deltas = restore_with_deltas(sess, self._restore_without_optimizer_state, self._fresh_deltas,
+                                                 path, remove_unreadable=True)
+                    logging.info("restored %s and its %d delta checkpoint(s), which hold no optimizer state of %d "
+                                 "variable(s) (%s; written under a lever, whose workers keep it): it starts from its "
+                                 "initial values", os.path.basename(path), len(deltas), len(self._fresh_state.added),
+                                 sorted(self._fresh_state.added)[0])
+                    self._base = path
                 else:
                     deltas = restore_with_deltas(sess, super().restore, self.deltas, path, remove_unreadable=True)
                     if deltas:

@@ -159,6 +159,8 @@ def build_graph(cfg, stop_requested=None) -> TrainGraph:
     saver = checkpoints.LiveStateSaver(uninitialized, sharded=True, max_to_keep=train.keep_checkpoint_max,
                                        save_relative_paths=True, before_save=tables.evict,
                                        after_restore=tables.upkeep.after_restore, older=older,
+                                       fresh_state=checkpoints.optimizer_state_layout(
+                                           train.model_dir if cluster.is_chief else None, sharded=True),
                                        # The chief alone saves and restores: the others need no delta saver.
                                        slots_of=tables.slots_of if train.incremental_save_secs and cluster.is_chief
                                        else None, graph_tables=graph_tables)
