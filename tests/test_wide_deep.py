@@ -153,7 +153,7 @@ def test_the_profiler_traces_the_steps_asked_for_and_plot_run_draws_the_summarie
     finished_run(two_ps_run)
     model_dir = str(two_ps_run.model_dir)
     # Each worker traces the global steps 20-25 it runs: the chief always does; on a loaded machine worker 1 can
-    # run none of them (it once ran 2 steps of the 200, both before step 20).
+    # run none of them (it once ran 2 steps of the 200, neither in the window).
     for task in ("worker_0", "worker_1"):
         traces = list(pathlib.Path(layout.profile_dir(model_dir, task)).glob("plugins/profile/*/*.xplane.pb"))
         assert task == "worker_1" or traces, task
