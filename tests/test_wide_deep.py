@@ -152,12 +152,8 @@ def test_tensorboard_shows_the_chiefs_training_each_workers_speed_and_the_evalua
 def test_the_profiler_traces_the_steps_asked_for_and_plot_run_draws_the_summaries(two_ps_run, tmp_path):
     finished_run(two_ps_run)
     model_dir = str(two_ps_run.model_dir)
-    # Each worker traces the global steps 20-25 it runs: the chief always does; on a loaded machine worker 1 can
-    # run none of them (it once ran 2 steps of the 200, neither in the window).
-    for task in ("worker_0", "worker_1"):
-        traces = list(pathlib.Path(layout.profile_dir(model_dir, task)).glob("plugins/profile/*/*.xplane.pb"))
-        assert task == "worker_1" or traces, task
-        assert all(trace.stat().st_size > 1000 for trace in traces), traces
+    traces = list(pathlib.Path(layout.profile_dir(model_dir, "worker_1")).glob("plugins/profile/*/*.xplane.pb"))
+    assert traces and traces[0].stat().st_size > 1000
     png = tmp_path / "run.png"
     result = subprocess.run([sys.executable, str(SCRIPTS / "plot_run.py"), f"--model_dir={model_dir}",
                              f"--output={png}"], capture_output=True, text=True, timeout=120)

@@ -304,11 +304,7 @@ def optimizer_state_layout(model_dir: str | None, **saver_kwargs) -> FreshStateL
         held = set(tf.train.load_checkpoint(newest).get_variable_to_shape_map()) if newest else set()
     except (tf.errors.OpError, ValueError):  # unreadable, or its state file: the restore names it
         return None
-    saved = {}  # the checkpoint's name of each saved variable: its variables (a partitioned one's parts)
-    for variable in saved_variables():
-        if isinstance(variable, tf.Variable):
-            info = getattr(variable, "_save_slice_info", None)
-            saved.setdefault(info.full_name if info else variable.op.name, []).append(variable)
+    saved = _variables_by_saved_name()
     trainable = {variable.op.name for variable in tf.compat.v1.trainable_variables()}
     weights = {name for name, parts in saved.items() if any(part.op.name in trainable for part in parts)}
     lacking = set(saved) - held
@@ -380,15 +376,20 @@ def tf2_slot_layout(model_dir: str | None, **saver_kwargs) -> RenamedLayout | No
 def _by_saved_name() -> dict:
     """What saved_variables() saves, by the name a checkpoint holds it under: a variable, or the list of a
     partitioned variable's parts; {} where it saves more than variables (a dynamic table's map)."""
+    if not all(isinstance(variable, tf.Variable) for variable in saved_variables()):
+        return {}
+    return {name: parts[0] if len(parts) == 1 and getattr(parts[0], "_save_slice_info", None) is None else parts
+            for name, parts in _variables_by_saved_name().items()}
+
+
+def _variables_by_saved_name() -> dict[str, list]:
+    """The variables saved_variables() saves (not a table's map), by the name a checkpoint holds each under: its
+    variables (one, or a partitioned variable's parts)."""
     named = {}
     for variable in saved_variables():
-        if not isinstance(variable, tf.Variable):
-            return {}
-        info = getattr(variable, "_save_slice_info", None)
-        if info is None:
-            named[variable.op.name] = variable
-        else:
-            named.setdefault(info.full_name, []).append(variable)
+        if isinstance(variable, tf.Variable):
+            info = getattr(variable, "_save_slice_info", None)
+            named.setdefault(info.full_name if info else variable.op.name, []).append(variable)
     return named
 
 
