@@ -141,7 +141,7 @@ def test_a_run_continued_without_its_lever_restores_its_checkpoint_and_deltas_an
     # deltas hold none. A run killed under the lever and continued without it restores the full checkpoint and
     # every delta of it, and the optimizer's dense slots start afresh.
     model_dir = tmp_path / "model"
-    args = [f"--model_dir={model_dir}", "--model=wide_deep", "--dataset=zipf_clicks", "--embedding=dynamic",
+    args = [f"--model_dir={model_dir}", "--model=wide_deep", "--dataset=clicks", "--embedding=dynamic",
             "--embedding_capacity=20000", "--incremental_save_secs=1", "--save_checkpoint_steps=100000", *ONE_PROCESS]
     full = str(model_dir / "model.ckpt-0")
     with SingleProcess(tmp_path / "lever", [*args, "--train_steps=100000", "--local_steps=5"]) as lever:
