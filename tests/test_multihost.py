@@ -100,9 +100,10 @@ def test_a_cluster_across_hosts_with_3ms_latency(tmp_path, hosts):
     assert int(finished(logs["worker-0"])["global_step"]) >= 100
 
 
-def max_step(log_path: pathlib.Path) -> int:
-    text = log_path.read_text() if log_path.exists() else ""
-    return max((int(step) for step in re.findall(r" step (\d+)/\d+ loss", text)), default=0)
+def max_step(*log_paths: pathlib.Path) -> int:
+    """The highest global step the logs name."""
+    texts = [path.read_text() if path.exists() else "" for path in log_paths]
+    return max((int(step) for text in texts for step in re.findall(r" step (\d+)/\d+ loss", text)), default=0)
 
 
 def stop_all(tasks):
@@ -125,14 +126,14 @@ def start_tasks(tmp_path, three, args):
     return tasks, logs
 
 
-def wait_for_step(tasks, log_path, step, secs=240):
-    """Until the log names global step `step` (startup and 200 steps take about 15 s alone); fails at once
-    if a task exits."""
+def wait_for_step(tasks, log_paths, step, secs=240):
+    """Until one of the logs names global step `step` (startup and 200 steps take about 15 s alone); fails at
+    once if a task exits."""
     def reached():
         assert all(t.poll() is None for t in tasks), f"a task exited before step {step}: {[t.poll() for t in tasks]}"
-        return max_step(log_path) >= step
+        return max_step(*log_paths) >= step
 
-    wait_for(reached, secs, f"step {step} in {log_path.name}")
+    wait_for(reached, secs, f"step {step} in {', '.join(path.name for path in log_paths)}")
 
 
 def finish(tasks, logs, secs=200):
@@ -167,9 +168,13 @@ def test_a_host_cut_off_for_20_s_heals_without_a_restart(tmp_path, hosts, host, 
         f"--train_steps={steps}", "--log_every_n_steps=50", "--synthetic_examples=4000",
         "--stall_warning_secs=5", "--export_saved_model=false", *(["--sync_replicas"] if sync else [])])
     try:
-        wait_for_step(tasks, logs["worker-0"], 200)
+        # Cut once the job trains, read in both workers' logs: each names the global step every 50 of its own
+        # steps, and an async worker can trail the other by hundreds of steps (a CI run's chief named step 583,
+        # of 600, as the cut came after its log had named step 200).
+        workers = [logs["worker-0"], logs["worker-1"]]
+        wait_for_step(tasks, workers, 100)
         ip("-n", three.names[host], "link", "set", "eth0", "down")
-        cut_at = max_step(logs["worker-0"])
+        cut_at = max_step(*workers)
         # Down until the chief has waited out --stall_warning_secs and said so: the cut has stopped the job.
         wait_for(lambda: "no training step completed for" in logs["worker-0"].read_text(), 120,
                  "the chief's stall warning while the link is down")
@@ -200,7 +205,7 @@ def test_a_reset_lost_on_the_wire_does_not_stall_a_waiting_worker(tmp_path, host
         f"--train_steps={steps}", "--log_every_n_steps=50", "--synthetic_examples=4000",
         "--export_saved_model=false", "--sync_replicas"])
     try:
-        wait_for_step(tasks, logs["worker-0"], 200)
+        wait_for_step(tasks, [logs["worker-0"]], 200)
         os.killpg(tasks[1].pid, signal.SIGSTOP)  # the chief: worker 1 now waits for its round
         time.sleep(3)  # elapsed time is the subject: worker 1's call to the ps is in flight, waiting for the round
         ip("-n", three.names[0], "link", "set", "eth0", "down")
@@ -293,7 +298,7 @@ def test_the_ssh_launcher_over_real_sshd_trains_to_the_end_and_ctrl_c_stops_ever
         interrupted = subprocess.Popen(launcher("stopped", "--train_steps=1000000"), stdout=subprocess.PIPE,
                                        stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:
-            wait_for_step([interrupted], tmp_path / "stopped" / "worker-0.log", 40, secs=180)
+            wait_for_step([interrupted], [tmp_path / "stopped" / "worker-0.log"], 40, secs=180)
             assert len(trainers_of(tmp_path / "stopped" / "model")) == 3
             os.kill(interrupted.pid, signal.SIGINT)
             output, _ = interrupted.communicate(timeout=60)
