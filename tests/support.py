@@ -62,23 +62,42 @@ def run_trainer(*args, timeout: float = 120, env=None, preload=True) -> subproce
     if not preload:
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
                               env=env, cwd=ROOT)
+    return _run_forked(command[1:], env, ROOT, timeout, program=False)
+
+
+def run_program(program, *args, timeout: float = 300, cwd=ROOT, env=None) -> subprocess.CompletedProcess:
+    """A user's program (a file, or a str of Python code, which is written to a file for it) run to its end as
+    `python program args...` does (env: variables added to this one's).
+
+    It is forked from a process that has imported TensorFlow alone (ForkedTask with program=True), as the
+    program's own first import does: it skips the 3-5 s of CPU of a new Python's `import tensorflow`.
+    test_e2e shows a forked program and a new Python end alike; a test of what happens before the program
+    imports TensorFlow (its environment at start, the order of its imports) starts a new Python."""
+    env = {**os.environ, **(env or {})}
+    with tempfile.TemporaryDirectory() as folder:
+        if isinstance(program, str):
+            code, program = program, pathlib.Path(folder, "program.py")
+            program.write_text(code)
+        return _run_forked([str(program), *map(str, args)], env, cwd, timeout, program=True)
+
+
+def _run_forked(argv, env, cwd, timeout: float, program: bool) -> subprocess.CompletedProcess:
     with tempfile.TemporaryDirectory() as captured:
         out, err = pathlib.Path(captured, "stdout"), pathlib.Path(captured, "stderr")
-        task = ForkedTask(command[1:], env, out, err, cwd=ROOT)
+        task = ForkedTask(argv, env, out, err, cwd=cwd, program=program)
         try:
             code = task.wait(timeout)
         except subprocess.TimeoutExpired:
             os.killpg(task.pid, signal.SIGKILL)
             task.wait(timeout=30)
             raise
-        return subprocess.CompletedProcess(command, code, out.read_text(errors="replace"),
+        return subprocess.CompletedProcess([sys.executable, *argv], code, out.read_text(errors="replace"),
                                            err.read_text(errors="replace"))
 
 
 def run_script(name: str, *args, timeout: float = 300) -> subprocess.CompletedProcess:
-    """A script that starts no cluster (a generator, a converter) run to its end."""
-    return subprocess.run([sys.executable, str(SCRIPTS / name), *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
+    """A script that starts no cluster (a generator, a converter) run to its end, as run_program runs a program."""
+    return run_program(SCRIPTS / name, *args, timeout=timeout)
 
 
 def run_launcher(argv, timeout: float) -> subprocess.CompletedProcess:
@@ -285,12 +304,12 @@ def join_all(threads, timeout=30):
 
 # ---------------------------------------------------------------- exported models
 SERVE = """
-import json, sys
+import json, pathlib, sys
 import numpy as np
 import tensorflow as tf
 
 features = {k: np.array(v, dtype=object if isinstance(v[0], str) else np.float32)
-            for k, v in json.loads(sys.stdin.read()).items()}
+            for k, v in json.loads(pathlib.Path(sys.argv[2]).read_text()).items()}
 served = tf.saved_model.load(sys.argv[1]).signatures["serving_default"](
     **{k: tf.constant(v.astype(str) if v.dtype == object else v) for k, v in features.items()})
 print(json.dumps({"probabilities": served["probabilities"].numpy().tolist(),
@@ -312,9 +331,13 @@ def saved_maps(checkpoint, column: str = "user") -> dict[int, dict]:
 
 
 def serve_in_fresh_process(export_dir, features) -> dict:
+    """The export's serving_default signature on `features`, in a process that has imported TensorFlow and
+    nothing of the project's, as a server would: its probabilities and classes."""
     payload = {k: [x.decode() for x in v] if v.dtype == object else v.tolist() for k, v in features.items()}
-    result = subprocess.run([sys.executable, "-c", SERVE, str(export_dir)], input=json.dumps(payload),
-                            capture_output=True, text=True, timeout=120)
+    with tempfile.TemporaryDirectory() as folder:
+        features_file = pathlib.Path(folder, "features.json")
+        features_file.write_text(json.dumps(payload))
+        result = run_program(SERVE, export_dir, features_file, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 

@@ -8,16 +8,16 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
+import time
 
 import pytest
 
 from ps_trainer.launch.forked import ForkedTask
 from ps_trainer.launch.processes import LOOPBACK, free_ports
 from ps_trainer.training import exit_codes, incremental, log_lines
-from tests.support import (ROOT, SCRIPTS, describe, lines_with, run_launcher, saved_maps, stop_process_group,
-                           tf_session, wait_for)
+from tests.support import (ROOT, SCRIPTS, describe, lines_with, run_launcher, run_program, saved_maps,
+                           stop_process_group, tf_session, wait_for)
 
 PROGRAM = ROOT / "tests" / "programs" / "clicks_estimator.py"
 TIMEOUT = 240
@@ -41,9 +41,8 @@ def test_a_tf1_program_with_one_line_added_trains_evaluates_and_predicts_in_one_
     for own in ("flags.py", "model.py", "input.py", "training.py", "cluster.py", "launch.py", "trainer/__init__.py"):
         (program.parent / own).parent.mkdir(exist_ok=True)
         (program.parent / own).write_text(f"raise ImportError('the program\\'s own {own} was imported')\n")
-    result = subprocess.run([sys.executable, str(program), f"--model_dir={tmp_path / 'model'}", "--train_steps=300",
-                             "--predict"], capture_output=True, text=True, timeout=TIMEOUT, cwd=program.parent,
-                            stdin=subprocess.DEVNULL)
+    result = run_program(program, f"--model_dir={tmp_path / 'model'}", "--train_steps=300", "--predict",
+                         timeout=TIMEOUT, cwd=program.parent)
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = final_metrics(result.stdout)
     # Its own --model_dir and --train_steps were taken (ps_trainer.estimator defines no flag), and it learned:
@@ -58,7 +57,7 @@ class TfConfigCluster:
     ports, each started by job name (and index: a task other than the first is named "job:index"), its output
     appended to <name>.log; every process still running at the end is stopped by its group. Each is forked
     from a process that has imported TensorFlow alone (launch.forked.ForkedTask with program=True), and
-    runs as `python program.py` does; the tests of the program's own imports start a new Python."""
+    runs as `python program.py` does (a program run alone: support.run_program)."""
 
     def __init__(self, program, tmp_path, *args, chief_job="chief", env=None, num_ps=1):
         *ps, chief, worker = (f"{LOOPBACK}:{port}" for port in free_ports(num_ps + 2))
@@ -154,8 +153,7 @@ print(f"served_auc={auc} classes={classified['classes'].numpy()[0].tolist()} sco
 
 
 def served(export_dir) -> str:
-    result = subprocess.run([sys.executable, "-c", SERVE, export_dir], capture_output=True, text=True,
-                            timeout=TIMEOUT, cwd=ROOT, stdin=subprocess.DEVNULL)
+    result = run_program(SERVE, export_dir, timeout=TIMEOUT)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout.strip().splitlines()[-1]
 
@@ -164,8 +162,10 @@ def served(export_dir) -> str:
 def test_a_canned_program_launched_as_a_tf_config_cluster_trains_to_max_steps_and_exports_from_its_evaluator(
         tmp_path):
     # scripts/run_local.py --program: the ps, a chief, a worker and an evaluator, each with its TF_CONFIG.
+    started = time.monotonic()
     result = run_launcher([sys.executable, str(SCRIPTS / "run_local.py"), f"--program={CANNED}",
                            f"--run_dir={tmp_path}", "--", "--train_steps=600"], timeout=TIMEOUT)
+    lasted = time.monotonic() - started
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert re.search(r"summary: final step 6\d\d", result.stdout), result.stdout[-2000:]
     for task in ("chief 0", "worker 0", "ps 0", "evaluator 0"):
@@ -180,6 +180,10 @@ def test_a_canned_program_launched_as_a_tf_config_cluster_trains_to_max_steps_an
     assert metrics["global_step"] >= 600 and metrics["auc"] > 0.8, metrics
     assert {"accuracy_baseline", "auc_precision_recall", "average_loss", "label/mean", "precision", "recall"} <= set(
         metrics)
+    # Between checkpoints it waited: a look for a new one about once a second (one that spun would log
+    # thousands of these a second and take a core from the training).
+    waits = logs["evaluator"].count("INFO:tensorflow:Waiting for new checkpoint")
+    assert waits <= lasted + 20, f"{waits} waits for a new checkpoint in {lasted:.0f} s"
     # The launcher's summary names that evaluation, the program's own figures (its chief has no held-out line).
     assert re.search(rf"summary: final step 6\d\d; evaluation of global step {metrics['global_step']:.0f} \(evaluator "
                      rf"0\): accuracy [0-9.]+, .*, auc {metrics['auc']:.4g}, ", result.stdout), result.stdout[-2000:]
@@ -426,8 +430,7 @@ try:
 except AttributeError as err:
     print(err)
 """
-    result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT,
-                            stdin=subprocess.DEVNULL)
+    result = run_program(check, timeout=TIMEOUT)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == ("tf.estimator.BoostedTreesClassifier is not covered by ps_trainer.estimator "
                                      "(docs/estimator.md lists what is)")
@@ -500,8 +503,7 @@ model.evaluate(input_fn)
 @pytest.mark.e2e
 def test_a_program_that_touches_keras_after_the_line_keeps_every_name_trains_to_its_inputs_end_and_logs_there(
         tmp_path):
-    result = subprocess.run([sys.executable, "-c", KERAS_LATER], capture_output=True, text=True, timeout=TIMEOUT,
-                            cwd=tmp_path, stdin=subprocess.DEVNULL)
+    result = run_program(KERAS_LATER, timeout=TIMEOUT, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "global_step 10" in result.stdout  # train(input_fn), no steps: to the input's end, as TF 2.15's
     # The Estimator's lines reach the program's own tf.compat.v1.logging, as TF 2.15's did.
@@ -520,10 +522,8 @@ model = tf.estimator.Estimator(model_fn, "model", config=config)
 tf.estimator.train_and_evaluate(model, tf.estimator.TrainSpec(input_fn, max_steps=5), tf.estimator.EvalSpec(input_fn))
 """)
     ps, chief = (f"{LOOPBACK}:{port}" for port in free_ports(2))  # nothing listens on ps's
-    env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": {"ps": [ps], "chief": [chief]},
-                                                  "task": {"type": "chief", "index": 0}})}
-    result = subprocess.run([sys.executable, str(program)], capture_output=True, text=True, timeout=TIMEOUT,
-                            cwd=tmp_path, env=env, stdin=subprocess.DEVNULL)
+    env = {"TF_CONFIG": json.dumps({"cluster": {"ps": [ps], "chief": [chief]}, "task": {"type": "chief", "index": 0}})}
+    result = run_program(program, timeout=TIMEOUT, cwd=tmp_path, env=env)
     assert result.returncode == 138, result.stderr[-3000:]
     last = result.stderr.strip().splitlines()[-1]
     assert re.search(rf"chief:0: ps 0 at {ps} not reachable after \d+ s "
@@ -1437,9 +1437,8 @@ def test_the_module_paths_estimator_code_imports_from_resolve_to_this_implementa
 def test_a_deepctr_estimator_program_trains_evaluates_predicts_and_exports_with_one_line_added(tmp_path):
     # DeepCTR's estimators import the Estimator's internals (tensorflow.python.estimator.canned.head._Head,
     # canned.optimizers.get_optimizer_instance) and Keras layers by `from tensorflow.keras.layers import`.
-    result = subprocess.run([sys.executable, str(ROOT / "tests" / "programs" / "deepctr_deepfm.py"),
-                             str(tmp_path / "model")], capture_output=True, text=True, timeout=TIMEOUT, cwd=tmp_path,
-                            stdin=subprocess.DEVNULL)
+    result = run_program(ROOT / "tests" / "programs" / "deepctr_deepfm.py", tmp_path / "model", timeout=TIMEOUT,
+                         cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     found = re.search(r"AUC ([0-9.]+) at global step (\d+); scored 5 .*; exported (\S+)", result.stdout)
     assert found, result.stdout[-2000:] + result.stderr[-2000:]

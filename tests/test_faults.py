@@ -17,8 +17,8 @@ import tensorflow as tf
 
 from ps_trainer.cluster import peers, shutdown
 from ps_trainer.launch import faults
-from tests.support import (ROOT, SCRIPTS, FakeClock, describe, finished, logged_step, run_launcher, tf_session,
-                           wait_for, write_numbered_csvs)
+from tests.support import (ROOT, SCRIPTS, FakeClock, describe, finished, logged_step, run_launcher, run_program,
+                           tf_session, wait_for, write_numbered_csvs)
 from ps_trainer.training import checkpoints, exit_codes, log_lines, session_loop, watchdog
 
 TRAIN_STEPS = 300
@@ -471,8 +471,7 @@ time.sleep(30)  # elapsed time is the subject: the watcher's deadline ends the p
 
 @pytest.mark.e2e
 def test_only_a_stop_signal_requests_preemption_and_the_deadline_bounds_the_stop():
-    result = subprocess.run([sys.executable, "-c", PREEMPTION_PROBE], capture_output=True, text=True, timeout=60,
-                            cwd=ROOT)
+    result = run_program(PREEMPTION_PROBE, timeout=60)
     assert result.stdout.splitlines() == ["after SIGUSR1: False", "after SIGTERM: True"], result.stderr[-2000:]
     assert result.returncode == exit_codes.PREEMPTED and "still running 1 s after SIGTERM" in result.stderr
 
@@ -494,8 +493,7 @@ time.sleep(60)  # elapsed time is the subject: the watcher sees the ps gone and 
 
 @pytest.mark.e2e
 def test_a_worker_told_to_stop_exits_at_once_when_its_ps_stops_listening():
-    result = subprocess.run([sys.executable, "-c", PS_GONE_PROBE], capture_output=True, text=True, timeout=90,
-                            cwd=ROOT)
+    result = run_program(PS_GONE_PROBE, timeout=90)
     ended = time.monotonic()  # the system's monotonic clock: the probe's too
     lines = result.stdout.splitlines()
     assert lines[:1] == ["stopping with the ps listening: still running"] and len(lines) == 2, result.stderr[-2000:]

@@ -2,9 +2,8 @@
 own input, with its optimizer and levers, on a real cluster; and the model_fn that breaks the contract, or a
 flag that cannot be, refused in one line."""
 
+import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -13,11 +12,13 @@ from absl import app
 
 from ps_trainer import input as inputs
 from ps_trainer import model
+from ps_trainer.launch.forked import ForkedTask
 from ps_trainer.model import user_fn
 from ps_trainer.model.graph_tables import GraphTables
 from ps_trainer.model.dynamic import storage as table_storage
 from ps_trainer.training import graph as train_graph
-from tests.support import ROOT, describe, finished, read_flags, stop_process_group, tf_session, write_click_csvs
+from tests.support import (ROOT, describe, finished, read_flags, run_trainer, stop_process_group, tf_session,
+                           write_click_csvs)
 
 PROGRAM = ROOT / "tests" / "programs" / "clicks_model_fn.py"
 DYNAMIC = ROOT / "tests" / "programs" / "clicks_dynamic_model_fn.py"  # user and item in dynamic tables
@@ -228,21 +229,19 @@ def test_one_model_fn_file_with_its_own_train_op_trains_under_trainer_py_and_in_
     # The same file, both doors: trainer.py --model_fn runs its train_op as written; run as a program, it trains
     # in its own train_and_evaluate. Same data (the trainer's clicks), same steps: the same held-out AUC.
     steps = 2000
-    program = subprocess.Popen([sys.executable, str(PROGRAM), str(tmp_path / "program"), str(steps)],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                               start_new_session=True)
+    program = ForkedTask([str(PROGRAM), str(tmp_path / "program"), str(steps)], os.environ, tmp_path / "program.log",
+                         cwd=ROOT, program=True)
     try:
-        trained = subprocess.run([sys.executable, str(ROOT / "trainer.py"),
-                                  f"--model_fn={PROGRAM}:model_fn_with_update", "--dataset=clicks",
-                                  f"--train_steps={steps}", "--batch_size=64",
-                                  # the clicks' signal is weak (loss about 0.92 of chance), and the subject here
-                                  # is the held-out figure: the not-learning check warns, never stops
-                                  "--not_learning=warn",
-                                  f"--model_dir={tmp_path / 'trainer'}"], capture_output=True, text=True,
-                                 timeout=240, cwd=ROOT)
-        output, _ = program.communicate(timeout=240)
+        trained = run_trainer(f"--model_fn={PROGRAM}:model_fn_with_update", "--dataset=clicks",
+                              f"--train_steps={steps}", "--batch_size=64",
+                              # the clicks' signal is weak (loss about 0.92 of chance), and the subject here
+                              # is the held-out figure: the not-learning check warns, never stops
+                              "--not_learning=warn", f"--model_dir={tmp_path / 'trainer'}", timeout=240)
+        program.wait(timeout=240)
     finally:
-        stop_process_group(program)
+        if program.poll() is None:
+            stop_process_group(program)
+    output = (tmp_path / "program.log").read_text()
     assert trained.returncode == 0 and program.returncode == 0, (trained.stderr[-3000:], output[-3000:])
     assert "the model_fn's own train_op is the update" in trained.stderr
     by_trainer = finished(trained.stderr)
