@@ -171,7 +171,7 @@ def test_model_dir_defaults_only_where_every_task_can_share_it(tmp_path):
     assert read_flags(*CLUSTER, "--job_name=ps", "--task_index=0").train.model_dir == chief  # done marks are there
     assert read_flags("--ps_hosts=10.0.0.1:2222", "--worker_hosts=10.0.0.2:2222", "--job_name=ps",
                       "--task_index=0").train.model_dir is None
-    assert read_flags().train.model_dir != read_flags("--model_dir=/tmp/x").train.model_dir
+    assert read_flags().train.model_dir != read_flags(f"--model_dir={tmp_path}").train.model_dir
     message = usage_error("--ps_hosts=10.0.0.1:2222", "--worker_hosts=10.0.0.2:2222", "--job_name=worker",
                           "--task_index=0")
     assert "--model_dir is required for a cluster across hosts (10.0.0.1, 10.0.0.2)" in message
@@ -341,9 +341,10 @@ def test_tf_config_names_the_cluster_and_flags_that_disagree_are_refused():
     assert cfg.cluster_source == "TF_CONFIG" and cfg.cluster.job_name == "ps"
 
 
-def test_mnist_replicas_own_flags_are_understood():
+def test_mnist_replicas_own_flags_are_understood(tmp_path):
     cfg = read_flags("--job_name=worker", "--task_index=1", "--num_gpus=0", "--existing_servers=False",
-                     "--hidden_units=100", "--sync_replicas=True", "--replicas_to_aggregate=2", "--model_dir=/tmp/x")
+                     "--hidden_units=100", "--sync_replicas=True", "--replicas_to_aggregate=2",
+                     f"--model_dir={tmp_path}")
     assert cfg.cluster.num_gpus == 0 and cfg.cluster.compute_device() == "/job:worker/task:1/device:CPU:0"
     assert cfg.train.sync_replicas and cfg.model.hidden_units == (100,)
     assert "--existing_servers=true" in usage_error("--job_name=ps", "--task_index=0", "--existing_servers")
