@@ -5,6 +5,7 @@ checked before it is registered, and a restore falls back past checkpoints that 
 import os
 import re
 import subprocess
+import time
 
 import pytest
 import tensorflow as tf
@@ -205,9 +206,12 @@ def test_the_evaluator_names_a_checkpoint_it_cannot_read_and_waits_for_the_next(
                     model.ModelConfig(), data)
     with tf.Graph().as_default(), pytest.raises(evaluator.EvaluationTimeout, match="last evaluated step: None"):
         evaluator.run(cfg)  # the final step's checkpoint is the bad one: skipped, then no newer one comes
-    skipped = [r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()]
-    assert len(skipped) == 1 and skipped[0].startswith(f"evaluator: checkpoint {newest} cannot be read ("), skipped
-    assert skipped[0].endswith("): skipped; waiting for the next one"), skipped
+    gave_up = time.time()
+    [skipped] = [r for r in caplog.records if "cannot be read" in r.getMessage()]
+    assert skipped.getMessage().startswith(f"evaluator: checkpoint {newest} cannot be read ("), skipped
+    assert skipped.getMessage().endswith("): skipped; waiting for the next one"), skipped
+    # After the skip it waited its --eval_timeout_secs for a newer one (elapsed time is the subject).
+    assert gave_up - skipped.created >= 1
     # The one before it is read as ever.
     step, figures = evaluator.evaluate(cfg, str(tmp_path / "model.ckpt-20"), max_examples=500)
     assert step == 20 and 0 <= figures["accuracy"] <= 1

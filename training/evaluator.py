@@ -7,6 +7,8 @@ error ends it too (exit 1, with the chief's reason: cluster/shutdown.py). The ru
 settings and last step come from <model_dir>/run.json (training/run_record.py), not from its own
 flags, so it builds the graph the checkpoints hold."""
 
+import time
+
 import numpy as np
 import tensorflow as tf
 from absl import logging
@@ -92,27 +94,28 @@ def run(cfg) -> None:
     step = None
     followed = None
     chief_failure = shutdown.ChiefFailure(train.model_dir)
-    wait_secs = min(train.eval_timeout_secs, shutdown.MARK_CHECK_SECS)  # checks the chief's mark between waits
-    waited = 0.0  # since the last new checkpoint
+    # Between waits it reads the chief's failure mark. TensorFlow's wait looks once a second and returns before
+    # a sleep that would end past its timeout (at one second, at once): two seconds at least.
+    wait_secs = max(min(train.eval_timeout_secs, shutdown.MARK_CHECK_SECS), 2.0)
+    waiting_since = time.monotonic()  # the start, or the end of the last checkpoint's evaluation
 
     def given_up() -> bool:
-        nonlocal waited
         failed = chief_failure.reason()
         if failed is not None:
             raise ending.with_the_chief("evaluator", failed)
-        waited += wait_secs
-        return waited >= train.eval_timeout_secs
+        return time.monotonic() - waiting_since >= train.eval_timeout_secs
 
     try:
         for checkpoint in v1.train.checkpoints_iterator(train.model_dir, min_interval_secs=1, timeout=wait_secs,
                                                         timeout_fn=given_up):
-            waited = 0.0
             run_cfg, followed = _following_the_run(cfg, followed)
             try:
                 step, metrics = evaluate(run_cfg, checkpoint)
             except UnreadableCheckpoint as err:
                 logging.error("evaluator: %s: skipped; waiting for the next one", err)
+                waiting_since = time.monotonic()
                 continue
+            waiting_since = time.monotonic()
             summary = v1.Summary(value=[v1.Summary.Value(tag=k, simple_value=v) for k, v in metrics.items()])
             writer.add_summary(summary, step)
             writer.flush()
