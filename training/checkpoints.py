@@ -195,6 +195,21 @@ def _num_elements(shape) -> int:
     return count
 
 
+# TensorFlow's wait for a new checkpoint (wait_for_new_checkpoint) looks once a second and returns before a sleep
+# that would end past its timeout: at a timeout of one second it returns at once, and a loop around it spins on a
+# core. Two seconds at least: a look, a second's sleep, a look.
+MIN_CHECKPOINT_WAIT_SECS = 2.0
+
+
+def new_checkpoints(model_dir: str, wait_secs: float, between_waits):
+    """TensorFlow's checkpoints_iterator over model_dir: each new checkpoint as it appears (at most one a
+    second). After each wait of wait_secs (MIN_CHECKPOINT_WAIT_SECS at least) that found none, between_waits()
+    is called: it ends the iteration by returning True, or raises."""
+    return tf.compat.v1.train.checkpoints_iterator(model_dir, min_interval_secs=1,
+                                                   timeout=max(wait_secs, MIN_CHECKPOINT_WAIT_SECS),
+                                                   timeout_fn=between_waits)
+
+
 def checkpoint_step(prefix: str | None) -> int | None:
     """The global step in a checkpoint's name (model.ckpt-<step>), or None."""
     match = prefix and re.search(r"-(\d+)$", prefix)

@@ -94,9 +94,7 @@ def run(cfg) -> None:
     step = None
     followed = None
     chief_failure = shutdown.ChiefFailure(train.model_dir)
-    # Between waits it reads the chief's failure mark. TensorFlow's wait looks once a second and returns before
-    # a sleep that would end past its timeout (at one second, at once): two seconds at least.
-    wait_secs = max(min(train.eval_timeout_secs, shutdown.MARK_CHECK_SECS), 2.0)
+    wait_secs = min(train.eval_timeout_secs, shutdown.MARK_CHECK_SECS)  # reads the chief's failure mark between waits
     waiting_since = time.monotonic()  # the start, or the end of the last checkpoint's evaluation
 
     def given_up() -> bool:
@@ -106,8 +104,7 @@ def run(cfg) -> None:
         return time.monotonic() - waiting_since >= train.eval_timeout_secs
 
     try:
-        for checkpoint in v1.train.checkpoints_iterator(train.model_dir, min_interval_secs=1, timeout=wait_secs,
-                                                        timeout_fn=given_up):
+        for checkpoint in checkpoints.new_checkpoints(train.model_dir, wait_secs, given_up):
             run_cfg, followed = _following_the_run(cfg, followed)
             try:
                 step, metrics = evaluate(run_cfg, checkpoint)

@@ -19,12 +19,6 @@ from ps_trainer.training import (checkpoints, chief_claim, ending, exit_codes, l
                                  worker)
 from ps_trainer.training.config import NO_STEP_LIMIT  # NO_STEP_LIMIT: the replicas' own ends
 
-CHECKPOINT_POLL_SECS = 1.0
-# How long the evaluator's wait for a new checkpoint lasts before it asks whether the chief has ended.
-# TensorFlow's wait (wait_for_new_checkpoint) looks once a second and returns before a sleep that would end past
-# its timeout: at a timeout of one second it returns at once, and the evaluator would spin on a core until the
-# first checkpoint. At two, it looks, sleeps a second, and looks again.
-CHIEF_CHECK_SECS = 2.0
 
 
 class TrainSpec(collections.namedtuple("TrainSpec", ["input_fn", "max_steps", "hooks", "saving_listeners"])):
@@ -189,8 +183,7 @@ def _evaluate_each_checkpoint(estimator, train_spec, eval_spec) -> tuple[dict, l
             raise ending.with_the_chief("evaluator", failed)
         return shutdown.ended_since(estimator.model_dir, 0, train_steps, since) is not None
 
-    for newest in tf.compat.v1.train.checkpoints_iterator(estimator.model_dir, CHECKPOINT_POLL_SECS,
-                                                          timeout=CHIEF_CHECK_SECS, timeout_fn=chief_ended):
+    for newest in checkpoints.new_checkpoints(estimator.model_dir, checkpoints.MIN_CHECKPOINT_WAIT_SECS, chief_ended):
         step = checkpoints.checkpoint_step(newest)
         final = step is not None and step >= train_steps
         if not final and chief_ended():  # its last save came before its mark
