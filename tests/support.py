@@ -70,7 +70,7 @@ def run_program(program, *args, timeout: float = 300, cwd=ROOT, env=None) -> sub
     `python program args...` does (env: variables added to this one's).
 
     It is forked from a process that has imported TensorFlow alone (ForkedTask with program=True), as the
-    program's own first import does: it skips the 3-5 s of CPU of a new Python's `import tensorflow`.
+    program's own first import does: it skips the 3-4 s of CPU of a new Python's `import tensorflow`.
     test_e2e shows a forked program and a new Python end alike; a test of what happens before the program
     imports TensorFlow (its environment at start, the order of its imports) starts a new Python."""
     env = {**os.environ, **(env or {})}

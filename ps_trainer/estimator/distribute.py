@@ -20,7 +20,6 @@ from ps_trainer.training import (checkpoints, chief_claim, ending, exit_codes, l
 from ps_trainer.training.config import NO_STEP_LIMIT  # NO_STEP_LIMIT: the replicas' own ends
 
 
-
 class TrainSpec(collections.namedtuple("TrainSpec", ["input_fn", "max_steps", "hooks", "saving_listeners"])):
     """TF 2.x's: saving_listeners are called around the chief's saves."""
 
