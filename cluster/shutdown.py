@@ -50,6 +50,8 @@ def _done_queue(ps_task: int, num_workers: int):
 
 
 MARK_CHECK_SECS = 5.0
+# How long a finished replica waits for the session that told the ps tasks to close (report_done).
+CLOSE_GRACE_SECS = 2.0
 
 
 def mark_done(model_dir: str, replica: int, global_step: int, train_steps: int, num_epochs: int = 0) -> None:
@@ -238,7 +240,7 @@ class Roll:
         marked = marked_done(self.model_dir, self.pending(), self.train_steps, self.num_epochs)
         if marked:
             self.done |= marked
-            logging.info("%s: training replica(s) %s finished before this ps started (marked in model_dir); "
+            logging.info("%s: training replica(s) %s finished (marked in model_dir); "
                          "waiting for %s", self.who, sorted(marked), sorted(self.pending()) or "nobody")
         if 0 not in self.done:  # a chief that fails once done (in its export, say) trained to the end
             self.chief_failed = self.chief_failure.reason() or self._earlier_failure_stands()
@@ -306,35 +308,46 @@ def wait_for_every_replica(server, cluster: spec.ClusterConfig, model_dir: str |
 def report_done(server, cluster: spec.ClusterConfig, model_dir: str | None, global_step: int, train_steps: int,
                 num_epochs: int = 0, timeout_secs: float = 30.0) -> bool:
     """A finished replica's verb: marks it done in model_dir, then tells every ps. False if telling
-    them is still under way after the timeout (the ps tasks also read the mark, so none is left waiting).
+    them is still under way after the timeout (the ps tasks also read the mark, so none is left waiting),
+    or if the session that told them is still closing CLOSE_GRACE_SECS later.
 
-    A session to a ps that is gone can wait long in creation: it runs in a daemon thread, never
-    keeping this process alive; the caller must then leave without the interpreter's shutdown.
+    A session to a ps that is gone can wait long in creation, and in its close (a ps that read the mark
+    and exited before this replica's word reached it): it runs in a daemon thread, never keeping this
+    process alive; the caller must then leave without the interpreter's shutdown.
     """
     if model_dir:
         mark_done(model_dir, cluster.replica_index, global_step, train_steps, num_epochs)
-    thread = threading.Thread(target=_tell_every_ps, args=(server, cluster, timeout_secs), daemon=True)
+    tried = threading.Event()
+    thread = threading.Thread(target=_tell_every_ps, args=(server, cluster, timeout_secs, tried), daemon=True)
     thread.start()
-    thread.join(timeout_secs + 5)
-    if thread.is_alive():
+    if not tried.wait(timeout_secs + 5):
         logging.warning("%s: gave up telling the ps tasks it is done (they read its mark in model_dir)",
                         cluster.task_name)
+        return False
+    thread.join(CLOSE_GRACE_SECS)
+    if thread.is_alive():
+        logging.info("%s: told every ps that is still up that it is done; not waiting for the session to a ps "
+                     "that is gone to close", cluster.task_name)
         return False
     return True
 
 
-def _tell_every_ps(server, cluster: spec.ClusterConfig, timeout_secs: float) -> None:
-    """Tells every ps that this worker is done. A ps that is gone already is logged, not fatal."""
+def _tell_every_ps(server, cluster: spec.ClusterConfig, timeout_secs: float, tried: threading.Event) -> None:
+    """Tells every ps that this worker is done, sets `tried`, then closes its session. A ps that is gone
+    already is logged, not fatal."""
     graph = tf.Graph()
     with graph.as_default():
         enqueues = [_done_queue(ps, cluster.num_replicas).enqueue(tf.constant(cluster.replica_index))
                     for ps in range(cluster.num_ps)]
     options = tf.compat.v1.RunOptions(timeout_in_ms=int(timeout_secs * 1000))
     with tf.compat.v1.Session(server.target, graph=graph, config=spec.session_config(cluster)) as sess:
-        for ps, enqueue in enumerate(enqueues):
-            try:
-                sess.run(enqueue, options=options)
-            except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
-                    tf.errors.AbortedError, tf.errors.CancelledError) as err:
-                logging.warning("could not tell ps %d that %s is done: %s", ps, cluster.task_name,
-                                err.message.splitlines()[0])
+        try:
+            for ps, enqueue in enumerate(enqueues):
+                try:
+                    sess.run(enqueue, options=options)
+                except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
+                        tf.errors.AbortedError, tf.errors.CancelledError) as err:
+                    logging.warning("could not tell ps %d that %s is done: %s", ps, cluster.task_name,
+                                    err.message.splitlines()[0])
+        finally:
+            tried.set()
