@@ -31,33 +31,37 @@ PROGRAM_PRELOADED_MODULES = ["tensorflow"]
 TASK_OUTPUT = {"PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "1"}
 
 
-def _become_task(argv, env, log_path, err_path, cwd) -> None:
+def _become_task(argv, env, log_path, err_path, cwd, netns=None) -> None:
     """A forked task's start: a session of its own, its log as stdout and stderr (or stderr to a file of
-    its own), its environment, directory and command line."""
+    its own), its environment, directory and command line; with `netns`, that host's network namespace
+    (launch/netns.py)."""
     os.setsid()
     for fd, path in ((1, log_path), (2, err_path or log_path)):
         opened = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         os.dup2(opened, fd)
         os.close(opened)
+    if netns:
+        from ps_trainer.launch import netns as hosts  # noqa: PLC0415  (the multi-host tests' alone)
+        hosts.enter(netns)
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
     sys.argv = list(argv)
 
 
-def _run_trainer_here(argv, env, log_path, err_path, cwd) -> None:
+def _run_trainer_here(argv, env, log_path, err_path, cwd, netns=None) -> None:
     """A forked task's body: trainer.py's main on argv, whose exit code it exits with, as `python
     trainer.py` does."""
-    _become_task(argv, env, log_path, err_path, cwd)
+    _become_task(argv, env, log_path, err_path, cwd, netns)
     from ps_trainer import trainer  # noqa: PLC0415  (preloaded: already imported)
     trainer.app.run(trainer.main, argv=argv, flags_parser=trainer.parse_flags)
 
 
-def _run_program_here(argv, env, log_path, err_path, cwd) -> None:
+def _run_program_here(argv, env, log_path, err_path, cwd, netns=None) -> None:
     """A forked program's body: the file argv[0] run as __main__ with its folder first on sys.path, its
     uncaught exception or sys.exit() reported and turned into the exit code, the atexit functions run, as
     `python program.py` does."""
-    _become_task(argv, env, log_path, err_path, cwd)
+    _become_task(argv, env, log_path, err_path, cwd, netns)
     # This module, which the fork imported to find this function: the program imports what it imports.
     for name in [name for name in sys.modules if name == "ps_trainer" or name.startswith("ps_trainer.")]:
         del sys.modules[name]
@@ -129,19 +133,20 @@ def _call(module: str, function: str, args):
 class ForkedTask:
     """A task forked from the preloaded server, with the part of subprocess.Popen's interface that
     ProcessCluster and its callers use: pid, poll, wait and returncode (negative: killed by that signal).
-    program=True: argv[0] is a user's program, forked from the program server (ProgramProcess)."""
+    program=True: argv[0] is a user's program, forked from the program server (ProgramProcess). netns: the task's
+    host, a network namespace (launch/netns.py), which it enters first."""
 
     stdin = None
 
     _server_started = False
 
-    def __init__(self, argv, env, log_path, err_path=None, cwd=None, program=False):
+    def __init__(self, argv, env, log_path, err_path=None, cwd=None, program=False, netns=None):
         context = multiprocessing.get_context("forkserver")
         if not program and not ForkedTask._server_started:
             self._start_server(context)
         process = ProgramProcess if program else context.Process
         self._process = process(target=_run_program_here if program else _run_trainer_here, name=str(argv[0]), args=(
-            list(argv), dict(env), str(log_path), err_path and str(err_path), str(cwd or os.getcwd())))
+            list(argv), dict(env), str(log_path), err_path and str(err_path), str(cwd or os.getcwd()), netns))
         with _main_hidden():
             self._process.start()
         self.pid = self._process.pid

@@ -1,5 +1,6 @@
 """A cluster across hosts: each host a network namespace this test creates, with its own address
-on a bridge, and every task started by the per-host scripts inside its host.
+on a bridge, and every task inside its host: started by the per-host scripts, or, in the drills that cut
+links, forked from the preloaded trainer into its host.
 
 The latency variant sends every connection through a router namespace that adds 3 ms each way:
 this kernel has no sch_netem for `tc ... netem delay`, so a user-space relay (tests/delay_relay.py)
@@ -18,6 +19,7 @@ import time
 
 import pytest
 
+from ps_trainer.launch.forked import TASK_OUTPUT, ForkedTask
 from ps_trainer.launch.netns import ROUTER, SUBNET, Hosts, ip, start_in
 from tests.support import ROOT, SCRIPTS, finished, run_launcher, wait_for
 from ps_trainer.training import exit_codes, log_lines
@@ -91,7 +93,9 @@ def test_a_cluster_across_hosts_with_3ms_latency(tmp_path, hosts):
                      dict(os.environ), log=relay_log)
     try:
         # A task's address is the router's, not its own host's: as behind NAT.
-        logs = run_cluster(tmp_path, three, addresses, extra=["--skip_own_address_check"])
+        tasks, logs = start_tasks(tmp_path, three, ["--train_steps=100", "--synthetic_examples=2000",
+                                                    "--log_every_n_steps=50", "--skip_own_address_check"], addresses)
+        logs = finish(tasks, logs)
     finally:
         stop(relay, signal.SIGTERM)
     relay_log.seek(0)
@@ -113,16 +117,21 @@ def stop_all(tasks):
         stop(task)
 
 
-def start_tasks(tmp_path, three, args):
-    """ps on host 0, workers 0 (chief) and 1 on hosts 1 and 2, by the per-host scripts."""
-    addresses = [f"{SUBNET}.{i + 1}:2222" for i in range(3)]
-    env = {**os.environ, "PYTHON": sys.executable, "LOG_DIR": str(tmp_path / "logs"),
-           "PS_HOSTS": addresses[0], "WORKER_HOSTS": ",".join(addresses[1:]),
-           "MODEL_DIR": str(tmp_path / "model"), "TF_CPP_MIN_LOG_LEVEL": "1"}
-    tasks = [start_in(three.names[0], [str(SCRIPTS / "run_ps.sh"), "--task_index=0", *args], env)]
-    tasks += [start_in(three.names[i + 1], [str(SCRIPTS / "run_worker.sh"), f"--task_index={i}", *args],
-                       env) for i in range(2)]
-    logs = {name: tmp_path / "logs" / f"{name}.log" for name in ("ps-0", "worker-0", "worker-1")}
+def start_tasks(tmp_path, three, args, addresses=None):
+    """ps on host 0, workers 0 (chief) and 1 on hosts 1 and 2 (at `addresses`, by default each host's own):
+    trainer.py's tasks as the per-host scripts start them (test_a_cluster_across_three_hosts runs the scripts),
+    each forked from the preloaded trainer into its host (ForkedTask), which spares each the 3-4 s of CPU of a
+    new Python's `import tensorflow`."""
+    addresses = addresses or [f"{SUBNET}.{i + 1}:2222" for i in range(3)]
+    (tmp_path / "logs").mkdir()
+    cluster = [f"--ps_hosts={addresses[0]}", f"--worker_hosts={','.join(addresses[1:])}",
+               f"--model_dir={tmp_path / 'model'}"]
+    tasks, logs = [], {}
+    for host, (job, index) in enumerate((("ps", 0), ("worker", 0), ("worker", 1))):
+        logs[f"{job}-{index}"] = tmp_path / "logs" / f"{job}-{index}.log"
+        tasks.append(ForkedTask([str(ROOT / "trainer.py"), f"--job_name={job}", f"--task_index={index}", *cluster,
+                                 *args], {**os.environ, **TASK_OUTPUT}, logs[f"{job}-{index}"], cwd=ROOT,
+                                netns=three.names[host]))
     return tasks, logs
 
 
