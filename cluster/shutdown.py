@@ -326,8 +326,8 @@ def report_done(server, cluster: spec.ClusterConfig, model_dir: str | None, glob
         return False
     thread.join(CLOSE_GRACE_SECS)
     if thread.is_alive():
-        logging.info("%s: told every ps that is still up that it is done; not waiting for the session to a ps "
-                     "that is gone to close", cluster.task_name)
+        logging.info("%s: told the ps tasks it is done; not waiting longer for the session that told them to "
+                     "close (a ps that is gone can hold it)", cluster.task_name)
         return False
     return True
 
