@@ -1,6 +1,6 @@
 """A cluster across hosts: each host a network namespace this test creates, with its own address
-on a bridge, and every task inside its host: started by the per-host scripts, or, in the drills that cut
-links, forked from the preloaded trainer into its host.
+on a bridge, and every task inside its host: started by the per-host scripts (the three-host cluster), or
+forked from the preloaded trainer into its host (the latency test and the drills that cut links).
 
 The latency variant sends every connection through a router namespace that adds 3 ms each way:
 this kernel has no sch_netem for `tc ... netem delay`, so a user-space relay (tests/delay_relay.py)
