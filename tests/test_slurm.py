@@ -152,20 +152,9 @@ def rank_log(logs: pathlib.Path, rank: int) -> str:
     return found[0].read_text() if found else ""
 
 
-def test_a_batch_job_of_three_tasks_trains_to_the_end_and_completes(slurm, tmp_path):
-    result, job_id, logs = submit(slurm, tmp_path, "full", "--train_steps=60")
-    record = slurm.job_record(job_id)
-    assert result.returncode == 0, f"{result.stderr}\n{record}\n{rank_log(logs, 1)[-3000:]}"
-    assert record["JobState"] == "COMPLETED" and record["ExitCode"] == "0:0", record
-    assert "every training replica finished" in rank_log(logs, 0)
-    for rank, role in ((1, "worker:0"), (2, "worker:1")):
-        assert "cluster from Slurm" in rank_log(logs, rank) and f"this task: {role}" in rank_log(logs, rank)
-    assert int(log_lines.finished_values(rank_log(logs, 1))["global_step"]) >= 60
-    checkpoint = tf.train.latest_checkpoint(str(tmp_path / "model"))
-    assert tf.train.load_checkpoint(checkpoint).get_tensor("global_step") >= 60
-
-
-def test_scancel_checkpoints_the_current_step_and_a_resubmission_resumes_there(slurm, tmp_path):
+def test_a_batch_job_cancelled_checkpoints_its_step_and_resubmitted_resumes_there_and_completes(slurm, tmp_path):
+    # The job as a user submits it: 3 tasks, each told its role by Slurm's variables; scancel mid-run, then
+    # the same job again, which resumes from the cancelled job's checkpoint and trains to its end.
     _, job_id, logs = submit(slurm, tmp_path, "cancelled", "--train_steps=1000000", "--save_checkpoint_steps=1000000",
                              wait=False)
     def step_40():
@@ -173,6 +162,8 @@ def test_scancel_checkpoints_the_current_step_and_a_resubmission_resumes_there(s
         return max((s.step for s in log_lines.steps(rank_log(logs, 1))), default=0) >= 40
 
     wait_for(step_40, 180, "step 40 of the job")
+    for rank, role in ((1, "worker:0"), (2, "worker:1")):
+        assert "cluster from Slurm" in rank_log(logs, rank) and f"this task: {role}" in rank_log(logs, rank)
     cancelled_at = time.monotonic()
     assert slurm.run("scancel", job_id).returncode == 0
     record = slurm.wait_until_gone(job_id, timeout=60)
@@ -188,9 +179,13 @@ def test_scancel_checkpoints_the_current_step_and_a_resubmission_resumes_there(s
 
     result, job_id, logs = submit(slurm, tmp_path, "resumed", f"--train_steps={step + 30}")
     record = slurm.job_record(job_id)
-    assert result.returncode == 0 and record["JobState"] == "COMPLETED" and record["ExitCode"] == "0:0", \
-        rank_log(logs, 1)[-3000:]
+    assert result.returncode == 0, f"{result.stderr}\n{record}\n{rank_log(logs, 1)[-3000:]}"
+    assert record["JobState"] == "COMPLETED" and record["ExitCode"] == "0:0", record
+    assert "every training replica finished" in rank_log(logs, 0)
     chief = rank_log(logs, 1)
+    assert int(log_lines.finished_values(chief)["global_step"]) >= step + 30
+    assert tf.train.load_checkpoint(tf.train.latest_checkpoint(str(tmp_path / "model"))).get_tensor(
+        "global_step") >= step + 30
     # The checkpoint the cancelled job registered: it holds `step`, though its name can be one less (an
     # async peer's update can land between the save hook's read of the step and the save).
     assert f"Restoring parameters from {checkpoint}" in chief
