@@ -26,26 +26,40 @@ LOOPBACK = "127.0.0.1"
 
 # Where free_ports looks: below Linux's default range of ephemeral ports (32768-60999), from which
 # bind(0) and every outgoing connection take theirs. Picked there (as portpicker does), a port free a
-# moment ago can be another process's by the time its task binds it (seen in the suite: two test
-# processes' clusters given the same port). A test process narrows it to a slice of its own
-# (tests/conftest.py), so two test processes never pick the same port.
+# moment ago can be another process's by the time its task binds it: two processes that pick side by side
+# need ranges of their own. PORTS_VARIABLE (FIRST-LAST) narrows it for a process and every launcher it
+# starts: two local launchers on one host, or the tests, which give each test process a slice
+# (tests/conftest.py).
 PORT_RANGE = range(20000, 32768)
+PORTS_VARIABLE = "PS_TRAINER_PORTS"
 _handed_out: set[int] = set()
 
 
+def port_range() -> range:
+    """The ports free_ports picks from: PORTS_VARIABLE's FIRST-LAST where it is set, else PORT_RANGE."""
+    text = os.environ.get(PORTS_VARIABLE, "").strip()
+    if not text:
+        return PORT_RANGE
+    first, dash, last = text.partition("-")
+    if not (dash and first.isdigit() and last.isdigit() and 1024 <= int(first) <= int(last) <= 65535):
+        raise ValueError(f"{PORTS_VARIABLE}={text!r}: expected FIRST-LAST, two ports from 1024 to 65535")
+    return range(int(first), int(last) + 1)
+
+
 def free_ports(count: int) -> list[int]:
-    """`count` distinct ports of PORT_RANGE, each free (TCP and UDP) a moment ago and, while the range
+    """`count` distinct ports of port_range(), each free (TCP and UDP) a moment ago and, while the range
     lasts, none handed out before by this process."""
-    if len(PORT_RANGE) - len(_handed_out) < 4 * count:
+    ports = port_range()
+    if len(ports) - len(_handed_out.intersection(ports)) < 4 * count:
         _handed_out.clear()
     picked = []
-    for port in random.sample(PORT_RANGE, len(PORT_RANGE)):
+    for port in random.sample(ports, len(ports)):
         if port not in _handed_out and portpicker.is_port_free(port):
             picked.append(port)
             _handed_out.add(port)
             if len(picked) == count:
                 return picked
-    raise RuntimeError(f"no {count} free ports in {PORT_RANGE.start}-{PORT_RANGE.stop - 1}")
+    raise RuntimeError(f"no {count} free ports in {ports.start}-{ports.stop - 1}")
 
 
 class ProcessCluster:

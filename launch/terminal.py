@@ -10,8 +10,9 @@ import pathlib
 import signal
 import time
 
-from absl import flags
+from absl import app, flags
 
+from ps_trainer.launch import processes
 from ps_trainer.training import exit_codes, log_lines
 
 
@@ -39,6 +40,15 @@ def define_flags(run_dir_default: str, timeout_secs: int, ps_exit_secs: int) -> 
                          "Stop everything if the workers have not finished by then.", lower_bound=1)
     flags.DEFINE_integer("ps_exit_secs", ps_exit_secs,
                          "How long the ps tasks may take to exit after the workers.", lower_bound=1)
+
+
+def check_ports() -> None:
+    """The ports a local launcher picks from (PS_TRAINER_PORTS, launch/processes.py), read before any task
+    starts: a bad value is a usage error in one line, as a bad flag is."""
+    try:
+        processes.port_range()
+    except ValueError as err:
+        raise app.UsageError(str(err)) from None
 
 
 def run_dir(prefix: str = "") -> pathlib.Path:

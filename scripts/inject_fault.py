@@ -93,6 +93,7 @@ def seconds_range(flag: str) -> tuple[float, float]:
 
 
 def main(argv):
+    terminal.check_ports()
     terminal.interrupt_on_signals()
     run_dir = terminal.run_dir("fault-")
     try:

@@ -41,6 +41,7 @@ def _given_model_dir(trainer_args):
 
 
 def main(argv):
+    terminal.check_ports()
     trainer_args = argv[1:]
     run_dir = terminal.run_dir()
     model_dir = _given_model_dir(trainer_args)

@@ -80,14 +80,15 @@ def inprocess_tests_start_no_server(request, monkeypatch):
 @pytest.fixture(autouse=True, scope="session")
 def ports_of_this_test_process():
     """Under pytest-xdist, each test process picks its clusters' ports from a slice of its own of
-    launch.processes.PORT_RANGE: two processes never hand out the same port."""
+    launch.processes.PORT_RANGE, and so do the launchers it starts (scripts/run_local.py, inject_fault.py),
+    which inherit it as PS_TRAINER_PORTS: two processes never hand out the same port."""
     worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if not worker or not count:
         return
     from ps_trainer.launch import processes
     whole, index = processes.PORT_RANGE, int(worker.removeprefix("gw"))
     size = len(whole) // int(count)
-    processes.PORT_RANGE = range(whole.start + index * size, whole.start + (index + 1) * size)
+    os.environ[processes.PORTS_VARIABLE] = f"{whole.start + index * size}-{whole.start + (index + 1) * size - 1}"
 
 
 @contextlib.contextmanager

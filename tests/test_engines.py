@@ -29,6 +29,19 @@ def test_free_ports_are_free_distinct_and_out_of_the_range_outgoing_connections_
                for port in first + second)
 
 
+@pytest.mark.inprocess
+def test_ps_trainer_ports_narrows_the_ports_a_launcher_picks_and_a_bad_value_is_named(monkeypatch):
+    # What each test process hands the launchers it starts (tests/conftest.py), so that theirs and the other
+    # test process's never meet; and what a user sets to run two local launchers side by side.
+    monkeypatch.setenv(processes.PORTS_VARIABLE, "21000-21099")
+    assert processes.port_range() == range(21000, 21100)
+    assert all(21000 <= port <= 21099 for port in free_ports(8))
+    for bad in ("21000", "21099-21000", "80-90", "a-b"):
+        monkeypatch.setenv(processes.PORTS_VARIABLE, bad)
+        with pytest.raises(ValueError, match=rf"^PS_TRAINER_PORTS='{bad}': expected FIRST-LAST, two ports"):
+            free_ports(1)
+
+
 @pytest.mark.parametrize("text, message", [
     ("ps 10.0.0.1:2222\nchief 10.0.0.2:2222\n", "cluster.txt:2: expected 'ps host:port'"),
     ("ps 10.0.0.1\nworker 10.0.0.2:2222\n", "cluster.txt:1: '10.0.0.1' is not host:port"),

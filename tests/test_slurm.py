@@ -126,7 +126,8 @@ def slurm(tmp_path_factory):
 def free_port_block(count: int) -> int:
     """A port p with p..p+count-1 all free: the batch script's tasks listen on PORT + local task id."""
     for _ in range(200):
-        base = random.randrange(processes.PORT_RANGE.start, processes.PORT_RANGE.stop - count)
+        ports = processes.port_range()
+        base = random.randrange(ports.start, ports.stop - count)
         if all(portpicker.is_port_free(base + i) for i in range(count)):
             return base
     raise AssertionError("no block of free ports")
