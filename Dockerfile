@@ -28,10 +28,7 @@ COPY launch/ launch/
 COPY ps_trainer/ ps_trainer/
 COPY scripts/ scripts/
 # Not root: a trainer needs no privilege. model_dir is a mounted volume it must be able to write.
-# tf-keras (for Estimator programs' tf.compat.v1.layers) without its dependency on the full tensorflow
-# package, which would overwrite tensorflow-cpu's files.
 RUN pip install --no-cache-dir ./[cpu] \
-    && pip install --no-cache-dir --no-deps 'tf-keras==2.21.*' \
     && useradd --create-home --uid 1000 trainer
 USER 1000
 

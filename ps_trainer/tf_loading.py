@@ -8,11 +8,14 @@ import re
 import sys
 import tempfile
 
-# TensorFlow's C++ start-up notices (oneDNN, CPU features, absl's "before InitializeLog" warning),
-# printed by every process as TensorFlow loads, are INFO that TF_CPP_MIN_LOG_LEVEL cannot hold back.
-# The imports run with stderr in a file; every other line written meanwhile is passed on.
+# TensorFlow's C++ start-up notices (oneDNN, CPU features, absl's "before InitializeLog" warning, and the
+# CUDA build's "no cuda drivers" on a host without a GPU), printed by every process as TensorFlow loads,
+# are INFO that TF_CPP_MIN_LOG_LEVEL cannot hold back. The imports run with stderr in a file; every other
+# line written meanwhile is passed on.
 STARTUP_NOTICES = re.compile(r"\] oneDNN custom operations are on|cpu_feature_guard\.cc|^To enable the following "
-                             r"instructions|^WARNING: All log messages before absl::InitializeLog")
+                             r"instructions|^WARNING: All log messages before absl::InitializeLog|"
+                             r"cudart_stub\.cc:\d+\] Could not find cuda drivers|\] failed call to cuInit: ")
+NO_CUDA_DRIVER = "Could not find cuda drivers"
 
 
 @contextlib.contextmanager
@@ -26,6 +29,7 @@ def startup_notices_dropped(show_all: bool):
         os.dup2(captured.fileno(), 2)
         try:
             yield
+            _probe_devices_without_driver(captured)
         finally:
             sys.stderr.flush()
             os.dup2(saved, 2)
@@ -34,6 +38,16 @@ def startup_notices_dropped(show_all: bool):
             for line in captured.read().decode(errors="replace").splitlines(keepends=True):
                 if not STARTUP_NOTICES.search(line):
                     sys.stderr.write(line)
+
+
+def _probe_devices_without_driver(captured):
+    """The CUDA build of TensorFlow on a host without a GPU driver logs an error, "failed call to cuInit", at
+    the process's first use of its devices. Where the load said there is no driver, that first use happens
+    here, inside the capture. With a driver, CUDA stays uninitialised: a process that forks tasks must not
+    initialise it."""
+    captured.seek(0)
+    if NO_CUDA_DRIVER.encode() in captured.read() and "tensorflow" in sys.modules:
+        sys.modules["tensorflow"].config.list_physical_devices("GPU")
 
 
 # What TensorFlow loads at import for Keras (keras.src.optimizers, or tf_keras's with TF_USE_LEGACY_KERAS)

@@ -192,7 +192,8 @@ def test_a_bad_flag_exits_non_zero_with_its_message():
     assert "--ps_hosts: 'ps0' is not host:port" in result.stderr
     assert "Traceback" not in result.stderr
     # TensorFlow's C++ start-up notices are held back: the usage and the error are what a user reads.
-    assert "oneDNN" not in result.stderr and "InitializeLog" not in result.stderr, result.stderr[:500]
+    held_back = ("oneDNN", "InitializeLog", "Could not find cuda drivers", "cuInit")
+    assert not [notice for notice in held_back if notice in result.stderr], result.stderr[:500]
     assert result.stderr.startswith("ps-trainer: one script for every host")
 
 

@@ -450,7 +450,7 @@ def test_the_import_names_tf_keras_in_one_line_where_keras_2_is_chosen_and_missi
     warned = [record.getMessage() for record in caplog.records if "tf-keras" in record.getMessage()]
     assert warned == ([] if installed else [
         "tf-keras is not installed: a program's tf.compat.v1.layers and tf.keras, and tf.estimator's V2 classes, "
-        "need Keras 2 (pip install --no-deps 'tf-keras==2.21.*', as in README's set-up)"])
+        "need Keras 2 (the cpu and gpu extras of README's set-up install it)"])
     monkeypatch.setenv("TF_USE_LEGACY_KERAS", "0")  # the program chose Keras 3: nothing to say
     caplog.clear()
     ps_trainer.estimator._warn_if_keras_2_missing()

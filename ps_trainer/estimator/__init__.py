@@ -92,7 +92,7 @@ def _install(v1_module, v2_module) -> None:
 
 
 KERAS_2_MISSING = ("tf-keras is not installed: a program's tf.compat.v1.layers and tf.keras, and tf.estimator's "
-                   "V2 classes, need Keras 2 (pip install --no-deps 'tf-keras==2.21.*', as in README's set-up)")
+                   "V2 classes, need Keras 2 (the cpu and gpu extras of README's set-up install it)")
 
 
 def _warn_if_keras_2_missing() -> None:
